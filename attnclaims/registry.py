@@ -1,0 +1,193 @@
+"""Load and validate the claim registry (``spec/claims.toml``).
+
+Every problem is reported as one :class:`RegistryError` line naming the file,
+the claim id and the field, e.g.
+``claims.toml: claim 'softmax-saturation': field 'methods': unknown method 'magic' (expected one of ...)``.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+from graphlib import CycleError, TopologicalSorter
+
+VERDICTS = ("proven", "verified", "qualified", "illustrative", "historical", "refuted")
+METHODS = ("sympy", "property", "statistical", "measurement", "conformance", "citation")
+REQUIRED_FIELDS = (
+    "id", "section", "title", "quote", "statement", "precise",
+    "methods", "expected_verdict", "citations", "depends_on",
+)
+_STRING_FIELDS = ("id", "section", "title", "quote", "statement", "precise", "expected_verdict")
+_LIST_FIELDS = ("methods", "citations", "depends_on", "assumptions")
+
+
+class RegistryError(ValueError):
+    """A registry that cannot be used; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    section: str
+    title: str
+    quote: str
+    statement: str
+    precise: str
+    methods: tuple[str, ...]
+    expected_verdict: str
+    citations: tuple[str, ...]
+    depends_on: tuple[str, ...]
+    assumptions: tuple[str, ...] = ()
+    qualification: str = ""
+    notes: str = ""
+
+    @property
+    def is_historical(self) -> bool:
+        return tuple(self.methods) == ("citation",)
+
+
+@dataclass(frozen=True)
+class IntegrityNote:
+    section: str
+    note: str
+
+
+@dataclass(frozen=True)
+class Registry:
+    path: Path
+    claims: dict[str, Claim]
+    integrity: tuple[IntegrityNote, ...] = ()
+    source_title: str = ""
+
+    def __iter__(self):
+        return iter(self.claims.values())
+
+    def __len__(self) -> int:
+        return len(self.claims)
+
+    def __contains__(self, claim_id: object) -> bool:
+        return claim_id in self.claims
+
+    def get(self, claim_id: str) -> Claim:
+        try:
+            return self.claims[claim_id]
+        except KeyError:
+            raise KeyError(f"unknown claim id {claim_id!r}") from None
+
+    def order(self) -> list[str]:
+        """Claim ids in the registry's order (section order of the article)."""
+        return list(self.claims)
+
+    def dependencies(self, claim_id: str) -> list[str]:
+        """All ids ``claim_id`` rests on, transitively, nearest first."""
+        seen: list[str] = []
+        stack = list(self.claims[claim_id].depends_on)
+        while stack:
+            dep = stack.pop(0)
+            if dep not in seen:
+                seen.append(dep)
+                stack.extend(self.claims[dep].depends_on)
+        return seen
+
+
+def _fail(path: Path, where: str, msg: str) -> RegistryError:
+    return RegistryError(f"{path.name}: {where}: {msg}")
+
+
+def _check_claim(path: Path, index: int, raw: object) -> Claim:
+    if not isinstance(raw, dict):
+        raise _fail(path, f"claims[{index}]", "expected a table")
+    cid = raw.get("id")
+    where = f"claim {cid!r}" if isinstance(cid, str) and cid else f"claims[{index}]"
+    for name in REQUIRED_FIELDS:
+        if name not in raw:
+            raise _fail(path, where, f"field {name!r}: missing")
+    for name in _STRING_FIELDS + ("qualification", "notes"):
+        if name in raw and not isinstance(raw[name], str):
+            raise _fail(path, where, f"field {name!r}: expected a string, got {type(raw[name]).__name__}")
+        if name in REQUIRED_FIELDS and not raw[name].strip():
+            raise _fail(path, where, f"field {name!r}: empty")
+    for name in _LIST_FIELDS:
+        if name in raw and not (isinstance(raw[name], list) and all(isinstance(x, str) for x in raw[name])):
+            raise _fail(path, where, f"field {name!r}: expected a list of strings")
+    unknown = set(raw) - set(REQUIRED_FIELDS) - {"assumptions", "qualification", "notes"}
+    if unknown:
+        raise _fail(path, where, f"field {sorted(unknown)[0]!r}: unknown field")
+    if not raw["methods"]:
+        raise _fail(path, where, "field 'methods': empty")
+    for m in raw["methods"]:
+        if m not in METHODS:
+            raise _fail(path, where, f"field 'methods': unknown method {m!r} (expected one of {', '.join(METHODS)})")
+    if raw["expected_verdict"] not in VERDICTS:
+        raise _fail(path, where, f"field 'expected_verdict': unknown verdict {raw['expected_verdict']!r} "
+                                 f"(expected one of {', '.join(VERDICTS)})")
+    if raw["expected_verdict"] == "qualified" and not raw.get("qualification", "").strip():
+        raise _fail(path, where, "field 'qualification': missing (required when expected_verdict is 'qualified')")
+    return Claim(
+        id=raw["id"], section=raw["section"], title=raw["title"], quote=raw["quote"],
+        statement=raw["statement"], precise=raw["precise"], methods=tuple(raw["methods"]),
+        expected_verdict=raw["expected_verdict"], citations=tuple(raw["citations"]),
+        depends_on=tuple(raw["depends_on"]), assumptions=tuple(raw.get("assumptions", ())),
+        qualification=raw.get("qualification", ""), notes=raw.get("notes", ""),
+    )
+
+
+def parse_registry(text: str, path: Path) -> Registry:
+    """Validate the TOML text of a registry; raise :class:`RegistryError` on the first problem."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RegistryError(f"{path.name}: not valid TOML: {exc}") from None
+    raw_claims = data.get("claims")
+    if not isinstance(raw_claims, list) or not raw_claims:
+        raise _fail(path, "top level", "field 'claims': missing or empty (expected [[claims]] tables)")
+    claims: dict[str, Claim] = {}
+    for i, raw in enumerate(raw_claims):
+        claim = _check_claim(path, i, raw)
+        if claim.id in claims:
+            raise _fail(path, f"claim {claim.id!r}", "field 'id': duplicate id")
+        claims[claim.id] = claim
+    for claim in claims.values():
+        for dep in claim.depends_on:
+            if dep not in claims:
+                raise _fail(path, f"claim {claim.id!r}", f"field 'depends_on': unknown claim id {dep!r}")
+            if dep == claim.id:
+                raise _fail(path, f"claim {claim.id!r}", "field 'depends_on': depends on itself")
+    try:
+        TopologicalSorter({c.id: c.depends_on for c in claims.values()}).prepare()
+    except CycleError as exc:
+        cycle = " -> ".join(exc.args[1])
+        raise _fail(path, f"claim {exc.args[1][0]!r}", f"field 'depends_on': dependency cycle {cycle}") from None
+    notes = []
+    for i, raw in enumerate(data.get("integrity", [])):
+        if not (isinstance(raw, dict) and isinstance(raw.get("section"), str) and isinstance(raw.get("note"), str)):
+            raise _fail(path, f"integrity[{i}]", "expected a table with string fields 'section' and 'note'")
+        notes.append(IntegrityNote(raw["section"], raw["note"]))
+    title = data.get("source", {}).get("title", "") if isinstance(data.get("source"), dict) else ""
+    return Registry(path=path, claims=claims, integrity=tuple(notes), source_title=title)
+
+
+def load_registry(path: str | Path | None = None) -> Registry:
+    """Load the registry at ``path`` (default: the one shipped in ``attnclaims.spec``)."""
+    if path is None:
+        return _default_registry()
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RegistryError(f"{path}: cannot read the registry: {exc.strerror or exc}") from None
+    return parse_registry(text, path)
+
+
+@lru_cache(maxsize=1)
+def _default_registry() -> Registry:
+    from attnclaims.spec import CLAIMS_PATH
+
+    return load_registry(CLAIMS_PATH)

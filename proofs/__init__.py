@@ -1,0 +1,1 @@
+"""Sympy derivations (being written)."""

@@ -1,0 +1,1 @@
+"""The numpy float64 reference implementation (being written)."""
