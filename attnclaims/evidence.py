@@ -1,0 +1,52 @@
+"""Evidence: what one check (a proof, a property test, a measurement) found for a claim.
+
+Evidence is plain data so that it crosses process boundaries (pytest-xdist
+workers, the runner's pytest subprocess) as JSON.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+OUTCOMES = ("passed", "failed", "not-applicable", "error")
+KINDS = ("proof", "property", "statistical", "measurement", "conformance", "citation")
+#: support: backs the statement; qualification: demonstrates where the sentence as written is
+#: imprecise; illustration: a constructed example; control: shows a check can fail (negative control).
+ROLES = ("support", "qualification", "illustration", "control")
+
+
+@dataclass
+class Evidence:
+    claim: str
+    kind: str
+    name: str
+    outcome: str
+    implementation: str | None = None  # None: does not depend on the implementation under test
+    role: str = "support"
+    message: str = ""
+    seconds: float = 0.0
+    calls: int | None = None            # guarded calls into the implementation
+    examples: int | None = None         # hypothesis examples tried, when known
+    counterexample: str | None = None   # the shrunk falsifying example
+    repro: str | None = None            # a few lines of Python that reproduce a failure
+    measured: float | None = None       # measured error of a tolerance check that failed
+    bound: float | None = None          # the bound it had to meet
+    capability: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)  # proof steps, measurement arrays, decisions
+    figures: list[str] = field(default_factory=list)    # paths of SVG files
+
+    def __post_init__(self):
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"outcome={self.outcome!r}, but should be one of {OUTCOMES}")
+        if self.kind not in KINDS:
+            raise ValueError(f"kind={self.kind!r}, but should be one of {KINDS}")
+        if self.role not in ROLES:
+            raise ValueError(f"role={self.role!r}, but should be one of {ROLES}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Evidence":
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in known})

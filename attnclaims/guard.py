@@ -1,0 +1,253 @@
+"""Guarded calls into an implementation under test.
+
+Every call goes through :class:`GuardedImplementation`, which turns the ways an
+implementation can misbehave into a failed check with a clear one-line
+message instead of a crash or a hang:
+
+* an exception                      -> ``attention raised ZeroDivisionError: ...``
+* a result that is not an ndarray   -> ``attention returned list, but should be numpy.ndarray``
+* a wrong shape or dtype            -> ``out.shape=(2, 3), but should be (2, 4)``
+* NaN or inf where finite is needed -> ``out has 3 non-finite values (first at index (0, 1))``
+* an input modified in place        -> ``modified its input 'q' in place``
+* different outputs for one input   -> ``returned different outputs for the same input``
+* no answer within the time limit   -> ``did not return within 20 s``
+
+A capability the implementation lacks raises :class:`NotApplicable`, which
+the pytest plugin reports as "not applicable: <impl> has no <capability>".
+"""
+from __future__ import annotations
+
+import dataclasses
+import queue
+import sys
+import threading
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from attnclaims.protocol import CAPABILITIES, expected_shape
+
+DEFAULT_TIMEOUT = 20.0
+#: Determinism is checked on the first two calls of each capability and then on every 8th:
+#: a bug that adds noise shows on the first call, and the check costs ~15% of the calls.
+DETERMINISM_EVERY = 8
+_REPRO_MAX_CHARS = 40_000
+
+
+class CheckFailure(AssertionError):
+    """A failed check. ``measured``/``bound`` are set by tolerance checks (the report shows
+    the measured error, the bound and so the smallest tolerance that would have passed)."""
+
+    def __init__(self, message: str, *, capability: str | None = None, measured: float | None = None,
+                 bound: float | None = None):
+        super().__init__(message)
+        self.capability = capability
+        self.measured = measured
+        self.bound = bound
+
+
+class NotApplicable(Exception):
+    """The implementation lacks a capability the check needs."""
+
+    def __init__(self, implementation: str, capability: str):
+        super().__init__(f"not applicable: {implementation} has no {capability}")
+        self.implementation = implementation
+        self.capability = capability
+
+
+class _Timeout(Exception):
+    pass
+
+
+class _Worker:
+    """One daemon thread that runs calls, so that a call that never returns can be abandoned."""
+
+    def __init__(self):
+        self._jobs: queue.Queue = queue.Queue()
+        threading.Thread(target=self._loop, daemon=True, name="attnclaims-call").start()
+
+    def _loop(self):
+        while True:
+            fn, box, done = self._jobs.get()
+            try:
+                box.append((True, fn()))
+            except BaseException as exc:  # noqa: BLE001 - reported to the caller
+                box.append((False, exc))
+            done.set()
+
+    def run(self, fn, timeout: float):
+        box: list = []
+        done = threading.Event()
+        self._jobs.put((fn, box, done))
+        if not done.wait(timeout):
+            raise _Timeout
+        ok, value = box[0]
+        if ok:
+            return value
+        raise value
+
+
+def _snapshot(value):
+    """A deep copy of the arrays inside ``value`` (arrays, dataclasses of arrays, tuples)."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _snapshot(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_snapshot(v) for v in value]
+    return value
+
+
+def _changed(before, value) -> bool:
+    if isinstance(value, np.ndarray):
+        return not (before.shape == value.shape and np.array_equal(before, value, equal_nan=value.dtype.kind in "fc"))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return any(_changed(before[f.name], getattr(value, f.name)) for f in dataclasses.fields(value))
+    if isinstance(value, (list, tuple)):
+        return len(before) != len(value) or any(_changed(b, v) for b, v in zip(before, value))
+    return False
+
+
+def format_call(capability: str, args: tuple, kwargs: dict) -> str:
+    """Python source that makes this call on ``impl``: exact floats (shortest round-trip repr)."""
+    with np.printoptions(precision=17, floatmode="unique", threshold=sys.maxsize, linewidth=120):
+        parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    return f"impl.{capability}({', '.join(parts)})"
+
+
+class GuardedImplementation:
+    """Wraps an implementation object; capability methods are reached as attributes.
+
+    ``guarded.attention(q, k, v)`` requires a finite result; ``guarded.call("attention", q, k, v,
+    finite=False)`` allows NaN/inf (used by the convention probes).
+    """
+
+    def __init__(self, impl: Any, *, spec: str | None = None, timeout: float | None = DEFAULT_TIMEOUT):
+        self.impl = impl
+        self.name = str(getattr(impl, "name", type(impl).__name__))
+        self.spec = spec or self.name  # what resolves it again: "reference", "torch", "pkg.mod:attr"
+        self.dtype = np.dtype(getattr(impl, "dtype", np.float64))
+        self.timeout = timeout
+        self.calls = 0
+        self.recent: deque[tuple[str, str]] = deque(maxlen=3)  # (capability, formatted call)
+        self.context = ""  # set by the pytest plugin: the claim ids of the running test
+        self._per_capability: dict[str, int] = {}
+        self._hung: set[str] = set()
+        self._worker = _Worker() if timeout else None
+
+    def __repr__(self) -> str:
+        return f"<implementation {self.name!r}>"
+
+    # -- capabilities -------------------------------------------------------------------------
+    def has(self, capability: str) -> bool:
+        if capability not in CAPABILITIES:
+            raise ValueError(f"unknown capability {capability!r} (expected one of {', '.join(CAPABILITIES)})")
+        return callable(getattr(self.impl, capability, None))
+
+    def require(self, *capabilities: str) -> None:
+        for cap in capabilities:
+            if not self.has(cap):
+                raise NotApplicable(self.name, cap)
+
+    def __getattr__(self, capability: str):
+        if capability in CAPABILITIES:
+            return lambda *args, **kwargs: self.call(capability, *args, **kwargs)
+        raise AttributeError(capability)
+
+    def begin_test(self, context: str) -> None:
+        self.context = context
+        self.calls = 0
+        self.recent.clear()
+
+    def repro(self) -> str | None:
+        """A few lines of Python that re-run the last calls of the failing (shrunk) example."""
+        if not self.recent:
+            return None
+        lines = [
+            "import numpy as np",
+            "from numpy import array, float64, float32, int64",
+            "from attnclaims.reference.params import *",
+            "from attnclaims.impls import resolve",
+            f"impl = resolve({self.spec!r})",
+        ]
+        for _, text in self.recent:
+            lines.append(f"print({text})" if len(text) <= _REPRO_MAX_CHARS
+                         else f"# input too large to inline ({len(text)} characters)")
+        return "\n".join(lines)
+
+    # -- the guarded call ---------------------------------------------------------------------
+    def _fail(self, capability: str, msg: str, **extra) -> CheckFailure:
+        where = f"{self.context} · " if self.context else ""
+        return CheckFailure(f"{where}{self.name} · {capability}: {msg}", capability=capability, **extra)
+
+    def _invoke(self, capability: str, fn, args, kwargs):
+        problem, cause = "", None
+        if capability in self._hung:  # fail the same way as the first time, so hypothesis sees one bug
+            problem = f"did not return within {self.timeout:g} s"
+        elif self._worker is None:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - any exception from the implementation is a finding
+                problem, cause = f"raised {type(exc).__name__}: {exc}", exc
+        else:
+            try:
+                return self._worker.run(lambda: fn(*args, **kwargs), self.timeout)
+            except _Timeout:
+                self._hung.add(capability)
+                self._worker = _Worker()  # the old thread stays blocked; it is a daemon
+                problem = f"did not return within {self.timeout:g} s"
+            except Exception as exc:  # noqa: BLE001
+                problem, cause = f"raised {type(exc).__name__}: {exc}", exc
+        raise self._fail(capability, problem) from cause
+
+    def call(self, capability: str, *args, finite: bool = True, **kwargs) -> np.ndarray:
+        self.require(capability)
+        fn = getattr(self.impl, capability)
+        self.calls += 1
+        count = self._per_capability[capability] = self._per_capability.get(capability, 0) + 1
+        self.recent.append((capability, format_call(capability, args, kwargs)))
+        before = [_snapshot(a) for a in args], {k: _snapshot(v) for k, v in kwargs.items()}
+
+        out = self._invoke(capability, fn, args, kwargs)
+
+        names = list(kwargs)
+        for i, (b, a) in enumerate(zip(before[0], args)):
+            if _changed(b, a):
+                raise self._fail(capability, f"modified its input #{i + 1} in place")
+        for name in names:
+            if _changed(before[1][name], kwargs[name]):
+                raise self._fail(capability, f"modified its input {name!r} in place")
+        self._check_output(capability, out, args, kwargs, finite)
+
+        if count <= 2 or count % DETERMINISM_EVERY == 0:
+            again = self._invoke(capability, fn, args, kwargs)
+            if not (isinstance(again, np.ndarray) and again.shape == out.shape
+                    and np.array_equal(again, out, equal_nan=True)):
+                diff = ""
+                if isinstance(again, np.ndarray) and again.shape == out.shape:
+                    with np.errstate(invalid="ignore"):
+                        diff = f" (max abs difference {np.nanmax(np.abs(again - out)):.3g})"
+                raise self._fail(capability, f"returned different outputs for the same input{diff}")
+        return out
+
+    def _check_output(self, capability, out, args, kwargs, finite):
+        if not isinstance(out, np.ndarray):
+            raise self._fail(capability, f"returned {type(out).__module__}.{type(out).__qualname__}, "
+                                         "but should be numpy.ndarray")
+        if out.dtype != self.dtype:
+            raise self._fail(capability, f"out.dtype={out.dtype}, but should be {self.dtype} "
+                                         f"(the implementation's declared dtype)")
+        try:
+            want = expected_shape(capability, args, kwargs)
+        except (TypeError, ValueError):  # the call itself was malformed; the implementation accepted it
+            want = None
+        if want is not None and out.shape != tuple(want):
+            raise self._fail(capability, f"out.shape={out.shape}, but should be {tuple(want)}")
+        if finite and out.dtype.kind in "fc":
+            bad = ~np.isfinite(out)
+            if bad.any():
+                first = tuple(int(i) for i in np.argwhere(bad)[0])
+                raise self._fail(capability, f"out has {int(bad.sum())} non-finite values "
+                                             f"(first at index {first}: {out[first]!r})")
+

@@ -1,0 +1,108 @@
+"""Resolve implementation names: ``reference``, ``torch``, ``jax``, ``all`` or ``package.module:attr``.
+
+``module:attr`` names an object that follows the protocol, or a factory (a
+class or a function taking no arguments) that returns one. Problems raise
+:class:`ImplementationError` with a one-line message.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from attnclaims.protocol import CAPABILITIES
+
+#: built-in names -> "module:attr" of a factory. Library adapters import their library lazily.
+BUILTINS: dict[str, str] = {
+    "reference": "attnclaims.reference.impl:Reference",
+    "torch": "attnclaims.adapters.torch_adapter:TorchImplementation",
+    "torch-fastpath": "attnclaims.adapters.torch_adapter:TorchFastPathImplementation",
+    "jax": "attnclaims.adapters.jax_adapter:JaxImplementation",
+}
+
+
+class ImplementationError(ValueError):
+    """An implementation name that cannot be resolved; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Availability:
+    name: str
+    available: bool
+    reason: str = ""
+
+
+def _import_target(spec: str):
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ImplementationError(f"implementation {spec!r}: expected 'package.module:attr'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ImplementationError(f"implementation {spec!r}: cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a module that fails on import is the user's bug, shown in one line
+        raise ImplementationError(f"implementation {spec!r}: importing {module_name!r} raised "
+                                  f"{type(exc).__name__}: {exc}") from None
+    obj = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ImplementationError(f"implementation {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
+def _is_implementation(obj) -> bool:
+    return not isinstance(obj, type) and any(callable(getattr(obj, c, None)) for c in CAPABILITIES)
+
+
+def resolve(spec: str):
+    """The implementation object named by ``spec`` (not ``all``; see :func:`expand`)."""
+    target = BUILTINS.get(spec, spec)
+    if ":" not in target:
+        raise ImplementationError(f"unknown implementation {spec!r} (expected one of "
+                                  f"{', '.join(BUILTINS)}, 'all', or 'package.module:attr')")
+    obj = _import_target(target)
+    if not _is_implementation(obj):
+        if not callable(obj):
+            raise ImplementationError(f"implementation {spec!r}: {type(obj).__name__} object has none of the "
+                                      f"protocol's methods ({', '.join(CAPABILITIES)})")
+        try:
+            obj = obj()
+        except ImportError as exc:
+            raise ImplementationError(f"implementation {spec!r} is unavailable: {exc}") from None
+        except Exception as exc:  # noqa: BLE001
+            raise ImplementationError(f"implementation {spec!r}: its factory raised {type(exc).__name__}: {exc}") from None
+        if not _is_implementation(obj):
+            raise ImplementationError(f"implementation {spec!r}: the factory returned a {type(obj).__name__}, "
+                                      f"which has none of the protocol's methods")
+    if not isinstance(getattr(obj, "name", None), str):
+        try:
+            obj.name = spec
+        except AttributeError:
+            pass
+    return obj
+
+
+def availability(spec: str) -> Availability:
+    try:
+        resolve(spec)
+    except ImplementationError as exc:
+        return Availability(spec, False, str(exc))
+    return Availability(spec, True)
+
+
+def expand(specs: list[str] | tuple[str, ...]) -> tuple[list[str], list[Availability]]:
+    """Expand ``all`` into every built-in that is installed. Returns (names, unavailable built-ins)."""
+    names: list[str] = []
+    skipped: list[Availability] = []
+    for spec in specs or ["reference"]:
+        if spec == "all":
+            for builtin in BUILTINS:
+                a = availability(builtin)
+                if a.available:
+                    names.append(builtin)
+                else:
+                    skipped.append(a)
+        else:
+            names.append(spec)
+    return list(dict.fromkeys(names)), skipped

@@ -1,0 +1,51 @@
+"""Hypothesis profiles (registered once, on import of this module).
+
+* ``dev``      quick local iteration: few examples, random seeds.
+* ``ci``       derandomized (the seed is derived from the test, so every run draws the same
+               examples and verdicts are reproducible); the default of ``attnclaims`` and of
+               the pytest plugin.
+* ``thorough`` many examples and long sequences (n >= 256).
+
+Strategies size their draws with :func:`limits`, so one profile name sets both the
+number of examples and how large they are.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import HealthCheck, settings
+
+PROFILES = ("dev", "ci", "thorough")
+DEFAULT_PROFILE = "ci"
+
+# report_multiple_bugs=False: a test reports its one minimal failure, never an ExceptionGroup.
+_common = dict(deadline=None, print_blob=True, report_multiple_bugs=False,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("dev", max_examples=20, **_common)
+settings.register_profile("ci", max_examples=50, derandomize=True, database=None, **_common)
+settings.register_profile("thorough", max_examples=400, **_common)
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_seq: int        # largest n_q / n_k drawn
+    max_dim: int        # largest d_k / d_v / d_model drawn
+    max_batch: int
+    long_seq: int       # length used by the "long sequence" cases
+
+
+_LIMITS = {
+    "dev": Limits(max_seq=8, max_dim=8, max_batch=2, long_seq=64),
+    "ci": Limits(max_seq=12, max_dim=12, max_batch=3, long_seq=128),
+    "thorough": Limits(max_seq=320, max_dim=64, max_batch=4, long_seq=512),
+}
+
+
+def current_profile() -> str:
+    name = settings.get_current_profile_name()
+    return name if name in _LIMITS else DEFAULT_PROFILE
+
+
+def limits() -> Limits:
+    """Size limits of the active profile (``ci`` sizes for any profile not registered here)."""
+    return _LIMITS[current_profile()]
