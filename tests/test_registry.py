@@ -208,7 +208,6 @@ def _claim(cid: str, **overrides) -> dict:
     return {k: v for k, v in base.items() if v is not _DROP}
 
 
-
 def _toml_value(value) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
