@@ -1,0 +1,220 @@
+"""Scaled dot-product and additive attention (article §3.1; Vaswani et al. 2017 §3.2.1).
+
+    Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V
+
+q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v) -> (..., n_q, d_v); the
+batch axes ``...`` of q, k and v broadcast against each other. A mask is bool,
+broadcastable to (..., n_q, n_k), True = the query may attend to the key.
+
+Conventions (the article is silent on them; DESIGN.md reports them per
+implementation):
+
+* A masked key gets weight exactly 0: the mask is applied with ``where``, never
+  by adding -1e9 or -inf to the score.
+* A query whose keys are all masked gets all-zero weights and therefore a zero
+  output row (:data:`FULLY_MASKED_ROW`). It is the empty sum Σ_{j allowed} a_ij v_j.
+* NaN or ±inf in a value row whose weight is exactly 0 does not reach the
+  output (:data:`MASKED_VALUES_LEAK` is False): the output is
+  Σ_{j : a_ij > 0} a_ij v_j, so 0·NaN is never formed.
+* Everything is computed in float64; inputs of other real dtypes are cast
+  (exactly) and the result is float64. Inputs are never modified.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from attnclaims.reference._validate import as_float64, as_mask, batch_shape, check_equal, check_scale
+
+__all__ = [
+    "FULLY_MASKED_ROW", "MASKED_VALUES_LEAK",
+    "softmax", "dot_product_scores", "additive_scores",
+    "attention_weights", "attention_from_scores", "attention",
+]
+
+#: Output row (and weight row) of a query none of whose keys may be attended.
+FULLY_MASKED_ROW = "zeros"
+#: Whether NaN/inf in a value row with weight exactly 0 reaches the output.
+MASKED_VALUES_LEAK = False
+
+
+def _softmax(x: np.ndarray, axis: int, allowed: np.ndarray | None, name: str) -> np.ndarray:
+    """Masked, overflow-free softmax of the float64 array ``x`` (see :func:`softmax`)."""
+    if allowed is None:
+        allowed = np.ones(x.shape, dtype=bool)
+    bad = allowed & (np.isnan(x) | (x == np.inf))
+    if bad.any():
+        raise ValueError(f"{name} has {int(bad.sum())} NaN or +inf entries at unmasked positions, "
+                         f"but should be finite there (-inf is allowed and gets weight 0)")
+    # A -inf score is a key with weight 0, exactly like a masked one.
+    allowed = allowed & (x > -np.inf)
+    # softmax(z) = softmax(z - c) for any c; c = the row's max makes every exponent <= 0, so exp never
+    # overflows, and the largest term is exp(0) = 1, so the denominator lies in [1, n] (no 0/0).
+    row_max = np.max(x, axis=axis, keepdims=True, initial=-np.inf, where=allowed)
+    # A row with nothing allowed has row_max = -inf; any finite shift will do, its weights are all 0.
+    row_max = np.where(row_max == -np.inf, 0.0, row_max)
+    # For finite x the difference x - row_max <= 0 overflows only when it is below about -1.8e308
+    # (e.g. x = -1e308 next to a max of 1e308). It then rounds to -inf and exp gives 0, which is the
+    # correctly rounded value of exp(-1.8e308) anyway, so the overflow is harmless and silenced.
+    with np.errstate(over="ignore", invalid="ignore"):
+        shifted = np.where(allowed, x - row_max, -np.inf)
+    e = np.exp(shifted)  # masked and -inf entries: exp(-inf) = 0 exactly
+    denom = e.sum(axis=axis, keepdims=True)
+    # denom = 0 only for rows with no allowed entry: they stay all zero (FULLY_MASKED_ROW).
+    return np.divide(e, denom, out=np.zeros_like(e), where=denom > 0)
+
+
+def softmax(x, axis: int = -1, mask=None) -> np.ndarray:
+    """softmax(x)_i = exp(x_i) / Σ_j exp(x_j) along ``axis`` (article §3.1 ③; Vaswani §3.2.1).
+
+    x (...) -> same shape, float64. ``mask`` (bool, broadcastable to x.shape,
+    True = take part) gives masked entries weight exactly 0; a slice with no
+    allowed entry is all zeros (:data:`FULLY_MASKED_ROW`).
+
+    Stable for every finite input, including scores of ±1e300: the row maximum
+    is subtracted first, so every exponent is <= 0; a difference that overflows
+    to -inf gives weight 0, its correctly rounded value. Entries equal to -inf
+    get weight 0 like masked ones; NaN or +inf at an allowed position is an
+    error (the softmax of such a row is not defined).
+    """
+    x = as_float64("x", x, min_ndim=1)
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"axis={axis} is out of range for x.ndim={x.ndim}")
+    return _softmax(x, axis, as_mask("mask", mask, x.shape), "x")
+
+
+def _scale_or_default(scale, d_k: int) -> float:
+    if scale is not None:
+        return check_scale(scale)
+    if d_k < 1:
+        raise ValueError(f"q.shape[-1]={d_k}, but should be >= 1 for the default scale 1/sqrt(d_k)")
+    return 1.0 / np.sqrt(d_k)
+
+
+def dot_product_scores(q, k, scale=None) -> np.ndarray:
+    """S = Q Kᵀ · scale, scale = 1/√d_k by default (article §3.1 ②; Vaswani §3.2.1, eq. 1).
+
+    q (..., n_q, d_k), k (..., n_k, d_k) -> (..., n_q, n_k).
+
+    ``scale`` may be any finite real number: softmax(c·S) is defined for every
+    finite c; c = 0 gives uniform weights and c < 0 reverses the order of the
+    keys, both useful as constructed cases. The product is formed first and
+    scaled after, so the scores carry the rounding of one matmul and one multiply.
+    """
+    q = as_float64("q", q, min_ndim=2)
+    k = as_float64("k", k, min_ndim=2)
+    check_equal("q.shape[-1]", q.shape[-1], "k.shape[-1]", k.shape[-1])
+    batch_shape(q=q, k=k)
+    scale = _scale_or_default(scale, q.shape[-1])
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported by the callers that need finite scores
+        return (q @ np.swapaxes(k, -1, -2)) * scale  # (..., n_q, d_k) @ (..., d_k, n_k) -> (..., n_q, n_k)
+
+
+def additive_scores(q, k, w_q, w_k, v_a) -> np.ndarray:
+    """score_ij = v_aᵀ tanh(W_q q_i + W_k k_j) (Bahdanau et al. 2014 §3.1; article §3.1 ②, "加性注意力").
+
+    Weights multiply on the right, like the rest of the reference:
+    q (..., n_q, d_q), k (..., n_k, d_k), w_q (d_q, d_a), w_k (d_k, d_a),
+    v_a (d_a,) -> (..., n_q, n_k). Bahdanau's alignment model has no bias
+    inside the tanh; one can be folded into w_q with a constant-1 feature.
+    """
+    q = as_float64("q", q, min_ndim=2)
+    k = as_float64("k", k, min_ndim=2)
+    w_q = as_float64("w_q", w_q)
+    w_k = as_float64("w_k", w_k)
+    v_a = as_float64("v_a", v_a)
+    if w_q.ndim != 2:
+        raise ValueError(f"w_q.shape={w_q.shape}, but should be (d_q, d_a)")
+    if w_k.ndim != 2:
+        raise ValueError(f"w_k.shape={w_k.shape}, but should be (d_k, d_a)")
+    if v_a.ndim != 1:
+        raise ValueError(f"v_a.shape={v_a.shape}, but should be (d_a,)")
+    check_equal("q.shape[-1]", q.shape[-1], "w_q.shape[0]", w_q.shape[0])
+    check_equal("k.shape[-1]", k.shape[-1], "w_k.shape[0]", w_k.shape[0])
+    check_equal("w_q.shape[1]", w_q.shape[1], "w_k.shape[1]", w_k.shape[1])
+    check_equal("w_q.shape[1]", w_q.shape[1], "v_a.shape[0]", v_a.shape[0])
+    batch_shape(q=q, k=k)
+    hq = q @ w_q  # (..., n_q, d_a)
+    hk = k @ w_k  # (..., n_k, d_a)
+    hidden = np.tanh(hq[..., :, None, :] + hk[..., None, :, :])  # (..., n_q, 1, d_a) + (..., 1, n_k, d_a) -> (..., n_q, n_k, d_a)
+    return hidden @ v_a  # (..., n_q, n_k, d_a) @ (d_a,) -> (..., n_q, n_k)
+
+
+def _weighted_sum(a: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """out_i = Σ_{j : a_ij > 0} a_ij v_j. a (..., n_q, n_k), v (..., n_k, d_v) -> (..., n_q, d_v)."""
+    if np.isfinite(v).all():
+        return a @ v  # every term is finite, so terms with a_ij = 0 are exactly 0: a plain matmul is the sum
+    # Some value entries are NaN or ±inf. A weight of exactly 0 (a masked key, or an underflowed weight)
+    # must contribute 0, not 0·NaN = NaN, so the sum is built term by term and zero-weight terms dropped.
+    # This costs O(n_q·n_k·d_v) memory and only runs for non-finite values.
+    weights = a[..., :, :, None]  # (..., n_q, n_k, 1)
+    with np.errstate(invalid="ignore"):
+        terms = np.where(weights > 0, weights * v[..., None, :, :], 0.0)  # (..., n_q, n_k, d_v)
+    return terms.sum(axis=-2)  # (..., n_q, d_v)
+
+
+def _check_values(name: str, scores: np.ndarray, v: np.ndarray) -> tuple[int, ...]:
+    check_equal(f"{name}.shape[-1]", scores.shape[-1], "v.shape[-2]", v.shape[-2])
+    return batch_shape(**{name: scores}, v=v) + scores.shape[-2:]
+
+
+def attention_from_scores(scores, v, mask=None) -> np.ndarray:
+    """softmax(S) V for given scores S (article §3.1 ③–④), whatever score function made them.
+
+    scores (..., n_q, n_k), v (..., n_k, d_v) -> (..., n_q, d_v); mask bool,
+    broadcastable to (..., n_q, n_k). Scores of -inf count as masked; NaN or
+    +inf at an unmasked position is an error. Conventions as in the module docstring.
+    """
+    scores = as_float64("scores", scores, min_ndim=2)
+    v = as_float64("v", v, min_ndim=2)
+    target = _check_values("scores", scores, v)
+    allowed = as_mask("mask", mask, target)
+    a = _softmax(np.broadcast_to(scores, target), -1, allowed, "scores")
+    return _weighted_sum(a, v)
+
+
+def _attention_weights(q, k, v, mask, scale) -> tuple[np.ndarray, np.ndarray | None]:
+    """Validated weights A (..., n_q, n_k) and the float64 v (or None when v is None)."""
+    q = as_float64("q", q, min_ndim=2)
+    k = as_float64("k", k, min_ndim=2)
+    check_equal("q.shape[-1]", q.shape[-1], "k.shape[-1]", k.shape[-1])
+    if v is not None:
+        v = as_float64("v", v, min_ndim=2)
+        check_equal("k.shape[-2]", k.shape[-2], "v.shape[-2]", v.shape[-2])
+        batch = batch_shape(q=q, k=k, v=v)
+    else:
+        batch = batch_shape(q=q, k=k)
+    target = batch + (q.shape[-2], k.shape[-2])
+    allowed = as_mask("mask", mask, target)
+    scores = np.broadcast_to(dot_product_scores(q, k, scale), target)  # v's batch axes may widen q kᵀ's
+    finite = np.isfinite(scores)
+    not_finite = ~finite if allowed is None else allowed & ~finite
+    if not_finite.any():
+        raise ValueError(f"scores q·kᵀ·scale are not finite at {int(not_finite.sum())} unmasked positions "
+                         f"(NaN or inf in q or k, or overflow), but should be finite there")
+    return _softmax(scores, -1, allowed, "scores"), v
+
+
+def attention_weights(q, k, mask=None, scale=None) -> np.ndarray:
+    """A = softmax(Q Kᵀ · scale) row-wise, masked entries exactly 0 (article §3.1 ②–③).
+
+    q (..., n_q, d_k), k (..., n_k, d_k) -> (..., n_q, n_k). Each row is a
+    probability distribution over the allowed keys, or all zeros if there are
+    none (:data:`FULLY_MASKED_ROW`). Scores must be finite where attention is
+    allowed (NaN in a masked-out query or key row is fine).
+    """
+    return _attention_weights(q, k, None, mask, scale)[0]
+
+
+def attention(q, k, v, mask=None, scale=None) -> np.ndarray:
+    """Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V (article §3.1 ①–④; Vaswani §3.2.1, eq. 1).
+
+    q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v) -> (..., n_q, d_v);
+    batch axes broadcast. mask: bool, broadcastable to (..., n_q, n_k), True =
+    may attend. scale: None means 1/√d_k; otherwise any finite real number.
+
+    Masked keys get weight exactly 0; a query with no allowed key returns a
+    zero row (:data:`FULLY_MASKED_ROW`); NaN or inf in value rows of weight 0
+    does not reach the output (:data:`MASKED_VALUES_LEAK`). Float64 in and out.
+    """
+    a, v = _attention_weights(q, k, v, mask, scale)
+    return _weighted_sum(a, v)

@@ -1,0 +1,65 @@
+"""The reference as an implementation object, per the protocol in DESIGN.md.
+
+``Reference`` delegates each capability to the functions of this package and
+states the conventions it follows where the article is silent, so the report
+can show them next to those of other implementations.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# Functions are imported by name: the package re-exports the function ``attention``, which shadows the
+# submodule of the same name as an attribute of ``attnclaims.reference``.
+from attnclaims.reference.attention import FULLY_MASKED_ROW, MASKED_VALUES_LEAK, attention, softmax
+from attnclaims.reference.layers import decoder_layer, encoder_layer, feed_forward, layer_norm
+from attnclaims.reference.multihead import multi_head_attention
+from attnclaims.reference.positional import sinusoidal_encoding
+
+__all__ = ["Reference", "reference"]
+
+
+class Reference:
+    """The numpy float64 reference: every capability of the protocol, no state."""
+
+    name = "reference"
+    dtype = np.dtype(np.float64)
+    #: output of a query whose keys are all masked (one of "nan", "zeros", "mean_v")
+    fully_masked_row = FULLY_MASKED_ROW
+    #: whether NaN/inf in a masked-out value row reaches the output
+    masked_values_leak = MASKED_VALUES_LEAK
+    #: default score scale
+    default_scale = "1/sqrt(d_k)"
+    #: the decoder's causal mask is square (n_t × n_t), so alignment does not arise there;
+    #: attention() itself only takes explicit masks (see masks.causal_mask for both alignments)
+    decoder_causal = True
+
+    def softmax(self, x, axis=-1):
+        return softmax(x, axis=axis)
+
+    def attention(self, q, k, v, mask=None, scale=None):
+        return attention(q, k, v, mask=mask, scale=scale)
+
+    def multi_head_attention(self, x_q, x_kv, params, mask=None):
+        return multi_head_attention(x_q, x_kv, params, mask=mask)
+
+    def positional_encoding(self, n_positions, d_model):
+        return sinusoidal_encoding(n_positions, d_model)
+
+    def layer_norm(self, x, gamma, beta, eps):
+        return layer_norm(x, gamma, beta, eps)
+
+    def feed_forward(self, x, params):
+        return feed_forward(x, params)
+
+    def encoder_layer(self, x, params, mask=None):
+        return encoder_layer(x, params, mask=mask)
+
+    def decoder_layer(self, y, memory, params, self_mask=None, memory_mask=None):
+        return decoder_layer(y, memory, params, self_mask=self_mask, memory_mask=memory_mask)
+
+    def __repr__(self) -> str:
+        return "Reference()"
+
+
+#: The instance the harness and tests use.
+reference = Reference()

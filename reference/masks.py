@@ -1,0 +1,88 @@
+"""Attention masks: bool arrays, True = the query may attend to the key (article §7; Vaswani §3.2.3).
+
+Masks broadcast to the scores' shape (..., n_q, n_k) and are applied with
+``where`` by :mod:`attnclaims.reference.attention`, so a masked weight is
+exactly 0. They are combined by logical AND: a key is allowed only if every
+mask allows it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from attnclaims.reference._validate import check_count
+
+__all__ = ["CAUSAL_ALIGNMENTS", "causal_mask", "padding_mask", "combine_masks"]
+
+#: Where the diagonal of a non-square causal mask sits.
+CAUSAL_ALIGNMENTS = ("top-left", "bottom-right")
+
+
+def causal_mask(n_q: int, n_k: int | None = None, alignment: str = "top-left") -> np.ndarray:
+    """M_ij = (j <= i + offset): query i sees keys up to its own position (article §7, "掩码自注意力"; Vaswani §3.2.3).
+
+    -> (n_q, n_k) bool; n_k defaults to n_q, where both alignments give the
+    lower triangle (diagonal included).
+
+    When n_q != n_k the two conventions in use differ:
+
+    * ``"top-left"`` (offset 0; torch's ``is_causal`` and
+      ``scaled_dot_product_attention``): query i sees keys 0..i. If n_q > n_k,
+      queries i >= n_k see every key.
+    * ``"bottom-right"`` (offset n_k - n_q; FlashAttention >= 2.1, decoding with
+      a KV cache): the queries are the *last* n_q positions of the key sequence,
+      so the last query sees every key. If n_q > n_k, the first n_q - n_k
+      queries see no key at all (fully masked rows).
+    """
+    n_q = check_count("n_q", n_q)
+    n_k = n_q if n_k is None else check_count("n_k", n_k)
+    if alignment not in CAUSAL_ALIGNMENTS:
+        raise ValueError(f"alignment={alignment!r}, but should be one of {CAUSAL_ALIGNMENTS}")
+    offset = 0 if alignment == "top-left" else n_k - n_q
+    i = np.arange(n_q)[:, None]  # (n_q, 1)
+    j = np.arange(n_k)[None, :]  # (1, n_k)
+    return j <= i + offset  # (n_q, n_k)
+
+
+def padding_mask(lengths, n_k: int) -> np.ndarray:
+    """M_bj = (j < lengths[b]): sequence b has ``lengths[b]`` real keys followed by padding.
+
+    lengths (batch,) integers in [0, n_k] -> (batch, 1, n_k) bool, which
+    broadcasts over the queries (and, with ``mask[:, None]``, over heads). A
+    length of 0 masks every key of that sequence.
+    """
+    n_k = check_count("n_k", n_k)
+    lengths = np.asarray(lengths)
+    if lengths.ndim != 1:
+        raise ValueError(f"lengths.shape={lengths.shape}, but should be (batch,)")
+    if lengths.size and not np.issubdtype(lengths.dtype, np.integer):
+        raise ValueError(f"lengths.dtype={lengths.dtype}, but should be an integer dtype")
+    if lengths.size and (lengths.min() < 0 or lengths.max() > n_k):
+        raise ValueError(f"lengths={lengths.tolist()}, but each should be in [0, n_k={n_k}]")
+    j = np.arange(n_k)  # (n_k,)
+    return (j[None, :] < lengths[:, None])[:, None, :]  # (batch, n_k) -> (batch, 1, n_k)
+
+
+def combine_masks(*masks) -> np.ndarray | None:
+    """M = M_1 ∧ M_2 ∧ … with broadcasting; ``None`` entries (no mask) are skipped.
+
+    Returns None if every argument is None (or there are none), so the result
+    can be passed on as "no mask".
+    """
+    present = []
+    for index, m in enumerate(masks):
+        if m is None:
+            continue
+        m = np.asarray(m)
+        if m.dtype != np.bool_:
+            raise ValueError(f"masks[{index}].dtype={m.dtype}, but should be bool (True = may attend)")
+        present.append(m)
+    if not present:
+        return None
+    try:
+        shape = np.broadcast_shapes(*(m.shape for m in present))
+    except ValueError:
+        raise ValueError(f"mask shapes {[m.shape for m in present]} do not broadcast together") from None
+    out = np.ones(shape, dtype=bool)
+    for m in present:
+        out &= m
+    return out
