@@ -117,6 +117,8 @@ def _check_claim(path: Path, index: int, raw: object) -> Claim:
     for name in _LIST_FIELDS:
         if name in raw and not (isinstance(raw[name], list) and all(isinstance(x, str) for x in raw[name])):
             raise _fail(path, where, f"field {name!r}: expected a list of strings")
+        if name in raw and any(not x.strip() for x in raw[name]):
+            raise _fail(path, where, f"field {name!r}: contains an empty string")
     unknown = set(raw) - set(REQUIRED_FIELDS) - {"assumptions", "qualification", "notes"}
     if unknown:
         raise _fail(path, where, f"field {sorted(unknown)[0]!r}: unknown field")
