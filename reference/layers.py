@@ -88,7 +88,7 @@ def feed_forward(x, params: FeedForwardParams) -> np.ndarray:
     x (..., n, d_model), w1 (d_model, d_ff), w2 (d_ff, d_model) -> (..., n, d_model).
     """
     if not isinstance(params, FeedForwardParams):
-        raise ValueError(f"params is a {type(params).__name__}, but should be a FeedForwardParams")
+        raise ValueError(f"params is {type(params).__name__}, but should be FeedForwardParams")
     x = as_float64("x", x, min_ndim=1)
     check_equal("x.shape[-1]", x.shape[-1], "params.d_model", params.d_model)
     w1, b1, w2, b2 = (np.asarray(a, dtype=np.float64) for a in (params.w1, params.b1, params.w2, params.b2))
@@ -102,7 +102,7 @@ def _ln(x: np.ndarray, norm: LayerNormParams, eps: float) -> np.ndarray:
 
 def _check_stream(name: str, x, params_name: str, params, kind: type) -> np.ndarray:
     if not isinstance(params, kind):
-        raise ValueError(f"{params_name} is a {type(params).__name__}, but should be a {kind.__name__}")
+        raise ValueError(f"{params_name} is {type(params).__name__}, but should be {kind.__name__}")
     x = as_float64(name, x, min_ndim=2)
     check_equal(f"{name}.shape[-1]", x.shape[-1], f"{params_name}.d_model", params.d_model)
     return x
@@ -162,7 +162,7 @@ def _final(x: np.ndarray, layers: Sequence, final_norm: LayerNormParams | None, 
     if final_norm is None:
         return x
     if not isinstance(final_norm, LayerNormParams):
-        raise ValueError(f"final_norm is a {type(final_norm).__name__}, but should be a LayerNormParams or None")
+        raise ValueError(f"final_norm is {type(final_norm).__name__}, but should be LayerNormParams or None")
     eps = (layers[-1].eps if len(layers) else DEFAULT_EPS) if final_eps is None else final_eps
     return layer_norm(x, final_norm.gamma, final_norm.beta, eps)
 

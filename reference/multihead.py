@@ -54,7 +54,7 @@ def merge_heads(x) -> np.ndarray:
 
 def _check_inputs(x_q, x_kv, params, mask):
     if not isinstance(params, MultiHeadParams):
-        raise ValueError(f"params is a {type(params).__name__}, but should be a MultiHeadParams")
+        raise ValueError(f"params is {type(params).__name__}, but should be MultiHeadParams")
     x_q = as_float64("x_q", x_q, min_ndim=2)
     x_kv = as_float64("x_kv", x_kv, min_ndim=2)
     check_equal("x_q.shape[-1]", x_q.shape[-1], "params.d_model", params.d_model)
