@@ -1,0 +1,321 @@
+"""The PyTorch adapter: the protocol's capabilities mapped onto the torch functions users call.
+
+Two implementations, because torch has two code paths that can differ:
+
+* :class:`TorchImplementation` (``torch``) — the ordinary path. ``nn.MultiheadAttention`` and
+  ``nn.TransformerEncoderLayer`` are called with gradients enabled and their parameters requiring
+  grad (``nn.Parameter``'s default). Both modules check ``torch.is_grad_enabled() and any(
+  x.requires_grad ...)`` before taking their fused kernel, so that condition alone keeps them on
+  the Python path (``F.multi_head_attention_forward``), the one training runs.
+* :class:`TorchFastPathImplementation` (``torch-fastpath``) — the no-grad fast path: eval mode,
+  ``torch.inference_mode()`` and ``query is key is value``, so that ``nn.MultiheadAttention``
+  dispatches to ``torch._native_multi_head_attention`` and ``nn.TransformerEncoderLayer`` to
+  ``torch._transformer_encoder_layer_fwd`` — what inference code gets. Torch takes these only
+  for batched self-attention with an even number of heads; for other calls it falls back to
+  the ordinary path by itself, as it would for a user.
+
+Modules are built per call from the protocol's numpy parameters and loaded with
+``load_state_dict(strict=True)``, so every parameter is set and none is left at its random
+initialisation. Layout (DESIGN.md): our ``Q = x @ w_q + b_q``; torch's Linear computes
+``x @ weight.T + bias``, so ``in_proj_weight = [w_qᵀ; w_kᵀ; w_vᵀ]`` (3·d_model, d_model),
+``in_proj_bias = [b_q; b_k; b_v]``, ``out_proj.weight = w_oᵀ``; FFN ``linear1.weight = w1ᵀ``,
+``linear2.weight = w2ᵀ``. Torch's heads take the same contiguous blocks of d_k columns as ours.
+
+Masks: ours are bool, True = may attend. ``F.scaled_dot_product_attention`` uses the same
+polarity. ``nn.MultiheadAttention`` and the Transformer layers use the opposite one (True = may
+NOT attend), so their masks are negated; a mask shared by the batch is passed as a
+(n_q, n_k) ``attn_mask``, a padding mask (query axis of size 1) as ``key_padding_mask``
+(batch, n_k), any other one as a (batch·heads, n_q, n_k) ``attn_mask`` (torch's batch-major
+order, row ``b·heads + i``).
+
+Everything is computed in float64, on CPU, eval mode, dropout 0, with torch's defaults otherwise.
+Torch is imported when an implementation is constructed, not when this module is imported.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["TorchImplementation", "TorchFastPathImplementation", "INSTALL_HINT"]
+
+INSTALL_HINT = "torch is not installed: pip install 'attnclaims[torch]'"
+
+
+def _import_torch():
+    try:
+        import torch
+    except ImportError:
+        raise ImportError(INSTALL_HINT) from None
+    return torch
+
+
+# -- conversions --------------------------------------------------------------------------------
+def _batch(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(np.broadcast_shapes(*(s[:-2] for s in shapes)))
+
+
+def _flat(a, batch: tuple[int, ...]) -> np.ndarray:
+    """(..., n, d) broadcast to batch + (n, d) and flattened to (B, n, d), B = prod(batch) (1 if none)."""
+    a = np.asarray(a, dtype=np.float64)
+    a = np.broadcast_to(a, batch + a.shape[-2:])
+    return a.reshape((math.prod(batch),) + a.shape[-2:])  # (B, n, d)
+
+
+def _negated_masks(torch, mask, batch: tuple[int, ...], n_q: int, n_k: int, num_heads: int):
+    """Our mask (True = may attend) as torch's ``(attn_mask, key_padding_mask)``, True = may NOT attend.
+
+    mask broadcastable to batch + (n_q, n_k). Returns bool tensors: attn_mask (n_q, n_k) when the
+    mask has no batch axes; key_padding_mask (B, n_k) when it is a padding mask (query axis of
+    size 1); otherwise attn_mask (B·heads, n_q, n_k), the mask repeated for every head.
+    """
+    if mask is None:
+        return None, None
+    mask = np.asarray(mask)
+    if mask.ndim <= 2:
+        return torch.tensor(~np.broadcast_to(mask, (n_q, n_k))), None  # (n_q, n_k)
+    full = np.broadcast_to(mask, batch + (n_q, n_k)).reshape(-1, n_q, n_k)  # (B, n_q, n_k)
+    if mask.shape[-2] == 1:
+        return None, torch.tensor(~full[:, 0, :])  # (B, n_k)
+    return torch.tensor(~full).repeat_interleave(num_heads, dim=0), None  # (B·h, n_q, n_k), row b·h + i
+
+
+def _mha_state(torch, p, prefix: str = "") -> dict:
+    """MultiHeadParams -> nn.MultiheadAttention's state dict (Linear computes x @ weight.T + bias)."""
+    t = lambda a: torch.tensor(np.asarray(a, dtype=np.float64))  # noqa: E731
+    return {
+        f"{prefix}in_proj_weight": torch.cat([t(p.w_q).T, t(p.w_k).T, t(p.w_v).T]),  # (3·d_model, d_model)
+        f"{prefix}in_proj_bias": torch.cat([t(p.b_q), t(p.b_k), t(p.b_v)]),  # (3·d_model,)
+        f"{prefix}out_proj.weight": t(p.w_o).T,  # (d_model, d_model)
+        f"{prefix}out_proj.bias": t(p.b_o),
+    }
+
+
+def _ffn_state(torch, p) -> dict:
+    t = lambda a: torch.tensor(np.asarray(a, dtype=np.float64))  # noqa: E731
+    return {"linear1.weight": t(p.w1).T, "linear1.bias": t(p.b1),  # (d_ff, d_model)
+            "linear2.weight": t(p.w2).T, "linear2.bias": t(p.b2)}  # (d_model, d_ff)
+
+
+def _norm_state(torch, name: str, norm) -> dict:
+    t = lambda a: torch.tensor(np.asarray(a, dtype=np.float64))  # noqa: E731
+    return {f"{name}.weight": t(norm.gamma), f"{name}.bias": t(norm.beta)}
+
+
+def _numpy(t) -> np.ndarray:
+    """A tensor as a fresh numpy array of the dtype torch computed in (not cast: a wrong dtype shows)."""
+    return t.detach().cpu().numpy().copy()
+
+
+class _TorchBase:
+    dtype = np.dtype(np.float64)
+    #: capability -> the torch function a failure of that capability is attributed to
+    responsible: dict[str, str] = {}
+
+    def __init__(self):
+        self._torch = torch = _import_torch()
+        self.versions = {"torch": torch.__version__}
+        self._f64 = torch.float64
+
+    def _t(self, a):
+        return self._torch.tensor(np.asarray(a, dtype=np.float64))
+
+    # Subclasses choose the grad mode modules run under (it selects torch's code path).
+    def _mode(self):
+        raise NotImplementedError
+
+    def _same(self, a, b) -> bool:
+        return False
+
+    # -- builders ---------------------------------------------------------------------------
+    def _mha(self, p):
+        nn = self._torch.nn
+        m = nn.MultiheadAttention(p.d_model, p.num_heads, dropout=0.0, batch_first=True, dtype=self._f64)
+        m.load_state_dict(_mha_state(self._torch, p), strict=True)
+        return m.eval()
+
+    def _encoder(self, p):
+        nn = self._torch.nn
+        layer = nn.TransformerEncoderLayer(p.d_model, p.self_attn.num_heads, dim_feedforward=p.ffn.d_ff,
+                                           dropout=0.0, layer_norm_eps=p.eps, batch_first=True,
+                                           norm_first=p.norm_first, dtype=self._f64)
+        state = {**_mha_state(self._torch, p.self_attn, "self_attn."), **_ffn_state(self._torch, p.ffn),
+                 **_norm_state(self._torch, "norm1", p.norm1), **_norm_state(self._torch, "norm2", p.norm2)}
+        layer.load_state_dict(state, strict=True)
+        return layer.eval()
+
+    # -- capabilities shared by both paths -----------------------------------------------------
+    def _multi_head_attention(self, x_q, x_kv, params, mask=None, need_weights=True):
+        torch = self._torch
+        x_q_shape, x_kv_shape = np.shape(x_q), np.shape(x_kv)
+        batch = _batch(x_q_shape, x_kv_shape)
+        n_q, n_k = x_q_shape[-2], x_kv_shape[-2]
+        same = self._same(x_q, x_kv)
+        query = self._t(_flat(x_q, batch))  # (B, n_q, d_model)
+        key = query if same else self._t(_flat(x_kv, batch))  # (B, n_k, d_model)
+        attn_mask, key_padding_mask = _negated_masks(torch, mask, batch, n_q, n_k, params.num_heads)
+        module = self._mha(params)
+        with self._mode():
+            out, _ = module(query, key, key, key_padding_mask=key_padding_mask, need_weights=need_weights,
+                            attn_mask=attn_mask)
+        return _numpy(out).reshape(batch + (n_q, params.d_model))
+
+    def _encoder_layer(self, x, params, mask=None):
+        torch = self._torch
+        batch, n = _batch(np.shape(x)), np.shape(x)[-2]
+        src = self._t(_flat(x, batch))  # (B, n, d_model)
+        src_mask, key_padding_mask = _negated_masks(torch, mask, batch, n, n, params.self_attn.num_heads)
+        layer = self._encoder(params)
+        with self._mode():
+            out = layer(src, src_mask=src_mask, src_key_padding_mask=key_padding_mask)
+        return _numpy(out).reshape(batch + (n, params.d_model))
+
+
+class TorchImplementation(_TorchBase):
+    """PyTorch, the ordinary (slow) code path, float64, CPU, eval mode, dropout 0.
+
+    Every module call runs under ``torch.enable_grad()`` with parameters that require grad, which
+    is one of the conditions ``nn.MultiheadAttention.forward`` and ``nn.TransformerEncoderLayer.forward``
+    check before taking their fused fast path ("grad is enabled and at least one of ... requires_grad"),
+    so they always run the Python path. ``tests/test_adapters.py`` checks that the fused kernels
+    are never called.
+    """
+
+    name = "torch"
+    responsible = {
+        "softmax": "torch.softmax",
+        "attention": "torch.nn.functional.scaled_dot_product_attention",
+        "multi_head_attention": "torch.nn.MultiheadAttention (torch.nn.functional.multi_head_attention_forward)",
+        "layer_norm": "torch.nn.LayerNorm",
+        "feed_forward": "torch.nn.Linear + torch.nn.functional.relu",
+        "encoder_layer": "torch.nn.TransformerEncoderLayer",
+        "decoder_layer": "torch.nn.TransformerDecoderLayer",
+    }
+
+    def _mode(self):
+        return self._torch.enable_grad()
+
+    def softmax(self, x, axis=-1):
+        """``torch.softmax(x, dim=axis)``."""
+        return _numpy(self._torch.softmax(self._t(x), dim=axis))
+
+    def attention(self, q, k, v, mask=None, scale=None):
+        """``torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)``.
+
+        Same layout (..., n, d) and the same mask polarity (bool, True = take part) as ours; batch
+        axes broadcast in torch itself. Dropout 0 and ``is_causal=False`` are its defaults.
+        """
+        torch = self._torch
+        attn_mask = None if mask is None else torch.tensor(np.asarray(mask))
+        out = torch.nn.functional.scaled_dot_product_attention(self._t(q), self._t(k), self._t(v),
+                                                               attn_mask=attn_mask, scale=scale)
+        return _numpy(out)
+
+    def multi_head_attention(self, x_q, x_kv, params, mask=None):
+        """``torch.nn.MultiheadAttention(d_model, num_heads, batch_first=True)`` with its default
+        ``need_weights=True`` (the path that forms the weights with ``bmm`` + ``softmax``).
+        x_q, x_kv are flattened to (batch, n, d_model); the mask is negated (module docstring)."""
+        return self._multi_head_attention(x_q, x_kv, params, mask)
+
+    def layer_norm(self, x, gamma, beta, eps):
+        """``torch.nn.LayerNorm(d, eps=eps)`` with ``weight = gamma``, ``bias = beta``."""
+        x = self._t(x)
+        norm = self._torch.nn.LayerNorm(x.shape[-1], eps=eps, dtype=self._f64)
+        norm.load_state_dict({"weight": self._t(gamma), "bias": self._t(beta)}, strict=True)
+        with self._torch.no_grad():
+            return _numpy(norm(x))
+
+    def feed_forward(self, x, params):
+        """``linear2(relu(linear1(x)))`` with ``torch.nn.Linear`` and ``torch.nn.functional.relu`` —
+        torch has no FFN module; this is how ``TransformerEncoderLayer._ff_block`` composes it."""
+        nn, F = self._torch.nn, self._torch.nn.functional
+        ffn = nn.ModuleDict({"linear1": nn.Linear(params.d_model, params.d_ff, dtype=self._f64),
+                             "linear2": nn.Linear(params.d_ff, params.d_model, dtype=self._f64)})
+        ffn.load_state_dict(_ffn_state(self._torch, params), strict=True)
+        with self._torch.no_grad():
+            return _numpy(ffn["linear2"](F.relu(ffn["linear1"](self._t(x)))))
+
+    def encoder_layer(self, x, params, mask=None):
+        """``torch.nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout=0.0,
+        layer_norm_eps=eps, batch_first=True, norm_first=...)``; the mask becomes ``src_mask`` or
+        ``src_key_padding_mask`` (negated)."""
+        return self._encoder_layer(x, params, mask)
+
+    def decoder_layer(self, y, memory, params, self_mask=None, memory_mask=None):
+        """``torch.nn.TransformerDecoderLayer(...)``. It does not mask by itself: without a
+        ``self_mask`` the causal mask is ``nn.Transformer.generate_square_subsequent_mask(n_t)`` (the
+        float 0/−inf mask torch's documentation uses) as ``tgt_mask``; with one, ``tgt_mask`` is the
+        negated bool mask causal ∧ self_mask (or the negated causal mask plus a
+        ``tgt_key_padding_mask`` for a padding mask). ``memory_mask`` becomes ``memory_mask`` or
+        ``memory_key_padding_mask`` (negated)."""
+        torch, nn = self._torch, self._torch.nn
+        y_shape, m_shape = np.shape(y), np.shape(memory)
+        batch = _batch(y_shape, m_shape)
+        n_t, n_s, h = y_shape[-2], m_shape[-2], params.self_attn.num_heads
+        tgt, mem = self._t(_flat(y, batch)), self._t(_flat(memory, batch))  # (B, n_t, d), (B, n_s, d)
+        if self_mask is None:
+            tgt_mask, tgt_kpm = nn.Transformer.generate_square_subsequent_mask(n_t, dtype=self._f64), None
+        else:
+            causal = np.tril(np.ones((n_t, n_t), dtype=bool))  # (n_t, n_t): query i sees keys 0..i
+            self_mask = np.asarray(self_mask)
+            if self_mask.ndim > 2 and self_mask.shape[-2] == 1:  # padding: causal as attn_mask, padding per key
+                tgt_mask = torch.tensor(~causal)
+                _, tgt_kpm = _negated_masks(torch, self_mask, batch, n_t, n_t, h)
+            else:
+                tgt_mask, tgt_kpm = _negated_masks(torch, causal & self_mask, batch, n_t, n_t, h)
+        mem_mask, mem_kpm = _negated_masks(torch, memory_mask, batch, n_t, n_s, params.cross_attn.num_heads)
+        layer = nn.TransformerDecoderLayer(params.d_model, h, dim_feedforward=params.ffn.d_ff, dropout=0.0,
+                                           layer_norm_eps=params.eps, batch_first=True,
+                                           norm_first=params.norm_first, dtype=self._f64)
+        state = {**_mha_state(torch, params.self_attn, "self_attn."),
+                 **_mha_state(torch, params.cross_attn, "multihead_attn."), **_ffn_state(torch, params.ffn),
+                 **_norm_state(torch, "norm1", params.norm1), **_norm_state(torch, "norm2", params.norm2),
+                 **_norm_state(torch, "norm3", params.norm3)}
+        layer.load_state_dict(state, strict=True)
+        layer.eval()
+        with self._mode():
+            out = layer(tgt, mem, tgt_mask=tgt_mask, memory_mask=mem_mask, tgt_key_padding_mask=tgt_kpm,
+                        memory_key_padding_mask=mem_kpm)
+        return _numpy(out).reshape(batch + (n_t, params.d_model))
+
+    def __repr__(self) -> str:
+        return "TorchImplementation()"
+
+
+class TorchFastPathImplementation(_TorchBase):
+    """PyTorch's no-grad fast path: eval mode, ``torch.inference_mode()``, ``query is key is value``.
+
+    Only the two capabilities that have a fused kernel: ``multi_head_attention`` (self-attention
+    with an even number of heads goes to ``torch._native_multi_head_attention``) and
+    ``encoder_layer`` (even number of heads: ``torch._transformer_encoder_layer_fwd``). Everything
+    else computes exactly as in :class:`TorchImplementation` and is left out, so the report shows
+    it as not applicable here rather than testing the same code twice. When torch declines the
+    fast path (odd heads, cross-attention) it runs its ordinary path, as it does for users.
+    """
+
+    name = "torch-fastpath"
+    responsible = {
+        "multi_head_attention": "torch.nn.MultiheadAttention fast path (torch._native_multi_head_attention)",
+        "encoder_layer": "torch.nn.TransformerEncoderLayer fast path (torch._transformer_encoder_layer_fwd)",
+    }
+
+    def _mode(self):
+        return self._torch.inference_mode()
+
+    def _same(self, a, b) -> bool:
+        """Self-attention: one tensor for query, key and value (the fast path's condition). Equal
+        arrays give the same result whichever object carries them, so equality suffices."""
+        return a is b or (np.shape(a) == np.shape(b) and np.array_equal(a, b))
+
+    def multi_head_attention(self, x_q, x_kv, params, mask=None):
+        """``torch.nn.MultiheadAttention`` in eval mode under ``torch.inference_mode()`` with
+        ``need_weights=False`` (how ``TransformerEncoderLayer`` and inference code call it) and
+        ``query is key is value`` when x_q equals x_kv."""
+        return self._multi_head_attention(x_q, x_kv, params, mask, need_weights=False)
+
+    def encoder_layer(self, x, params, mask=None):
+        """``torch.nn.TransformerEncoderLayer`` in eval mode under ``torch.inference_mode()``."""
+        return self._encoder_layer(x, params, mask)
+
+    def __repr__(self) -> str:
+        return "TorchFastPathImplementation()"
