@@ -1,1 +1,68 @@
-"""Sympy derivations (being written)."""
+"""Sympy derivations, one module per claim (DESIGN.md data flow step 2).
+
+Every module has ``CLAIM = "<claim id>"`` and ``derivations()`` returning its
+:class:`~attnclaims.proofs.core.Derivation` objects; ``check()`` on each gives
+a :class:`~attnclaims.proofs.core.ProofResult`.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from .core import Derivation, Lemma, ProofResult, Step, StepResult
+
+MODULES = (
+    "scaling_variance",
+    "softmax_saturation",
+    "softmax_distribution",
+    "convex_combination",
+    "interpretability",
+    "seq2seq_bottleneck",
+    "rnn_gradients",
+    "rnn_sequential",
+    "multihead_structure",
+    "permutation_equivariance",
+    "positional_encoding",
+    "layer_norm",
+    "residual_gradient",
+    "paper_tables",
+)
+
+
+def modules():
+    """The proof modules, imported (sympy is loaded on first use)."""
+    return [importlib.import_module(f"{__name__}.{m}") for m in MODULES]
+
+
+def all_derivations() -> list[Derivation]:
+    """Every derivation of every proof module, in module order."""
+    return [d for mod in modules() for d in mod.derivations()]
+
+
+def claims() -> list[str]:
+    """Claim ids that have a derivation."""
+    return [mod.CLAIM for mod in modules()]
+
+
+def derivations_for(claim_id: str) -> list[Derivation]:
+    """The derivations backing ``claim_id`` (KeyError if no module proves it)."""
+    name = claim_id.replace("-", "_")  # module name = claim id with '-' -> '_'
+    if name in MODULES:
+        mod = importlib.import_module(f"{__name__}.{name}")
+        if mod.CLAIM == claim_id:
+            return list(mod.derivations())
+    raise KeyError(f"no derivation for claim {claim_id!r}; claims with derivations: {claims()}")
+
+
+__all__ = [
+    "Derivation",
+    "Lemma",
+    "ProofResult",
+    "Step",
+    "StepResult",
+    "MODULES",
+    "modules",
+    "all_derivations",
+    "claims",
+    "derivations_for",
+]

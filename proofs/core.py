@@ -1,0 +1,789 @@
+"""Derivations checked step by step by sympy (DESIGN.md data flow step 2, STYLE.md rule 5).
+
+A derivation is a list of steps. The first step is the starting expression;
+each following step states ``previous REL expr`` (REL one of ``= <= < >= > ~``)
+with the reason it holds. A step built with :meth:`Step.of` states
+``lhs REL rhs`` on its own and starts a new chain, so one derivation can hold
+several chains (lemmas first, then the argument that uses them).
+
+How a step is checked:
+
+* ``=``: ``a - b`` is reduced to 0 by the step's method hint (``expand``,
+  ``cancel``, ``trigsimp``, ...), falling back to ``simplify(a - b) == 0``;
+  matrices entry by entry, matrix expressions through ``doit``/``block_collapse``.
+  Sums, Kronecker deltas and Piecewise conditions are resolved with the index
+  ranges the derivation declares (a Piecewise condition that is linear in the
+  indices holds on a box if it holds at the box's corners).
+* ``<=``, ``<``, ``>=``, ``>``: the slack (``b - a`` for ``a <= b``) must have a
+  sign that :func:`decide_sign` derives from the symbols' assumptions
+  (sums and products of terms of known sign, even powers, ``exp``, and
+  ``exp(w) - 1`` having the sign of ``w``). A stated :class:`Lemma`
+  ``A <= B`` turns the step into such a sign condition: ``A`` is replaced by
+  ``B - λ`` with a fresh ``λ >= 0`` before deciding.
+* ``~``: asymptotic equivalence, ``limit(a / b, var, oo) == 1``.
+
+Lemmas are rewrite rules (``A = B``) or bounds (``A <= B``). A lemma is proved
+by sympy unless it is marked ``cited`` (a textbook fact such as
+submultiplicativity of the operator norm, or independence of random
+variables); a cited lemma may carry ``evidence``, an equality sympy checks
+(for example the half-normal integral behind E|X| = √(2/π)). The result lists
+which steps rest on cited lemmas, so nothing is silently assumed.
+
+``check()`` returns a :class:`ProofResult`, never a bare bool.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import sympy as sp
+from sympy.matrices.expressions import MatrixExpr
+from sympy.matrices.expressions.blockmatrix import block_collapse
+
+__all__ = [
+    "Step",
+    "Lemma",
+    "Derivation",
+    "StepResult",
+    "ProofResult",
+    "Norm2",
+    "hold_add",
+    "hold_frac",
+    "hold_mul",
+    "canon_sums",
+    "decide_sign",
+    "resolve",
+    "equal",
+]
+
+RELATIONS = ("=", "<=", "<", ">=", ">", "~")
+_REL_TEXT = {"=": "=", "<=": "≤", "<": "<", ">=": "≥", ">": ">", "~": "~"}
+_REL_LATEX = {"=": "=", "<=": r"\le", "<": "<", ">=": r"\ge", ">": ">", "~": r"\sim"}
+_RELATIONAL_TO_REL = {
+    sp.Equality: "=",
+    sp.LessThan: "<=",
+    sp.StrictLessThan: "<",
+    sp.GreaterThan: ">=",
+    sp.StrictGreaterThan: ">",
+}
+
+
+class Norm2(sp.Function):
+    """Spectral norm ‖A‖₂ as an opaque non-negative quantity (for cited norm lemmas)."""
+
+    is_real = True
+    is_nonnegative = True
+
+    def _latex(self, printer, exp=None):
+        body = r"\left\lVert %s \right\rVert_2" % printer._print(self.args[0])
+        return body if exp is None else r"%s^{%s}" % (body, exp)
+
+    def _sympystr(self, printer):
+        return "‖%s‖₂" % printer._print(self.args[0])
+
+
+def hold_mul(*args):
+    """A product kept as written (sympy would otherwise cancel it before the step is shown)."""
+    return sp.Mul(*args, evaluate=False)
+
+
+def hold_add(*args):
+    """A sum kept as written."""
+    return sp.Add(*args, evaluate=False)
+
+
+def hold_frac(num, den):
+    """``num / den`` kept as written."""
+    return sp.Mul(num, sp.Pow(den, -1, evaluate=False), evaluate=False)
+
+
+# --------------------------------------------------------------------------
+# Steps and lemmas
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Lemma:
+    """A fact a step uses: ``lhs REL rhs`` (REL ``=`` rewrites, ``<=``/``>=``/``<``/``>`` bound).
+
+    By default sympy proves the lemma itself. ``cited`` marks a textbook fact
+    not proved here (its source in ``why``); ``hypothesis`` marks an assumption
+    of the statement (e.g. Σ p_i = 1 for abstract weights). ``evidence`` is an
+    optional ``(a, b)`` pair sympy must show equal, the mechanical part of a
+    cited fact. ``from_steps`` names earlier steps of the same derivation the
+    lemma summarizes; it holds if those steps were proved.
+    """
+
+    lhs: Any
+    rhs: Any
+    why: str
+    rel: str = "="
+    cited: bool = False
+    hypothesis: bool = False
+    evidence: tuple | None = None
+    from_steps: tuple = ()
+
+    @property
+    def basis(self) -> str:
+        if self.hypothesis:
+            return "hypothesis"
+        if self.cited:
+            return "cited"
+        return "derived" if self.from_steps else "proved"
+
+    def __post_init__(self):
+        object.__setattr__(self, "lhs", sp.sympify(self.lhs))
+        object.__setattr__(self, "rhs", sp.sympify(self.rhs))
+        if self.rel not in RELATIONS[:-1]:
+            raise ValueError(f"lemma rel={self.rel!r}, but should be one of {RELATIONS[:-1]}")
+
+    def text(self) -> str:
+        return f"{sp.sstr(self.lhs)} {_REL_TEXT[self.rel]} {sp.sstr(self.rhs)}"
+
+    def latex(self) -> str:
+        return f"{sp.latex(self.lhs)} {_REL_LATEX[self.rel]} {sp.latex(self.rhs)}"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step: ``previous REL expr`` because ``why``.
+
+    ``expr`` may also be an unevaluated sympy relation (``sp.Eq(a, b, evaluate=False)``,
+    ``sp.Le(a, b, evaluate=False)``); then, as with :meth:`Step.of`, the step
+    states ``lhs REL rhs`` by itself and starts a new chain.
+    ``method``: hint for the equality check, e.g. ``"cancel"`` or
+    ``"expand_trig,simplify"`` (applied left to right); ``var`` is the limit
+    variable of a ``~`` step.
+    """
+
+    expr: Any
+    why: str
+    rel: str = "="
+    method: str | None = None
+    lemmas: tuple = ()
+    lhs: Any = None
+    var: Any = None
+
+    def __post_init__(self):
+        if isinstance(self.expr, sp.core.relational.Relational):
+            rel = _RELATIONAL_TO_REL.get(type(self.expr))
+            if rel is None:
+                raise ValueError(f"unsupported relation {type(self.expr).__name__} in step {self.why!r}")
+            object.__setattr__(self, "lhs", self.expr.lhs)
+            object.__setattr__(self, "rel", rel)
+            object.__setattr__(self, "expr", self.expr.rhs)
+        if isinstance(self.lemmas, Lemma):
+            object.__setattr__(self, "lemmas", (self.lemmas,))
+        else:
+            object.__setattr__(self, "lemmas", tuple(self.lemmas))
+        if self.rel not in RELATIONS:
+            raise ValueError(f"rel={self.rel!r}, but should be one of {RELATIONS} [{self.why}]")
+
+    @classmethod
+    def of(cls, lhs, rel, rhs, why, **kw) -> "Step":
+        """A self-contained step ``lhs REL rhs`` (starts a new chain)."""
+        return cls(rhs, why=why, rel=rel, lhs=lhs, **kw)
+
+    @property
+    def standalone(self) -> bool:
+        return self.lhs is not None
+
+
+# --------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class StepResult:
+    index: int
+    why: str
+    rel: str
+    status: str  # "given" | "proved" | "failed" | "error"
+    seconds: float
+    method: str = ""
+    cited: list = field(default_factory=list)  # cited lemmas the step rests on
+    hypotheses: list = field(default_factory=list)  # assumptions of the statement it uses
+    detail: str = ""
+
+
+@dataclass
+class ProofResult:
+    claim: str
+    name: str
+    title: str
+    outcome: str  # "passed" | "failed"
+    seconds: float
+    steps: list
+    failed_step: int | None = None
+    reason: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "passed"
+
+    @property
+    def cited(self) -> list:
+        """Every cited lemma the derivation rests on (deduplicated, in order)."""
+        out = []
+        for s in self.steps:
+            for c in s.cited:
+                if c not in out:
+                    out.append(c)
+        return out
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["n_steps"] = len(self.steps)
+        d["cited"] = self.cited
+        return d
+
+    def __bool__(self):  # a result is not a truth value; use .passed
+        raise TypeError("ProofResult is not a bool; use result.passed or result.outcome")
+
+
+# --------------------------------------------------------------------------
+# Index ranges: Sum / KroneckerDelta / Piecewise
+# --------------------------------------------------------------------------
+
+
+def _holds(cond, ranges: Mapping) -> bool | None:
+    """Decide a Piecewise condition on the box given by ``ranges`` (None: undecided)."""
+    if cond is sp.true or cond is True:
+        return True
+    if cond is sp.false or cond is False:
+        return False
+    if isinstance(cond, sp.And):
+        vals = [_holds(c, ranges) for c in cond.args]
+        if any(v is False for v in vals):
+            return False
+        return True if all(v is True for v in vals) else None
+    if isinstance(cond, sp.Or):
+        vals = [_holds(c, ranges) for c in cond.args]
+        if any(v is True for v in vals):
+            return True
+        return False if all(v is False for v in vals) else None
+    if isinstance(cond, (sp.GreaterThan, sp.StrictGreaterThan, sp.LessThan, sp.StrictLessThan)):
+        if isinstance(cond, (sp.GreaterThan, sp.StrictGreaterThan)):
+            g = cond.lhs - cond.rhs
+        else:
+            g = cond.rhs - cond.lhs
+        strict = isinstance(cond, (sp.StrictGreaterThan, sp.StrictLessThan))
+        vs = [v for v in ranges if g.has(v)]
+        if vs:
+            try:
+                if sp.Poly(g, *vs).total_degree() > 1:
+                    return None
+            except sp.PolynomialError:
+                return None
+        corners = [dict(zip(vs, c)) for c in itertools.product(*[ranges[v] for v in vs])] or [{}]
+        signs = [decide_sign(sp.expand(g.subs(c))) for c in corners]
+        ok = ("pos",) if strict else ("pos", "nonneg", "zero")
+        bad = ("neg", "nonpos", "zero") if strict else ("neg",)
+        if all(s in ok for s in signs):
+            return True
+        if all(s in bad for s in signs):
+            return False
+        return None
+    return None
+
+
+def _refine_ranges(expr, ranges: Mapping):
+    if not isinstance(expr, sp.Basic) or expr.is_Atom:
+        return expr
+    if isinstance(expr, sp.Sum):
+        inner = dict(ranges)
+        for lim in expr.limits:
+            if len(lim) == 3:
+                inner[lim[0]] = (lim[1], lim[2])
+        return sp.Sum(_refine_ranges(expr.function, inner), *expr.limits)
+    if isinstance(expr, sp.Piecewise):
+        pieces = []
+        for e, c in expr.args:
+            h = _holds(c, ranges)
+            if h is False:
+                continue
+            if h is True:
+                pieces.append((_refine_ranges(e, ranges), True))
+                break
+            pieces.append((_refine_ranges(e, ranges), c))
+        if not pieces:
+            return sp.nan
+        if pieces[0][1] is True:
+            return pieces[0][0]
+        return sp.Piecewise(*pieces)
+    args = [_refine_ranges(a, ranges) for a in expr.args]
+    return expr.func(*args) if args != list(expr.args) else expr
+
+
+def canon_sums(expr, depth: int = 0):
+    """Rename every summation index to a canonical name by nesting depth, so that
+    ``Sum(f(i), (i, 1, n))`` and ``Sum(f(k), (k, 1, n))`` become the same object."""
+    if not isinstance(expr, sp.Basic) or expr.is_Atom:
+        return expr
+    if isinstance(expr, sp.Sum):
+        f = expr.function
+        lims = []
+        for li, lim in enumerate(expr.limits):
+            v = lim[0]
+            new = sp.Symbol(f"_s{depth}_{li}", **v.assumptions0)
+            f = f.xreplace({v: new})
+            lims.append((new,) + tuple(x.xreplace({v: new}) for x in lim[1:]))
+        return sp.Sum(canon_sums(f, depth + 1), *lims)
+    args = [canon_sums(a, depth) for a in expr.args]
+    return expr.func(*args) if args != list(expr.args) else expr
+
+
+def lower_sums(expr):
+    """Start every single-index Sum at the smallest integer lower limit in ``expr``:
+    Σ_{j=a}^{b} f = Σ_{j=L}^{b} f − Σ_{j=L}^{a−1} f(j), the boundary terms written out,
+    so that sums peeled differently on two sides meet."""
+    sums = [s for s in expr.atoms(sp.Sum) if len(s.limits) == 1 and s.limits[0][1].is_Integer]
+    if not sums:
+        return expr
+    low = min(s.limits[0][1] for s in sums)
+    rep = {}
+    for s in sums:
+        j, a, b = s.limits[0]
+        if a > low:
+            rep[s] = sp.Sum(s.function, (j, low, b)) - sum(s.function.subs(j, m) for m in range(int(low), int(a)))
+    return expr.xreplace(rep)
+
+
+def resolve(expr, ranges: Mapping | None = None, rounds: int = 4):
+    """``doit`` and drop Piecewise branches decided by the index ranges, to a fixed point."""
+    ranges = dict(ranges or {})
+    for _ in range(rounds):
+        new = _refine_ranges(expr.doit(), ranges)
+        if new == expr:  # fixed-point detection, not an equality proof
+            break
+        expr = new
+    return expr
+
+
+# --------------------------------------------------------------------------
+# Sign decisions
+# --------------------------------------------------------------------------
+
+_NEG = {"pos": "neg", "neg": "pos", "nonneg": "nonpos", "nonpos": "nonneg", "zero": "zero", None: None}
+
+
+def _mul_sign(a, b):
+    if a is None or b is None:
+        return None
+    if a == "zero" or b == "zero":
+        return "zero"
+    pos_a = a in ("pos", "nonneg")
+    pos_b = b in ("pos", "nonneg")
+    strict = a in ("pos", "neg") and b in ("pos", "neg")
+    if pos_a == pos_b:
+        return "pos" if strict else "nonneg"
+    return "neg" if strict else "nonpos"
+
+
+def _add_sign(signs):
+    if any(s is None for s in signs):
+        return None
+    if all(s == "zero" for s in signs):
+        return "zero"
+    if all(s in ("pos", "nonneg", "zero") for s in signs):
+        return "pos" if "pos" in signs else "nonneg"
+    if all(s in ("neg", "nonpos", "zero") for s in signs):
+        return "neg" if "neg" in signs else "nonpos"
+    return None
+
+
+def _assumed_sign(e):
+    if e.is_zero:
+        return "zero"
+    if e.is_positive:
+        return "pos"
+    if e.is_negative:
+        return "neg"
+    if e.is_nonnegative:
+        return "nonneg"
+    if e.is_nonpositive:
+        return "nonpos"
+    return None
+
+
+def _structural_sign(e, depth=0):
+    if depth > 40:
+        return None
+    s = _assumed_sign(e)
+    if s is not None:
+        return s
+    if isinstance(e, sp.exp) and e.args[0].is_extended_real:
+        return "pos"
+    if isinstance(e, (sp.Abs,)):
+        return "nonneg"
+    if isinstance(e, sp.Pow):
+        b, x = e.args
+        if x.is_integer and x.is_even and b.is_extended_real:
+            sb = _structural_sign(b, depth + 1)
+            return "pos" if sb in ("pos", "neg") else "nonneg"
+        sb = _structural_sign(b, depth + 1)
+        if sb == "pos" and x.is_extended_real:
+            return "pos"
+        if sb == "nonneg" and x.is_extended_real and x.is_positive:
+            return "nonneg"
+        if x.is_integer and x.is_odd:
+            return sb
+        return None
+    if isinstance(e, sp.Mul):
+        out = "pos"
+        for a in e.args:
+            out = _mul_sign(out, _structural_sign(a, depth + 1))
+            if out is None:
+                return None
+        return out
+    if isinstance(e, sp.Sum):
+        s = _structural_sign(e.function, depth + 1)
+        if s in ("pos", "nonneg", "zero"):
+            return "nonneg" if s != "zero" else "zero"
+        if s in ("neg", "nonpos"):
+            return "nonpos"
+        return None
+    if isinstance(e, sp.Add):
+        s = _add_sign([_structural_sign(a, depth + 1) for a in e.args])
+        if s is not None:
+            return s
+        if len(e.args) == 2:
+            # t1 + t2 = (-t2) (exp(w) - 1) when t1 / (-t2) = exp(w); exp(w) - 1 has the sign of w.
+            t1, t2 = e.args
+            for a, b in ((t1, t2), (t2, t1)):
+                r = sp.powsimp(sp.cancel(a / (-b)), combine="exp")
+                if isinstance(r, sp.exp):
+                    return _mul_sign(_structural_sign(-b, depth + 1), _structural_sign(r.args[0], depth + 1))
+                if r == 1:
+                    return "zero"
+        return None
+    return None
+
+
+def decide_sign(e) -> str | None:
+    """Sign of ``e`` from the symbols' assumptions: pos / nonneg / zero / nonpos / neg / None."""
+    e = sp.sympify(e)
+    for form in (lambda x: x, sp.factor, sp.cancel, sp.expand, sp.simplify):
+        try:
+            f = form(e)
+        except Exception:  # a rewrite that does not apply to this expression
+            continue
+        s = _structural_sign(f)
+        if s is not None:
+            return s
+    return None
+
+
+# --------------------------------------------------------------------------
+# Equality
+# --------------------------------------------------------------------------
+
+def _stats_doit(e):
+    """Evaluate sympy.stats Variance/Covariance/Expectation objects (imported lazily)."""
+    from sympy.stats import Expectation
+
+    return e.rewrite(Expectation).doit()
+
+
+_METHODS = {
+    "expand": sp.expand,
+    "cancel": sp.cancel,
+    "together": sp.together,
+    "factor": sp.factor,
+    "trigsimp": sp.trigsimp,
+    "expand_trig": sp.expand_trig,
+    "powsimp": sp.powsimp,
+    "gammasimp": sp.gammasimp,
+    "simplify": sp.simplify,
+    "doit": lambda e: e.doit(),
+    "radsimp": sp.radsimp,
+    "lower_sums": lambda e: lower_sums(e),
+    "stats": lambda e: _stats_doit(e),
+    "expand_log": lambda e: sp.expand_log(e, force=True),
+}
+
+
+def _is_zero_scalar(d, method: str | None, ranges) -> tuple[bool, str]:
+    d = canon_sums(sp.sympify(d))
+    if d == 0:
+        return True, "identical"
+
+    def zero(r) -> bool:
+        return canon_sums(r) == 0
+
+    if method:
+        r = d
+        for m in method.split(","):
+            m = m.strip()
+            r = resolve(r, ranges) if m == "resolve" else _METHODS[m](r)
+            if zero(r):
+                return True, method
+    if d.has(sp.Sum, sp.KroneckerDelta, sp.Piecewise, sp.Product):
+        r = resolve(d, ranges)
+        if zero(r):
+            return True, "resolve"
+        r = sp.expand(lower_sums(r))
+        if zero(r):
+            return True, "resolve,lower_sums"
+        r = canon_sums(sp.simplify(r))
+        if zero(r):
+            return True, "resolve,simplify"
+        r = resolve(sp.expand(r), ranges)
+        if zero(sp.simplify(canon_sums(r))):
+            return True, "resolve,expand,simplify"
+        return False, f"a - b reduces to {sp.sstr(r)}, not 0"
+    r = sp.simplify(d)
+    if r == 0:
+        return True, "simplify"
+    return False, f"a - b simplifies to {sp.sstr(r)}, not 0"
+
+
+def equal(a, b, method: str | None = None, ranges: Mapping | None = None) -> tuple[bool, str]:
+    """Prove ``a == b`` (scalars, explicit matrices or matrix expressions). Returns (ok, detail)."""
+    ranges = ranges or {}
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        a, b = sp.Matrix(a), sp.Matrix(b)
+    if isinstance(a, sp.MatrixBase) or isinstance(b, sp.MatrixBase):
+        if isinstance(a, MatrixExpr):
+            a = a.as_explicit()
+        if isinstance(b, MatrixExpr):
+            b = b.as_explicit()
+        if a.shape != b.shape:
+            return False, f"shape {a.shape} != {b.shape}"
+        for idx, (x, y) in enumerate(zip(a, b)):
+            ok, detail = _is_zero_scalar(x - y, method, ranges)
+            if not ok:
+                r, c = divmod(idx, a.shape[1])
+                return False, f"entry ({r}, {c}): {detail}"
+        return True, method or "entrywise"
+    if isinstance(a, MatrixExpr) or isinstance(b, MatrixExpr):
+        if a.shape != b.shape:
+            return False, f"shape {a.shape} != {b.shape}"
+        d = a - b
+        for f in (lambda x: x.doit(), block_collapse, lambda x: block_collapse(x.expand()).doit()):
+            r = f(d)
+            if r == 0 or isinstance(r, sp.ZeroMatrix):
+                return True, "matrix algebra"
+        if all(s.is_Integer for s in a.shape):
+            return equal(a.as_explicit(), b.as_explicit(), method, ranges)
+        return False, f"a - b reduces to {sp.sstr(r)}, not 0"
+    return _is_zero_scalar(sp.sympify(a) - sp.sympify(b), method, ranges)
+
+
+# --------------------------------------------------------------------------
+# Derivations
+# --------------------------------------------------------------------------
+
+
+def _subs(expr, rules: Sequence[tuple]):
+    """Apply rewrite rules: exact replacement (also inside sums), then sympy's ``subs``,
+    which also finds e.g. exp(-t) inside exp(-a - t)."""
+    for lhs, rhs in rules:
+        expr = expr.xreplace({lhs: rhs})
+        try:
+            expr = expr.subs(lhs, rhs)
+        except ValueError:  # a rule that would capture a summation index: exact replacement only
+            pass
+    return expr
+
+
+def _check_lemma(lem: Lemma, ranges) -> tuple[bool, str]:
+    if lem.evidence is not None:
+        ok, detail = equal(sp.sympify(lem.evidence[0]).doit(), sp.sympify(lem.evidence[1]).doit(), None, ranges)
+        if not ok:
+            return False, f"evidence for lemma {lem.text()} fails: {detail}"
+    if lem.cited or lem.hypothesis or lem.from_steps:
+        return True, lem.basis
+    if lem.rel == "=":
+        return equal(lem.lhs, lem.rhs, None, ranges)
+    return _inequality(lem.lhs, lem.rel, lem.rhs, (), ranges)
+
+
+def _inequality(a, rel, b, lemmas: Iterable[Lemma], ranges) -> tuple[bool, str]:
+    slack = (b - a) if rel in ("<=", "<") else (a - b)
+    strict = rel in ("<", ">")
+    lam_rules = []
+    for i, lem in enumerate(lemmas):
+        if lem.rel == "=":
+            lam_rules.append((lem.lhs, lem.rhs))
+            continue
+        lam = sp.Dummy(f"lambda{i}", positive=lem.rel in ("<", ">"), nonnegative=True)
+        # A <= B  =>  A = B - λ;  A >= B  =>  A = B + λ
+        lam_rules.append((lem.lhs, lem.rhs - lam if lem.rel in ("<=", "<") else lem.rhs + lam))
+    slack = _subs(slack, lam_rules)
+    s = decide_sign(slack)
+    if s is None and slack.has(sp.Sum, sp.KroneckerDelta, sp.Piecewise):
+        slack = resolve(slack, ranges)
+        s = decide_sign(slack)
+    ok = s == "pos" if strict else s in ("pos", "nonneg", "zero")
+    if ok:
+        return True, f"slack {sp.sstr(sp.factor(slack))} is {s}"
+    return False, f"could not show slack {sp.sstr(slack)} {'> 0' if strict else '>= 0'} (sign: {s})"
+
+
+@dataclass
+class Derivation:
+    """A claim's derivation: ``steps`` checked pairwise (see module docstring)."""
+
+    claim: str
+    name: str
+    title: str
+    statement: str
+    steps: list
+    assumptions: str = ""
+    ranges: dict = field(default_factory=dict)  # index -> (lo, hi), for Sum/KroneckerDelta/Piecewise
+    source: str = ""
+
+    def __post_init__(self):
+        if not self.steps:
+            raise ValueError(f"derivation {self.name!r} has no steps")
+        if self.steps[0].standalone is False and self.steps[0].rel != "=":
+            raise ValueError(f"first step of {self.name!r} must be a starting expression")
+
+    # -- checking -----------------------------------------------------------
+
+    def check(self) -> ProofResult:
+        t0 = time.perf_counter()
+        results = []
+        prev = None
+        for i, step in enumerate(self.steps):
+            ts = time.perf_counter()
+            cited = [f"{lem.text()} ({lem.why})" for lem in step.lemmas if lem.cited]
+            hyps = [f"{lem.text()} ({lem.why})" for lem in step.lemmas if lem.hypothesis]
+            if prev is None and not step.standalone:
+                prev = step.expr
+                results.append(StepResult(i, step.why, step.rel, "given", time.perf_counter() - ts,
+                                          cited=cited, hypotheses=hyps))
+                continue
+            a = step.lhs if step.standalone else prev
+            b = step.expr
+            try:
+                ok, detail = self._check_step(a, step, b, results)
+                status = "proved" if ok else "failed"
+            except Exception as exc:  # a sympy failure is a failed step, reported with its reason
+                status, detail = "error", f"{type(exc).__name__}: {exc}"
+            results.append(
+                StepResult(i, step.why, step.rel, status, time.perf_counter() - ts, step.method or "", cited, hyps, detail)
+            )
+            prev = b
+        bad = [r for r in results if r.status in ("failed", "error")]
+        outcome = "failed" if bad else "passed"
+        reason = ""
+        failed = None
+        if bad:
+            failed = bad[0].index
+            reason = f"step {failed} ({bad[0].why}) {bad[0].status}: {bad[0].detail}"
+        return ProofResult(
+            claim=self.claim,
+            name=self.name,
+            title=self.title,
+            outcome=outcome,
+            seconds=time.perf_counter() - t0,
+            steps=results,
+            failed_step=failed,
+            reason=reason,
+        )
+
+    def _check_step(self, a, step: Step, b, done=()) -> tuple[bool, str]:
+        for lem in step.lemmas:
+            missing = [m for m in lem.from_steps if m >= len(done) or done[m].status not in ("proved", "given")]
+            if missing:
+                return False, f"lemma {lem.text()} rests on steps {missing}, which were not proved before it"
+            ok, detail = _check_lemma(lem, self.ranges)
+            if not ok:
+                return False, f"lemma {lem.text()} not established: {detail}"
+        if step.rel == "=":
+            rules = [(lem.lhs, lem.rhs) for lem in step.lemmas if lem.rel == "="]
+            if rules:
+                a, b = _subs(a, rules), _subs(b, rules)
+            return equal(a, b, step.method, self.ranges)
+        if step.rel == "~":
+            if step.var is None:
+                raise ValueError(f"step {step.why!r}: '~' needs var=")
+            lim = sp.limit(sp.simplify(a / b), step.var, sp.oo)
+            if lim == 1:
+                return True, f"limit of ratio as {step.var} -> oo is 1"
+            return False, f"limit of ratio as {step.var} -> oo is {lim}, not 1"
+        return _inequality(a, step.rel, b, step.lemmas, self.ranges)
+
+    # -- rendering ----------------------------------------------------------
+
+    def symbols_declared(self) -> list[str]:
+        """``name: assumption, ...`` for every symbol the steps use."""
+        syms: set = set()
+        for s in self.steps:
+            for e in (s.expr, s.lhs):
+                if isinstance(e, (sp.Basic, sp.MatrixBase)):
+                    syms |= {x for x in e.free_symbols if isinstance(x, sp.Symbol)}
+        keys = ("integer", "positive", "nonnegative", "real")
+        out = []
+        for x in sorted(syms, key=lambda x: x.name):
+            a = [k for k in keys if x.assumptions0.get(k)]
+            # report the strongest facts only
+            if "positive" in a:
+                a = [k for k in a if k not in ("nonnegative", "real")]
+            elif "nonnegative" in a or "integer" in a:
+                a = [k for k in a if k != "real"]
+            out.append(f"{x.name}: {', '.join(a) if a else 'complex'}")
+        return out
+
+    def render_text(self) -> str:
+        lines = [f"[{self.claim}] {self.name} — {self.title}", f"Statement: {self.statement}"]
+        if self.assumptions:
+            lines.append(f"Assumptions: {self.assumptions}")
+        decl = self.symbols_declared()
+        if decl:
+            lines.append("Symbols: " + "; ".join(decl))
+        if self.source:
+            lines.append(f"Source: {self.source}")
+        for i, s in enumerate(self.steps):
+            head = f"{i:>3}. "
+            if s.standalone:
+                body = f"{sp.sstr(s.lhs)} {_REL_TEXT[s.rel]} {sp.sstr(s.expr)}"
+            elif i == 0:
+                body = f"  {sp.sstr(s.expr)}"
+            else:
+                body = f"{_REL_TEXT[s.rel]} {sp.sstr(s.expr)}"
+            lines.append(f"{head}{body}")
+            lines.append(f"       because {s.why}")
+            for lem in s.lemmas:
+                tag = {"proved": "lemma"}.get(lem.basis, lem.basis)
+                lines.append(f"       [{tag}] {lem.text()}: {lem.why}")
+        return "\n".join(lines)
+
+    def render_latex(self) -> str:
+        def txt(s: str) -> str:
+            for ch, rep in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("#", r"\#"),
+                            ("_", r"\_"), ("{", r"\{"), ("}", r"\}"), ("$", r"\$")):
+                s = s.replace(ch, rep)
+            return s
+
+        out = [
+            f"% {self.claim}: {self.name}",
+            r"\paragraph{%s} %s" % (txt(self.title), txt(self.statement)),
+            r"\begin{align*}",
+        ]
+        rows = []
+        for i, s in enumerate(self.steps):
+            if s.standalone:
+                row = f"{sp.latex(s.lhs)} &{_REL_LATEX[s.rel]} {sp.latex(s.expr)}"
+            elif i == 0:
+                row = f"&{sp.latex(s.expr)}"
+            else:
+                row = f"&{_REL_LATEX[s.rel]} {sp.latex(s.expr)}"
+            note = txt(s.why)
+            if s.lemmas:
+                note += "; " + ", ".join(
+                    ("" if l.basis == "proved" else l.basis + ": ") + txt(l.why) for l in s.lemmas
+                )
+            rows.append(row + r" && \text{(%d) %s}" % (i, note))
+        out.append(" \\\\\n".join(rows))
+        out.append(r"\end{align*}")
+        return "\n".join(out)
+
+    def __str__(self):
+        return self.render_text()
