@@ -1,0 +1,211 @@
+"""The JAX / Flax adapter: the protocol's capabilities mapped onto jax.nn and flax.nnx, in float64.
+
+* ``softmax``              ``jax.nn.softmax``
+* ``attention``            ``jax.nn.dot_product_attention`` (layout (B, T, N, H))
+* ``multi_head_attention`` ``flax.nnx.MultiHeadAttention`` (its default attention function,
+                           ``flax.nnx.dot_product_attention``, calls ``jax.nn.dot_product_attention``
+                           when there is no dropout)
+* ``layer_norm``           ``flax.nnx.LayerNorm``
+* ``feed_forward``         ``flax.nnx.Linear`` → ``jax.nn.relu`` → ``flax.nnx.Linear``
+
+Neither jax nor flax ships a sinusoidal positional encoding or a Transformer encoder / decoder
+layer, so those capabilities are absent (the report shows "not applicable") rather than
+re-implemented here: a re-implementation would test this adapter, not the library.
+
+Float64: ``jax_enable_x64`` is switched on when the implementation is constructed (before it
+creates any array), and the constructor checks that a float64 array really is float64. Results
+are returned in the dtype jax produced, never cast, so a silent fall-back to float32 shows as a
+dtype failure.
+
+Layout: our attention takes (..., n, d); jax's takes (batch, seq, heads, d). The last batch axis
+becomes jax's head axis (so a (B, h, n, d) input is the usual multi-head call) and the ones
+before it are flattened into its batch axis; masks (True = take part, the same polarity as
+ours) are broadcast to (B, h, n_q, n_k). Flax's kernels are the paper's matrices reshaped:
+``query.kernel = w_q.reshape(d_model, heads, d_k)`` (head i = columns [i·d_k, (i+1)·d_k), as
+ours), biases ``(heads, d_k)``, ``out.kernel = w_o.reshape(heads, d_k, d_model)``.
+
+Every function is jitted once per process (``jax.jit`` caches a compilation per input shape;
+parameters, scale and eps are traced arguments, so new values do not recompile). Flax modules
+are built inside the jitted function from the given parameters, with flax's defaults except
+the dtypes (float64) and eps.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["JaxImplementation", "INSTALL_HINT"]
+
+INSTALL_HINT = "jax/flax is not installed: pip install 'attnclaims[jax]'"
+
+#: the jitted functions, built on first use (they need jax imported)
+_FUNCTIONS: dict = {}
+
+
+def _import_jax():
+    try:
+        import jax
+        import jax.numpy as jnp
+        from flax import nnx
+    except ImportError:
+        raise ImportError(INSTALL_HINT) from None
+    return jax, jnp, nnx
+
+
+def _enable_x64(jax, jnp) -> None:
+    """Switch on float64 and check that it took effect (it silently does not once arrays were
+    traced under a different setting in some versions)."""
+    jax.config.update("jax_enable_x64", True)
+    probe = jnp.asarray(np.float64(1.0) / 3.0)
+    if probe.dtype != np.float64 or float(probe) != 1.0 / 3.0:
+        raise RuntimeError(f"jax did not enable float64: jnp.asarray(1/3) has dtype {probe.dtype} "
+                           f"(set JAX_ENABLE_X64=1 before importing jax)")
+
+
+def _functions() -> dict:
+    if _FUNCTIONS:
+        return _FUNCTIONS
+    jax, jnp, nnx = _import_jax()
+    f64 = jnp.float64
+
+    @jax.jit
+    def attention(q, k, v, mask, scale):
+        return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale)
+
+    def mha(x_q, x_kv, mask, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, *, num_heads):
+        d_model = x_q.shape[-1]
+        d_k = d_model // num_heads
+        m = nnx.MultiHeadAttention(num_heads, d_model, dtype=f64, param_dtype=f64, decode=False, rngs=nnx.Rngs(0))
+        for proj, w, b in ((m.query, w_q, b_q), (m.key, w_k, b_k), (m.value, w_v, b_v)):
+            proj.kernel[...] = w.reshape(d_model, num_heads, d_k)  # (d_model, heads, d_k)
+            proj.bias[...] = b.reshape(num_heads, d_k)  # (heads, d_k)
+        m.out.kernel[...] = w_o.reshape(num_heads, d_k, d_model)  # (heads, d_k, d_model)
+        m.out.bias[...] = b_o
+        return m(x_q, x_kv, mask=mask)
+
+    @jax.jit
+    def layer_norm(x, gamma, beta, eps):
+        m = nnx.LayerNorm(x.shape[-1], epsilon=eps, dtype=f64, param_dtype=f64, rngs=nnx.Rngs(0))
+        m.scale[...] = gamma
+        m.bias[...] = beta
+        return m(x)
+
+    @jax.jit
+    def feed_forward(x, w1, b1, w2, b2):
+        d_model, d_ff = w1.shape
+        linear1 = nnx.Linear(d_model, d_ff, dtype=f64, param_dtype=f64, rngs=nnx.Rngs(0))
+        linear2 = nnx.Linear(d_ff, d_model, dtype=f64, param_dtype=f64, rngs=nnx.Rngs(0))
+        linear1.kernel[...], linear1.bias[...] = w1, b1  # kernel (in, out): the paper's layout
+        linear2.kernel[...], linear2.bias[...] = w2, b2
+        return linear2(jax.nn.relu(linear1(x)))
+
+    _FUNCTIONS.update(
+        softmax=jax.jit(jax.nn.softmax, static_argnames=("axis",)),
+        attention=attention,
+        multi_head_attention=jax.jit(mha, static_argnames=("num_heads",)),
+        layer_norm=layer_norm,
+        feed_forward=feed_forward,
+    )
+    return _FUNCTIONS
+
+
+def _f64(a) -> np.ndarray:
+    return np.asarray(a, dtype=np.float64)
+
+
+def _numpy(out) -> np.ndarray:
+    """A jax array as a fresh, writable numpy array of the dtype jax computed in."""
+    return np.array(out)
+
+
+def _heads_layout(a, batch: tuple[int, ...]) -> np.ndarray:
+    """Our (..., n, d) broadcast to batch + (n, d) -> jax's (B, n, N, d): the last batch axis is
+    the head axis N (1 if there is none), the ones before it are flattened into B."""
+    a = np.broadcast_to(_f64(a), batch + np.shape(a)[-2:])
+    heads = batch[-1] if batch else 1
+    a = a.reshape((-1, heads) + a.shape[-2:])  # (B, N, n, d)
+    return a.transpose(0, 2, 1, 3)  # (B, n, N, d)
+
+
+class JaxImplementation:
+    """JAX / Flax with ``jax_enable_x64``: jax.nn and flax.nnx functions with their defaults, float64.
+
+    Capabilities: softmax, attention, multi_head_attention, layer_norm, feed_forward (see the
+    module docstring for the function behind each). No positional_encoding, encoder_layer or
+    decoder_layer: jax and flax have no such library function.
+    """
+
+    name = "jax"
+    dtype = np.dtype(np.float64)
+    responsible = {
+        "softmax": "jax.nn.softmax",
+        "attention": "jax.nn.dot_product_attention",
+        "multi_head_attention": "flax.nnx.MultiHeadAttention (flax.nnx.dot_product_attention -> "
+                                "jax.nn.dot_product_attention)",
+        "layer_norm": "flax.nnx.LayerNorm",
+        "feed_forward": "flax.nnx.Linear + jax.nn.relu",
+    }
+
+    def __init__(self):
+        jax, jnp, _ = _import_jax()
+        _enable_x64(jax, jnp)
+        import flax
+
+        self.versions = {"jax": jax.__version__, "flax": flax.__version__}
+        try:
+            import jaxlib
+
+            self.versions["jaxlib"] = jaxlib.__version__
+        except (ImportError, AttributeError):  # pragma: no cover - jaxlib always comes with jax
+            pass
+        self._fn = _functions()
+
+    def softmax(self, x, axis=-1):
+        """``jax.nn.softmax(x, axis=axis)``."""
+        return _numpy(self._fn["softmax"](_f64(x), axis=int(axis)))
+
+    def attention(self, q, k, v, mask=None, scale=None):
+        """``jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale)`` in layout (B, T, N, H).
+
+        The last batch axis of our (..., n, d) arrays is jax's head axis N, the others are
+        flattened into B. The mask has our polarity (True = take part) and is broadcast to
+        (B, N, n_q, n_k). jax requires value to have the key's shape, so d_v must equal d_k.
+        """
+        q_shape, k_shape, v_shape = np.shape(q), np.shape(k), np.shape(v)
+        batch = tuple(np.broadcast_shapes(q_shape[:-2], k_shape[:-2], v_shape[:-2]))
+        n_q, n_k = q_shape[-2], k_shape[-2]
+        q4, k4, v4 = (_heads_layout(a, batch) for a in (q, k, v))  # (B, n, N, d)
+        mask4 = None
+        if mask is not None:
+            mask4 = np.broadcast_to(np.asarray(mask), batch + (n_q, n_k)).reshape(q4.shape[0], q4.shape[2], n_q, n_k)
+        out = self._fn["attention"](q4, k4, v4, mask4, None if scale is None else float(scale))  # (B, n_q, N, d_v)
+        out = _numpy(out).transpose(0, 2, 1, 3)  # (B, N, n_q, d_v)
+        return out.reshape(batch + (n_q, v_shape[-1]))
+
+    def multi_head_attention(self, x_q, x_kv, params, mask=None):
+        """``flax.nnx.MultiHeadAttention(num_heads, d_model, dtype=float64, param_dtype=float64,
+        decode=False)(x_q, x_kv, mask=mask[..., None, :, :])`` with the kernels set from the params;
+        x_q and x_kv are broadcast to a common batch shape (flax needs equal batch axes)."""
+        batch = tuple(np.broadcast_shapes(np.shape(x_q)[:-2], np.shape(x_kv)[:-2]))
+        n_q, n_k = np.shape(x_q)[-2], np.shape(x_kv)[-2]
+        x_q = np.broadcast_to(_f64(x_q), batch + np.shape(x_q)[-2:])
+        x_kv = np.broadcast_to(_f64(x_kv), batch + np.shape(x_kv)[-2:])
+        if mask is not None:
+            mask = np.broadcast_to(np.asarray(mask), batch + (n_q, n_k))[..., None, :, :]  # (..., 1, n_q, n_k)
+        p = params
+        out = self._fn["multi_head_attention"](x_q, x_kv, mask, *(_f64(a) for a in (
+            p.w_q, p.b_q, p.w_k, p.b_k, p.w_v, p.b_v, p.w_o, p.b_o)), num_heads=p.num_heads)
+        return _numpy(out)
+
+    def layer_norm(self, x, gamma, beta, eps):
+        """``flax.nnx.LayerNorm(d, epsilon=eps, dtype=float64, param_dtype=float64)`` with
+        ``scale = gamma``, ``bias = beta`` and flax's other defaults (``use_fast_variance=True``)."""
+        return _numpy(self._fn["layer_norm"](_f64(x), _f64(gamma), _f64(beta), float(eps)))
+
+    def feed_forward(self, x, params):
+        """``nnx.Linear(d_model, d_ff)`` → ``jax.nn.relu`` → ``nnx.Linear(d_ff, d_model)``, kernels = w1, w2."""
+        p = params
+        return _numpy(self._fn["feed_forward"](_f64(x), _f64(p.w1), _f64(p.b1), _f64(p.w2), _f64(p.b2)))
+
+    def __repr__(self) -> str:
+        return "JaxImplementation()"
+
