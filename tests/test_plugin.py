@@ -1,0 +1,108 @@
+"""The pytest plugin seen from a project that uses it: ``pytest --attn-impl X`` in a fresh process.
+
+Each test writes a tiny test module (and, where needed, an implementation module) into a
+temporary folder and runs pytest on it in a subprocess, the way a user's CI does: the plugin
+comes from the ``pytest11`` entry point of the installed package, not from this checkout's
+conftest. Checked: a bad ``--attn-impl`` gives a one-line error and no traceback; a
+``module:attr`` factory is resolved and called; a missing capability is recorded as
+"not applicable" with the capability's name.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+# A user's test module: one test per capability it needs, tagged with real claim ids.
+_USER_TESTS = '''
+import numpy as np
+import pytest
+
+@pytest.mark.claim("softmax-distribution")
+@pytest.mark.requires("softmax")
+def test_softmax_rows_sum_to_one(impl):
+    out = impl.softmax(np.array([[1.0, 2.0, 3.0]]))
+    assert abs(out.sum() - 1.0) < 1e-12
+
+@pytest.mark.claim("convex-combination")
+@pytest.mark.requires("attention")
+def test_attention_runs(impl):
+    q = np.ones((2, 3))
+    impl.attention(q, q, q)
+'''
+
+# A user's implementation module: ``make`` is a factory (a function) returning a protocol object
+# with only the softmax capability.
+_USER_IMPL = '''
+import numpy as np
+
+class SoftmaxOnly:
+    name = "softmax-only"
+    dtype = np.float64
+
+    def softmax(self, x, axis=-1):
+        e = np.exp(x - x.max(axis=axis, keepdims=True))
+        return e / e.sum(axis=axis, keepdims=True)
+
+def make():
+    return SoftmaxOnly()
+
+not_an_implementation = 42
+'''
+
+
+def _run(folder: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(folder), PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTEST_ADDOPTS", None)
+    env.pop("PYTEST_XDIST_WORKER", None)
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(folder),
+           "-c", os.devnull, *args]
+    return subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    (tmp_path / "test_user.py").write_text(textwrap.dedent(_USER_TESTS), encoding="utf-8")
+    (tmp_path / "user_impl.py").write_text(textwrap.dedent(_USER_IMPL), encoding="utf-8")
+    return tmp_path
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("bad", "unknown implementation 'bad'"),
+    ("no_such_module_xyz:impl", "cannot import 'no_such_module_xyz'"),
+    ("user_impl:missing", "has no attribute 'missing'"),
+    ("user_impl:not_an_implementation", "none of the protocol's methods"),
+])
+def test_bad_attn_impl_gives_one_line_error(project, spec, says):
+    result = _run(project, "test_user.py", "--attn-impl", spec)
+    assert result.returncode == 4, result.stdout + result.stderr  # pytest's usage-error status
+    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1, result.stderr
+    assert says in errors[0]
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_module_attr_factory_and_not_applicable_are_recorded(project):
+    out = project / "results.json"
+    result = _run(project, "test_user.py", "--attn-impl", "user_impl:make", "--attn-results", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    payload = json.loads(out.read_text(encoding="utf-8"))
+    assert payload["implementation"]["name"] == "softmax-only"
+    assert payload["implementation"]["capabilities"] == ["softmax"]
+    by_claim = {e["claim"]: e for e in payload["evidence"]}
+    assert by_claim["softmax-distribution"]["outcome"] == "passed"
+    assert by_claim["softmax-distribution"]["implementation"] == "softmax-only"
+    assert by_claim["convex-combination"]["outcome"] == "not-applicable"
+    assert by_claim["convex-combination"]["message"] == "not applicable: softmax-only has no attention"
+
+
+def test_plugin_is_registered_as_an_entry_point():
+    from importlib.metadata import entry_points
+
+    names = {ep.name: ep.value for ep in entry_points(group="pytest11")}
+    assert names.get("attnclaims") == "attnclaims.plugin"
