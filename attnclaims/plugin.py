@@ -5,6 +5,7 @@ Options
   --attn-results PATH      write every check's evidence as JSON (read by the runner and the report)
   --attn-artifacts DIR     where measurements write their figures (default: a temporary folder)
   --attn-call-timeout S    per-call time limit for the implementation (default 20 s; 0 = none)
+  --attn-claims ID,ID      run only the claim tests tagged with one of these claim ids
 
 Markers
   @pytest.mark.claim("id", ..., kind="property", role="support")   the claim(s) a test backs
@@ -49,6 +50,8 @@ def pytest_addoption(parser):
     group.addoption("--attn-artifacts", default=None, help="folder for figures written by measurements")
     group.addoption("--attn-call-timeout", default=None, type=float,
                     help="time limit of one call into the implementation, seconds (0 = none; default 20)")
+    group.addoption("--attn-claims", default=None,
+                    help="comma-separated claim ids: deselect the claim tests tagged with none of them")
 
 
 def pytest_configure(config):
@@ -108,6 +111,17 @@ def pytest_collection_modifyitems(session, config, items):
             raise pytest.UsageError(f"{item.nodeid}: claim marker role={role!r} is not one of {ROLES}")
         if "impl" in getattr(item, "fixturenames", ()) or item.get_closest_marker("requires"):
             item.add_marker(pytest.mark.impl_test)
+    wanted = config.getoption("attn_claims")
+    if wanted:
+        wanted_ids = {w.strip() for w in wanted.split(",") if w.strip()}
+        unknown = sorted(wanted_ids - set(registry.claims))
+        if unknown:
+            raise pytest.UsageError(f"--attn-claims: unknown claim id {unknown[0]!r}")
+        keep = [item for item in items if wanted_ids & set(_claim_marks(item)[0])]
+        dropped = [item for item in items if not wanted_ids & set(_claim_marks(item)[0])]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
     if any(item.get_closest_marker("impl_test") for item in items):
         _guard(config)  # a bad --attn-impl stops the run here, with one line
 

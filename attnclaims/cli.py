@@ -1,0 +1,533 @@
+"""The ``attnclaims`` command line.
+
+    attnclaims list                          the claims, one line each
+    attnclaims explain CLAIM [--report DIR]  everything about one claim, its derivations checked now
+    attnclaims check  [--impl NAME ...] [--claim ID ...] [--profile P] [-n N] [--seed S]
+    attnclaims report [--impl NAME ...] [--out DIR] [--format md,html,json] (and check's options)
+
+Exit status: 0 when no claim is refuted and no check errored, 1 when one is
+(or did), 2 for bad arguments or a broken registry (one line on stderr, never
+a traceback), 130 when interrupted.
+
+Subcommands live in :data:`COMMANDS` (name -> :class:`Command`); a new one is
+added with :func:`register`.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+EXIT_OK, EXIT_REFUTED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class UsageError(Exception):
+    """Bad arguments or unusable input: printed as one line, exit status 2."""
+
+
+@dataclass
+class Command:
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    description: str = ""
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def register(name: str, help: str, configure: Callable, run: Callable, description: str = "") -> None:
+    """Add a subcommand: ``configure(parser)`` adds its arguments, ``run(args)`` returns the exit status."""
+    COMMANDS[name] = Command(help=help, configure=configure, run=run, description=description or help)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but an error is one line (no usage block) and becomes a :class:`UsageError`."""
+
+    def error(self, message: str):
+        sub = self.prog.removeprefix("attnclaims").strip()
+        raise UsageError(f"{sub + ': ' if sub else ''}{message} (see `{self.prog} --help`)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared helpers
+# ---------------------------------------------------------------------------------------------
+
+def _registry():
+    from attnclaims.registry import RegistryError, load_registry
+
+    try:
+        return load_registry()
+    except RegistryError as exc:
+        raise UsageError(f"the claim registry is broken: {exc}") from None
+
+
+def _claim_or_fail(registry, claim_id: str):
+    if claim_id in registry:
+        return registry.get(claim_id)
+    close = difflib.get_close_matches(claim_id, registry.order(), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else " (see `attnclaims list`)"
+    raise UsageError(f"unknown claim id {claim_id!r}{hint}")
+
+
+def _stdout_console():
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        return Console(highlight=False)
+    return Console(highlight=False, width=max(120, shutil.get_terminal_size((120, 40)).columns), color_system=None)
+
+
+def _wrap(text: str, indent: str = "  ", width: int | None = None) -> str:
+    width = width or min(110, shutil.get_terminal_size((100, 40)).columns)
+    paras = [p for p in str(text).strip().splitlines()]
+    return "\n".join(textwrap.fill(p, width=width, initial_indent=indent, subsequent_indent=indent)
+                     if p.strip() else "" for p in paras)
+
+
+# ---------------------------------------------------------------------------------------------
+# list
+# ---------------------------------------------------------------------------------------------
+
+def _configure_list(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the claims as JSON instead")
+
+
+def _run_list(args) -> int:
+    registry = _registry()
+    if args.json:
+        rows = [{"id": c.id, "section": c.section, "title": c.title, "methods": list(c.methods),
+                 "expected_verdict": c.expected_verdict, "depends_on": list(c.depends_on)} for c in registry]
+        print(json.dumps(rows, ensure_ascii=False, indent=1))
+        return EXIT_OK
+    w = max(len(c.id) for c in registry)
+    mw = max(len(", ".join(c.methods)) for c in registry)
+    sw = max(len(c.section) for c in registry)
+    print(f"{'claim':<{w}}  {'§':<{sw}}  {'methods':<{mw}}  expected")
+    for c in registry:
+        print(f"{c.id:<{w}}  {c.section:<{sw}}  {', '.join(c.methods):<{mw}}  {c.expected_verdict}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
+# explain
+# ---------------------------------------------------------------------------------------------
+
+def _configure_explain(p: argparse.ArgumentParser) -> None:
+    p.add_argument("claim", metavar="CLAIM", help="a claim id (see `attnclaims list`)")
+    p.add_argument("--report", metavar="DIR", default=None,
+                   help="folder of a previous `attnclaims report` whose verdicts to show (default: report/)")
+    p.add_argument("--no-check", action="store_true", help="show the derivation steps without checking them")
+    p.add_argument("--no-tests", action="store_true", help="do not collect the tests that back the claim")
+
+
+def _run_explain(args) -> int:
+    registry = _registry()
+    claim = _claim_or_fail(registry, args.claim)
+    report_dir = Path(args.report) if args.report else Path("report")
+    last = None
+    if args.report and not (report_dir / "report.json").is_file():
+        raise UsageError(f"--report {args.report}: no report.json in that folder")
+    if (report_dir / "report.json").is_file():
+        try:
+            last = json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"{report_dir / 'report.json'}: cannot read it: {exc}") from None
+
+    out = []
+    out.append(f"{claim.id} — {claim.title} (§{claim.section})")
+    out.append(f"expected verdict: {claim.expected_verdict} · methods: {', '.join(claim.methods)}")
+    deps = registry.dependencies(claim.id)
+    out.append("depends on: " + (", ".join(claim.depends_on) if claim.depends_on else "nothing")
+               + (f" (transitively: {', '.join(deps)})" if len(deps) > len(claim.depends_on) else ""))
+    out.append("")
+    out.append("Quote (zh):")
+    out.append(_wrap(claim.quote))
+    out.append("Statement:")
+    out.append(_wrap(claim.statement))
+    out.append("Precise statement:")
+    out.append(_wrap(claim.precise))
+    if claim.assumptions:
+        out.append("Assumptions:")
+        out.extend(_wrap("- " + a) for a in claim.assumptions)
+    if claim.qualification:
+        out.append("Qualification:")
+        out.append(_wrap(claim.qualification))
+    if claim.notes:
+        out.append("Notes:")
+        out.append(_wrap(claim.notes))
+    out.append("Citations:")
+    out.extend(_wrap("- " + c) for c in claim.citations)
+    if not claim.citations:
+        out.append("  (none)")
+    print("\n".join(out))
+    sys.stdout.flush()
+
+    print("\nDerivations:")
+    _explain_derivations(claim.id, check=not args.no_check)
+
+    if not args.no_tests:
+        print("\nTests that back it:")
+        _explain_tests(claim.id)
+
+    print("\nLast verdicts:")
+    if last is None:
+        print(f"  (no report in {report_dir}/; run `attnclaims report`)")
+    else:
+        row = next((c for c in last.get("claims", ()) if c.get("id") == claim.id), None)
+        when = last.get("generated", "?")
+        if row is None:
+            print(f"  (the report of {when} in {report_dir}/ does not cover this claim)")
+        else:
+            print(f"  from {report_dir / 'report.json'} ({when}, profile {last.get('environment', {}).get('profile')}):")
+            for impl, d in (row.get("verdict_details") or {}).items():
+                print(f"  {impl}: {d.get('verdict')}" + (f" — {d.get('reason')}" if d.get("reason") else ""))
+            if not row.get("verdict_details"):
+                for impl, v in (row.get("verdicts") or {}).items():
+                    print(f"  {impl}: {v}")
+    return EXIT_OK
+
+
+def _spinner(text: str):
+    from contextlib import nullcontext
+
+    if not sys.stderr.isatty():
+        return nullcontext()
+    from rich.console import Console
+
+    return Console(stderr=True).status(text)
+
+
+def _explain_derivations(claim_id: str, check: bool) -> None:
+    try:
+        from attnclaims.proofs import derivations_for
+        derivations = derivations_for(claim_id)
+    except KeyError:
+        print("  (none: this claim has no sympy derivation)")
+        return
+    except Exception as exc:  # noqa: BLE001 - a broken proof module is reported, not raised
+        print(f"  (the derivations could not be loaded: {type(exc).__name__}: {exc})")
+        return
+    from attnclaims.report.model import render_derivation
+    from attnclaims.report.common import STEP_MARK
+
+    for d in derivations:
+        proof = None
+        if check:
+            with _spinner(f"checking {d.name} with sympy…"):
+                try:
+                    proof = d.check().to_dict()
+                except Exception as exc:  # noqa: BLE001
+                    proof = {"outcome": "failed", "reason": f"check() raised {type(exc).__name__}: {exc}",
+                             "steps": []}
+        r = render_derivation(d, proof)
+        status = {"passed": "every step checks", "failed": "a step FAILS", "not run": "not checked"}[r["outcome"]]
+        secs = f", {proof.get('seconds', 0):.2f} s" if proof and proof.get("seconds") is not None else ""
+        print(f"  [{r['name']}] {r['title']}: {status} ({len(r['steps'])} steps{secs})")
+        if r.get("reason"):
+            print(f"    {r['reason']}")
+        if r.get("assumptions"):
+            print(f"    assumptions: {r['assumptions']}")
+        for s in r["steps"]:
+            if s["math"]:
+                print(textwrap.indent(s["math"], "      "))
+            print(f"    ({s['index']}) {STEP_MARK.get(s['status'], '?')} {s['status']}: {s['why']}"
+                  + (f" [{s['detail']}]" if s.get("detail") and s["status"] in ("failed", "error") else ""))
+            for lem in s["lemmas"]:
+                print(f"        {'cited' if lem['cited'] else 'lemma'}: {lem['text']} ({lem['why']})")
+        print()
+
+
+def _explain_tests(claim_id: str) -> None:
+    from attnclaims.runner import RunError, collect_tests
+
+    try:
+        with _spinner("collecting the tests…"):
+            items = collect_tests(claim_id)
+    except RunError as exc:
+        print(f"  (could not collect the tests: {exc})")
+        return
+    if not items:
+        print("  (none)")
+        return
+    for it in items:
+        tags = [it.get("kind", "property"), it.get("role", "support")]
+        if it.get("impl_test"):
+            tags.append("runs on the implementation")
+        print(f"  {it['test']}  [{', '.join(tags)}]")
+
+
+# ---------------------------------------------------------------------------------------------
+# check / report
+# ---------------------------------------------------------------------------------------------
+
+def _configure_run(p: argparse.ArgumentParser) -> None:
+    from attnclaims.profiles import DEFAULT_PROFILE, PROFILES
+
+    p.add_argument("--impl", metavar="NAME", action="extend", nargs="+", default=None,
+                   help="implementation(s) under test: reference (default), torch, torch-fastpath, jax, "
+                        "all (every installed built-in), or package.module:attr")
+    p.add_argument("--claim", metavar="ID", action="extend", nargs="+", default=None,
+                   help="check only these claims (default: all)")
+    p.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE,
+                   help=f"hypothesis profile (default {DEFAULT_PROFILE}: derandomized, reproducible)")
+    p.add_argument("-n", "--workers", metavar="N", type=int, default=None,
+                   help="pytest-xdist workers (default: 2 when pytest-xdist is installed and there are at least "
+                        "4 CPUs, else 0 = one process)")
+    p.add_argument("--seed", metavar="S", type=int, default=None,
+                   help="hypothesis seed for the dev and thorough profiles (default: random, recorded)")
+    p.add_argument("--timeout", metavar="SECONDS", type=float, default=None,
+                   help="stop an implementation's run after this many seconds (its claims become 'error')")
+
+
+def _configure_check(p: argparse.ArgumentParser) -> None:
+    _configure_run(p)
+
+
+def _configure_report(p: argparse.ArgumentParser) -> None:
+    _configure_run(p)
+    p.add_argument("--out", metavar="DIR", default="report", help="output folder (default: report/)")
+    p.add_argument("--format", metavar="FMT", default="md,html,json",
+                   help="comma-separated formats among md, html, json (default: all three)")
+
+
+def _options(args, artifacts: Path | None):
+    from attnclaims.runner import RunOptions, default_workers
+
+    workers = default_workers() if args.workers is None else args.workers
+    return RunOptions(implementations=list(args.impl or ["reference"]), claims=args.claim, profile=args.profile,
+                      workers=workers, seed=args.seed, artifacts=artifacts, timeout=args.timeout)
+
+
+def _validate(options, registry) -> None:
+    from attnclaims.runner import RunError, validate
+
+    try:
+        validate(options, registry)
+    except RunError as exc:
+        raise UsageError(str(exc)) from None
+
+
+class _Progress:
+    """Progress of the pytest subprocesses: a rich bar on a terminal, a line per implementation otherwise."""
+
+    def __init__(self):
+        self.live = sys.stderr.isatty()
+        self.failed = 0
+        self._progress = None
+        self._task = None
+        if self.live:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, \
+                TimeElapsedColumn
+
+            self._progress = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
+                                      MofNCompleteColumn(), TimeElapsedColumn(),
+                                      TextColumn("{task.fields[status]}", style="dim"),
+                                      console=Console(stderr=True), transient=False)
+
+    def __enter__(self):
+        if self._progress:
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self._progress:
+            self._progress.stop()
+
+    def __call__(self, ev: dict) -> None:
+        kind = ev["event"]
+        impl = ev["implementation"]
+        if kind == "start":
+            self.failed = 0
+            if self._progress:
+                self._task = self._progress.add_task(impl, total=None, status="starting pytest…")
+            else:
+                print(f"attnclaims: running {impl}…", file=sys.stderr, flush=True)
+        elif kind == "total" and self._progress:
+            self._progress.update(self._task, total=ev["n"], status="")
+        elif kind == "test":
+            if ev.get("outcome") == "failed":
+                self.failed += 1
+            if self._progress:
+                name = ev.get("test", "").rsplit("::", 1)[-1][:48]
+                status = (f"[red]{self.failed} failed[/red] · " if self.failed else "") + name
+                self._progress.update(self._task, completed=ev["done"], status=status)
+        elif kind == "end":
+            msg = f"{ev['tests']} tests in {ev['seconds']:.1f} s" + (f", {self.failed} failed" if self.failed else "")
+            if ev.get("reason"):
+                msg += f"; {ev['reason']}"
+            if self._progress:
+                self._progress.update(self._task, status=msg, total=ev["tests"] or 1,
+                                      completed=ev["tests"] or 1)
+            else:
+                print(f"attnclaims: {impl}: {msg}", file=sys.stderr, flush=True)
+
+
+_STYLE = {"proven": "bold green", "verified": "green", "qualified": "yellow", "illustrative": "blue",
+          "historical": "dim", "refuted": "bold red", "blocked": "red", "error": "bold magenta",
+          "no evidence": "dim", "not applicable": "dim"}
+
+
+def print_verdicts(report: dict) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    from attnclaims.report.common import first_line, summary_counts, verdict_class
+
+    console = _stdout_console()
+    names = [i["name"] for i in report["implementations"] if i["available"]]
+    table = Table(show_lines=False, header_style="bold", box=None, pad_edge=False)
+    table.add_column("claim", no_wrap=True)
+    table.add_column("§", no_wrap=True)
+    table.add_column("expected", no_wrap=True)
+    for n in names:
+        table.add_column(n, no_wrap=True)
+    for c in report["claims"]:
+        cells = []
+        for n in names:
+            v = c["verdicts"].get(n, "no evidence")
+            t = Text(v, style=_STYLE.get(verdict_class(v).replace("-", " "), ""))
+            if v != c["expected_verdict"]:
+                t.append(" ≠", style="bold yellow")
+            cells.append(t)
+        table.add_row(c["id"], c["section"], c["expected_verdict"], *cells)
+    console.print(table)
+    console.print("≠ differs from the expected verdict (the evidence wins)", style="dim")
+    for i in report["implementations"]:
+        if not i["available"]:
+            console.print(f"{i['name']}: not available ({i['reason']})", style="dim", markup=False)
+    problems = []
+    for c in report["claims"]:
+        for n, d in c["verdict_details"].items():
+            if d["verdict"] in ("refuted", "error") or d["verdict"].startswith("blocked by"):
+                problems.append(f"  {c['id']} [{n}] {d['verdict']}: {first_line(d['reason'], 240)}")
+    if problems:
+        console.print("\nProblems:", style="bold", markup=False)
+        for line in problems:
+            console.print(line, markup=False, highlight=False)
+    console.print("")
+    for impl, counts in report["summary"]["verdicts"].items():
+        console.print(f"{impl}: {summary_counts(counts)}", markup=False)
+
+
+def _execute(args, artifacts: Path | None, out_dir: Path | None):
+    from attnclaims.report.model import from_run
+    from attnclaims.runner import RunError, run
+
+    registry = _registry()
+    options = _options(args, artifacts)
+    _validate(options, registry)
+    command = "attnclaims " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0] else ""
+    try:
+        with _Progress() as progress:
+            result = run(options, registry, progress=progress)
+    except RunError as exc:
+        raise UsageError(str(exc)) from None
+    return from_run(result, registry, out_dir=out_dir, command=command)
+
+
+def _run_check(args) -> int:
+    report = _execute(args, artifacts=None, out_dir=None)
+    print_verdicts(report)
+    return report["exit_status"]
+
+
+def _writable_dir(path: Path) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".attnclaims-write-test-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UsageError(f"--out {path}: cannot write to this folder: {exc.strerror or exc}") from None
+    return path
+
+
+def _run_report(args) -> int:
+    from attnclaims.report import FORMATS, write_report
+
+    formats = [f.strip() for f in args.format.split(",") if f.strip()]
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown or not formats:
+        raise UsageError(f"--format {args.format!r}: unknown format {unknown[0] if unknown else '(none)'!r} "
+                         f"(expected a comma-separated list of {', '.join(FORMATS)})")
+    out_dir = _writable_dir(Path(args.out))
+    t0 = time.perf_counter()
+    report = _execute(args, artifacts=out_dir / "figures", out_dir=out_dir)
+    try:
+        written = write_report(report, out_dir, formats)
+    except OSError as exc:
+        raise UsageError(f"--out {out_dir}: cannot write the report: {exc.strerror or exc}") from None
+    print_verdicts(report)
+    print(f"\nReport ({time.perf_counter() - t0:.1f} s): " + ", ".join(str(p) for p in written))
+    return report["exit_status"]
+
+
+register("list", "list the claims: id, section, methods, expected verdict", _configure_list, _run_list)
+register("explain", "explain one claim: quote, statements, derivation steps (checked), tests, last verdicts",
+         _configure_explain, _run_explain)
+register("check", "run proofs, property tests and measurements; print the verdict table "
+                  "(exit 1 if a claim is refuted)", _configure_check, _run_check)
+register("report", "run everything and write the claim report (Markdown, HTML, JSON)",
+         _configure_report, _run_report)
+
+
+# ---------------------------------------------------------------------------------------------
+# main
+# ---------------------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    from attnclaims import __version__
+
+    parser = _Parser(prog="attnclaims", description="Verify the claims of 从注意力机制到 Transformer and "
+                                                     "validate attention implementations against them.")
+    parser.add_argument("--version", action="version", version=f"attnclaims {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, cmd in COMMANDS.items():
+        p = sub.add_parser(name, help=cmd.help, description=cmd.description)
+        cmd.configure(p)
+        p.set_defaults(_run=cmd.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if getattr(args, "_run", None) is None:
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
+        return int(args._run(args))
+    except UsageError as exc:
+        print(f"attnclaims: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("attnclaims: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `attnclaims list | head`
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - no traceback escapes; ATTNCLAIMS_DEBUG=1 shows it
+        if os.environ.get("ATTNCLAIMS_DEBUG"):
+            raise
+        line = " ".join(str(exc).split())
+        print(f"attnclaims: internal error: {type(exc).__name__}: {line} (ATTNCLAIMS_DEBUG=1 shows the traceback)",
+              file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

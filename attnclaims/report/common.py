@@ -1,0 +1,139 @@
+"""Helpers shared by the Markdown and HTML renderers (plain text in, plain text out; no escaping here)."""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Mapping
+
+#: outcome -> short mark shown before a check's name
+OUTCOME_MARK = {"passed": "✓", "failed": "✗", "error": "!", "not-applicable": "–"}
+#: proof step status -> mark
+STEP_MARK = {"given": "·", "proved": "✓", "failed": "✗", "error": "!", "not run": "?"}
+#: measurement data keys rendered specially (the rest go into a collapsed "data" block)
+SPECIAL_DATA = ("proof", "decision", "false_alarm", "table", "conventions", "convention")
+
+
+def first_line(text: str | None, limit: int = 200) -> str:
+    text = (text or "").strip()
+    line = text.splitlines()[0] if text else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def section_label(section: str) -> str:
+    """"§3.1" for a numbered section of the article; other sections (e.g. "beyond") as they are."""
+    return f"§{section}" if section[:1].isdigit() else section
+
+
+def verdict_class(verdict: str) -> str:
+    """A CSS-safe category for a verdict string."""
+    if verdict.startswith("blocked by "):
+        return "blocked"
+    return verdict.replace(" ", "-")
+
+
+def fmt_number(x: Any) -> str:
+    if isinstance(x, bool) or x is None:
+        return str(x)
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            return str(x)
+        if x == 0:
+            return "0"
+        if 1e-3 <= abs(x) < 1e5:
+            return f"{x:.4g}"
+        return f"{x:.3e}"
+    if isinstance(x, str) and x in ("nan", "inf", "-inf"):
+        return x
+    return str(x)
+
+
+def fmt_seconds(s: Any) -> str:
+    if not isinstance(s, (int, float)):
+        return ""
+    if s < 0.01:
+        return "<0.01 s"
+    if s < 60:
+        return f"{s:.2f} s"
+    return f"{int(s // 60)} min {s % 60:.0f} s"
+
+
+def table_of(value: Any) -> tuple[list[str], list[list[str]]] | None:
+    """(columns, rows) of a measurement's ``table`` in any of the shapes tests record:
+    a list of dicts, a dict of equal-length lists, ``{"columns": [...], "rows": [[...]]}``,
+    or a list of lists whose first row is the header. None when it is none of these."""
+    if isinstance(value, Mapping) and "rows" in value and isinstance(value.get("rows"), list):
+        cols = [str(c) for c in value.get("columns") or value.get("header") or []]
+        rows = [[fmt_number(v) for v in (r if isinstance(r, (list, tuple)) else [r])] for r in value["rows"]]
+        if not cols and rows:
+            cols = [f"c{i}" for i in range(len(rows[0]))]
+        return cols, rows
+    if isinstance(value, list) and value and all(isinstance(r, Mapping) for r in value):
+        cols = list(dict.fromkeys(str(k) for r in value for k in r))
+        return cols, [[fmt_number(r.get(c, "")) for c in cols] for r in value]
+    if isinstance(value, Mapping) and value and all(isinstance(v, (list, tuple)) for v in value.values()):
+        lengths = {len(v) for v in value.values()}
+        if len(lengths) == 1:
+            cols = [str(k) for k in value]
+            n = lengths.pop()
+            return cols, [[fmt_number(value[k][i]) for k in value] for i in range(n)]
+    if isinstance(value, list) and len(value) > 1 and all(isinstance(r, (list, tuple)) for r in value):
+        return [str(c) for c in value[0]], [[fmt_number(v) for v in r] for r in value[1:]]
+    return None
+
+
+def compact_json(value: Any, limit: int = 4000) -> str:
+    text = json.dumps(value, ensure_ascii=False, indent=1, default=str)
+    return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more characters in report.json)"
+
+
+def extra_data(data: Mapping | None) -> dict:
+    """The part of an evidence item's ``data`` not rendered specially."""
+    if not isinstance(data, Mapping):
+        return {}
+    return {k: v for k, v in data.items() if k not in SPECIAL_DATA}
+
+
+def failure_lines(e: Mapping) -> list[tuple[str, str]]:
+    """(label, value) pairs that describe a failed check's numbers."""
+    out = []
+    if e.get("measured") is not None:
+        out.append(("measured error", fmt_number(e["measured"])))
+    if e.get("bound") is not None:
+        out.append(("bound", fmt_number(e["bound"])))
+    if e.get("tolerance_needed") is not None:
+        tol = e["tolerance_needed"]
+        ratio = ""
+        b = e.get("bound")
+        if isinstance(tol, (int, float)) and isinstance(b, (int, float)) and b > 0:
+            ratio = f" ({tol / b:.3g} × the bound)"
+        out.append(("smallest tolerance that would have passed", f"≥ {fmt_number(tol)}{ratio}"))
+    if e.get("capability"):
+        out.append(("capability", str(e["capability"])))
+    if e.get("calls") is not None:
+        out.append(("calls into the implementation", str(e["calls"])))
+    return out
+
+
+def repro_text(e: Mapping, environment: Mapping) -> str:
+    """The repro block: how the run was seeded, the command that reruns the check, the Python lines."""
+    profile = environment.get("profile", "ci")
+    seed = environment.get("seed")
+    seeding = "derandomized (the ci profile draws the same examples every run)" if seed is None \
+        else f"hypothesis seed {seed}"
+    lines = [f"# attnclaims {environment.get('suite_version', '')}, profile {profile}, {seeding}"]
+    if e.get("rerun"):
+        lines.append(f"# rerun the check: {e['rerun']}")
+    if e.get("repro"):
+        lines.append("# the last calls of the shrunk example, replayed on the implementation:")
+        lines.append(str(e["repro"]).rstrip())
+    return "\n".join(lines)
+
+
+def summary_counts(counts: Mapping[str, int]) -> str:
+    order = ("proven", "verified", "qualified", "illustrative", "historical", "refuted", "blocked", "error",
+             "no evidence", "not applicable")
+    parts = [f"{counts[k]} {k}" for k in order if counts.get(k)]
+    parts += [f"{v} {k}" for k, v in counts.items() if k not in order and v]
+    return ", ".join(parts) or "nothing"

@@ -1,0 +1,322 @@
+"""The report's data: registry + evidence of a run + environment -> one JSON-able dict.
+
+Every renderer (Markdown, HTML, JSON) reads this dict and nothing else, so the
+three formats say the same thing. Its shape is fixed by ``schema.json`` (next
+to this module). Nothing in it is looked up from expected answers: verdicts
+come from :mod:`attnclaims.verdicts`, the expected verdict is shown beside them.
+
+Derivation steps are rendered with ``sympy.pretty`` (unicode, no wrapping) from
+the derivation objects of :mod:`attnclaims.proofs`; whether each step checks is
+taken from the run's proof evidence (``data["proof"]``), never re-decided here.
+No string from a file or an implementation is ever evaluated.
+"""
+from __future__ import annotations
+
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from attnclaims.evidence import Evidence
+from attnclaims.verdicts import HOW_TO_READ, Verdict, compute_verdicts, exit_status
+
+SCHEMA_ID = "attnclaims-report/1"
+TITLE = "Claim report"
+_REL_TEXT = {"=": "=", "<=": "≤", "<": "<", ">=": "≥", ">": ">", "~": "~"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Derivations: sympy objects -> unicode pretty text
+# ---------------------------------------------------------------------------------------------
+
+def _pretty(expr) -> str:
+    import sympy as sp
+
+    try:
+        return sp.pretty(expr, use_unicode=True, wrap_line=False)
+    except Exception:  # noqa: BLE001 - a printer failure must not cost the report; fall back to sstr
+        return sp.sstr(expr)
+
+
+def _pretty_relation(lhs, rel: str, rhs, first: bool) -> str:
+    """``lhs REL rhs`` (or ``REL rhs`` continuing a chain, or ``rhs`` alone for a chain's start),
+    with the two sides' baselines aligned."""
+    try:
+        from sympy.printing.pretty.pretty import PrettyPrinter
+        from sympy.printing.pretty.stringpict import prettyForm, stringPict
+
+        pp = PrettyPrinter({"use_unicode": True, "wrap_line": False})
+        right = pp._print(rhs)
+        sym = f" {_REL_TEXT.get(rel, rel)} "
+        if lhs is not None:
+            form = prettyForm(*stringPict.next(pp._print(lhs), sym, right))
+        elif first:
+            form = right
+        else:
+            form = prettyForm(*stringPict.next(sym.lstrip(), right))
+        return form.render(wrap_line=False)
+    except Exception:  # noqa: BLE001 - the private printer API changed: join plain pretty strings
+        left = "" if lhs is None else _pretty(lhs) + " "
+        middle = "" if (lhs is None and first) else f"{_REL_TEXT.get(rel, rel)} "
+        return f"{left}{middle}{_pretty(rhs)}"
+
+
+def _latex(expr) -> str:
+    import sympy as sp
+
+    try:
+        return sp.latex(expr)
+    except Exception:  # noqa: BLE001
+        return ""
+
+
+def render_derivation(derivation, proof: Mapping | None) -> dict:
+    """One derivation as report data; ``proof`` is the run's ``ProofResult.to_dict()`` (or None)."""
+    statuses = {}
+    if proof:
+        for s in proof.get("steps", ()):
+            statuses[s.get("index")] = s
+    steps = []
+    for i, step in enumerate(derivation.steps):
+        lhs = getattr(step, "lhs", None)
+        first = i == 0 and lhs is None
+        status = statuses.get(i, {})
+        lemmas = [{"text": lem.text(), "why": lem.why, "cited": bool(lem.cited)} for lem in step.lemmas]
+        steps.append({
+            "index": i,
+            "relation": step.rel,
+            "math": _pretty_relation(lhs, step.rel, step.expr, first),
+            "latex": (_latex(lhs) + " " if lhs is not None else "") +
+                     ("" if first else {"<=": r"\le", ">=": r"\ge", "~": r"\sim"}.get(step.rel, step.rel) + " ") +
+                     _latex(step.expr),
+            "why": step.why,
+            "status": status.get("status", "given" if first else "not run"),
+            "detail": status.get("detail", ""),
+            "method": status.get("method", step.method or ""),
+            "lemmas": lemmas,
+        })
+    try:
+        symbols = derivation.symbols_declared()
+    except Exception:  # noqa: BLE001
+        symbols = []
+    return {
+        "name": derivation.name,
+        "title": derivation.title,
+        "statement": derivation.statement,
+        "assumptions": derivation.assumptions,
+        "symbols": symbols,
+        "source": getattr(derivation, "source", ""),
+        "outcome": proof.get("outcome", "not run") if proof else "not run",
+        "reason": proof.get("reason", "") if proof else "",
+        "failed_step": proof.get("failed_step") if proof else None,
+        "cited": list(proof.get("cited", ())) if proof else [],
+        "steps": steps,
+    }
+
+
+def _derivations(claim_id: str, evidence: Sequence[Evidence]) -> tuple[list[dict], str]:
+    """(rendered derivations of ``claim_id``, a note when they could not be loaded)."""
+    proofs = {}
+    for e in evidence:
+        proof = e.data.get("proof") if isinstance(e.data, dict) else None
+        if e.claim == claim_id and isinstance(proof, dict) and proof.get("name"):
+            proofs[proof["name"]] = proof
+    try:
+        from attnclaims.proofs import derivations_for
+    except Exception as exc:  # noqa: BLE001 - the proofs package itself is broken
+        return [_from_proof_only(p) for p in proofs.values()], f"the proofs could not be imported: {exc}"
+    try:
+        derivations = derivations_for(claim_id)
+    except KeyError:
+        derivations = []
+    except Exception as exc:  # noqa: BLE001 - one broken proof module must not cost the report
+        return ([_from_proof_only(p) for p in proofs.values()],
+                f"derivations_for({claim_id!r}) raised {type(exc).__name__}: {exc}")
+    out = [render_derivation(d, proofs.pop(d.name, None)) for d in derivations]
+    out += [_from_proof_only(p) for p in proofs.values()]  # results whose derivation is not listed
+    return out, ""
+
+
+def _from_proof_only(proof: Mapping) -> dict:
+    return {
+        "name": proof.get("name", ""), "title": proof.get("title", ""), "statement": "", "assumptions": "",
+        "symbols": [], "source": "", "outcome": proof.get("outcome", "not run"), "reason": proof.get("reason", ""),
+        "failed_step": proof.get("failed_step"), "cited": list(proof.get("cited", ())),
+        "steps": [{"index": s.get("index", i), "relation": s.get("rel", ""), "math": "", "latex": "",
+                   "why": s.get("why", ""), "status": s.get("status", ""), "detail": s.get("detail", ""),
+                   "method": s.get("method", ""), "lemmas": []}
+                  for i, s in enumerate(proof.get("steps", ()))],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Evidence
+# ---------------------------------------------------------------------------------------------
+
+def _figure_paths(figures: Iterable[str], out_dir: Path | None) -> list[str]:
+    """Figure paths relative to ``out_dir`` (copied into ``out_dir/figures`` when elsewhere)."""
+    rel = []
+    for f in figures:
+        src = Path(f)
+        if out_dir is None:
+            rel.append(str(src))
+            continue
+        if not src.is_absolute():
+            src = (out_dir / src) if (out_dir / src).exists() else src.resolve()
+        try:
+            rel.append(src.resolve().relative_to(out_dir.resolve()).as_posix())
+            continue
+        except ValueError:
+            pass
+        dest = out_dir / "figures" / src.name
+        if src.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if src.resolve() != dest.resolve():
+                shutil.copyfile(src, dest)
+        rel.append(dest.relative_to(out_dir).as_posix())
+    return rel
+
+
+def _rerun(e: Evidence, environment: Mapping) -> str:
+    impl = e.implementation or "reference"
+    cmd = f"attnclaims check --impl {impl} --claim {e.claim} --profile {environment.get('profile', 'ci')}"
+    seed = environment.get("seed")
+    if seed is not None:
+        cmd += f" --seed {seed}"
+    return cmd
+
+
+def evidence_entry(e: Evidence, environment: Mapping, out_dir: Path | None, spec_of: Mapping[str, str]) -> dict:
+    d = e.to_dict()
+    d["figures"] = _figure_paths(e.figures, out_dir)
+    d["tolerance_needed"] = None
+    if e.outcome == "failed" and e.measured is not None:
+        # Any tolerance at least the measured error would have passed this check.
+        d["tolerance_needed"] = e.measured
+    if e.outcome == "failed":
+        spec = spec_of.get(e.implementation or "", e.implementation or "reference")
+        d["rerun"] = _rerun(Evidence(**{**e.to_dict(), "implementation": spec}), environment)
+    else:
+        d["rerun"] = None
+    return d
+
+
+def _conventions(items: Sequence[Evidence]) -> dict:
+    """Conventions recorded by checks (``data["conventions"]`` / ``data["convention"]``), per implementation."""
+    out: dict[str, dict] = {}
+    for e in items:
+        if not isinstance(e.data, dict):
+            continue
+        conv = e.data.get("conventions", e.data.get("convention"))
+        if isinstance(conv, dict):
+            out.setdefault(e.implementation or "any", {}).update({str(k): v for k, v in conv.items()})
+        elif conv is not None:
+            out.setdefault(e.implementation or "any", {})[e.name] = conv
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The report
+# ---------------------------------------------------------------------------------------------
+
+def build_report(registry, evidence: Sequence[Evidence], implementations: Sequence[Mapping],
+                 environment: Mapping, *, claims: Sequence[str] | None = None, out_dir: Path | None = None,
+                 run: Mapping | None = None, verdicts: Mapping[str, Mapping[str, Verdict]] | None = None) -> dict:
+    """The report data (validates against ``schema.json``).
+
+    ``implementations``: dicts with at least ``name``; ``available`` (default True) says whether it
+    ran. ``claims``: the selected claim ids (default: all, in registry order).
+    """
+    impl_rows = [_implementation_row(i) for i in implementations]
+    names = [i["name"] for i in impl_rows if i["available"]]
+    spec_of = {i["name"]: i["spec"] for i in impl_rows}
+    ids = list(claims) if claims else registry.order()
+    if verdicts is None:
+        verdicts = compute_verdicts(registry, evidence, names, ids)
+    claim_rows = []
+    for cid in ids:
+        claim = registry.get(cid)
+        items = [e for e in evidence if e.claim == cid]
+        has_proofs = "sympy" in claim.methods or any(e.kind == "proof" for e in items)
+        derivations, derivation_note = _derivations(cid, items) if has_proofs else ([], "")
+        entries = [evidence_entry(e, environment, out_dir, spec_of) for e in items]
+        figures = list(dict.fromkeys(f for d in entries for f in d["figures"]))
+        per = verdicts.get(cid, {})
+        claim_rows.append({
+            "id": claim.id, "section": claim.section, "title": claim.title, "quote": claim.quote,
+            "statement": claim.statement, "precise": claim.precise.strip(), "assumptions": list(claim.assumptions),
+            "methods": list(claim.methods), "expected_verdict": claim.expected_verdict,
+            "qualification": claim.qualification, "notes": claim.notes, "citations": list(claim.citations),
+            "depends_on": list(claim.depends_on),
+            "verdicts": {impl: per[impl].verdict for impl in names if impl in per},
+            "verdict_details": {impl: per[impl].to_dict() for impl in names if impl in per},
+            "derivations": derivations, "derivation_note": derivation_note,
+            "evidence": entries, "figures": figures, "conventions": _conventions(items),
+        })
+    controls = [{"claim": e.claim, "name": e.name, "implementation": e.implementation, "outcome": e.outcome,
+                 "message": e.message} for e in evidence if e.role == "control" and (not claims or e.claim in ids)]
+    summary: dict[str, dict[str, int]] = {impl: {} for impl in names}
+    disagreements = []
+    for row in claim_rows:
+        for impl, v in row["verdicts"].items():
+            key = "blocked" if v.startswith("blocked by ") else v
+            summary[impl][key] = summary[impl].get(key, 0) + 1
+            if v != row["expected_verdict"]:
+                disagreements.append({"claim": row["id"], "implementation": impl,
+                                      "expected": row["expected_verdict"], "verdict": v})
+    env = dict(environment)
+    return {
+        "schema": SCHEMA_ID,
+        "title": TITLE,
+        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "source": {
+            "title": registry.source_title,
+            "integrity": [{"section": n.section, "note": n.note} for n in registry.integrity],
+        },
+        "environment": env,
+        "run": dict(run or {}),
+        "exit_status": exit_status({cid: verdicts.get(cid, {}) for cid in ids}),
+        "implementations": impl_rows,
+        "summary": {"claims": len(claim_rows), "verdicts": summary, "disagreements": disagreements},
+        "how_to_read": [{"verdict": v, "meaning": m} for v, m in HOW_TO_READ],
+        "negative_controls": controls,
+        "claims": claim_rows,
+    }
+
+
+def _implementation_row(info: Mapping) -> dict:
+    name = str(info.get("name") or info.get("spec") or "?")
+    return {
+        "name": name,
+        "spec": str(info.get("spec") or name),
+        "available": bool(info.get("available", True)),
+        "reason": str(info.get("reason", "") or ""),
+        "dtype": str(info.get("dtype", "") or ""),
+        "versions": {str(k): str(v) for k, v in dict(info.get("versions") or {}).items()},
+        "capabilities": [str(c) for c in info.get("capabilities") or ()],
+        "conventions": {str(k): v for k, v in dict(info.get("conventions") or {}).items()},
+        "exitstatus": info.get("exitstatus"),
+        "seconds": info.get("seconds"),
+        "tests": info.get("tests"),
+    }
+
+
+def from_run(result, registry, out_dir: Path | None = None, command: str = "") -> dict:
+    """The report of a :class:`attnclaims.runner.RunResult`."""
+    impls = []
+    for r in result.runs:
+        info = dict(r.info or {})
+        info.setdefault("name", r.name)
+        info["name"] = r.name
+        info.setdefault("spec", r.spec)
+        info["available"] = r.available
+        if r.reason:
+            info["reason"] = r.reason
+        info.update(exitstatus=r.exitstatus, seconds=r.seconds, tests=r.tests)
+        impls.append(info)
+    run = {"started": result.started, "seconds": result.seconds, "command": command}
+    return build_report(registry, result.evidence, impls, result.environment, claims=result.options.claims,
+                        out_dir=out_dir, run=run)
+
+
+__all__ = ["build_report", "from_run", "render_derivation", "evidence_entry", "SCHEMA_ID"]
