@@ -482,6 +482,22 @@ register("report", "run everything and write the claim report (Markdown, HTML, J
          _configure_report, _run_report)
 
 
+def _configure_mutants(parser):  # the kill-matrix engine lives in attnclaims.mutants (issue 8)
+    from attnclaims.mutants import add_arguments
+
+    add_arguments(parser)
+
+
+def _run_mutants(args):
+    from attnclaims.mutants import run_command
+
+    return run_command(args)
+
+
+register("mutants", "run the property tests against the mutant zoo; print the kill matrix (mutant × claim)",
+         _configure_mutants, _run_mutants)
+
+
 # ---------------------------------------------------------------------------------------------
 # main
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,676 @@
+"""The kill matrix: run the property tests against every mutant of the zoo (issue 8).
+
+The zoo (:mod:`attnclaims.tests.implementations.mutants`) holds correct
+implementations with one realistic bug each, every one declaring the claims
+whose tests should catch it. For each mutant this module runs the
+implementation tests in a pytest subprocess::
+
+    python -m pytest --pyargs attnclaims.tests -p attnclaims.mutants
+           --attn-impl attnclaims.tests.implementations.mutants:<name> --attn-results <out>/runs/<name>.json
+           --hypothesis-profile ci --mutant-log <out>/runs/<name>.jsonl [--mutant-claims a,b] [--mutant-first]
+
+and collects, per mutant and claim, whether a test tagged with the claim
+failed. Two modes:
+
+* default (first detection): only the tests tagged with the mutant's declared
+  claims run, and once a declared claim has a failing test its remaining tests
+  are not run (``--mutant-first``). This answers "is every mutant detected by
+  one of its declared claims, and how soon?" cheaply.
+* ``full``: every implementation test runs to the end, giving the complete
+  mutant × claim matrix (which claims catch the bug, declared or not).
+
+Hypothesis' shrink phase is skipped by default (``shrink=False``): the examples
+are generated exactly as the profile says (``ci`` is derandomized), so whether
+and when a test fails is unchanged; only the counterexample is not minimised.
+
+Correct implementations ("controls") run every implementation test in both
+modes and must have no failure at all.
+
+This module is also the pytest plugin loaded into those subprocesses
+(``-p attnclaims.mutants``); its hooks only act when ``--mutant-log`` is given.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+ZOO_MODULE = "attnclaims.tests.implementations.mutants"
+TESTS_PACKAGE = "attnclaims.tests"
+#: Correct implementations that must pass every implementation test (zero false alarms).
+CONTROLS: dict[str, str] = {
+    "einsum": "attnclaims.tests.implementations.einsum_impl:einsum_impl",
+    "loops": "attnclaims.tests.implementations.loops_impl:loops_impl",
+    "logsumexp": "attnclaims.tests.implementations.logsumexp_impl:logsumexp_impl",
+    "composed": f"{ZOO_MODULE}:composed",
+}
+#: Per-mutant subprocess limit, seconds: a run that takes longer is reported as an error, not waited for.
+DEFAULT_TIMEOUT = 900.0
+
+
+class MutantsError(ValueError):
+    """Bad options (unknown mutant, unknown profile); the message is one line."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The in-subprocess half: a pytest plugin (active only with --mutant-log)
+# ---------------------------------------------------------------------------------------------
+
+def pytest_addoption(parser):
+    group = parser.getgroup("attnclaims-mutants", "attnclaims: kill-matrix runs (internal)")
+    group.addoption("--mutant-log", default=None, help="append one JSON line per finished test to this file")
+    group.addoption("--mutant-claims", default=None,
+                    help="run only implementation tests tagged with one of these claim ids (comma-separated)")
+    group.addoption("--mutant-first", action="store_true", default=False,
+                    help="stop running a claim's tests once one of them failed")
+    group.addoption("--mutant-shrink", action="store_true", default=False,
+                    help="keep hypothesis' shrink phase (default: skip it; detection is unchanged)")
+    group.addoption("--mutant-collect", default=None,
+                    help="write the implementation tests and their claim ids to this JSON file")
+
+
+_STATE: dict = {"active": False, "log": None, "claims": None, "first": False, "t0": 0.0, "detected": set()}
+
+
+def _item_claims(item) -> list[str]:
+    ids: list[str] = []
+    for mark in item.iter_markers("claim"):
+        ids.extend(mark.args)
+    return list(dict.fromkeys(ids))
+
+
+def pytest_configure(config):
+    log = config.getoption("mutant_log", default=None)
+    collect = config.getoption("mutant_collect", default=None)
+    _STATE.update(active=bool(log or collect), log=log, first=config.getoption("mutant_first", default=False),
+                  detected=set(), t0=time.perf_counter())
+    claims = config.getoption("mutant_claims", default=None)
+    _STATE["claims"] = set(claims.split(",")) if claims else None
+    if log and not config.getoption("mutant_shrink", default=False):
+        _drop_shrink_phase()
+
+
+def _drop_shrink_phase() -> None:
+    """Re-register the active profile under its own name without the shrink and explain phases."""
+    from hypothesis import Phase, settings
+
+    name = settings.get_current_profile_name()
+    current = settings.get_profile(name)
+    phases = tuple(p for p in current.phases if p not in (Phase.shrink, Phase.explain))
+    settings.register_profile(name, parent=current, phases=phases)
+    settings.load_profile(name)
+
+
+def pytest_sessionstart(session):
+    _STATE["t0"] = time.perf_counter()
+
+
+def pytest_collection_modifyitems(session, config, items):
+    if not _STATE["active"]:
+        return
+    keep, drop = [], []
+    for item in items:
+        # the attnclaims plugin marks tests that use the implementation; this hook runs after it (trylast)
+        is_impl = item.get_closest_marker("impl_test") is not None
+        claims = _item_claims(item)
+        wanted = _STATE["claims"]
+        if is_impl and claims and (wanted is None or wanted & set(claims)):
+            keep.append(item)
+        else:
+            drop.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+    path = config.getoption("mutant_collect", default=None)
+    if path:
+        Path(path).write_text(json.dumps([{"test": i.nodeid, "claims": _item_claims(i)} for i in keep]),
+                              encoding="utf-8")
+
+
+pytest_collection_modifyitems.trylast = True  # after the attnclaims plugin has added impl_test
+
+
+def _relevant(item) -> set[str]:
+    claims = set(_item_claims(item))
+    return claims & _STATE["claims"] if _STATE["claims"] is not None else claims
+
+
+def pytest_runtest_protocol(item, nextitem):
+    """With --mutant-first, do not run a test whose claims have all been detected already."""
+    if _STATE["active"] and _STATE["first"] and _relevant(item) <= _STATE["detected"]:
+        return True  # handled: nothing is run or reported
+    return None
+
+
+pytest_runtest_protocol.tryfirst = True
+
+
+def pytest_runtest_logreport(report):
+    if not _STATE["log"]:
+        return
+    final = report.when == "call" or (report.when == "setup" and not report.passed)
+    if not final:
+        return
+    if report.passed:
+        outcome = "passed"
+    elif report.skipped:
+        outcome = "not-applicable"
+    else:
+        outcome = "failed" if report.when == "call" else "error"
+    claims = []
+    for key, value in report.user_properties:
+        if key == "attnclaims":
+            entry = json.loads(value)
+            claims = entry.get("claims", [])
+            if outcome == "failed" and entry.get("outcome") == "error":
+                outcome = "error"  # the test itself broke (not an AssertionError from a check)
+            message = entry.get("message", "")
+            break
+    else:
+        message = ""
+    if outcome == "failed":
+        _STATE["detected"].update(claims)
+    record = {"test": report.nodeid, "claims": claims, "outcome": outcome,
+              "t": round(time.perf_counter() - _STATE["t0"], 3), "seconds": round(report.duration, 3),
+              "message": message.splitlines()[0][:300] if message else ""}
+    with open(_STATE["log"], "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# The parent half
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Target:
+    """One implementation to run: a mutant (with declared claims) or a control (claims empty)."""
+
+    name: str
+    spec: str
+    description: str = ""
+    capability: str = ""
+    claims: tuple[str, ...] = ()
+    control: bool = False
+
+
+@dataclass
+class TargetResult:
+    name: str
+    spec: str
+    control: bool
+    description: str
+    capability: str
+    declared: list[str]
+    mode: str
+    exitstatus: int | None = None
+    wall_s: float = 0.0
+    tests_run: int = 0
+    #: claim -> {"passed": n, "failed": n, "not-applicable": n, "error": n}
+    per_claim: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: declared claims with at least one failing test
+    detected_by: list[str] = field(default_factory=list)
+    first_detection_s: float | None = None
+    first_detection_test: str | None = None
+    first_detection_message: str | None = None
+    failures: list[dict] = field(default_factory=list)
+    problem: str = ""  # the run itself went wrong (crash, timeout, usage error)
+
+    @property
+    def killed(self) -> bool:
+        return bool(self.detected_by)
+
+    @property
+    def false_alarms(self) -> list[dict]:
+        return self.failures if self.control else []
+
+    @property
+    def ok(self) -> bool:
+        """A mutant is ok when detected; a control when nothing failed and the run completed."""
+        if self.problem:
+            return False
+        return not self.failures if self.control else self.killed
+
+
+@dataclass
+class MatrixResult:
+    profile: str
+    mode: str
+    workers: int
+    seconds: float
+    claims: list[str]
+    mutants: list[TargetResult]
+    controls: list[TargetResult]
+
+    @property
+    def kill_rate(self) -> float:
+        return sum(m.killed for m in self.mutants) / len(self.mutants) if self.mutants else 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(t.ok for t in self.mutants + self.controls)
+
+    def to_dict(self) -> dict:
+        def one(t: TargetResult) -> dict:
+            d = asdict(t)
+            d["killed"] = t.killed
+            d["ok"] = t.ok
+            return d
+
+        return {"profile": self.profile, "mode": self.mode, "workers": self.workers, "seconds": self.seconds,
+                "kill_rate": self.kill_rate, "killed": sum(m.killed for m in self.mutants),
+                "total": len(self.mutants), "ok": self.ok, "claims": self.claims,
+                "mutants": [one(m) for m in self.mutants], "controls": [one(c) for c in self.controls]}
+
+
+def zoo():
+    """The registry ``MUTANTS`` of the zoo module."""
+    import importlib
+
+    return importlib.import_module(ZOO_MODULE).MUTANTS
+
+
+def mutant_targets(only: Iterable[str] | None = None) -> list[Target]:
+    mutants = zoo()
+    names = list(mutants) if not only else list(dict.fromkeys(only))
+    unknown = [n for n in names if n not in mutants]
+    if unknown:
+        raise MutantsError(f"unknown mutant {unknown[0]!r} (see `attnclaims mutants --list`)")
+    return [Target(name=n, spec=mutants[n].spec, description=mutants[n].description,
+                   capability=mutants[n].capability, claims=tuple(mutants[n].claims)) for n in names]
+
+
+def control_targets(names: Iterable[str] | None = None) -> list[Target]:
+    """The correct implementations that exist (a control whose module is missing is left out)."""
+    import importlib.util
+
+    out = []
+    for name in names if names is not None else CONTROLS:
+        spec = CONTROLS[name]
+        module = spec.partition(":")[0]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if found:
+            out.append(Target(name=name, spec=spec, description="correct implementation", control=True))
+    return out
+
+
+def _command(target: Target, *, profile: str, full: bool, shrink: bool, log: Path, results: Path, ini: Path,
+             call_timeout: float | None) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", TESTS_PACKAGE, "-p", "attnclaims.mutants",
+           "--attn-impl", target.spec, "--attn-results", str(results), "--mutant-log", str(log),
+           "--hypothesis-profile", profile, "-q", "--no-header", "-p", "no:cacheprovider", "-p", "no:randomly",
+           "-c", str(ini), "--rootdir", str(ini.parent), "--import-mode=importlib", "--strict-markers",
+           "-W", "ignore::pytest.PytestAssertRewriteWarning", "-o", "console_output_style=classic"]
+    if not full and not target.control:
+        cmd += ["--mutant-claims", ",".join(target.claims), "--mutant-first"]
+    if shrink:
+        cmd += ["--mutant-shrink"]
+    if call_timeout is not None:
+        cmd += ["--attn-call-timeout", str(call_timeout)]
+    return cmd
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    # Each subprocess is one CPU's worth of work; BLAS threads would only fight over the cores.
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("PYTEST_ADDOPTS", None)
+    env.pop("PYTEST_XDIST_WORKER", None)
+    return env
+
+
+def run_target(target: Target, work: Path, *, profile: str = "ci", full: bool = False, shrink: bool = False,
+               timeout: float = DEFAULT_TIMEOUT, call_timeout: float | None = None) -> TargetResult:
+    """Run the selected tests against one implementation in a subprocess; never raises for what it does."""
+    runs = work / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    log, results, out = runs / f"{target.name}.jsonl", runs / f"{target.name}.json", runs / f"{target.name}.log"
+    for p in (log, results):
+        p.unlink(missing_ok=True)
+    ini = work / "pytest.ini"
+    if not ini.exists():
+        ini.write_text("[pytest]\n", encoding="utf-8")
+    cmd = _command(target, profile=profile, full=full, shrink=shrink, log=log, results=results, ini=ini,
+                   call_timeout=call_timeout)
+    res = TargetResult(name=target.name, spec=target.spec, control=target.control, description=target.description,
+                       capability=target.capability, declared=list(target.claims),
+                       mode="full" if full or target.control else "first")
+    t0 = time.perf_counter()
+    with open(out, "wb") as fh:
+        try:
+            proc = subprocess.run(cmd, cwd=work, env=_env(), stdout=fh, stderr=subprocess.STDOUT, timeout=timeout)
+            res.exitstatus = proc.returncode
+        except subprocess.TimeoutExpired:
+            res.problem = f"did not finish within {timeout:g} s"
+    res.wall_s = round(time.perf_counter() - t0, 2)
+    records = []
+    if log.exists():
+        for line in log.read_text(encoding="utf-8").splitlines():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue
+    _summarise(res, records, set(target.claims))
+    if res.exitstatus not in (0, 1, None) and not res.problem:
+        # 2 interrupted, 3 internal error, 4 usage error, 5 no tests: the matrix row is incomplete
+        tail = out.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] if out.exists() else []
+        res.problem = f"pytest exit status {res.exitstatus}" + (f": {tail[0]}" if tail else "")
+    return res
+
+
+def _summarise(res: TargetResult, records: list[dict], declared: set[str]) -> None:
+    res.tests_run = len(records)
+    for rec in records:
+        for cid in rec.get("claims", []):
+            counts = res.per_claim.setdefault(cid, {"passed": 0, "failed": 0, "not-applicable": 0, "error": 0})
+            counts[rec["outcome"]] = counts.get(rec["outcome"], 0) + 1
+        if rec["outcome"] in ("failed", "error"):
+            res.failures.append({"test": rec["test"], "claims": rec.get("claims", []), "outcome": rec["outcome"],
+                                 "message": rec.get("message", "")})
+        hit = declared & set(rec.get("claims", []))
+        if rec["outcome"] == "failed" and hit:
+            for cid in sorted(hit):
+                if cid not in res.detected_by:
+                    res.detected_by.append(cid)
+            if res.first_detection_s is None:
+                res.first_detection_s = rec.get("t")
+                res.first_detection_test = rec["test"]
+                res.first_detection_message = rec.get("message", "")
+
+
+def implementation_claims(work: Path | None = None) -> dict[str, list[str]]:
+    """The implementation tests and their claim ids (one collection-only subprocess): {test: claims}."""
+    with tempfile.TemporaryDirectory(prefix="attnclaims-collect-") as tmp:
+        tmp = Path(tmp)
+        ini = tmp / "pytest.ini"
+        ini.write_text("[pytest]\n", encoding="utf-8")
+        out = tmp / "collected.json"
+        cmd = [sys.executable, "-m", "pytest", "--pyargs", TESTS_PACKAGE, "-p", "attnclaims.mutants",
+               "--collect-only", "-q", "--mutant-collect", str(out), "-p", "no:cacheprovider",
+               "-c", str(ini), "--rootdir", str(tmp), "--import-mode=importlib", "--strict-markers"]
+        proc = subprocess.run(cmd, cwd=tmp, env=_env(), capture_output=True, text=True)
+        if not out.exists():
+            raise MutantsError(f"collecting the implementation tests failed (exit status {proc.returncode}): "
+                               + (proc.stdout.strip().splitlines() or [""])[-1])
+        return {d["test"]: d["claims"] for d in json.loads(out.read_text(encoding="utf-8"))}
+
+
+def claim_columns(results: Iterable[TargetResult]) -> list[str]:
+    """The claims that appear in any row, in the registry's order."""
+    from attnclaims.registry import load_registry
+
+    seen = {cid for r in results for cid in list(r.per_claim) + r.declared}
+    return [cid for cid in load_registry().order() if cid in seen]
+
+
+ProgressFn = Callable[[TargetResult, int, int], None]
+
+
+def run_matrix(targets: list[Target], *, profile: str = "ci", full: bool = False, workers: int | None = None,
+               shrink: bool = False, out: Path | None = None, timeout: float = DEFAULT_TIMEOUT,
+               progress: ProgressFn | None = None) -> MatrixResult:
+    """Run every target (mutants and controls) on ``workers`` parallel subprocesses."""
+    from attnclaims.profiles import PROFILES
+
+    if profile not in PROFILES:
+        raise MutantsError(f"unknown profile {profile!r} (expected one of {', '.join(PROFILES)})")
+    workers = max(1, workers or os.cpu_count() or 1)
+    t0 = time.perf_counter()
+    tmp = None
+    if out is None:
+        tmp = tempfile.TemporaryDirectory(prefix="attnclaims-mutants-")
+        work = Path(tmp.name)
+    else:
+        work = Path(out)
+        work.mkdir(parents=True, exist_ok=True)
+    # Slowest first (controls run every test), so that the pool does not end on one long run.
+    order = sorted(range(len(targets)), key=lambda i: not targets[i].control)
+    results: list[TargetResult | None] = [None] * len(targets)
+    done = 0
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(run_target, targets[i], work, profile=profile, full=full, shrink=shrink,
+                                   timeout=timeout): i for i in order}
+            for fut in _as_completed(futures):
+                i = futures[fut]
+                results[i] = fut.result()
+                done += 1
+                if progress:
+                    progress(results[i], done, len(targets))
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    rows = [r for r in results if r is not None]
+    matrix = MatrixResult(profile=profile, mode="full" if full else "first", workers=workers,
+                          seconds=round(time.perf_counter() - t0, 1), claims=claim_columns(rows),
+                          mutants=[r for r in rows if not r.control], controls=[r for r in rows if r.control])
+    if out is not None:
+        (work / "mutants.json").write_text(json.dumps(matrix.to_dict(), indent=1), encoding="utf-8")
+    return matrix
+
+
+def _as_completed(futures):
+    from concurrent.futures import as_completed
+
+    return as_completed(futures)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+# ---------------------------------------------------------------------------------------------
+
+def abbreviations(claims: list[str]) -> dict[str, str]:
+    """Short unique column names: the initials of the id's words (``softmax-distribution`` -> ``sd``),
+    lengthened with the last word's letters where two ids would collide."""
+    out: dict[str, str] = {}
+    for cid in claims:
+        words = cid.split("-")
+        base = "".join(w[0] for w in words)
+        abbr, extra = base, 1
+        while abbr in out.values():
+            abbr = base[:-1] + words[-1][: 1 + extra]
+            extra += 1
+            if extra > len(words[-1]):
+                abbr = f"{base}{extra}"
+        out[cid] = abbr
+    return out
+
+
+#: cell symbols: a failing test on a declared claim, on another claim, all passed, not applicable, not run
+CELL = {"declared": "X", "other": "x", "passed": ".", "n/a": "-", "none": " "}
+
+
+def cell(result: TargetResult, cid: str) -> str:
+    counts = result.per_claim.get(cid)
+    if not counts:
+        return CELL["none"]
+    if counts.get("failed") or counts.get("error"):
+        return CELL["declared"] if cid in result.declared else CELL["other"]
+    if counts.get("passed"):
+        return CELL["passed"]
+    return CELL["n/a"]
+
+
+def matrix_lines(matrix: MatrixResult) -> list[str]:
+    """The kill matrix as plain text (what ``docs/mutants.md`` shows)."""
+    abbr = abbreviations(matrix.claims)
+    name_w = max([len(r.name) for r in matrix.mutants + matrix.controls] + [6])
+    head = f"{'mutant':<{name_w}}  {'killed':<6}  {'first s':>7}  " + " ".join(f"{abbr[c]:>3}" for c in matrix.claims)
+    lines = [head, "-" * len(head)]
+
+    def row(r: TargetResult) -> str:
+        if r.control:
+            status = "PASS" if r.ok else ("ERROR" if r.problem else f"FAIL{len(r.failures)}")
+        else:
+            status = "yes" if r.killed else ("ERROR" if r.problem else "NO")
+        first = f"{r.first_detection_s:7.2f}" if r.first_detection_s is not None else f"{'-':>7}"
+        return f"{r.name:<{name_w}}  {status:<6}  {first}  " + " ".join(f"{cell(r, c):>3}" for c in matrix.claims)
+
+    lines += [row(r) for r in matrix.mutants]
+    if matrix.controls:
+        lines.append("-" * len(head))
+        lines += [row(r) for r in matrix.controls]
+    lines.append("")
+    killed = sum(m.killed for m in matrix.mutants)
+    lines.append(f"kill rate {killed}/{len(matrix.mutants)} = {100 * matrix.kill_rate:.1f}%  "
+                 f"(profile {matrix.profile}, mode {matrix.mode}, {matrix.workers} processes, {matrix.seconds:.1f} s)")
+    alarms = sum(len(c.failures) for c in matrix.controls)
+    if matrix.controls:
+        lines.append(f"correct implementations: {len(matrix.controls)}, failing tests among them: {alarms}")
+    lines.append("cells: X a test of a declared claim failed, x a test of another claim failed, "
+                 ". its tests passed, - not applicable, blank not run")
+    lines.append("columns: " + ", ".join(f"{abbr[c]}={c}" for c in matrix.claims))
+    return lines
+
+
+def print_matrix(matrix: MatrixResult, console=None) -> None:
+    """The kill matrix as a rich table, then the survivors and false alarms, if any."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    abbr = abbreviations(matrix.claims)
+    table = Table(title=f"kill matrix — profile {matrix.profile}, mode {matrix.mode}", show_lines=False,
+                  pad_edge=False, header_style="bold")
+    table.add_column("mutant", no_wrap=True)
+    table.add_column("capability", no_wrap=True, style="dim")
+    table.add_column("killed", no_wrap=True)
+    table.add_column("first s", justify="right", no_wrap=True)
+    for c in matrix.claims:
+        table.add_column(abbr[c], justify="center", no_wrap=True)
+    style = {"X": "bold red", "x": "red", ".": "green", "-": "dim", " ": ""}
+    for r in matrix.mutants + matrix.controls:
+        if r.control:
+            status = "[green]pass[/]" if r.ok else f"[bold red]{'error' if r.problem else 'FALSE ALARM'}[/]"
+        else:
+            status = "[green]yes[/]" if r.killed else f"[bold red]{'error' if r.problem else 'NO'}[/]"
+        first = f"{r.first_detection_s:.2f}" if r.first_detection_s is not None else "-"
+        cells = []
+        for c in matrix.claims:
+            sym = cell(r, c)
+            text = f"[{style[sym]}]{sym}[/]" if style[sym] else sym
+            if c in r.declared and sym in (".", " ", "-"):
+                text = f"[underline]{sym if sym != ' ' else '_'}[/]"
+            cells.append(text)
+        table.add_row(r.name, r.capability or "control", status, first, *cells,
+                      end_section=r is matrix.mutants[-1] if matrix.mutants else False)
+    console.print(table)
+    killed = sum(m.killed for m in matrix.mutants)
+    console.print(f"kill rate [bold]{killed}/{len(matrix.mutants)} = {100 * matrix.kill_rate:.1f}%[/] "
+                  f"(profile {matrix.profile}, mode {matrix.mode}, {matrix.workers} processes, {matrix.seconds:.1f} s)")
+    if matrix.controls:
+        alarms = sum(len(c.failures) for c in matrix.controls)
+        console.print(f"correct implementations: {len(matrix.controls)}, failing tests among them: {alarms}")
+    console.print("cells: X a test of a declared claim failed, x a test of another claim failed, . passed, "
+                  "- not applicable, blank not run; underlined: a declared claim that did not fail")
+    console.print("columns: " + ", ".join(f"{abbr[c]}={c}" for c in matrix.claims), style="dim")
+    for r in matrix.mutants:
+        if not r.killed:
+            console.print(f"[bold red]survived[/] {r.name}: {r.description} "
+                          f"(declared: {', '.join(r.declared)}){' — ' + r.problem if r.problem else ''}")
+    for r in matrix.controls:
+        if r.problem:
+            console.print(f"[bold red]control {r.name} did not complete[/]: {r.problem}")
+        for f in r.failures[:10]:
+            console.print(f"[bold red]false alarm[/] {r.name}: {f['test']}: {f['message']}")
+
+
+def first_detection_lines(matrix: MatrixResult) -> list[str]:
+    """One line per mutant: which test caught it first, after how long, and with what message."""
+    out = []
+    for r in matrix.mutants:
+        if r.killed:
+            out.append(f"{r.name}: {r.first_detection_s:.2f} s, {r.first_detection_test} — "
+                       f"{(r.first_detection_message or '')[:160]}")
+        else:
+            out.append(f"{r.name}: not detected{' (' + r.problem + ')' if r.problem else ''}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line (``attnclaims mutants``; also ``python -m attnclaims.mutants``)
+# ---------------------------------------------------------------------------------------------
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--profile", default="ci", help="hypothesis profile: dev, ci (default), thorough")
+    parser.add_argument("-n", "--workers", type=int, default=None, metavar="N",
+                        help="mutants run in N parallel processes (default: the number of CPUs)")
+    parser.add_argument("--only", action="append", default=None, metavar="NAME",
+                        help="run only this mutant (repeatable)")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="write mutants.json, matrix.txt and each run's log to DIR")
+    parser.add_argument("--full", action="store_true",
+                        help="run every implementation test to the end: the complete mutant × claim matrix")
+    parser.add_argument("--no-controls", action="store_true",
+                        help="do not run the correct implementations")
+    parser.add_argument("--shrink", action="store_true",
+                        help="keep hypothesis' shrink phase (minimal counterexamples, slower)")
+    parser.add_argument("--list", action="store_true", help="list the zoo and exit")
+
+
+def run_command(args, console=None) -> int:
+    """``attnclaims mutants``: exit 0 when every mutant is killed and no control fails, 1 otherwise, 2 on bad options."""
+    from rich.console import Console
+
+    console = console or Console(stderr=False)
+    err = Console(stderr=True)
+    try:
+        mutants = mutant_targets(args.only)
+    except MutantsError as exc:
+        err.print(f"attnclaims mutants: {exc}")
+        return 2
+    if args.list:
+        for t in mutants:
+            console.print(f"{t.name:34s} {t.capability:22s} {', '.join(t.claims):45s} {t.description}",
+                          highlight=False, soft_wrap=True)
+        console.print(f"{len(mutants)} mutants")
+        return 0
+    if args.workers is not None and args.workers < 1:
+        err.print(f"attnclaims mutants: -n {args.workers}: the number of processes must be >= 1")
+        return 2
+    targets = mutants + ([] if args.no_controls or args.only else control_targets())
+
+    def progress(r: TargetResult, done: int, total: int) -> None:
+        if r.control:
+            what = "pass" if r.ok else (r.problem or f"{len(r.failures)} FALSE ALARMS")
+        else:
+            what = (f"killed by {', '.join(r.detected_by)} after {r.first_detection_s:.2f} s" if r.killed
+                    else f"SURVIVED{' (' + r.problem + ')' if r.problem else ''}")
+        err.print(f"[{done}/{total}] {r.name}: {what} ({r.wall_s:.1f} s)", highlight=False)
+
+    try:
+        matrix = run_matrix(targets, profile=args.profile, full=args.full, workers=args.workers,
+                            shrink=args.shrink, out=Path(args.out) if args.out else None, progress=progress)
+    except MutantsError as exc:
+        err.print(f"attnclaims mutants: {exc}")
+        return 2
+    print_matrix(matrix, console)
+    if args.out:
+        text = "\n".join(matrix_lines(matrix) + ["", "first detection:"] + first_detection_lines(matrix)) + "\n"
+        (Path(args.out) / "matrix.txt").write_text(text, encoding="utf-8")
+        console.print(f"wrote {Path(args.out) / 'mutants.json'} and {Path(args.out) / 'matrix.txt'}")
+    return 0 if matrix.ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="attnclaims mutants",
+                                     description="Run the property tests against the mutant zoo: the kill matrix.")
+    add_arguments(parser)
+    return run_command(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
