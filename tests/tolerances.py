@@ -1,0 +1,607 @@
+"""Tolerances of the property tests: each one derived, none guessed (DESIGN.md, "Numerics").
+
+Every bound here is an a-priori forward error bound, to first order in the unit
+roundoff u = eps/2 of the dtype an implementation computes in, for *any*
+correct implementation of the operation, whatever its summation order or its
+softmax style. Three styles are covered explicitly, because correct code uses
+all three and they round differently:
+
+* direct: t = s − max s, e = exp(t), a = e / Σe (numpy, scipy.special.softmax);
+* log domain: a = exp(t − log Σ exp t) (scipy.special.log_softmax, PyTorch's log_softmax);
+* online: one key (or block) at a time with a running maximum and rescaling
+  by exp(m_old − m_new) (FlashAttention; Milakov & Gimelshein 2018).
+
+The standard model of floating-point arithmetic is assumed: fl(a ∘ b) =
+(a ∘ b)(1 + δ), |δ| ≤ u; elementary functions (exp, log, sqrt, sin, cos, tanh,
+pow) are accurate to 1 ulp, i.e. relative error ≤ 2u. A sum of n terms in any
+order has error ≤ γ_n Σ|terms|, γ_n = n·u/(1 − n·u) ≈ n·u (Higham, *Accuracy and
+Stability of Numerical Algorithms*, 2nd ed., §3.1, §4.2). Errors are tracked
+elementwise and propagated through each operation by its first-order
+(linearised) perturbation; intermediate magnitudes are taken from the float64
+reference, which is exact to the first order that matters here.
+
+How they are used. A bound is a :class:`Bound`: an elementwise absolute bound
+``abs`` and the nominal scalar ``tol`` it is expressed in (the sum of the unit
+roundoffs of the computations compared), so that ``scale = abs / tol`` is the
+elementwise condition factor. :func:`assert_close` fails when
+``max |out − ref| / scale > tol``, raising
+:class:`~attnclaims.guard.CheckFailure` with ``measured`` (the smallest ``tol``
+that would have passed) and ``bound`` — in the one message format of
+STYLE.md: ``max |out - ref| / scale = 3.1e-12 > 2.2e-14 [attention(mask=causal)]``.
+
+Comparisons of an implementation with the float64 reference add the two bounds
+(:func:`conformance`: tol = u_impl + u_float64); comparisons of an
+implementation with itself on transformed inputs add two bounds of the
+implementation (:func:`self_consistency`: tol = 2·u_impl).
+
+Calibration: the three test-only implementations (einsum, loops, logsumexp)
+pass every test under the ``thorough`` profile; the bounds are worst-case, so
+the observed errors sit one to two orders of magnitude below them, which is the
+detection threshold DESIGN.md asks for (``target()`` pushes the ratio up during
+the search).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from hypothesis import note, target
+from hypothesis.errors import InvalidArgument
+
+from attnclaims.guard import CheckFailure
+
+__all__ = [
+    "U64", "unit_roundoff", "Bound", "conformance", "self_consistency",
+    "assert_close", "assert_within", "assert_exactly_zero", "assert_differs",
+    "weight_relative_error", "row_sum_bound", "softmax_error", "score_error", "attention_weights_error",
+    "attention_error", "hull_slack", "linear_error", "multi_head_error", "layer_norm_error",
+    "layer_norm_moments_bound", "feed_forward_error", "encoder_layer_error", "decoder_layer_error",
+    "positional_encoding_error", "softmax_jacobian_step", "softmax_jacobian_bound",
+]
+
+#: Elementary functions (exp, log, sqrt, sin, cos, tanh, pow) are assumed accurate to 1 ulp: relative error ≤ C_FN·u.
+C_FN = 2.0
+
+
+def unit_roundoff(dtype) -> float:
+    """u = eps/2: |fl(x) − x| ≤ u|x| for every x in the normal range (Higham §2.1). float64: 2⁻⁵³ ≈ 1.1e-16,
+    float32: 2⁻²⁴ ≈ 6.0e-8."""
+    return float(np.finfo(np.dtype(dtype)).eps) / 2.0
+
+
+U64 = unit_roundoff(np.float64)
+
+
+def _f64(a) -> np.ndarray:
+    return np.asarray(a, dtype=np.float64)
+
+
+def _zeros_like(a, e) -> np.ndarray:
+    return np.zeros(np.shape(a)) if e is None else _f64(e)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bound and the checks
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Bound:
+    """|computed − exact| ≤ ``abs`` elementwise, expressed in units of the scalar ``tol``.
+
+    ``abs / tol`` is the elementwise scale (condition × size factor) printed by the checks.
+    Bounds add: the bound of a difference of two computations is the sum of their bounds.
+    """
+
+    abs: np.ndarray
+    tol: float
+
+    def __post_init__(self):
+        object.__setattr__(self, "abs", np.asarray(self.abs, dtype=np.float64))
+
+    def __add__(self, other: "Bound") -> "Bound":
+        return Bound(self.abs + other.abs, self.tol + other.tol)
+
+    def __mul__(self, factor: float) -> "Bound":
+        return Bound(self.abs * factor, self.tol * factor)
+
+    __rmul__ = __mul__
+
+    @property
+    def scale(self) -> np.ndarray:
+        return self.abs / self.tol
+
+
+def conformance(error: Callable[..., np.ndarray], *args, dtype, **kwargs) -> Bound:
+    """Bound of |impl − reference|: ``error(*args, u=…)`` evaluated for the implementation's u and for the
+    float64 reference's, added (both deviate from the exact value by at most their own bound)."""
+    u = unit_roundoff(dtype)
+    return Bound(error(*args, u=u, **kwargs), u) + Bound(error(*args, u=U64, **kwargs), U64)
+
+
+def self_consistency(error: Callable[..., np.ndarray], *args, dtype, **kwargs) -> Bound:
+    """Bound of the difference of two evaluations by the implementation of quantities equal in exact
+    arithmetic (e.g. f(PX) and P f(X)): twice the implementation's bound for one evaluation."""
+    u = unit_roundoff(dtype)
+    return 2 * Bound(error(*args, u=u, **kwargs), u)
+
+
+def _target(value: float, label: str) -> None:
+    """``hypothesis.target`` when inside a test and the label is new for this example; else nothing."""
+    if np.isfinite(value):
+        try:
+            target(float(value), label=label)
+        except InvalidArgument:  # outside @given, or the label was already targeted in this example
+            pass
+
+
+def _where(index: tuple[int, ...]) -> str:
+    return f" at index {index}" if index else ""
+
+
+def assert_close(actual, expected, bound: Bound, what: str, *, names: tuple[str, str] = ("out", "ref")) -> float:
+    """Fail unless |actual − expected| ≤ bound.abs elementwise.
+
+    Message: ``max |out - ref| / scale = 3.1e-12 > 2.2e-14 [what]`` with the worst element and its
+    values; the :class:`CheckFailure` carries ``measured`` (the smallest tol that would pass) and
+    ``bound`` (tol). Returns the measured ratio (for ``note``/statistics).
+    """
+    actual, expected = _f64(actual), _f64(expected)
+    if actual.shape != expected.shape:
+        raise CheckFailure(f"{names[0]}.shape={actual.shape}, but should be {expected.shape} [{what}]")
+    scale = np.broadcast_to(bound.scale, actual.shape)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        err = np.abs(actual - expected)
+        ratio = np.where(scale > 0, err / np.where(scale > 0, scale, 1.0), np.where(err > 0, np.inf, 0.0))
+    ratio = np.where(np.isnan(err), np.inf, ratio)
+    measured = float(ratio.max()) if ratio.size else 0.0
+    _target(measured / bound.tol if bound.tol > 0 else measured, f"error/bound {what}")
+    if not measured <= bound.tol:
+        index = tuple(int(i) for i in np.unravel_index(int(np.argmax(ratio)), ratio.shape)) if ratio.size else ()
+        detail = ""
+        if index or ratio.size == 1:
+            detail = (f"{_where(index)}: {names[0]}={actual[index]!r}, {names[1]}={expected[index]!r}, "
+                      f"allowed |diff| <= {float(np.broadcast_to(bound.abs, actual.shape)[index]):.3g}")
+        raise CheckFailure(f"max |{names[0]} - {names[1]}| / scale = {measured:.3g} > {bound.tol:.3g} [{what}]"
+                           f"{detail}", measured=measured, bound=bound.tol)
+    return measured
+
+
+def assert_within(value, low, high, bound: Bound, what: str, *, name: str = "out") -> float:
+    """Fail unless low − bound ≤ value ≤ high + bound elementwise (a one-sided :func:`assert_close`)."""
+    value, low, high = _f64(value), _f64(low), _f64(high)
+    outside = np.maximum(np.maximum(low - value, value - high), 0.0)
+    outside = np.where(np.isnan(value), np.inf, outside)
+    return assert_close(outside, np.zeros_like(outside), bound, what, names=(f"dist({name}, [low, high])", "0"))
+
+
+def assert_exactly_zero(values, what: str, *, name: str = "weights") -> None:
+    """Fail unless every entry is exactly 0 (masked weights, upper Jacobian blocks): no rounding excuses."""
+    values = _f64(values)
+    bad = values != 0
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        measured = float(np.nanmax(np.abs(values))) if not np.isnan(values).all() else math.inf
+        raise CheckFailure(f"{int(bad.sum())} {name} should be exactly 0 but are not; "
+                           f"max |{name}| = {measured:.3g} (first{_where(index)}: {values[index]!r}) [{what}]",
+                           measured=measured, bound=0.0)
+
+
+def assert_differs(a, b, bound: Bound, what: str) -> float:
+    """Fail unless a and b differ somewhere by more than the rounding bound, i.e. by more than rounding
+    alone can explain (used for "a permutation changes the output", "the output depends on memory")."""
+    a, b = _f64(a), _f64(b)
+    scale = np.broadcast_to(bound.scale, a.shape)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(scale > 0, np.abs(a - b) / np.where(scale > 0, scale, 1.0),
+                         np.where(a != b, np.inf, 0.0))
+    measured = float(np.nanmax(ratio)) if ratio.size else 0.0
+    if not measured > bound.tol:
+        raise CheckFailure(f"max |a - b| / scale = {measured:.3g} <= {bound.tol:.3g}: no difference beyond "
+                           f"rounding [{what}]", measured=measured, bound=bound.tol)
+    return measured
+
+
+# ---------------------------------------------------------------------------------------------
+# Softmax
+# ---------------------------------------------------------------------------------------------
+
+def weight_relative_error(t, n: int) -> np.ndarray:
+    """η, in units of u: the relative error of one computed softmax weight, for exact scores.
+
+    t = s − max s (≤ 0) is the weight's shifted score, n the number of terms. To first order:
+
+    * direct: fl(s − m) moves the exponent by u|t| (relative error |t|u of e^t); exp 2u; the sum of n
+      positive terms γ_n plus, weighted by the weights, the exponent errors of all terms,
+      Σ a_j|t_j|u ≤ H(a)·u ≤ u ln n (since a_j ≤ e^{t_j}); the division u:  |t| + n + ln n + 5.
+    * log domain: as above for Σ exp t, then log (2u, |L| ≤ ln n), the subtraction t − L (u|t − L| ≤
+      u(|t| + ln n)) and exp (2u):  2|t| + n + 4 ln n + 5.
+    * online: the weight of key j is e^{t_j} times the rescaling factors exp(m_a − m_b) of the later steps;
+      their arguments telescope to at most |t_j| (error u|t_j|), each factor costs exp + multiply (3u) and
+      each step an add (u), over at most n steps; the normaliser carries the weighted mean of the same,
+      ≤ 4n + 2 ln n; the division u:  2|t| + 8n + 2 ln n + 4.
+
+    The maximum over the three, rounded up: η = 2|t| + 8(n + 1) + 4 ln n.
+    """
+    return 2.0 * np.abs(_f64(t)) + 8.0 * (n + 1) + 4.0 * math.log(max(n, 1))
+
+
+def row_sum_bound(dtype, n: int) -> Bound:
+    """|Σ_j a_j − 1| for one computed row of n weights (and the same sum formed in float64 by the test).
+
+    Σ_j a_j(1 + u η_j) − 1 = u Σ_j a_j η_j, and Σ_j a_j·2|t_j| ≤ 2 H(a) ≤ 2 ln n (a_j ≤ e^{t_j}), so
+    |Σ â − 1| ≤ u (8(n + 1) + 6 ln n); score rounding does not enter (the weights are the softmax of the
+    computed scores, whatever they are). The test's own float64 sum adds n·u_64.
+    """
+    u = unit_roundoff(dtype)
+    return Bound(np.asarray(u * (8.0 * (n + 1) + 6.0 * math.log(max(n, 1))) + n * U64), u)
+
+
+def softmax_error(x, axis: int = -1, *, u: float, ex=None) -> np.ndarray:
+    """Absolute error bound of softmax(x) along ``axis``: a_i·r_i with
+    r_i = (1 + expm1(2E))(1 + u η_i) − 1, E = max_j |Δx_j| the input error of the row (a perturbation
+    Δx moves log a_i by Δx_i − Σ_j a_j Δx_j, at most 2E), η from :func:`weight_relative_error`.
+    Capped at 1 (a weight lies in [0, 1])."""
+    x = np.moveaxis(_f64(x), axis, -1)
+    n = x.shape[-1]
+    with np.errstate(over="ignore", invalid="ignore"):
+        m = np.max(x, axis=-1, keepdims=True)
+        t = x - m
+        a = np.exp(t) / np.exp(t).sum(axis=-1, keepdims=True)
+    e_in = 0.0 if ex is None else np.max(np.moveaxis(_f64(ex), axis, -1), axis=-1, keepdims=True)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = (1.0 + np.expm1(2.0 * e_in)) * (1.0 + u * weight_relative_error(t, n)) - 1.0
+        err = np.where(a > 0, np.minimum(a * r, 1.0), 0.0)
+    return np.moveaxis(err, -1, axis)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scaled dot-product attention
+# ---------------------------------------------------------------------------------------------
+
+def _default_scale(d_k: int, scale) -> float:
+    return 1.0 / math.sqrt(d_k) if scale is None else float(scale)
+
+
+def score_error(q, k, scale=None, *, u: float, eq=None, ek=None) -> np.ndarray:
+    """|ΔS| for S = scale · q kᵀ: the d_k-term dot product γ_{d_k}|q||k|ᵀ, the multiplication by the
+    scale and the scale's own rounding (1/√d_k, or an explicit scale rounded to the dtype): 3u|S| ≤
+    3u·scale·|q||k|ᵀ; plus the propagated input errors scale·(Δq|k|ᵀ + |q|Δkᵀ + ΔqΔkᵀ).
+    q (..., n_q, d_k), k (..., n_k, d_k) -> (..., n_q, n_k)."""
+    q, k = _f64(q), _f64(k)
+    d_k = q.shape[-1]
+    s = abs(_default_scale(d_k, scale))
+    aq, ak = np.abs(q), np.abs(k)
+    eq, ek = _zeros_like(q, eq), _zeros_like(k, ek)
+    kt = lambda a: np.swapaxes(a, -1, -2)  # noqa: E731
+    return s * (u * (d_k + 3) * (aq @ kt(ak)) + eq @ kt(ak) + aq @ kt(ek) + eq @ kt(ek))
+
+
+def _weights_and_shift(q, k, mask, scale):
+    """Exact-enough float64 weights A, shifted scores t = S − max_allowed S, and the allowed pattern."""
+    q, k = _f64(q), _f64(k)
+    s = (q @ np.swapaxes(k, -1, -2)) * _default_scale(q.shape[-1], scale)  # (..., n_q, n_k)
+    shape = s.shape if mask is None else np.broadcast_shapes(np.shape(mask), s.shape)  # a mask may widen the batch
+    s = np.broadcast_to(s, shape)
+    allowed = np.ones(shape, dtype=bool) if mask is None else np.broadcast_to(np.asarray(mask, bool), shape)
+    with np.errstate(over="ignore", invalid="ignore"):
+        m = np.max(np.where(allowed, s, -np.inf), axis=-1, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0.0)
+        t = np.where(allowed, s - m, -np.inf)
+        e = np.exp(t)
+        total = e.sum(axis=-1, keepdims=True)
+        a = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+    return a, np.where(allowed, t, 0.0), allowed
+
+
+def _weight_parts(q, k, mask, scale, u, eq, ek):
+    """A, the score-induced relative weight error expm1(|ΔS_ij| + E_i) and the rounding one u·η_ij."""
+    a, t, allowed = _weights_and_shift(q, k, mask, scale)
+    ds = np.broadcast_to(score_error(q, k, scale, u=u, eq=eq, ek=ek), a.shape)
+    ds = np.where(allowed, ds, 0.0)
+    e_row = np.max(ds, axis=-1, keepdims=True)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r_score = np.where(a > 0, np.expm1(ds + e_row), 0.0)
+    r_round = np.where(a > 0, u * weight_relative_error(t, a.shape[-1]), 0.0)
+    return a, r_score, r_round
+
+
+def attention_weights_error(q, k, mask=None, scale=None, *, u: float, eq=None, ek=None) -> np.ndarray:
+    """Absolute error bound of the weights A = softmax(scale·q kᵀ) (masked entries exactly 0, bound 0).
+
+    A score perturbation ΔS (:func:`score_error`) gives the exact softmax weights
+    Â_ij = A_ij exp(ΔS_ij − δ_i), δ_i = log Σ_l A_il e^{ΔS_il}, |δ_i| ≤ E_i = max_l |ΔS_il|, hence
+    |Â_ij − A_ij| ≤ A_ij expm1(|ΔS_ij| + E_i) (no linearisation); rounding the softmax adds the relative
+    u η_ij of :func:`weight_relative_error` over n_k terms, to first order multiplicatively. Capped at 1.
+    -> (..., n_q, n_k).
+    """
+    a, r_score, r_round = _weight_parts(q, k, mask, scale, u, eq, ek)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = (1.0 + r_score) * (1.0 + r_round) - 1.0
+        return np.where(a > 0, np.minimum(a * r, 1.0), 0.0)
+
+
+def attention_error(q, k, v, mask=None, scale=None, *, u: float, eq=None, ek=None, ev=None) -> np.ndarray:
+    """Absolute error bound of out = softmax(scale·q kᵀ) v for a correct implementation computing with u.
+
+    * Score errors: with Â the exact softmax of the perturbed scores, Σ_j Â_ij = Σ_j A_ij = 1, so
+      Σ_j (Â_ij − A_ij) v_jc = Σ_j (Â_ij − A_ij)(v_jc − out_ic), bounded by
+      Σ_j A_ij expm1(|ΔS_ij| + E_i) (|v_jc| + |out_ic|) (see :func:`attention_weights_error`).
+    * Softmax rounding: the computed weights need not sum to 1, so those errors act on |v| directly:
+      Σ_j A_ij (1 + expm1(…)) u η_ij |v_jc|.
+    * Value errors Δv pass through the weights: Σ_j (A_ij + |ΔA_ij|) Δv_jc.
+    * The n_k-term weighted sum, and one division for implementations that normalise last ((E V)/l):
+      u (n_k + 2) Σ_j A_ij |v_jc|.
+
+    q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v) -> (..., n_q, d_v).
+    """
+    v = _f64(v)
+    a, r_score, r_round = _weight_parts(q, k, mask, scale, u, eq, ek)
+    av, dv = np.abs(v), _zeros_like(v, ev)
+    out = np.abs(a @ v)
+    with np.errstate(over="ignore", invalid="ignore"):
+        # |Â_ij − A_ij| ≤ 1 for weights in [0, 1]: the caps keep huge score errors finite.
+        w_score = np.where(a > 0, np.minimum(a * r_score, 1.0), 0.0)
+        w_round = np.where(a > 0, np.minimum(a * (1.0 + np.minimum(r_score, 1.0)) * r_round, 1.0), 0.0)
+        da = np.minimum(w_score + w_round, 1.0)
+    n_k = a.shape[-1]
+    return (w_score @ av + w_score.sum(axis=-1, keepdims=True) * out + w_round @ av
+            + (a + da) @ dv + u * (n_k + 2) * (a @ av))
+
+
+def hull_slack(v, mask, n_q: int, *, dtype) -> Bound:
+    """How far a computed output row may stray outside the box [min_j v_jc, max_j v_jc] of its allowed
+    value rows: out = Σ_j â_j v_j with Σ_j â_j = 1 + δ (:func:`row_sum_bound`), which lies within |δ|·max|v_c|
+    of a convex combination, and the weighted sum adds γ_{n_k}Σ_j â_j|v_jc| ≤ u(n_k + 2) max_j|v_jc|.
+    v (..., n_k, d_v), mask broadcastable to (..., n_q, n_k) -> (..., n_q, d_v)."""
+    v = _f64(v)
+    n_k = v.shape[-2]
+    u = unit_roundoff(dtype)
+    delta = float(row_sum_bound(dtype, n_k).abs)
+    allowed = np.ones(v.shape[:-2] + (n_q, n_k), dtype=bool) if mask is None else np.asarray(mask, bool)
+    shape = np.broadcast_shapes(allowed.shape, v.shape[:-2] + (n_q, n_k))
+    allowed = np.broadcast_to(allowed, shape)
+    vmax = np.max(np.where(allowed[..., :, :, None], np.abs(v)[..., None, :, :], 0.0), axis=-2)  # (..., n_q, d_v)
+    return Bound((delta + u * (n_k + 2)) * vmax, u)
+
+
+# ---------------------------------------------------------------------------------------------
+# Linear maps, multi-head attention, layer norm, FFN, layers
+# ---------------------------------------------------------------------------------------------
+
+def linear_error(x, w, b=None, *, u: float, ex=None) -> np.ndarray:
+    """|Δ(x W + b)| ≤ Δx|W| + u(d_in + 1)(|x||W| + |b|): a d_in-term dot product and the bias add
+    (γ_{d_in+1} over all terms), plus the propagated input error. x (..., d_in), w (d_in, d_out)."""
+    x, w = _f64(x), _f64(w)
+    ab = 0.0 if b is None else np.abs(_f64(b))
+    out = u * (w.shape[0] + 1) * (np.abs(x) @ np.abs(w) + ab)
+    if ex is not None:
+        out = out + _f64(ex) @ np.abs(w)
+    return out
+
+
+def _split(x, h):  # (..., n, d_model) -> (..., h, n, d_k)
+    *lead, n, d = x.shape
+    return np.swapaxes(x.reshape(*lead, n, h, d // h), -2, -3)
+
+
+def _merge(x):  # (..., h, n, d_k) -> (..., n, h·d_k)
+    x = np.swapaxes(x, -2, -3)
+    return x.reshape(x.shape[:-2] + (x.shape[-2] * x.shape[-1],))
+
+
+def multi_head_error(x_q, x_kv, params, mask=None, *, u: float, ex_q=None, ex_kv=None) -> np.ndarray:
+    """Error bound of multi-head attention: the projections (:func:`linear_error`), each head's attention
+    with those input errors (:func:`attention_error`, scale 1/√d_k, the mask shared by the heads), the
+    concatenation (exact) and the output projection with the heads' errors.
+    x_q (..., n_q, d_model), x_kv (..., n_k, d_model) -> (..., n_q, d_model)."""
+    p = params
+    x_q, x_kv = _f64(x_q), _f64(x_kv)
+    h = p.num_heads
+    proj = lambda x, w, b: x @ _f64(w) + _f64(b)  # noqa: E731
+    q, k, v = proj(x_q, p.w_q, p.b_q), proj(x_kv, p.w_k, p.b_k), proj(x_kv, p.w_v, p.b_v)
+    eq = linear_error(x_q, p.w_q, p.b_q, u=u, ex=ex_q)
+    ek = linear_error(x_kv, p.w_k, p.b_k, u=u, ex=ex_kv)
+    ev = linear_error(x_kv, p.w_v, p.b_v, u=u, ex=ex_kv)
+    head_mask = None
+    if mask is not None:
+        target_shape = np.broadcast_shapes(x_q.shape[:-2], x_kv.shape[:-2]) + (x_q.shape[-2], x_kv.shape[-2])
+        head_mask = np.broadcast_to(np.asarray(mask, bool), target_shape)[..., None, :, :]
+    qh, kh, vh = _split(q, h), _split(k, h), _split(v, h)
+    a, _, _ = _weights_and_shift(qh, kh, head_mask, None)
+    heads = a @ vh  # (..., h, n_q, d_k)
+    e_heads = attention_error(qh, kh, vh, head_mask, None, u=u, eq=_split(eq, h), ek=_split(ek, h), ev=_split(ev, h))
+    return linear_error(_merge(heads), p.w_o, p.b_o, u=u, ex=_merge(e_heads))
+
+
+def _mha_value(x_q, x_kv, params, mask):
+    from attnclaims.reference.multihead import multi_head_attention
+    return multi_head_attention(x_q, x_kv, params, mask=mask)
+
+
+def layer_norm_error(x, gamma, beta, eps, *, u: float, ex=None) -> np.ndarray:
+    """Error bound of LN(x) = γ ⊙ (x − μ)/√(σ² + ε) + β over the last axis (d features), for a stable
+    algorithm (two-pass, or Welford's running update, as torch and the reference use):
+
+    * centred values c = x − μ: the mean's error ≤ 2(d + 1)u·max|x| (a d-term sum and a division, or
+      Welford's d updates each rounding the running mean and its increment), the subtraction u|c|,
+      plus the propagated input error Δx_i + mean Δx:  Δc_i;
+    * σ² = mean c²: 2 mean(|c| Δc) from the centred values and 3(d + 2)u σ² from the squares, the sum
+      (or Welford's products) and the division:  Δσ²;
+    * r = (σ² + ε)^(−1/2): relative error ½Δσ²/(σ² + ε) plus ε's rounding to the dtype (≤ ½u), the
+      add, sqrt and division or rsqrt (4u):  ρ;
+    * y = γ c r + β: |γ| r (Δc + |c| ρ) + u(3|γ c r| + |y|) for the products and the add.
+
+    The one-pass formula E[x²] − μ² is *not* covered: its error u·E[x²]/σ² is unbounded relative to σ²
+    when |μ| ≫ σ, which the strategies draw on purpose.
+    """
+    x = _f64(x)
+    d = x.shape[-1]
+    ex = _zeros_like(x, ex)
+    gamma, beta = _f64(gamma), _f64(beta)
+    mu = x.mean(axis=-1, keepdims=True)
+    c = x - mu
+    var = np.mean(c * c, axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        r = 1.0 / np.sqrt(var + eps)
+        dc = u * (np.abs(c) + 2.0 * (d + 1) * np.max(np.abs(x), axis=-1, keepdims=True)) + ex \
+            + np.mean(ex, axis=-1, keepdims=True)
+        dvar = 2.0 * np.mean(np.abs(c) * dc, axis=-1, keepdims=True) + u * 3.0 * (d + 2) * var
+        rho = 0.5 * dvar / (var + eps) + 4.0 * u
+        y = gamma * c * r + beta
+        return np.abs(gamma) * r * (dc + np.abs(c) * rho) + u * (3.0 * np.abs(gamma * c * r) + np.abs(y))
+
+
+def layer_norm_moments_bound(x, eps, *, dtype) -> tuple[Bound, Bound, np.ndarray, np.ndarray]:
+    """For γ = 1, β = 0: bounds of the computed rows' mean (exact value 0) and biased variance (exact
+    value σ²/(σ² + ε)), from the elementwise bound Δy of :func:`layer_norm_error` (implementation) and the
+    test's float64 sums: |Δ mean y| ≤ mean Δy + d u_64 max|y|, |Δ var y| ≤ 2 mean(|y| Δy) + mean Δy² +
+    (d + 3) u_64 mean y² (the test forms the variance two-pass in float64).
+    Returns (mean bound, variance bound, exact mean 0, exact variance)."""
+    x = _f64(x)
+    d = x.shape[-1]
+    u = unit_roundoff(dtype)
+    ones, zeros = np.ones(d), np.zeros(d)
+    dy = layer_norm_error(x, ones, zeros, eps, u=u)
+    c = x - x.mean(axis=-1, keepdims=True)
+    var = np.mean(c * c, axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = c / np.sqrt(var[..., None] + eps)
+        exact_var = var / (var + eps)
+    ay = np.abs(y)
+    mean_b = np.mean(dy, axis=-1) + d * U64 * np.max(ay, axis=-1)
+    var_b = 2.0 * np.mean(ay * dy, axis=-1) + np.mean(dy * dy, axis=-1) + (d + 3) * U64 * np.mean(y * y, axis=-1)
+    return Bound(mean_b, u), Bound(var_b, u), np.zeros(var.shape), exact_var
+
+
+def feed_forward_error(x, params, *, u: float, ex=None) -> np.ndarray:
+    """Error bound of FFN(x) = max(0, x W₁ + b₁) W₂ + b₂: :func:`linear_error` twice; the ReLU is
+    1-Lipschitz and exact, so it passes the hidden error through unchanged."""
+    p = params
+    x = _f64(x)
+    hidden = np.maximum(0.0, x @ _f64(p.w1) + _f64(p.b1))
+    e_hidden = linear_error(x, p.w1, p.b1, u=u, ex=ex)
+    return linear_error(hidden, p.w2, p.b2, u=u, ex=e_hidden)
+
+
+def _ffn_value(x, params):
+    from attnclaims.reference.layers import feed_forward
+    return feed_forward(x, params)
+
+
+def _ln_value(x, norm, eps):
+    from attnclaims.reference.layers import layer_norm
+    return layer_norm(x, norm.gamma, norm.beta, eps)
+
+
+def _sublayer(x, ex, sub_value, sub_error, norm, eps, norm_first, u):
+    """Value and error of one residual sub-layer: Post-LN LN(x + F(x)) or Pre-LN x + F(LN(x)); the residual
+    add rounds once (u|x + F|)."""
+    if norm_first:
+        h = _ln_value(x, norm, eps)
+        eh = layer_norm_error(x, norm.gamma, norm.beta, eps, u=u, ex=ex)
+        f = sub_value(h)
+        out = x + f
+        return out, ex + sub_error(h, eh) + u * np.abs(out)
+    f = sub_value(x)
+    z = x + f
+    ez = ex + sub_error(x, ex) + u * np.abs(z)
+    return _ln_value(z, norm, eps), layer_norm_error(z, norm.gamma, norm.beta, eps, u=u, ex=ez)
+
+
+def encoder_layer_error(x, params, mask=None, *, u: float, ex=None) -> np.ndarray:
+    """Error bound of one encoder layer, composed sub-layer by sub-layer: self-attention
+    (:func:`multi_head_error`, its input error propagated into the projections), the residual add and
+    layer norm (:func:`layer_norm_error` with the incoming error), then the FFN
+    (:func:`feed_forward_error`) likewise; Post-LN or Pre-LN per ``params.norm_first``."""
+    p = params
+    x = _f64(x)
+    ex = _zeros_like(x, ex)
+    x1, e1 = _sublayer(x, ex, lambda h: _mha_value(h, h, p.self_attn, mask),
+                       lambda h, eh: multi_head_error(h, h, p.self_attn, mask, u=u, ex_q=eh, ex_kv=eh),
+                       p.norm1, p.eps, p.norm_first, u)
+    _, e2 = _sublayer(x1, e1, lambda h: _ffn_value(h, p.ffn),
+                      lambda h, eh: feed_forward_error(h, p.ffn, u=u, ex=eh), p.norm2, p.eps, p.norm_first, u)
+    return e2
+
+
+def decoder_layer_error(y, memory, params, self_mask=None, memory_mask=None, *, u: float, ey=None,
+                        ememory=None) -> np.ndarray:
+    """Error bound of one decoder layer (causal self-attention ∧ self_mask, cross-attention to memory
+    with memory_mask, FFN), composed as in :func:`encoder_layer_error`."""
+    p = params
+    y, memory = _f64(y), _f64(memory)
+    batch = np.broadcast_shapes(y.shape[:-2], memory.shape[:-2])
+    y = np.broadcast_to(y, batch + y.shape[-2:])
+    ey = np.broadcast_to(_zeros_like(y, ey), y.shape)
+    n_t = y.shape[-2]
+    own = np.tril(np.ones((n_t, n_t), dtype=bool))
+    if self_mask is not None:
+        own = own & np.asarray(self_mask, bool)
+    y1, e1 = _sublayer(y, ey, lambda h: _mha_value(h, h, p.self_attn, own),
+                       lambda h, eh: multi_head_error(h, h, p.self_attn, own, u=u, ex_q=eh, ex_kv=eh),
+                       p.norm1, p.eps, p.norm_first, u)
+    y2, e2 = _sublayer(y1, e1, lambda h: _mha_value(h, memory, p.cross_attn, memory_mask),
+                       lambda h, eh: multi_head_error(h, memory, p.cross_attn, memory_mask, u=u, ex_q=eh,
+                                                      ex_kv=ememory),
+                       p.norm2, p.eps, p.norm_first, u)
+    _, e3 = _sublayer(y2, e2, lambda h: _ffn_value(h, p.ffn),
+                      lambda h, eh: feed_forward_error(h, p.ffn, u=u, ex=eh), p.norm3, p.eps, p.norm_first, u)
+    return e3
+
+
+# ---------------------------------------------------------------------------------------------
+# Positional encoding
+# ---------------------------------------------------------------------------------------------
+
+def positional_encoding_error(n_positions: int, d_model: int, *, u: float, base: float = 10000.0) -> np.ndarray:
+    """Error bound of PE(pos, 2i) = sin(pos·ω_i), PE(pos, 2i+1) = cos(pos·ω_i), ω_i = base^(−2i/d).
+
+    ω_i in any of the usual forms — base**(−2i/d), 1/base**(2i/d), exp(−2i·ln(base)/d) — carries a
+    relative error ≤ u(3 ln(base)·2i/d + 3): the exponent's rounding (up to three operations, each
+    u|exponent|) is multiplied by ln(base) through the power, plus pow/exp and a reciprocal. The angle
+    θ = pos·ω_i adds one rounding: |Δθ| ≤ u θ (3 ln(base)·2i/d + 4). sin and cos are 1-Lipschitz and
+    accurate to 1 ulp (≤ 2u for values in [−1, 1]): |ΔPE| ≤ |Δθ| + 2u. -> (n_positions, d_model).
+    """
+    two_i = np.arange(0, d_model, 2, dtype=np.float64)
+    theta = np.arange(n_positions, dtype=np.float64)[:, None] * base ** (-two_i / d_model)
+    per_pair = u * (theta * (3.0 * math.log(base) * two_i / d_model + 4.0) + C_FN)
+    return np.repeat(per_pair, 2, axis=1)[:, :d_model]
+
+
+# ---------------------------------------------------------------------------------------------
+# Finite differences of softmax
+# ---------------------------------------------------------------------------------------------
+
+def softmax_jacobian_step(n: int, dtype) -> float:
+    """The central-difference step h, a power of two near the optimum (24 ε_f)^(1/3) of the bound in
+    :func:`softmax_jacobian_bound` (truncation h²/48 against rounding ε_f/h), ε_f = u(8(n + 1) + 4 ln n + 2·10)
+    the softmax's rounding for scores |t| ≤ 10 (the test keeps scores in [−5, 5])."""
+    u = unit_roundoff(dtype)
+    eps_f = u * (8.0 * (n + 1) + 4.0 * math.log(max(n, 1)) + 20.0)
+    return 2.0 ** round(math.log2((24.0 * eps_f) ** (1.0 / 3.0)))
+
+
+def softmax_jacobian_bound(x, h: float, *, dtype) -> Bound:
+    """Bound of |J_fd − (diag(p) − ppᵀ)| for the central difference J_fd[:, j] = (f(x + h e_j) − f(x − h e_j))/(2h)
+    of a correct softmax f, with x ± h e_j exact (the test puts x on the grid hℤ).
+
+    Truncation: along a coordinate j, p_j(t) = σ(t + c) (logistic) and p_i(t) = c_i(1 − σ(t + c)) with
+    c_i ≤ 1, so every third derivative is bounded by max|σ'''| = 1/8 and the central difference errs by
+    ≤ h²/6 · 1/8 = h²/48 (Taylor). Rounding: the two evaluations' errors (:func:`softmax_error`, at most
+    ε_f each) divided by 2h, and the subtraction and division (2u|J_fd|, bounded by 2u·1/4… taken as 2u).
+    The exact J is formed in float64 (error ≤ 3u_64). Returns a (n, n) Bound in units of the impl's u.
+    """
+    x = _f64(x)
+    n = x.shape[-1]
+    u = unit_roundoff(dtype)
+    worst = np.zeros(x.shape)
+    for j in range(n):
+        for sign in (1.0, -1.0):
+            xs = x.copy()
+            xs[j] += sign * h
+            worst = np.maximum(worst, softmax_error(xs, u=u))
+    rounding = (2.0 * worst.max()) / (2.0 * h)
+    total = h * h / 48.0 + rounding + 2.0 * u + 3.0 * U64
+    return Bound(np.full((n, n), total), u)
