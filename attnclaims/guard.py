@@ -130,7 +130,9 @@ class GuardedImplementation:
         self.dtype = np.dtype(getattr(impl, "dtype", np.float64))
         self.timeout = timeout
         self.calls = 0
-        self.recent: deque[tuple[str, str]] = deque(maxlen=3)  # (capability, formatted call)
+        # (capability, args, kwargs) of the last calls, formatted only when a repro is asked for: formatting
+        # every call's arrays eagerly cost more than the calls themselves. Arrays are the pre-call copies.
+        self.recent: deque[tuple[str, tuple, dict]] = deque(maxlen=3)
         self.context = ""  # set by the pytest plugin: the claim ids of the running test
         self._per_capability: dict[str, int] = {}
         self._hung: set[str] = set()
@@ -171,7 +173,8 @@ class GuardedImplementation:
             "from attnclaims.impls import resolve",
             f"impl = resolve({self.spec!r})",
         ]
-        for _, text in self.recent:
+        for capability, args, kwargs in self.recent:
+            text = format_call(capability, args, kwargs)
             lines.append(f"print({text})" if len(text) <= _REPRO_MAX_CHARS
                          else f"# input too large to inline ({len(text)} characters)")
         return "\n".join(lines)
@@ -206,8 +209,10 @@ class GuardedImplementation:
         fn = getattr(self.impl, capability)
         self.calls += 1
         count = self._per_capability[capability] = self._per_capability.get(capability, 0) + 1
-        self.recent.append((capability, format_call(capability, args, kwargs)))
         before = [_snapshot(a) for a in args], {k: _snapshot(v) for k, v in kwargs.items()}
+        self.recent.append((capability,
+                            tuple(b if isinstance(a, np.ndarray) else a for a, b in zip(args, before[0])),
+                            {k: before[1][k] if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}))
 
         out = self._invoke(capability, fn, args, kwargs)
 
