@@ -50,6 +50,7 @@ __all__ = [
     "StepResult",
     "ProofResult",
     "Norm2",
+    "MatFn",
     "hold_add",
     "hold_frac",
     "hold_mul",
@@ -98,6 +99,33 @@ def hold_add(*args):
 def hold_frac(num, den):
     """``num / den`` kept as written."""
     return sp.Mul(num, sp.Pow(den, -1, evaluate=False), evaluate=False)
+
+
+class MatFn(MatrixExpr):
+    """An opaque map ``name`` applied to a matrix expression, with the argument's shape
+    (LayerNorm, FFN, row-wise softmax, multi-head attention).
+
+    sympy sees only its argument, so a step can rewrite the argument
+    (``LN(PX + PA) = LN(P(X + A))``) while facts about the map itself, such as
+    ``LN(PY) = P LN(Y)``, enter as lemmas.
+    """
+
+    def __new__(cls, name, arg):
+        name = sp.Symbol(name) if isinstance(name, str) else name
+        return sp.Basic.__new__(cls, name, arg)
+
+    @property
+    def shape(self):
+        return self.args[1].shape
+
+    def doit(self, **hints):
+        return MatFn(self.args[0], self.args[1].doit(**hints))
+
+    def _latex(self, printer, exp=None):
+        return r"\operatorname{%s}\left(%s\right)" % (self.args[0], printer._print(self.args[1]))
+
+    def _sympystr(self, printer):
+        return "%s(%s)" % (self.args[0], printer._print(self.args[1]))
 
 
 # --------------------------------------------------------------------------
@@ -166,6 +194,7 @@ class Step:
     lemmas: tuple = ()
     lhs: Any = None
     var: Any = None
+    start: bool = False
 
     def __post_init__(self):
         if isinstance(self.expr, sp.core.relational.Relational):
@@ -181,6 +210,11 @@ class Step:
             object.__setattr__(self, "lemmas", tuple(self.lemmas))
         if self.rel not in RELATIONS:
             raise ValueError(f"rel={self.rel!r}, but should be one of {RELATIONS} [{self.why}]")
+
+    @classmethod
+    def begin(cls, expr, why) -> "Step":
+        """The starting expression of a new chain inside a derivation."""
+        return cls(expr, why=why, start=True)
 
     @classmethod
     def of(cls, lhs, rel, rhs, why, **kw) -> "Step":
@@ -353,6 +387,28 @@ def lower_sums(expr):
     return expr.xreplace(rep)
 
 
+def combine_sums(expr):
+    """Merge the terms ``c·Sum(f, L)`` of a sum that share the limits L into ``Sum(Σ c·f, L)``
+    (indices made canonical first), so that a difference of sums is one sum to simplify."""
+    expr = canon_sums(sp.expand(expr, deep=False))
+    if not isinstance(expr, sp.Add):
+        return expr
+    groups: dict = {}
+    rest = []
+    for term in expr.args:
+        coeff, sums = term.as_independent(sp.Sum, as_Add=False)
+        if isinstance(sums, sp.Sum) and not coeff.has(*[lim[0] for lim in sums.limits]):
+            groups.setdefault(sums.limits, []).append(coeff * sums.function)
+        else:
+            rest.append(term)
+    return sp.Add(*rest, *[sp.Sum(sp.Add(*fs), *lims) for lims, fs in groups.items()])
+
+
+def in_sums(f):
+    """Apply ``f`` to the summand of every Sum (sympy's own rewrites tend to split sums)."""
+    return lambda e: e.replace(lambda x: isinstance(x, sp.Sum), lambda x: sp.Sum(f(x.function), *x.limits))
+
+
 def resolve(expr, ranges: Mapping | None = None, rounds: int = 4):
     """``doit`` and drop Piecewise branches decided by the index ranges, to a fixed point."""
     ranges = dict(ranges or {})
@@ -495,7 +551,7 @@ _METHODS = {
     "together": sp.together,
     "factor": sp.factor,
     "trigsimp": sp.trigsimp,
-    "expand_trig": sp.expand_trig,
+    "expand_trig": lambda e: sp.expand_trig(sp.expand(e)),  # sin(w(a + b)) -> sin(wa)cos(wb) + …
     "powsimp": sp.powsimp,
     "gammasimp": sp.gammasimp,
     "simplify": sp.simplify,
@@ -503,6 +559,7 @@ _METHODS = {
     "radsimp": sp.radsimp,
     "lower_sums": lambda e: lower_sums(e),
     "stats": lambda e: _stats_doit(e),
+    "combine_sums": lambda e: combine_sums(e),
     "expand_log": lambda e: sp.expand_log(e, force=True),
 }
 
@@ -513,33 +570,64 @@ def _is_zero_scalar(d, method: str | None, ranges) -> tuple[bool, str]:
         return True, "identical"
 
     def zero(r) -> bool:
-        return canon_sums(r) == 0
+        r = canon_sums(r)
+        if r.has(sp.Sum):  # Sum(0, …) stays unevaluated; a full doit() could try to sum the series
+            r = r.replace(lambda x: isinstance(x, sp.Sum) and x.function == 0, lambda x: sp.S.Zero)
+        return r == 0
 
     if method:
         r = d
         for m in method.split(","):
             m = m.strip()
-            r = resolve(r, ranges) if m == "resolve" else _METHODS[m](r)
+            if m == "resolve":
+                r = resolve(r, ranges)
+            elif m.startswith("sum:"):
+                r = in_sums(_METHODS[m[4:]])(r)
+            else:
+                r = _METHODS[m](r)
             if zero(r):
                 return True, method
     if d.has(sp.Sum, sp.KroneckerDelta, sp.Piecewise, sp.Product):
         r = resolve(d, ranges)
         if zero(r):
             return True, "resolve"
-        r = sp.expand(lower_sums(r))
+        r = combine_sums(lower_sums(sp.expand(r)))
         if zero(r):
-            return True, "resolve,lower_sums"
-        r = canon_sums(sp.simplify(r))
-        if zero(r):
+            return True, "resolve,lower_sums,combine_sums"
+        r2 = in_sums(sp.simplify)(r)
+        if zero(r2):
+            return True, "resolve,lower_sums,combine_sums,sum:simplify"
+        r3 = canon_sums(sp.simplify(r2))
+        if zero(r3):
             return True, "resolve,simplify"
-        r = resolve(sp.expand(r), ranges)
-        if zero(sp.simplify(canon_sums(r))):
-            return True, "resolve,expand,simplify"
-        return False, f"a - b reduces to {sp.sstr(r)}, not 0"
+        r4 = resolve(r3, ranges)
+        if zero(r4):
+            return True, "resolve,simplify,resolve"
+        return False, f"a - b reduces to {sp.sstr(r4)}, not 0"
     r = sp.simplify(d)
     if r == 0:
         return True, "simplify"
     return False, f"a - b simplifies to {sp.sstr(r)}, not 0"
+
+
+def mat_expand(x):
+    """Distribute products of sums of matrix expressions, powers included
+    ((A + B)**2 -> A**2 + A*B + B*A + B**2); sympy's own expand keeps MatPow of sums."""
+    if not isinstance(x, MatrixExpr):
+        return x
+    if isinstance(x, sp.MatPow) and x.exp.is_Integer and x.exp > 1:
+        return mat_expand(sp.MatMul(*([x.base] * int(x.exp))))
+    if isinstance(x, sp.MatAdd):
+        return sp.MatAdd(*[mat_expand(a) for a in x.args]).doit()
+    if isinstance(x, sp.MatMul):
+        factors = [mat_expand(f) for f in x.args]
+        parts = [f.args if isinstance(f, sp.MatAdd) else (f,) for f in factors]
+        terms = [sp.MatMul(*combo).doit() for combo in itertools.product(*parts)]
+        return sp.MatAdd(*terms).doit() if len(terms) > 1 else terms[0]
+    if isinstance(x, sp.Transpose):
+        y = x.doit()  # (AB)ᵀ -> BᵀAᵀ
+        return x if y == x else mat_expand(y)
+    return x
 
 
 def equal(a, b, method: str | None = None, ranges: Mapping | None = None) -> tuple[bool, str]:
@@ -564,14 +652,23 @@ def equal(a, b, method: str | None = None, ranges: Mapping | None = None) -> tup
         if a.shape != b.shape:
             return False, f"shape {a.shape} != {b.shape}"
         d = a - b
-        for f in (lambda x: x.doit(), block_collapse, lambda x: block_collapse(x.expand()).doit()):
+
+        for f in (lambda x: x.doit(), block_collapse, lambda x: block_collapse(x.expand()).doit(), mat_expand):
             r = f(d)
             if r == 0 or isinstance(r, sp.ZeroMatrix):
                 return True, "matrix algebra"
         if all(s.is_Integer for s in a.shape):
             return equal(a.as_explicit(), b.as_explicit(), method, ranges)
         return False, f"a - b reduces to {sp.sstr(r)}, not 0"
-    return _is_zero_scalar(sp.sympify(a) - sp.sympify(b), method, ranges)
+    a, b = sp.sympify(a), sp.sympify(b)
+    if b in (sp.oo, -sp.oo, sp.zoo) or a in (sp.oo, -sp.oo, sp.zoo):
+        # a - b is nan for infinities: evaluate the finite side and compare the values
+        x, inf = (a, b) if b.is_infinite else (b, a)
+        r = x
+        for m in (method or "doit").split(","):
+            r = resolve(r) if m.strip() == "resolve" else _METHODS[m.strip()](r)
+        return (r == inf), f"evaluates to {sp.sstr(r)}"
+    return _is_zero_scalar(a - b, method, ranges)
 
 
 # --------------------------------------------------------------------------
@@ -611,7 +708,12 @@ def _inequality(a, rel, b, lemmas: Iterable[Lemma], ranges) -> tuple[bool, str]:
         if lem.rel == "=":
             lam_rules.append((lem.lhs, lem.rhs))
             continue
-        lam = sp.Dummy(f"lambda{i}", positive=lem.rel in ("<", ">"), nonnegative=True)
+        strict = {"positive": True} if lem.rel in ("<", ">") else {}
+        if isinstance(lem.lhs, sp.Indexed):
+            # a bound for every index: one slack per index, λ_j
+            lam = sp.IndexedBase(f"_lambda{i}", nonnegative=True, **strict)[lem.lhs.indices]
+        else:
+            lam = sp.Dummy(f"lambda{i}", nonnegative=True, **strict)
         # A <= B  =>  A = B - λ;  A >= B  =>  A = B + λ
         lam_rules.append((lem.lhs, lem.rhs - lam if lem.rel in ("<=", "<") else lem.rhs + lam))
     slack = _subs(slack, lam_rules)
@@ -654,7 +756,7 @@ class Derivation:
             ts = time.perf_counter()
             cited = [f"{lem.text()} ({lem.why})" for lem in step.lemmas if lem.cited]
             hyps = [f"{lem.text()} ({lem.why})" for lem in step.lemmas if lem.hypothesis]
-            if prev is None and not step.standalone:
+            if step.start or (prev is None and not step.standalone):
                 prev = step.expr
                 results.append(StepResult(i, step.why, step.rel, "given", time.perf_counter() - ts,
                                           cited=cited, hypotheses=hyps))
@@ -704,10 +806,17 @@ class Derivation:
         if step.rel == "~":
             if step.var is None:
                 raise ValueError(f"step {step.why!r}: '~' needs var=")
-            lim = sp.limit(sp.simplify(a / b), step.var, sp.oo)
-            if lim == 1:
-                return True, f"limit of ratio as {step.var} -> oo is 1"
-            return False, f"limit of ratio as {step.var} -> oo is {lim}, not 1"
+            if step.method == "loggamma":
+                # log of the ratio with Γ(z) = exp(logΓ(z)): sympy's limit is much faster on logΓ
+                r = (a / b).replace(lambda y: isinstance(y, sp.gamma), lambda y: sp.exp(sp.loggamma(y.args[0])))
+                lim = sp.limit(sp.expand_log(sp.log(r), force=True), step.var, sp.oo)
+                ok, target = lim == 0, "log-ratio"
+            else:
+                lim = sp.limit(a / b, step.var, sp.oo)
+                ok, target = lim == 1, "ratio"
+            if ok:
+                return True, f"limit of {target} as {step.var} -> oo is {lim}"
+            return False, f"limit of {target} as {step.var} -> oo is {lim}, not {0 if target == 'log-ratio' else 1}"
         return _inequality(a, step.rel, b, step.lemmas, self.ranges)
 
     # -- rendering ----------------------------------------------------------
@@ -744,7 +853,7 @@ class Derivation:
             head = f"{i:>3}. "
             if s.standalone:
                 body = f"{sp.sstr(s.lhs)} {_REL_TEXT[s.rel]} {sp.sstr(s.expr)}"
-            elif i == 0:
+            elif i == 0 or s.start:
                 body = f"  {sp.sstr(s.expr)}"
             else:
                 body = f"{_REL_TEXT[s.rel]} {sp.sstr(s.expr)}"
@@ -771,7 +880,7 @@ class Derivation:
         for i, s in enumerate(self.steps):
             if s.standalone:
                 row = f"{sp.latex(s.lhs)} &{_REL_LATEX[s.rel]} {sp.latex(s.expr)}"
-            elif i == 0:
+            elif i == 0 or s.start:
                 row = f"&{sp.latex(s.expr)}"
             else:
                 row = f"&{_REL_LATEX[s.rel]} {sp.latex(s.expr)}"

@@ -154,7 +154,8 @@ def _abs_gaussian() -> Derivation:
                                               sp.Integral(r ** (d - 1) * sp.exp(-(r**2) / 2), (r, 0, sp.oo))),
                                     chi_mean))),
         Step(expected_abs_exact(), "collect constants"),
-        Step(sp.sqrt(2 * d / sp.pi), "Γ((d+1)/2)/Γ(d/2) ~ √(d/2) as d → ∞", rel="~", var=d),
+        Step(sp.sqrt(2 * d / sp.pi), "Γ((d+1)/2)/Γ(d/2) ~ √(d/2) as d → ∞", rel="~", var=d,
+             method="loggamma"),
     ]
     return Derivation(
         claim=CLAIM,
