@@ -684,17 +684,15 @@ class _MutatesInput(Composed):
 
 
 @mutant("nondeterministic", "attention", ["softmax-distribution"],
-        "values summed in a different key order on every call (like atomics): results differ in the last bits")
+        "values summed in a random key order on every call (like GPU atomics): results differ in the last bits")
 class _Nondeterministic(Composed):
-    _calls = 0
+    _order = np.random.default_rng()  # unseeded on purpose: that is the bug
 
     def _weighted_sum(self, a, v):
-        type(self)._calls += 1
-        n_k = a.shape[-1]
-        order = np.roll(np.arange(n_k), self._calls)  # a different summation order each call
+        order = self._order.permutation(a.shape[-1])
         terms = a[..., :, order, None] * v[..., None, order, :]  # (..., n_q, n_k, d_v)
         out = np.zeros(terms.shape[:-2] + terms.shape[-1:])
-        for j in range(n_k):
+        for j in range(terms.shape[-2]):
             out = out + terms[..., j, :]
         return out
 

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Mutation testing of the reference and the test helpers (issue 8) — one command, not part of CI.
+#
+#   bash bench/mutation.sh                 # everything: reference/, tests/strategies.py, tests/tolerances.py
+#   bash bench/mutation.sh reference/masks.py   # only these paths (comma-separated, mutmut syntax)
+#
+# mutmut 2.5.1 (pinned) is installed into its own virtual environment ($MUTMUT_VENV). mutmut 3
+# cannot be used here: it imports the mutated copy by file path (``reference.attention``), while
+# the project imports ``attnclaims.reference.attention`` through setuptools' package-dir mapping,
+# so its trampolines would never be reached. mutmut 2 mutates files in place; so that the shared
+# checkout is never touched, it runs on a copy ($WORK) that is imported first through PYTHONPATH,
+# with attnclaims/{reference,spec,tests,proofs} linked to the copy's top-level folders (the same
+# mapping the editable install makes).
+#
+# The test command for each mutant (~0.5 s): the reference's own tests, the baselines' tests,
+# tests/test_reference_mutation.py (tests added for survivors of this run), and the meta-tests of
+# the strategies and tolerances when they exist, under the hypothesis `ci` profile, stopping at
+# the first failure. The score and the classified survivors are in docs/mutation.md.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PY="${PYTHON:-$ROOT/.venv/bin/python}"
+MUTMUT_VENV="${MUTMUT_VENV:-$HOME/.cache/attnclaims-mutmut}"
+WORK="${MUTATION_WORKDIR:-$(mktemp -d "${TMPDIR:-/tmp}/attnclaims-mutation.XXXXXX")}"
+PATHS="${1:-reference/,tests/strategies.py,tests/tolerances.py}"
+
+if [ ! -x "$MUTMUT_VENV/bin/mutmut" ]; then
+    python3 -m venv "$MUTMUT_VENV"
+    "$MUTMUT_VENV/bin/pip" install -q --disable-pip-version-check mutmut==2.5.1
+fi
+
+# The copy: tracked and untracked-but-not-ignored files of the checkout.
+mkdir -p "$WORK"
+(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard) \
+    | (cd "$ROOT" && xargs -0 -I{} cp --parents {} "$WORK/" 2>/dev/null || true)
+for pkg in reference spec tests proofs; do
+    ln -sfn "../$pkg" "$WORK/attnclaims/$pkg"
+done
+rm -rf "$WORK/.mutmut-cache"
+
+# Only existing test modules go into the test command.
+TESTS=""
+for t in tests/test_reference.py tests/test_baselines.py tests/test_reference_mutation.py \
+         tests/test_strategies.py tests/test_tolerances.py; do
+    [ -f "$WORK/$t" ] && TESTS="$TESTS $t"
+done
+# Drop mutated paths that do not exist in this checkout (the helpers land with the property tests).
+KEEP=""
+IFS=',' read -ra PARTS <<< "$PATHS"
+for p in "${PARTS[@]}"; do
+    [ -e "$WORK/$p" ] && KEEP="${KEEP:+$KEEP,}$p"
+done
+[ -n "$KEEP" ] || { echo "mutation.sh: nothing to mutate in: $PATHS" >&2; exit 2; }
+
+# The tests run in children forked from a server that has imported pytest, numpy and hypothesis once
+# (bench/mutation_server.py); mutmut's test command only asks it for one run and gets the exit status.
+PYTEST_ARGS="-x -q -p no:cacheprovider --hypothesis-profile ci --no-header -o addopts= --import-mode=importlib \
+-W ignore$TESTS"
+SOCK="$WORK/.mutation.sock"
+PYTHONPATH="$WORK" PYTHONDONTWRITEBYTECODE=1 "$PY" "$ROOT/bench/mutation_server.py" serve "$SOCK" "$WORK" -- $PYTEST_ARGS &
+SERVER=$!
+trap '"$PY" -S "$ROOT/bench/mutation_server.py" stop "$SOCK" >/dev/null 2>&1 || kill $SERVER 2>/dev/null || true' EXIT
+RUNNER="$PY -S $ROOT/bench/mutation_server.py run $SOCK"
+
+echo "mutation.sh: copy in $WORK; mutating $KEEP; test command: pytest $PYTEST_ARGS"
+cd "$WORK"
+$RUNNER || { echo "mutation.sh: the tests fail on the unmutated copy" >&2; exit 1; }
+start=$(date +%s)
+rc=0
+"$MUTMUT_VENV/bin/mutmut" run --paths-to-mutate "$KEEP" --tests-dir tests --runner "$RUNNER" \
+    --simple-output --no-progress || rc=$?
+elapsed=$(( $(date +%s) - start ))
+"$MUTMUT_VENV/bin/mutmut" results > "$WORK/results.txt" || true
+"$MUTMUT_VENV/bin/mutmut" junitxml > "$WORK/mutmut.xml" 2>/dev/null || true
+# Every survivor's diff, for docs/mutation.md.
+: > "$WORK/survivors.diff"
+"$PY" - "$WORK" <<'EOF'
+import re, subprocess, sys
+from pathlib import Path
+work = Path(sys.argv[1])
+text = (work / "results.txt").read_text()
+ids = []
+section = None
+for line in text.splitlines():
+    if line.startswith("Survived"):
+        section = "survived"
+    elif line.startswith(("Killed", "Timed out", "Suspicious", "Untested", "Skipped")):
+        section = None
+    elif section == "survived" and re.fullmatch(r"[\d,\s-]+", line.strip() or "x"):
+        for a, b in re.findall(r"(\d+)(?:-(\d+))?", line.split(":", 1)[-1]):
+            ids.extend(range(int(a), int(b or a) + 1))
+import os
+mutmut = os.environ.get("MUTMUT_BIN") or str(Path(os.environ.get("MUTMUT_VENV", Path.home() / ".cache/attnclaims-mutmut")) / "bin/mutmut")
+with open(work / "survivors.diff", "w") as out:
+    for i in ids:
+        out.write(f"### mutant {i}\n")
+        out.write(subprocess.run([mutmut, "show", str(i)], cwd=work, capture_output=True, text=True).stdout + "\n")
+print(f"{len(ids)} survivors written to {work / 'survivors.diff'}")
+EOF
+echo "mutation.sh: mutmut exit status $rc after ${elapsed} s; results in $WORK/results.txt"
+tail -n 20 "$WORK/results.txt" | head -n 5 || true

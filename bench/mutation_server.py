@@ -1,0 +1,115 @@
+"""A fork server for mutmut's test command: pytest without paying start-up for every mutant.
+
+mutmut 2 runs its test command once per mutant, and most of a short pytest run
+is spent importing numpy, hypothesis and pytest (~1.5 s of ~2 s here). This
+server imports them once, then for every request forks a child that runs
+``pytest.main(ARGS)`` and reports its exit status. The project's own modules
+are *not* imported by the server, so each child imports the file mutmut has
+just mutated, fresh (bytecode caching is off).
+
+    python bench/mutation_server.py serve SOCKET WORKDIR -- PYTEST_ARGS...   # start (background)
+    python bench/mutation_server.py run SOCKET                               # mutmut's --runner
+    python bench/mutation_server.py stop SOCKET
+
+A child that runs longer than ``--child-timeout`` seconds (an infinite loop
+planted by a mutant) is killed and reported as a failure (the mutant is caught:
+the suite did not pass).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+
+
+def serve(sock_path: str, workdir: str, pytest_args: list[str], child_timeout: float = 120.0) -> None:
+    os.environ.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")  # fork-safe BLAS
+    sys.dont_write_bytecode = True
+    os.chdir(workdir)
+    sys.path.insert(0, workdir)
+    import numpy  # noqa: F401  - the expensive imports, done once
+    import scipy.special  # noqa: F401
+    import hypothesis  # noqa: F401
+    import hypothesis.strategies  # noqa: F401
+    import pytest
+
+    assert not any(m.startswith("attnclaims") for m in sys.modules), "the server must not import the project"
+    if os.path.exists(sock_path):
+        os.unlink(sock_path)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(sock_path)
+    server.listen(1)
+    while True:
+        conn, _ = server.accept()
+        with conn:
+            request = conn.recv(64).decode().strip()
+            if request == "stop":
+                conn.sendall(b"0\n")
+                break
+            pid = os.fork()
+            if pid == 0:  # the child: one pytest run, output discarded
+                server.close()
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, 1)
+                os.dup2(devnull, 2)
+                try:
+                    code = int(pytest.main(list(pytest_args)))
+                except BaseException:  # noqa: BLE001 - any crash is a failed run
+                    code = 3
+                os._exit(code)
+            code = _wait(pid, child_timeout)
+            conn.sendall(f"{code}\n".encode())
+    server.close()
+    os.unlink(sock_path)
+
+
+def _wait(pid: int, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 3
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return 4
+        time.sleep(0.005)
+
+
+def request(sock_path: str, what: str = "run") -> int:
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    for _ in range(600):  # the server may still be importing
+        try:
+            client.connect(sock_path)
+            break
+        except (FileNotFoundError, ConnectionRefusedError):
+            time.sleep(0.1)
+    else:
+        print(f"mutation_server: no server at {sock_path}", file=sys.stderr)
+        return 3
+    with client:
+        client.sendall(what.encode() + b"\n")
+        answer = b""
+        while not answer.endswith(b"\n"):
+            chunk = client.recv(16)
+            if not chunk:
+                return 3
+            answer += chunk
+    return int(answer)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 4 and argv[0] == "serve" and "--" in argv:
+        cut = argv.index("--")
+        serve(argv[1], argv[2], argv[cut + 1:])
+        return 0
+    if len(argv) == 2 and argv[0] in ("run", "stop"):
+        return request(argv[1], argv[0])
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
