@@ -246,7 +246,7 @@ def test_jax_is_really_float64(jax_impl):
 
 
 def test_jax_attention_layout(jax_impl):
-    """(..., h, n, d) -> jax's (B, n, h, d) and back, batch broadcasting, mask, scale.
+    """(..., h, n, d) -> jax's (B, n, h, d) and back, batch broadcasting, mask, scale, d_v ≠ d_k.
 
     jax.nn.dot_product_attention rounds the scores to float32 and takes the softmax in float32
     even for float64 inputs (its source: "Softmax and it is always carried out in fp32"), so this
@@ -254,11 +254,13 @@ def test_jax_attention_layout(jax_impl):
     tests hold to float64 (and report).
     """
     rng = _rng()
-    q, k, v = rng.normal(size=(2, 3, N_Q, 4)), rng.normal(size=(3, N_K, 4)), rng.normal(size=(1, N_K, 4))
     mask = _masks(N_Q, N_K)["per-batch"]
-    for scale in (None, 0.3):
-        _check(jax_impl.attention(q, k, v, mask=mask, scale=scale), REF.attention(q, k, v, mask=mask, scale=scale),
-               attention_error, q, k, v, mask, scale, dtype=np.float32, what=f"jax attention scale={scale}")
+    for d_k, d_v in ((4, 4), (3, 7), (4, 2)):  # d_v ≠ d_k: value column blocks as extra heads
+        q, k, v = rng.normal(size=(2, 3, N_Q, d_k)), rng.normal(size=(3, N_K, d_k)), rng.normal(size=(1, N_K, d_v))
+        for scale in (None, 0.3):
+            _check(jax_impl.attention(q, k, v, mask=mask, scale=scale), REF.attention(q, k, v, mask=mask, scale=scale),
+                   attention_error, q, k, v, mask, scale, dtype=np.float32,
+                   what=f"jax attention d_k={d_k} d_v={d_v} scale={scale}")
     q, k, v = q[0, 0], k[0], v[0]
     _check(jax_impl.attention(q, k, v), REF.attention(q, k, v), attention_error, q, k, v, dtype=np.float32,
            what="jax attention 2-D")

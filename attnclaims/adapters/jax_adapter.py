@@ -136,6 +136,9 @@ class JaxImplementation:
 
     name = "jax"
     dtype = np.dtype(np.float64)
+    #: JAX compiles once per input shape (~0.5 s each): the strategies draw from their small fixed
+    #: menu of shapes (tests/strategies.py, FIXED_SHAPES) instead of drawing shapes freely.
+    fixed_shapes = True
     responsible = {
         "softmax": "jax.nn.softmax",
         "attention": "jax.nn.dot_product_attention",
@@ -168,18 +171,32 @@ class JaxImplementation:
 
         The last batch axis of our (..., n, d) arrays is jax's head axis N, the others are
         flattened into B. The mask has our polarity (True = take part) and is broadcast to
-        (B, N, n_q, n_k). jax requires value to have the key's shape, so d_v must equal d_k.
+        (B, N, n_q, n_k).
+
+        jax requires value to have the key's shape (d_v = d_k). For d_v ≠ d_k the value columns
+        are cut into c = ⌈d_v/d_k⌉ blocks of d_k (the last padded with zero columns) that go in
+        as c extra heads sharing the same q, k and mask; the blocks of the output are put back
+        side by side. Every head computes the same weights, so this is exactly one call's result
+        for each block, and jax still applies its own default scale 1/√d_k.
         """
         q_shape, k_shape, v_shape = np.shape(q), np.shape(k), np.shape(v)
         batch = tuple(np.broadcast_shapes(q_shape[:-2], k_shape[:-2], v_shape[:-2]))
-        n_q, n_k = q_shape[-2], k_shape[-2]
+        n_q, n_k, d_k, d_v = q_shape[-2], k_shape[-2], q_shape[-1], v_shape[-1]
         q4, k4, v4 = (_heads_layout(a, batch) for a in (q, k, v))  # (B, n, N, d)
+        b, heads = q4.shape[0], q4.shape[2]
         mask4 = None
         if mask is not None:
-            mask4 = np.broadcast_to(np.asarray(mask), batch + (n_q, n_k)).reshape(q4.shape[0], q4.shape[2], n_q, n_k)
-        out = self._fn["attention"](q4, k4, v4, mask4, None if scale is None else float(scale))  # (B, n_q, N, d_v)
-        out = _numpy(out).transpose(0, 2, 1, 3)  # (B, N, n_q, d_v)
-        return out.reshape(batch + (n_q, v_shape[-1]))
+            mask4 = np.broadcast_to(np.asarray(mask), batch + (n_q, n_k)).reshape(b, heads, n_q, n_k)
+        blocks = -(-d_v // d_k)  # ⌈d_v / d_k⌉
+        if d_v != d_k:
+            v4 = np.concatenate([v4, np.zeros(v4.shape[:-1] + (blocks * d_k - d_v,))], axis=-1)  # (B, n_k, N, c·d_k)
+            v4 = v4.reshape(b, n_k, heads * blocks, d_k)  # (B, n_k, N·c, d_k): head n·c + j = block j of head n
+            q4, k4 = np.repeat(q4, blocks, axis=2), np.repeat(k4, blocks, axis=2)  # (B, n, N·c, d_k)
+            mask4 = None if mask4 is None else np.repeat(mask4, blocks, axis=1)  # (B, N·c, n_q, n_k)
+        out = self._fn["attention"](q4, k4, v4, mask4, None if scale is None else float(scale))  # (B, n_q, N·c, d_k)
+        out = _numpy(out).reshape(b, n_q, heads, blocks * d_k)[..., :d_v]  # (B, n_q, N, d_v)
+        out = out.transpose(0, 2, 1, 3)  # (B, N, n_q, d_v)
+        return out.reshape(batch + (n_q, d_v))
 
     def multi_head_attention(self, x_q, x_kv, params, mask=None):
         """``flax.nnx.MultiHeadAttention(num_heads, d_model, dtype=float64, param_dtype=float64,
