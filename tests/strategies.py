@@ -470,11 +470,13 @@ class ModelCase:
 
 @st.composite
 def model_cases(draw, *, min_seq: int = 1, max_seq: int | None = None, square: bool = False, scale=None,
-                max_dim: int | None = None, max_heads: int = 4, generic: bool = False) -> ModelCase:
+                max_dim: int | None = None, max_heads: int = 4, generic: bool = False,
+                min_d_model: int = 1) -> ModelCase:
     """Inputs of the layers: one batch axis (the protocol's (batch, n, d_model)), x and a memory of
-    drawn lengths; entries U[−1, 1]·2^e (or seeded normal when ``generic``)."""
+    drawn lengths; entries U[−1, 1]·2^e (or seeded normal when ``generic``). Tests of "the output depends
+    on …" after a layer norm need ``min_d_model=3``: LN of one feature is constant, of two is ±1."""
     d = draw(dims(min_seq=min_seq, max_seq=max_seq, square=square, batch_ndim=(1, 1), max_dim=max_dim,
-                  max_heads=max_heads))
+                  max_heads=max_heads, min_d_model=min_d_model))
     s = draw(scales(-1, 1)) if scale is None else scale
     make = random_arrays if generic else arrays
     x = draw(make(d.batch + (d.n_q, d.d_model), scale=s))

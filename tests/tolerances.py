@@ -58,7 +58,8 @@ __all__ = [
     "weight_relative_error", "row_sum_bound", "softmax_error", "score_error", "attention_weights_error",
     "attention_error", "hull_slack", "linear_error", "multi_head_error", "layer_norm_error",
     "layer_norm_moments_bound", "feed_forward_error", "encoder_layer_error", "decoder_layer_error",
-    "positional_encoding_error", "softmax_jacobian_step", "softmax_jacobian_bound",
+    "positional_encoding_error", "softmax_jacobian_step", "softmax_jacobian_bound", "rounded_projection",
+    "encoder_stack_error",
 ]
 
 #: Elementary functions (exp, log, sqrt, sin, cos, tanh, pow) are assumed accurate to 1 ulp: relative error ≤ C_FN·u.
@@ -415,6 +416,14 @@ def multi_head_error(x_q, x_kv, params, mask=None, *, u: float, ex_q=None, ex_kv
     return linear_error(_merge(heads), p.w_o, p.b_o, u=u, ex=_merge(e_heads))
 
 
+def rounded_projection(x, w, b, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """x W + b formed by a test in float64 and rounded to ``dtype``, with its error against the exact
+    value: the float64 computation (:func:`linear_error` with u_64) plus the final rounding u_dtype|xW + b|.
+    Returns (array in ``dtype``, absolute error bound)."""
+    value = _f64(x) @ _f64(w) + (0.0 if b is None else _f64(b))
+    return value.astype(dtype), linear_error(x, w, b, u=U64) + unit_roundoff(dtype) * np.abs(value)
+
+
 def _mha_value(x_q, x_kv, params, mask):
     from attnclaims.reference.multihead import multi_head_attention
     return multi_head_attention(x_q, x_kv, params, mask=mask)
@@ -524,6 +533,19 @@ def encoder_layer_error(x, params, mask=None, *, u: float, ex=None) -> np.ndarra
     _, e2 = _sublayer(x1, e1, lambda h: _ffn_value(h, p.ffn),
                       lambda h, eh: feed_forward_error(h, p.ffn, u=u, ex=eh), p.norm2, p.eps, p.norm_first, u)
     return e2
+
+
+def encoder_stack_error(x, layers, mask=None, *, u: float, ex=None) -> np.ndarray:
+    """Error bound of N encoder layers applied in turn: :func:`encoder_layer_error` of each layer with the
+    previous layer's bound as its input error."""
+    from attnclaims.reference.layers import encoder_layer
+
+    x = _f64(x)
+    e = _zeros_like(x, ex)
+    for layer in layers:
+        e = encoder_layer_error(x, layer, mask, u=u, ex=e)
+        x = encoder_layer(x, layer, mask)
+    return e
 
 
 def decoder_layer_error(y, memory, params, self_mask=None, memory_mask=None, *, u: float, ey=None,

@@ -1,0 +1,122 @@
+"""§6.4 前馈神经网络 (position-wise feed-forward network), tested on the implementation under test.
+
+    在注意力子层之后，Transformer 还包含一个逐位置的前馈神经网络，对每个位置的表示进行非线性变换，进一步提取特征。
+
+Claim ``position-wise-ffn``: FFN(x) = max(0, x W₁ + b₁) W₂ + b₂ is applied to each
+position alone with the same weights (FFN(X)[i] = FFN(X[i:i+1]); the Jacobian is
+block diagonal); it commutes with permutations of the positions; it is not
+linear; and it equals two convolutions of kernel size 1 (Vaswani §3.3).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, note
+from hypothesis import strategies as st
+
+from attnclaims.reference import feed_forward as ref_feed_forward
+from attnclaims.reference.baselines import conv1d
+from attnclaims.tests import strategies as S
+from attnclaims.tests import tolerances as T
+from attnclaims.tests.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
+
+
+@st.composite
+def ffn_cases(draw, *, generic: bool = False, min_seq: int = 1):
+    case = draw(S.model_cases(generic=generic, min_seq=min_seq, scale=draw(S.scales(-1, 2))))
+    params = draw(S.feed_forward_params(case.dims.d_model, case.dims.d_ff))
+    return case, params
+
+
+def _ffn_bound(impl, x, params, ex=None) -> T.Bound:
+    u = T.unit_roundoff(impl.dtype)
+    return T.Bound(T.feed_forward_error(x, params, u=u, ex=ex), u)
+
+
+@pytest.mark.claim("position-wise-ffn", kind="conformance")
+@pytest.mark.requires("feed_forward")
+@given(data=ffn_cases())
+def test_feed_forward_matches_reference(impl, data):
+    """max(0, x W₁ + b₁) W₂ + b₂ of the implementation equals the reference's."""
+    case, p = data
+    x = case.cast(impl.dtype).x
+    T.assert_close(impl.feed_forward(x, p), ref_feed_forward(x, p),
+                   T.conformance(T.feed_forward_error, x, p, dtype=impl.dtype),
+                   f"feed_forward(x{x.shape}, d_ff={p.d_ff}) vs reference")
+
+
+@pytest.mark.claim("position-wise-ffn")
+@pytest.mark.requires("feed_forward")
+@given(data=ffn_cases(), pick=st.data())
+def test_each_position_is_transformed_alone(impl, data, pick):
+    """FFN(X)[i] = FFN(X[i:i+1]): the same weights at every position, nothing from the neighbours."""
+    case, p = data
+    x = case.cast(impl.dtype).x
+    i = pick.draw(st.integers(0, x.shape[-2] - 1), label="position")
+    full = impl.feed_forward(x, p)[..., i : i + 1, :]
+    alone = impl.feed_forward(np.ascontiguousarray(x[..., i : i + 1, :]), p)
+    bound = 2 * _ffn_bound(impl, x[..., i : i + 1, :], p)
+    T.assert_close(full, alone, bound, f"FFN(X)[{i}] vs FFN(X[{i}:{i + 1}])", names=("FFN(X)[i]", "FFN(X[i])"))
+
+
+@pytest.mark.claim("position-wise-ffn")
+@pytest.mark.requires("feed_forward")
+@given(data=ffn_cases(generic=True), pick=st.data())
+def test_jacobian_is_block_diagonal(impl, data, pick):
+    """Changing position j changes FFN(X) at position j only: ∂FFN(X)_i/∂x_j = 0 for i ≠ j (tested with a
+    finite change of row j, which for a piecewise-linear map is the stronger statement)."""
+    case, p = data
+    x = case.cast(impl.dtype).x
+    n = x.shape[-2]
+    j = pick.draw(st.integers(0, n - 1), label="changed position")
+    x2 = x.copy()
+    x2[..., j, :] = pick.draw(S.random_arrays(x[..., j, :].shape, scale=2.0), label="new row")
+    out, out2 = impl.feed_forward(x, p), impl.feed_forward(x2, p)
+    others = np.arange(n) != j
+    bound = _ffn_bound(impl, x[..., others, :], p) + _ffn_bound(impl, x2[..., others, :], p)
+    T.assert_close(out2[..., others, :], out[..., others, :], bound, f"FFN rows other than {j} after changing row {j}",
+                   names=("FFN(X')[i≠j]", "FFN(X)[i≠j]"))
+
+
+@pytest.mark.claim("position-wise-ffn")
+@pytest.mark.requires("feed_forward")
+@given(data=ffn_cases(), perm_data=st.data())
+def test_commutes_with_permutations(impl, data, perm_data):
+    """FFN(P X) = P FFN(X)."""
+    case, p = data
+    x = case.cast(impl.dtype).x
+    perm = perm_data.draw(S.permutations(x.shape[-2]), label="P")
+    bound = 2 * _ffn_bound(impl, x, p)
+    T.assert_close(impl.feed_forward(x[..., perm, :], p), impl.feed_forward(x, p)[..., perm, :],
+                   T.Bound(bound.abs[..., perm, :], bound.tol), f"FFN(PX) vs P FFN(X), P={perm.tolist()}",
+                   names=("FFN(PX)", "P FFN(X)"))
+
+
+@pytest.mark.claim("position-wise-ffn")
+@pytest.mark.requires("feed_forward")
+@given(data=ffn_cases(generic=True))
+def test_is_not_additive(impl, data):
+    """A counterexample to linearity: FFN(x) + FFN(−x) ≠ 2·FFN(0), which every affine map satisfies
+    (the ReLU makes relu(z + b) + relu(−z + b) > 2 relu(b) wherever |z| > |b|)."""
+    case, p = data
+    x = S.cast(4.0 * case.x.astype(np.float64), impl.dtype)  # large enough that |x W₁| exceeds |b₁|
+    zero = np.zeros_like(x)
+    lhs = impl.feed_forward(x, p).astype(np.float64) + impl.feed_forward(-x, p).astype(np.float64)
+    rhs = 2.0 * impl.feed_forward(zero, p).astype(np.float64)
+    bound = _ffn_bound(impl, x, p) * 2 + _ffn_bound(impl, zero, p) * 2
+    measured = T.assert_differs(lhs, rhs, bound, "FFN(x) + FFN(-x) vs 2 FFN(0)")
+    note(f"additivity defect / rounding bound = {measured / bound.tol:.3g}")
+
+
+@pytest.mark.claim("position-wise-ffn")
+@pytest.mark.requires("feed_forward")
+@given(data=ffn_cases())
+def test_equals_two_kernel_one_convolutions(impl, data):
+    """FFN = conv1d(relu(conv1d(X, W₁, b₁)), W₂, b₂) with kernels of size 1 (Vaswani §3.3), the
+    convolutions being the reference baselines'."""
+    case, p = data
+    x = case.cast(impl.dtype).x
+    hidden = np.maximum(0.0, conv1d(x, p.w1[None].astype(np.float64), p.b1))
+    conv = conv1d(hidden, p.w2[None].astype(np.float64), p.b2)
+    T.assert_close(impl.feed_forward(x, p), conv, T.conformance(T.feed_forward_error, x, p, dtype=impl.dtype),
+                   f"FFN(x{x.shape}) vs two kernel-1 convolutions", names=("FFN", "conv1d∘relu∘conv1d"))
