@@ -1,0 +1,446 @@
+"""Recurrence: seq2seq-bottleneck, rnn-gradients, rnn-sequential (article §2 and §5).
+
+Gradients of the RNNs are exact analytic Jacobian products (D_t Wᵀ …, from
+:mod:`attnclaims.reference.baselines`), accumulated in logarithms so that
+norms of 1e-300 or 1e300 are measured, not rounded to 0 or inf. The attention
+context's Jacobian is taken by central differences through the reference
+:func:`~attnclaims.reference.attention`, where it is of order 1 and
+differences resolve it to about 1e-9.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.linalg
+from scipy import optimize, stats
+
+from attnclaims.measurements._core import MeasurementResult, control, pyplot, register, rng, save, sizes, suffix
+from attnclaims.measurements.graphs import (
+    attention_graph, critical_path, rnn_graph, scalar_attention_graph, scalar_rnn_graph, scan_graph,
+)
+from attnclaims.measurements.stats import ols_line, select_growth, slope_shift_bound
+from attnclaims.reference import attention, attention_weights
+from attnclaims.reference.baselines import (
+    fixed_context_encoder, linear_rnn_scan, linear_rnn_sequential, rnn_encoder, rnn_log_jacobian_norms, tanh_rnn,
+)
+
+U = 2.0 ** -53  # float64 unit roundoff
+CI_SEED = 1409_0473  # arXiv 1409.0473, Bahdanau, Cho, Bengio 2014
+
+
+def sum_tol(terms: int, magnitude: float) -> float:
+    """Two evaluations of a sum of ``terms`` products with Σ|terms| = magnitude differ by ≤ 2(terms + 2)·u·magnitude
+    (Higham 2002, §3.1; +2 for a bias add and one more rounding)."""
+    return 2 * (terms + 2) * U * magnitude
+
+
+def orthogonal(r: np.random.Generator, d: int) -> np.ndarray:
+    """A Haar-random orthogonal matrix (scipy.stats.ortho_group)."""
+    return stats.ortho_group.rvs(d, random_state=r)
+
+
+def central_jacobian(f, x: np.ndarray, h: float = 1e-6) -> np.ndarray:
+    """J[:, i] = (f(x + h e_i) − f(x − h e_i)) / 2h; error h²|f'''|/6 + u|f|/h, about 1e-10 for O(1) smooth f."""
+    cols = []
+    for i in range(x.size):
+        e = np.zeros(x.size)
+        e[i] = h
+        e = e.reshape(x.shape)
+        cols.append((np.ravel(f(x + e)) - np.ravel(f(x - e))) / (2 * h))
+    return np.stack(cols, axis=1)
+
+
+# ---------------------------------------------------------------- seq2seq-bottleneck
+
+
+def _linear_collision(r, n, m, d, perturbation):
+    """Two inputs with the same affine context c = vec(X)W + b, from the null space of v ↦ vW."""
+    w = r.standard_normal((n * m, d)) / math.sqrt(n * m)
+    b = r.standard_normal(d)
+    x = r.standard_normal((n, m))
+    null = scipy.linalg.null_space(w.T)  # (n·m, n·m − rank): every column v has vW = 0
+    if perturbation == "null":
+        # the null vector that moves the *first* token most: top right-singular vector of its first block
+        _, _, vt = np.linalg.svd(null[:m], full_matrices=False)
+        v = null @ vt[0]
+    else:  # control: a random direction of the same size
+        v = r.standard_normal(n * m)
+    v *= np.linalg.norm(x) / np.linalg.norm(v)
+    x2 = x + v.reshape(n, m)
+    c1, c2 = fixed_context_encoder(x, w, b), fixed_context_encoder(x2, w, b)
+    magnitude = max(float(np.abs(x).ravel() @ np.abs(w).max(axis=1)), float(np.abs(x2).ravel() @ np.abs(w).max(axis=1)))
+    tol = 2 * sum_tol(n * m, magnitude) + 4 * U * float(np.abs(b).max())
+    return {"n": n, "m": m, "d": d, "nullity": int(null.shape[1]), "rank": int(np.linalg.matrix_rank(w)),
+            "input_change": float(np.linalg.norm(x2 - x)), "first_token_change": float(np.linalg.norm(x2[0] - x[0])),
+            "per_token_change": np.linalg.norm(x2 - x, axis=1), "context_change": float(np.linalg.norm(c2 - c1)),
+            "tolerance": tol, "collide": bool(np.linalg.norm(c2 - c1, np.inf) <= tol and np.linalg.norm(x2 - x) > 0)}
+
+
+def _rnn_collision(r, n, m, d_h, perturbation):
+    """Two inputs with the same final tanh-RNN state: change x_1, then solve for the x_n that cancels the change.
+
+    h_n = tanh(h_{n−1}W + x_nU + b): with U of full row rank d_h (m ≥ d_h) the
+    pre-activation can be matched exactly, x'_n = x_n + (h_{n−1} − h'_{n−1})W U⁺.
+    """
+    w = 0.9 * orthogonal(r, d_h)
+    u = r.standard_normal((m, d_h)) / math.sqrt(m)
+    b = 0.1 * r.standard_normal(d_h)
+    x = r.standard_normal((n, m))
+    x2 = x.copy()
+    x2[0] += r.standard_normal(m)
+    states, states2 = tanh_rnn(x, w, u, b), tanh_rnn(x2, w, u, b)
+    if perturbation == "null":
+        delta = (states[n - 2] - states2[n - 2]) @ w  # pre-activation difference to cancel, (d_h,)
+        fix, *_ = scipy.linalg.lstsq(u.T, delta)  # fix @ u = delta (u has full row rank d_h)
+        x2[n - 1] = x[n - 1] + fix
+    else:  # control: a random change of x_n of the same size
+        x2[n - 1] = x[n - 1] + r.standard_normal(m) * np.linalg.norm(x2[0] - x[0]) / math.sqrt(m)
+    h1, h2 = rnn_encoder(x, w, u, b), rnn_encoder(x2, w, u, b)
+    magnitude = max(float(np.abs(states[n - 2]) @ np.abs(w).max(axis=1) + np.abs(x[n - 1]) @ np.abs(u).max(axis=1)),
+                    float(np.abs(states2[n - 2]) @ np.abs(w).max(axis=1) + np.abs(x2[n - 1]) @ np.abs(u).max(axis=1)))
+    tol = 2 * sum_tol(m + d_h, magnitude) + 4 * U  # tanh is 1-Lipschitz; +4u for tanh's own rounding
+    return {"n": n, "m": m, "d_h": d_h, "input_change": float(np.linalg.norm(x2 - x)),
+            "per_token_change": np.linalg.norm(x2 - x, axis=1), "context_change": float(np.linalg.norm(h2 - h1)),
+            "tolerance": tol, "collide": bool(np.linalg.norm(h2 - h1, np.inf) <= tol)}
+
+
+def _attention_influence(r, n_values, d, eps):
+    """‖∂c/∂x_1‖₂ for the context c = Σ_j a_j h_j of a fixed query aligned with the first state, for each n."""
+    states = r.standard_normal((max(n_values), d))
+    rows = []
+    for n in n_values:
+        h = states[:n].copy()
+        h[0] *= 1.5 * np.linalg.norm(h[1:], axis=1).max() / np.linalg.norm(h[0])  # h_1 is then an exposed point
+        direction = h[0] / np.linalg.norm(h[0])
+
+        def weight_on_first(beta):
+            return float(attention_weights(beta * direction[None], h)[0, 0])
+
+        beta = optimize.brentq(lambda b: weight_on_first(b) - (1 - eps), 0.0, 1e6, xtol=1e-12)
+        q = beta * direction[None]  # (1, d): the decoder's query, fixed
+
+        def context(x1):
+            hh = h.copy()
+            hh[0] = x1
+            return attention(q, hh, hh)[0]
+
+        jac = central_jacobian(context, h[0])
+        rows.append({"n": n, "beta": beta, "weight_first": weight_on_first(beta), "norm": float(np.linalg.norm(jac, 2))})
+    return rows
+
+
+@register("seq2seq-bottleneck", "seq2seq-bottleneck", "measurement")
+def seq2seq_bottleneck(profile: str, out_dir, seed: int = CI_SEED, perturbation: str = "null",
+                       rnn_norm: float = 0.8, input_scale: float = 1.0) -> MeasurementResult:
+    """Fixed-length contexts collide; a contractive RNN forgets x_1 exponentially, attention does not.
+
+    (a) An affine context c = vec(X)W + b of n·m = 24 numbers in d = 8: the null
+    space of v ↦ vW (scipy.linalg.null_space) has dimension 16; adding its
+    vector that moves the first token most, scaled to ‖X‖, leaves c unchanged
+    within the rounding bound of the sum (:func:`sum_tol`). The same for the
+    final state of a tanh RNN: x_1 is changed and x_n solved (scipy.linalg.lstsq)
+    so that h_n is unchanged.
+
+    (b) tanh RNN with W = ρ·(orthogonal), ‖W‖₂ = ρ = 0.8: ln‖∂h_n/∂x_1‖₂ for
+    n = 1 … n_max, exact. Passes if every point obeys the bound
+    ‖W‖₂^{n−1}‖U‖₂, the growth class of ln‖∂h_n/∂x_1‖ chosen by BIC among
+    constant/log/linear is linear (exponential in n), and the fitted rate is
+    below −0.01 per step (it is reported next to ln‖W‖₂).
+
+    (c) Attention over the same kind of states with a query aligned with h_1
+    and scaled (scipy.optimize.brentq) so that a_1 = 0.95 for every n:
+    ‖∂c/∂x_1‖₂ for n = 2 … 512 must not decay: min ≥ 0.5 and min/max ≥ 0.5.
+
+    Controls: ``perturbation="random"`` (a random change of the same size moves
+    the context), ``rnn_norm=1, input_scale=0.01`` (an orthogonal, nearly linear
+    RNN does not forget: no exponential decay).
+    """
+    n_max = sizes(profile, dev=48, ci=128, thorough=512)
+    att_n = sizes(profile, dev=[2, 8, 32, 128], ci=[2, 4, 8, 16, 32, 64, 128, 256, 512],
+                  thorough=[2 ** i for i in range(1, 12)])
+    r = rng(seed)
+    linear = _linear_collision(r, 6, 4, 8, perturbation)
+    recurrent = _rnn_collision(r, 10, 8, 8, perturbation)
+
+    d_h, m = 8, 8
+    w = rnn_norm * orthogonal(r, d_h)
+    u = r.standard_normal((m, d_h)) / math.sqrt(m)
+    x = input_scale * r.standard_normal((n_max, m))
+    states = tanh_rnn(x, w, u)
+    log_norms = rnn_log_jacobian_norms(states, w, u)  # ln‖∂h_n/∂x_1‖₂, n = 1 … n_max
+    n = np.arange(1, n_max + 1)
+    log_bound = (n - 1) * math.log(np.linalg.norm(w, 2)) + math.log(np.linalg.norm(u, 2))
+    bound_ok = bool(np.all(log_norms <= log_bound + 1e-9))
+    growth = select_growth(n, log_norms, classes=("constant", "log", "linear"))
+    rate, intercept = ols_line(n, log_norms)
+    decays = growth.cls == "linear" and rate < -0.01
+
+    att = _attention_influence(r, att_n, d_h, 0.05)
+    att_norms = np.array([row["norm"] for row in att])
+    no_decay = bool(att_norms.min() >= 0.5 and att_norms.min() / att_norms.max() >= 0.5)
+
+    passed = linear["collide"] and recurrent["collide"] and bound_ok and decays and no_decay
+    parts = [
+        f"(a) linear context: nullity {linear['nullity']}, input moved by {linear['input_change']:.2f} "
+        f"(first token {linear['first_token_change']:.2f}), context by {linear['context_change']:.1e} "
+        f"({'≤' if linear['collide'] else '>'} tol {linear['tolerance']:.1e}); RNN final state moved by "
+        f"{recurrent['context_change']:.1e} ({'≤' if recurrent['collide'] else '>'} tol {recurrent['tolerance']:.1e})",
+        f"(b) tanh RNN ‖W‖₂={rnn_norm:g}: ‖∂h_n/∂x_1‖ class {growth.cls} in ln (exponential), fitted rate "
+        f"{rate:.3f}/step vs ln‖W‖₂ = {math.log(np.linalg.norm(w, 2)):.3f}, bound {'holds' if bound_ok else 'VIOLATED'}"
+        f"{'' if decays else ' — does NOT decay exponentially'}",
+        f"(c) attention, a_1 = 0.95: ‖∂c/∂x_1‖₂ ∈ [{att_norms.min():.3f}, {att_norms.max():.3f}] for n = "
+        f"{att_n[0]} … {att_n[-1]}{'' if no_decay else ' — decays'}",
+    ]
+    decision = "; ".join(parts)
+    data = {"linear_collision": linear, "rnn_collision": recurrent,
+            "rnn": {"n": n, "log_norm": log_norms, "log_bound": log_bound, "fitted_rate": rate,
+                    "fitted_intercept": intercept, "log_W_norm": math.log(np.linalg.norm(w, 2)),
+                    "growth_of_log_norm": growth.to_dict(), "bound_ok": bound_ok, "decays": decays},
+            "attention": {"rows": att, "no_decay": no_decay},
+            "gradients": "RNN: exact Jacobian products (log-accumulated); attention: central differences "
+                         "through reference.attention, h = 1e-6"}
+    tag = suffix({"perturbation": None if perturbation == "null" else perturbation,
+                  "rho": None if rnn_norm == 0.8 else rnn_norm, "input": None if input_scale == 1.0 else input_scale})
+    figures = [_plot_bottleneck(data, rnn_norm, out_dir, "seq2seq_bottleneck" + tag)]
+    return MeasurementResult("seq2seq-bottleneck", "seq2seq-bottleneck", "measurement", passed, decision, None,
+                             data, figures, seed=seed)
+
+
+control("seq2seq-bottleneck:random-perturbation", "seq2seq-bottleneck",
+        "a random (non-null-space) change of the input moves the context", perturbation="random")
+control("seq2seq-bottleneck:non-contractive", "seq2seq-bottleneck",
+        "an orthogonal RNN (‖W‖₂ = 1) with small inputs is nearly linear and does not forget x_1",
+        rnn_norm=1.0, input_scale=0.01)
+
+
+def _plot_bottleneck(data, rnn_norm, out_dir, stem):
+    plt = pyplot()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10.5, 4.0), gridspec_kw={"width_ratios": [1.6, 1]})
+    rnn = data["rnn"]
+    n = np.array(rnn["n"])
+    ax.semilogy(n, np.exp(rnn["log_norm"]), "-", color="C0", label=f"tanh RNN, ‖W‖₂ = {rnn_norm:g}: ‖∂h_n/∂x_1‖₂")
+    ax.semilogy(n, np.exp(rnn["log_bound"]), "--", color="C0", lw=1, label="bound ‖W‖₂^(n−1)‖U‖₂")
+    ax.semilogy(n, np.exp(rnn["fitted_intercept"] + rnn["fitted_rate"] * n), ":", color="gray", lw=1,
+                label=f"fit: exp({rnn['fitted_rate']:.3f}·n)")
+    att = data["attention"]["rows"]
+    ax.semilogy([row["n"] for row in att], [row["norm"] for row in att], "o-", color="C3", ms=4,
+                label="attention, a_1 = 0.95: ‖∂c/∂x_1‖₂")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("sequence length n")
+    ax.set_ylabel("influence of the first token (Jacobian norm)")
+    ax.set_title("Early tokens: the RNN forgets exponentially, attention keeps a direct path")
+    ax.legend(loc="lower left")
+    lin, rec = data["linear_collision"], data["rnn_collision"]
+    width = 0.4
+    pos_l = np.arange(1, len(lin["per_token_change"]) + 1)
+    pos_r = np.arange(1, len(rec["per_token_change"]) + 1)
+    bx.bar(pos_l - width / 2, lin["per_token_change"], width, color="C1",
+           label=f"affine context (Δc = {lin['context_change']:.0e})")
+    bx.bar(pos_r + width / 2, rec["per_token_change"], width, color="C2",
+           label=f"RNN final state (Δh_n = {rec['context_change']:.0e})")
+    bx.set_xlabel("token position")
+    bx.set_ylabel("‖x'_t − x_t‖")
+    bx.set_title("Different inputs, same fixed-length context")
+    bx.legend(loc="upper right")
+    return save(fig, out_dir, stem)
+
+
+# ---------------------------------------------------------------- rnn-gradients
+
+
+def _matrix_with_radius(r, d, rho):
+    g = r.standard_normal((d, d))
+    return rho * g / max(abs(np.linalg.eigvals(g)))
+
+
+@register("rnn-gradients", "rnn-gradients", "measurement")
+def rnn_gradients(profile: str, out_dir, seed: int = CI_SEED + 1, reference: str = "radius") -> MeasurementResult:
+    """‖∂h_T/∂h_1‖ against T: linear RNNs with ρ(W) = 0.9, 1, 1.1 and tanh RNNs in the decay and growth regimes.
+
+    Linear: ∂h_T/∂h_1 = (Wᵀ)^{T−1}. For diagonalisable W = VΛV⁻¹,
+    ρ^k ≤ ‖W^k‖₂ ≤ κ(V)ρ^k, so ln‖W^k‖₂ − k ln ρ ∈ [0, ln κ(V)] and the
+    least-squares slope of ln‖W^k‖₂ over k ∈ [T/2, T] is within
+    :func:`~attnclaims.measurements.stats.slope_shift_bound` (ln κ) of ln ρ:
+    a derived tolerance. Passes if every fitted rate meets ln ρ within it.
+
+    tanh (W = g·G/√d, G Gaussian, d = 32, small inputs): every point obeys
+    ‖∂h_T/∂h_1‖₂ ≤ ‖W‖₂^{T−1}, the rate (a Lyapunov exponent) is < −0.1 for
+    g = 0.5 (ρ ≈ 0.5: vanishing) and > +0.05 for g = 3 (chaotic: exploding).
+
+    Control ``reference="norm"``: the same test with ln‖W‖₂ in place of ln ρ
+    fails — for non-normal W the rate is set by the spectral radius, not the norm.
+    """
+    t_max = sizes(profile, dev=120, ci=300, thorough=1000)
+    r = rng(seed)
+    d = 8
+    k = np.arange(1, t_max + 1)  # k = T − 1
+    fit = k >= t_max // 2
+    linear_rows = []
+    for rho in (0.9, 1.0, 1.1):
+        w = _matrix_with_radius(r, d, rho)
+        log_norms = rnn_log_jacobian_norms(np.zeros((t_max, d)), w, linear=True)  # ln‖(Wᵀ)^k‖₂, k = 1 … t_max
+        rate, _ = ols_line(k[fit], log_norms[fit])
+        kappa = float(np.linalg.cond(np.linalg.eig(w)[1]))
+        tol = slope_shift_bound(k[fit], math.log(kappa)) + 1e-9
+        target = math.log(rho) if reference == "radius" else math.log(np.linalg.norm(w, 2))
+        linear_rows.append({"rho": rho, "norm": float(np.linalg.norm(w, 2)), "kappa_V": kappa, "fitted_rate": rate,
+                            "log_rho": math.log(rho), "target": target, "tolerance": tol,
+                            "ok": abs(rate - target) <= tol, "log_norm": log_norms})
+    tanh_rows = []
+    d_t = 32
+    for gain, regime in ((0.5, "vanishing"), (3.0, "exploding")):
+        w = gain * r.standard_normal((d_t, d_t)) / math.sqrt(d_t)
+        u = r.standard_normal((d_t, d_t)) / math.sqrt(d_t)
+        states = tanh_rnn(0.1 * r.standard_normal((t_max + 1, d_t)), w, u, h0=r.standard_normal(d_t))
+        log_norms = rnn_log_jacobian_norms(states[1:], w)  # ∂h_T/∂h_1, T − 1 = 1 … t_max
+        log_w = math.log(np.linalg.norm(w, 2))
+        bound_ok = bool(np.all(log_norms <= k * log_w + 1e-9))
+        rate, _ = ols_line(k[fit], log_norms[fit])
+        sign_ok = rate < -0.1 if regime == "vanishing" else rate > 0.05
+        tanh_rows.append({"gain": gain, "regime": regime, "fitted_rate": rate, "log_W_norm": log_w,
+                          "log_rho": math.log(max(abs(np.linalg.eigvals(w)))), "bound_ok": bound_ok,
+                          "sign_ok": sign_ok, "log_norm": log_norms})
+    passed = all(row["ok"] for row in linear_rows) and all(row["bound_ok"] and row["sign_ok"] for row in tanh_rows)
+    lin = ", ".join(f"ρ={row['rho']}: {row['fitted_rate']:+.4f} vs {row['target']:+.4f} ± {row['tolerance']:.3f}"
+                    for row in linear_rows)
+    tnh = ", ".join(f"g={row['gain']}: rate {row['fitted_rate']:+.3f} ({row['regime']}"
+                    f"{'' if row['sign_ok'] else ' NOT shown'}; bound {'holds' if row['bound_ok'] else 'VIOLATED'})"
+                    for row in tanh_rows)
+    ref = "ln ρ(W)" if reference == "radius" else "ln‖W‖₂ (control)"
+    decision = f"linear RNN fitted rates vs {ref} within the κ(V) tolerance: {lin}; tanh RNN: {tnh}"
+    data = {"T_minus_1": k, "fit_from": int(t_max // 2), "linear": linear_rows, "tanh": tanh_rows,
+            "reference": reference, "gradients": "exact Jacobian products, log-accumulated"}
+    figures = [_plot_rnn_gradients(data, out_dir, "rnn_gradients" + suffix({"reference": None if reference == "radius" else reference}))]
+    return MeasurementResult("rnn-gradients", "rnn-gradients", "measurement", passed, decision, None, data, figures,
+                             seed=seed)
+
+
+control("rnn-gradients:norm-rate", "rnn-gradients",
+        "for non-normal W the decay rate is ln ρ(W), not ln‖W‖₂: the test against ln‖W‖₂ fails", reference="norm")
+
+
+def _plot_rnn_gradients(data, out_dir, stem):
+    plt = pyplot()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10.5, 4.0))
+    k = np.array(data["T_minus_1"])
+    for i, row in enumerate(data["linear"]):
+        ax.plot(k + 1, np.array(row["log_norm"]) / math.log(10), "-", color=f"C{i}",
+                label=f"ρ(W) = {row['rho']}: fitted rate {row['fitted_rate']:+.3f}")
+        ax.plot(k + 1, k * row["log_rho"] / math.log(10), ":", color=f"C{i}", lw=1)
+    ax.plot([], [], ":", color="gray", label="(T−1)·ln ρ")
+    ax.set_xlabel("T")
+    ax.set_ylabel("log₁₀ ‖∂h_T/∂h_1‖₂")
+    ax.set_title("Linear RNN: ∂h_T/∂h_1 = W^(T−1) vanishes / explodes with ρ(W)")
+    ax.legend()
+    for i, row in enumerate(data["tanh"]):
+        bx.plot(k + 1, np.array(row["log_norm"]) / math.log(10), "-", color=f"C{i + 3}",
+                label=f"tanh, gain {row['gain']} ({row['regime']}): rate {row['fitted_rate']:+.3f}")
+        bx.plot(k + 1, k * row["log_W_norm"] / math.log(10), "--", color=f"C{i + 3}", lw=1,
+                label=f"bound (T−1)·ln‖W‖₂ = {row['log_W_norm']:.2f}(T−1)")
+    bx.set_ylim(min(np.min(row["log_norm"]) for row in data["tanh"]) / math.log(10) - 5,
+                max(np.max(row["log_norm"]) for row in data["tanh"]) / math.log(10) + 20)
+    bx.set_xlabel("T")
+    bx.set_ylabel("log₁₀ ‖∂h_T/∂h_1‖₂")
+    bx.set_title("tanh RNN: decay and growth regimes under the norm bound")
+    bx.legend(fontsize=7)
+    return save(fig, out_dir, stem)
+
+
+# ---------------------------------------------------------------- rnn-sequential
+
+
+@register("rnn-sequential", "rnn-sequential", "measurement")
+def rnn_sequential(profile: str, out_dir, seed: int = CI_SEED + 2, autoregressive: bool = False) -> MeasurementResult:
+    """Critical path of the computation graph against n: sequential RNN, parallel scan, self-attention.
+
+    Position-level graphs (:mod:`~attnclaims.measurements.graphs`) for n = 4 … 512;
+    the growth class of each critical path is chosen by BIC among constant /
+    log / linear / quadratic (:func:`~attnclaims.measurements.stats.select_growth`).
+    Passes if RNN → linear, scan → log, self-attention → constant, and the scan's
+    states equal the loop's within the rounding bound (the scan is the same
+    recurrence, re-associated). Scalar-level graphs (fan-in 2) are reported as
+    the qualification: there the softmax and the weighted sum over n keys are
+    reduction trees, so attention's critical path is O(log n), the RNN's still O(n).
+
+    Control ``autoregressive=True``: attention decoding one position at a time
+    (each input computed from the previous output) is linear, failing "constant".
+    """
+    n_values = sizes(profile, dev=[4, 8, 16, 32, 64], ci=[4, 8, 16, 32, 64, 128, 256, 512],
+                     thorough=[4, 8, 16, 32, 64, 128, 256, 512, 1024])
+    scalar_n = sizes(profile, dev=[4, 8, 16, 32], ci=[4, 8, 16, 32, 64, 128], thorough=[4, 8, 16, 32, 64, 128, 256, 512])
+    r = rng(seed)
+    rows, scan_errors = [], []
+    for n in n_values:
+        d = 4
+        a = 0.95 * orthogonal(r, d)
+        b = r.standard_normal((3, d))
+        x = r.standard_normal((n, 3))
+        scan = linear_rnn_scan(x, a, b)
+        loop = linear_rnn_sequential(x, a, b)
+        tol = (n + scan.depth) * d * U * float(np.abs(x @ b).sum())  # ‖A‖₂ < 1: see tests/test_baselines.scan_tol
+        err = float(np.abs(scan.states - loop).max())
+        scan_errors.append({"n": n, "max_abs_error": err, "tolerance": tol, "ok": err <= tol})
+        att = attention_graph(n, autoregressive=autoregressive) if (not autoregressive or n <= 256) else None
+        rows.append({"n": n, "rnn": critical_path(rnn_graph(n)), "scan": critical_path(scan_graph(scan.rounds, n)),
+                     "scan_rounds": scan.depth, "scan_combines": scan.combines,
+                     "attention": critical_path(att) if att is not None else None})
+    if autoregressive:
+        rows = [row for row in rows if row["attention"] is not None]
+    ns = np.array([row["n"] for row in rows], float)
+    fits = {key: select_growth(ns, [row[key] for row in rows]) for key in ("rnn", "scan", "attention")}
+    expected = {"rnn": "linear", "scan": "log", "attention": "constant"}
+    scalar_rows = [{"n": n, "attention": critical_path(scalar_attention_graph(n)),
+                    "rnn": critical_path(scalar_rnn_graph(n))} for n in scalar_n]
+    sn = np.array(scalar_n, float)
+    scalar_fits = {key: select_growth(sn, [row[key] for row in scalar_rows]) for key in ("attention", "rnn")}
+    classes_ok = all(fits[key].cls == cls for key, cls in expected.items())
+    scan_ok = all(row["ok"] for row in scan_errors)
+    passed = classes_ok and scan_ok
+    summary = ", ".join(f"{key} {fits[key].big_o} (expected {_big(expected[key])})" for key in expected)
+    decision = (f"critical path over n = {int(ns[0])} … {int(ns[-1])}: {summary}"
+                f"{' [attention decoded autoregressively]' if autoregressive else ''}; scan == loop within rounding "
+                f"({'yes' if scan_ok else 'NO'}, max error {max(row['max_abs_error'] for row in scan_errors):.1e}); "
+                f"scalar level: attention {scalar_fits['attention'].big_o}, RNN {scalar_fits['rnn'].big_o}")
+    data = {"rows": rows, "fits": {k: v.to_dict() for k, v in fits.items()}, "expected": expected,
+            "scan_vs_loop": scan_errors, "scalar_rows": scalar_rows,
+            "scalar_fits": {k: v.to_dict() for k, v in scalar_fits.items()},
+            "granularity": "position level: one node per vector operation on a position or pair of positions; "
+                           "scalar level: one node per scalar operation, fan-in 2"}
+    figures = [_plot_sequential(data, out_dir, "rnn_sequential" + suffix({"autoregressive": autoregressive or None}))]
+    return MeasurementResult("rnn-sequential", "rnn-sequential", "measurement", passed, decision, None, data,
+                             figures, seed=seed)
+
+
+control("rnn-sequential:autoregressive", "rnn-sequential",
+        "decoding attention one position at a time has a linear critical path", autoregressive=True)
+
+
+def _big(cls: str) -> str:
+    return {"constant": "O(1)", "log": "O(log n)", "linear": "O(n)", "quadratic": "O(n²)"}[cls]
+
+
+def _plot_sequential(data, out_dir, stem):
+    plt = pyplot()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10.5, 4.0))
+    rows = data["rows"]
+    n = [row["n"] for row in rows]
+    for key, label, marker in (("rnn", "sequential RNN", "o"), ("scan", "parallel scan (linear RNN)", "s"),
+                               ("attention", "self-attention", "^")):
+        ax.loglog(n, [row[key] for row in rows], marker + "-", ms=4, label=f"{label}: {data['fits'][key]['big_o']}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("sequence length n")
+    ax.set_ylabel("critical path (sequential operations)")
+    ax.set_title("Position-level computation graph (Vaswani's counting)")
+    ax.legend()
+    srows = data["scalar_rows"]
+    sn = [row["n"] for row in srows]
+    bx.loglog(sn, [row["rnn"] for row in srows], "o-", ms=4, label=f"RNN: {data['scalar_fits']['rnn']['big_o']}")
+    bx.loglog(sn, [row["attention"] for row in srows], "^-", ms=4, color="C2",
+              label=f"self-attention: {data['scalar_fits']['attention']['big_o']}")
+    bx.set_xscale("log", base=2)
+    bx.set_xlabel("sequence length n")
+    bx.set_ylabel("critical path (scalar operations, fan-in 2)")
+    bx.set_title("Scalar level: reductions over n keys cost log n")
+    bx.legend()
+    return save(fig, out_dir, stem)
