@@ -424,9 +424,14 @@ def _execute(args, artifacts: Path | None, out_dir: Path | None):
     from attnclaims.report.model import from_run
     from attnclaims.runner import RunError, run
 
+    from attnclaims.report.model import prerender_in_background
+
     registry = _registry()
     options = _options(args, artifacts)
     _validate(options, registry)
+    # sympy's pretty printer is slow: render the derivations while the tests run.
+    ids = options.claims or registry.order()
+    prerender_in_background([cid for cid in ids if "sympy" in registry.get(cid).methods])
     command = "attnclaims " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0] else ""
     try:
         with _Progress() as progress:

@@ -195,7 +195,7 @@ def _pytest_command(spec: str, options: RunOptions, first: bool, results: Path, 
            "--attn-impl", spec, "--attn-results", str(results), "--attn-artifacts", str(artifacts),
            "--hypothesis-profile", options.profile,
            "-q", "--no-header", "-p", "no:cacheprovider", "-p", "attnclaims.runner",
-           "-c", str(ini), "--rootdir", str(ini.parent),
+           "-c", str(ini), "--rootdir", _rootdir(options.tests_package, ini.parent),
            "--import-mode=importlib", "--strict-markers", "-W", "ignore::pytest.PytestAssertRewriteWarning"]
     if options.claims:
         cmd += ["--attn-claims", ",".join(options.claims)]
@@ -204,6 +204,18 @@ def _pytest_command(spec: str, options: RunOptions, first: bool, results: Path, 
     if options.workers:
         cmd += ["-n", str(options.workers)]
     return cmd
+
+
+def _rootdir(tests_package: str, fallback: Path) -> str:
+    """The folder above the tests package, so test ids read ``tests/test_x.py::test_y``."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(tests_package)
+    except (ImportError, ValueError):
+        spec = None
+    locations = list(spec.submodule_search_locations or ()) if spec else []
+    return str(Path(locations[0]).parent) if locations else str(fallback)
 
 
 def _read_progress(path: Path, offset: int) -> tuple[list[dict], int]:
@@ -448,7 +460,8 @@ def collect_tests(claim_id: str | None = None, tests_package: str | None = None,
         ini = work / "pytest.ini"
         ini.write_text("[pytest]\n", encoding="utf-8")
         cmd = [sys.executable, "-m", "pytest", "--pyargs", tests_package, "-m", "claim", "--collect-only", "-q",
-               "-p", "no:cacheprovider", "-p", "attnclaims.runner", "-c", str(ini), "--rootdir", tmp,
+               "-p", "no:cacheprovider", "-p", "attnclaims.runner", "-c", str(ini),
+               "--rootdir", _rootdir(tests_package, work),
                "--import-mode=importlib", "--strict-markers"]
         env = dict(os.environ, **{COLLECT_ENV: str(out)})
         env.pop(PROGRESS_ENV, None)

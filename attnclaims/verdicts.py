@@ -13,7 +13,9 @@ under test). The rules, applied in this order — the first that matches decides
    failed derivation step, a negative control that did not fail). If a claim
    this one depends on (``depends_on``, transitively, nearest first) is itself
    refuted for the same implementation, the verdict is **blocked by <id>**
-   instead: the failure is a consequence, not a second finding.
+   instead, naming the root cause (the nearest dependency refuted on its own
+   account): the failure is a consequence, not a second finding. A claim whose
+   own checks all pass keeps its own verdict even when a dependency is refuted.
 2. **error** — some check crashed (an exception in the test or the harness, a
    pytest subprocess that died). It is not a counterexample and not a pass,
    and it is shown, never hidden.
@@ -41,6 +43,7 @@ verified.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from graphlib import TopologicalSorter
 from typing import Iterable, Mapping, Sequence
 
 from attnclaims.evidence import Evidence
@@ -151,20 +154,30 @@ def compute_verdicts(registry, evidence: Sequence[Evidence], implementations: Se
                 counts[e.outcome] = counts.get(e.outcome, 0) + 1
             verdict, reason = _own_verdict(cid, items)
             own[(cid, impl)] = (verdict, reason, counts)
+    # Final verdicts in dependency order, so that "blocked by" names the root cause: the nearest
+    # dependency that is refuted on its own account (not itself blocked).
+    final: dict[tuple[str, str], str] = {}
+    order = TopologicalSorter({c.id: c.depends_on for c in registry}).static_order()
+    blocked: dict[tuple[str, str], str] = {}
+    for cid in order:
+        for impl in implementations:
+            verdict = own[(cid, impl)][0]
+            if verdict == "refuted":
+                root = next((d for d in registry.dependencies(cid) if final[(d, impl)] == "refuted"), None)
+                if root is not None:
+                    blocked[(cid, impl)] = root
+                    verdict = BLOCKED_PREFIX + root
+            final[(cid, impl)] = verdict
     out: dict[str, dict[str, Verdict]] = {}
     for cid in ids:
         claim = registry.get(cid)
         out[cid] = {}
         for impl in implementations:
             verdict, reason, counts = own[(cid, impl)]
-            blocked_by = None
-            if verdict == "refuted":
-                for dep in registry.dependencies(cid):
-                    if own[(dep, impl)][0] == "refuted":
-                        blocked_by = dep
-                        reason = f"{dep} is refuted for {impl}; this claim's own failure: {reason}"
-                        verdict = BLOCKED_PREFIX + dep
-                        break
+            blocked_by = blocked.get((cid, impl))
+            if blocked_by is not None:
+                verdict = BLOCKED_PREFIX + blocked_by
+                reason = f"{blocked_by} is refuted for {impl}; this claim's own failure: {reason}"
             out[cid][impl] = Verdict(
                 claim=cid, implementation=impl, verdict=verdict, reason=reason, blocked_by=blocked_by,
                 expected=claim.expected_verdict,

@@ -214,7 +214,7 @@ ul.tight{margin:6px 0;padding-left:22px}
 footer{border-top:1px solid var(--line);color:var(--muted);font-size:.85em;padding:16px 0 30px}
 @media (max-width:640px){body{font-size:14px}dl.fields{grid-template-columns:1fr}dl.fields dt{margin-top:6px}
 section.claim{padding:12px}header.top h1{font-size:1.3em}table.summary td.title{display:none}
-table.summary th.title{display:none}}
+table.summary th.title{display:none}table.summary .exp{display:none}th,td{padding:6px 7px}}
 """
 
 
@@ -336,11 +336,12 @@ def render(report: Mapping, out_dir: Path | None = None) -> str:
 
 
 def _summary_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    ths = "".join(f'<th class="{"title" if i == 1 else ""}">{h}</th>' for i, h in enumerate(head))
+    classes = {1: "title", 2: "sec", 3: "exp"}
+    ths = "".join(f'<th class="{classes.get(i, "vd")}">{h}</th>' for i, h in enumerate(head))
     body = []
     for r in rows:
         tds = [f'<td class="id">{r[0]}</td>', f'<td class="title">{r[1]}</td>', f'<td class="sec">{r[2]}</td>',
-               f"<td>{r[3]}</td>"] + [f'<td class="vd">{x}</td>' for x in r[4:]]
+               f'<td class="exp">{r[3]}</td>'] + [f'<td class="vd">{x}</td>' for x in r[4:]]
         body.append("<tr>" + "".join(tds) + "</tr>")
     return (f'<div class="scroll"><table class="summary" id="summary-table"><thead><tr>{ths}</tr></thead>'
             f"<tbody>{''.join(body)}</tbody></table></div>")

@@ -6,13 +6,16 @@ to this module). Nothing in it is looked up from expected answers: verdicts
 come from :mod:`attnclaims.verdicts`, the expected verdict is shown beside them.
 
 Derivation steps are rendered with ``sympy.pretty`` (unicode, no wrapping) from
-the derivation objects of :mod:`attnclaims.proofs`; whether each step checks is
-taken from the run's proof evidence (``data["proof"]``), never re-decided here.
+the derivation objects of :mod:`attnclaims.proofs` (the slow part, so it can
+run in a background thread while the tests run: :func:`prerender_in_background`);
+whether each step checks is taken from the run's proof evidence
+(``data["proof"]``), never re-decided here.
 No string from a file or an implementation is ever evaluated.
 """
 from __future__ import annotations
 
 import shutil
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -61,80 +64,121 @@ def _pretty_relation(lhs, rel: str, rhs, first: bool) -> str:
         return f"{left}{middle}{_pretty(rhs)}"
 
 
-def _latex(expr) -> str:
-    import sympy as sp
-
-    try:
-        return sp.latex(expr)
-    except Exception:  # noqa: BLE001
-        return ""
-
-
-def render_derivation(derivation, proof: Mapping | None) -> dict:
-    """One derivation as report data; ``proof`` is the run's ``ProofResult.to_dict()`` (or None)."""
-    statuses = {}
-    if proof:
-        for s in proof.get("steps", ()):
-            statuses[s.get("index")] = s
+def render_static(derivation) -> dict:
+    """The parts of a derivation's rendering that do not depend on a run (the expensive part:
+    sympy's pretty printer); :func:`with_statuses` adds what the run found."""
     steps = []
     for i, step in enumerate(derivation.steps):
         lhs = getattr(step, "lhs", None)
         first = i == 0 and lhs is None
-        status = statuses.get(i, {})
-        lemmas = [{"text": lem.text(), "why": lem.why, "cited": bool(lem.cited)} for lem in step.lemmas]
         steps.append({
             "index": i,
             "relation": step.rel,
             "math": _pretty_relation(lhs, step.rel, step.expr, first),
-            "latex": (_latex(lhs) + " " if lhs is not None else "") +
-                     ("" if first else {"<=": r"\le", ">=": r"\ge", "~": r"\sim"}.get(step.rel, step.rel) + " ") +
-                     _latex(step.expr),
             "why": step.why,
-            "status": status.get("status", "given" if first else "not run"),
-            "detail": status.get("detail", ""),
-            "method": status.get("method", step.method or ""),
-            "lemmas": lemmas,
+            "first": first,
+            "method": step.method or "",
+            "lemmas": [{"text": lem.text(), "why": lem.why, "cited": bool(lem.cited)} for lem in step.lemmas],
         })
     try:
         symbols = derivation.symbols_declared()
     except Exception:  # noqa: BLE001
         symbols = []
     return {
-        "name": derivation.name,
-        "title": derivation.title,
-        "statement": derivation.statement,
-        "assumptions": derivation.assumptions,
-        "symbols": symbols,
-        "source": getattr(derivation, "source", ""),
-        "outcome": proof.get("outcome", "not run") if proof else "not run",
-        "reason": proof.get("reason", "") if proof else "",
-        "failed_step": proof.get("failed_step") if proof else None,
-        "cited": list(proof.get("cited", ())) if proof else [],
+        "name": derivation.name, "title": derivation.title, "statement": derivation.statement,
+        "assumptions": derivation.assumptions, "symbols": symbols, "source": getattr(derivation, "source", ""),
         "steps": steps,
     }
 
 
+def with_statuses(static: Mapping, proof: Mapping | None) -> dict:
+    """A rendered derivation with each step's status taken from the run's ``ProofResult.to_dict()``
+    (``proof``); without one, the steps are "not run" — the report never re-decides a step."""
+    statuses = {s.get("index"): s for s in (proof or {}).get("steps", ())}
+    steps = []
+    for s in static["steps"]:
+        st = statuses.get(s["index"], {})
+        steps.append({
+            "index": s["index"], "relation": s["relation"], "math": s["math"], "why": s["why"],
+            "status": st.get("status", "given" if s["first"] else "not run"),
+            "detail": st.get("detail", ""), "method": st.get("method", s["method"]), "lemmas": s["lemmas"],
+        })
+    out = {k: v for k, v in static.items() if k != "steps"}
+    out.update(
+        outcome=proof.get("outcome", "not run") if proof else "not run",
+        reason=proof.get("reason", "") if proof else "",
+        failed_step=proof.get("failed_step") if proof else None,
+        cited=list(proof.get("cited", ())) if proof else [],
+        steps=steps,
+    )
+    return out
+
+
+def render_derivation(derivation, proof: Mapping | None) -> dict:
+    """One derivation as report data; ``proof`` is the run's ``ProofResult.to_dict()`` (or None)."""
+    return with_statuses(render_static(derivation), proof)
+
+
+_STATIC_CACHE: dict[str, tuple[list[dict], str]] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def prerender(claim_id: str) -> tuple[list[dict], str]:
+    """The static renderings of ``claim_id``'s derivations (cached per process), and a note when
+    they could not be loaded. Safe to call from a background thread while the tests run."""
+    with _CACHE_LOCK:
+        if claim_id in _STATIC_CACHE:
+            return _STATIC_CACHE[claim_id]
+    try:
+        from attnclaims.proofs import derivations_for
+    except Exception as exc:  # noqa: BLE001 - the proofs package itself is broken
+        result = [], f"the proofs could not be imported: {type(exc).__name__}: {exc}"
+    else:
+        try:
+            derivations = derivations_for(claim_id)
+        except KeyError:
+            derivations, note = [], ""
+        except Exception as exc:  # noqa: BLE001 - one broken proof module must not cost the report
+            derivations, note = [], f"derivations_for({claim_id!r}) raised {type(exc).__name__}: {exc}"
+        else:
+            note = ""
+        rendered, notes = [], [note] if note else []
+        for d in derivations:
+            try:
+                rendered.append(render_static(d))
+            except Exception as exc:  # noqa: BLE001 - one malformed derivation must not cost the report
+                notes.append(f"a derivation could not be rendered: {type(exc).__name__}: {exc}")
+        result = rendered, "; ".join(notes)
+    with _CACHE_LOCK:
+        _STATIC_CACHE[claim_id] = result
+    return result
+
+
+def prerender_in_background(claim_ids: Iterable[str]) -> threading.Thread:
+    """Render the derivations of ``claim_ids`` in a daemon thread (the CLI starts this before the
+    pytest subprocesses, which leave this process idle)."""
+    ids = list(claim_ids)
+
+    def work():
+        for cid in ids:
+            prerender(cid)
+
+    t = threading.Thread(target=work, name="attnclaims-prerender", daemon=True)
+    t.start()
+    return t
+
+
 def _derivations(claim_id: str, evidence: Sequence[Evidence]) -> tuple[list[dict], str]:
-    """(rendered derivations of ``claim_id``, a note when they could not be loaded)."""
+    """(rendered derivations of ``claim_id`` with the run's step statuses, a note on problems)."""
     proofs = {}
     for e in evidence:
         proof = e.data.get("proof") if isinstance(e.data, dict) else None
         if e.claim == claim_id and isinstance(proof, dict) and proof.get("name"):
             proofs[proof["name"]] = proof
-    try:
-        from attnclaims.proofs import derivations_for
-    except Exception as exc:  # noqa: BLE001 - the proofs package itself is broken
-        return [_from_proof_only(p) for p in proofs.values()], f"the proofs could not be imported: {exc}"
-    try:
-        derivations = derivations_for(claim_id)
-    except KeyError:
-        derivations = []
-    except Exception as exc:  # noqa: BLE001 - one broken proof module must not cost the report
-        return ([_from_proof_only(p) for p in proofs.values()],
-                f"derivations_for({claim_id!r}) raised {type(exc).__name__}: {exc}")
-    out = [render_derivation(d, proofs.pop(d.name, None)) for d in derivations]
+    statics, note = prerender(claim_id)
+    out = [with_statuses(st, proofs.pop(st["name"], None)) for st in statics]
     out += [_from_proof_only(p) for p in proofs.values()]  # results whose derivation is not listed
-    return out, ""
+    return out, note
 
 
 def _from_proof_only(proof: Mapping) -> dict:
@@ -142,7 +186,7 @@ def _from_proof_only(proof: Mapping) -> dict:
         "name": proof.get("name", ""), "title": proof.get("title", ""), "statement": "", "assumptions": "",
         "symbols": [], "source": "", "outcome": proof.get("outcome", "not run"), "reason": proof.get("reason", ""),
         "failed_step": proof.get("failed_step"), "cited": list(proof.get("cited", ())),
-        "steps": [{"index": s.get("index", i), "relation": s.get("rel", ""), "math": "", "latex": "",
+        "steps": [{"index": s.get("index", i), "relation": s.get("rel", ""), "math": "",
                    "why": s.get("why", ""), "status": s.get("status", ""), "detail": s.get("detail", ""),
                    "method": s.get("method", ""), "lemmas": []}
                   for i, s in enumerate(proof.get("steps", ()))],
@@ -202,16 +246,20 @@ def evidence_entry(e: Evidence, environment: Mapping, out_dir: Path | None, spec
 
 
 def _conventions(items: Sequence[Evidence]) -> dict:
-    """Conventions recorded by checks (``data["conventions"]`` / ``data["convention"]``), per implementation."""
+    """Conventions recorded by checks, per implementation: ``data["conventions"]`` (a dict) or
+    ``data["convention"]`` (a name) with ``data["value"]`` (what the implementation does)."""
     out: dict[str, dict] = {}
     for e in items:
         if not isinstance(e.data, dict):
             continue
-        conv = e.data.get("conventions", e.data.get("convention"))
-        if isinstance(conv, dict):
+        conv = e.data.get("conventions")
+        if isinstance(conv, dict):  # {name: value, ...}
             out.setdefault(e.implementation or "any", {}).update({str(k): v for k, v in conv.items()})
-        elif conv is not None:
-            out.setdefault(e.implementation or "any", {})[e.name] = conv
+        name = e.data.get("convention")
+        if isinstance(name, str) and "value" in e.data:  # one convention: its name and the value found
+            cap = e.data.get("capability")
+            key = f"{name} ({cap})" if isinstance(cap, str) and cap else name
+            out.setdefault(e.implementation or "any", {})[key] = e.data["value"]
     return out
 
 

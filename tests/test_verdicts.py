@@ -1,0 +1,235 @@
+"""The verdict engine (``attnclaims.verdicts``): one test per rule, on synthetic evidence.
+
+A small registry of its own (root ← mid ← leaf, plus a free-standing claim)
+keeps these tests independent of the shipped claims. These tests are about the
+harness, not evidence for any claim, so they carry no claim marker.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import attnclaims.verdicts as verdicts
+from attnclaims.evidence import Evidence
+from attnclaims.registry import parse_registry
+from attnclaims.verdicts import compute_verdicts, exit_status
+
+IMPL, OTHER = "reference", "other"
+
+
+def _claim(cid: str, depends_on=(), expected="verified", methods=("property",), extra="") -> str:
+    deps = ", ".join(f'"{d}"' for d in depends_on)
+    meths = ", ".join(f'"{m}"' for m in methods)
+    return f'''
+[[claims]]
+id = "{cid}"
+section = "1"
+title = "{cid}"
+quote = "引文"
+statement = "statement of {cid}"
+precise = "precise statement of {cid}"
+methods = [{meths}]
+expected_verdict = "{expected}"
+citations = ["Someone 2020"]
+depends_on = [{deps}]
+{extra}
+'''
+
+
+TOML = "".join([
+    _claim("root", expected="proven", methods=("sympy", "property")),
+    _claim("mid", ["root"]),
+    _claim("leaf", ["mid"], expected="qualified", extra='qualification = "only under conditions"'),
+    _claim("free", expected="illustrative"),
+    _claim("history", expected="historical", methods=("citation",)),
+])
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return parse_registry(TOML, Path("synthetic.toml"))
+
+
+def ev(claim, outcome="passed", kind="property", impl=IMPL, role="support", name=None, message=""):
+    return Evidence(claim=claim, kind=kind, name=name or f"test_{claim}_{kind}_{role}_{outcome}", outcome=outcome,
+                    implementation=impl, role=role, message=message)
+
+
+def verdict(registry, evidence, claim, impl=IMPL, impls=(IMPL,)):
+    return compute_verdicts(registry, evidence, list(impls))[claim][impl]
+
+
+# -- rule 1: refuted, blocked by ----------------------------------------------------------------
+
+def test_a_failed_check_refutes_the_claim_with_its_message(registry):
+    v = verdict(registry, [ev("free"), ev("free", "failed", message="max|Δ|=3e-3 > bound 1e-12\nmore")], "free")
+    assert v.verdict == "refuted"
+    assert "failed" in v.reason and "max|Δ|=3e-3 > bound 1e-12" in v.reason and "more" not in v.reason
+    assert v.is_failure
+
+
+def test_a_failure_downstream_of_a_refuted_claim_is_blocked_by_the_root_cause(registry):
+    evidence = [ev("root", "failed"), ev("mid", "failed"), ev("leaf", "failed")]
+    out = compute_verdicts(registry, evidence, [IMPL])
+    assert out["root"][IMPL].verdict == "refuted"
+    assert out["mid"][IMPL].verdict == "blocked by root"
+    # leaf rests on mid (blocked) and, transitively, on root: it names the root cause
+    assert out["leaf"][IMPL].verdict == "blocked by root"
+    assert out["leaf"][IMPL].blocked_by == "root"
+    assert out["leaf"][IMPL].word == "blocked" and out["leaf"][IMPL].is_failure
+
+
+def test_blocked_by_names_the_nearest_dependency_refuted_on_its_own(registry):
+    evidence = [ev("root"), ev("mid", "failed"), ev("leaf", "failed")]
+    out = compute_verdicts(registry, evidence, [IMPL])
+    assert out["mid"][IMPL].verdict == "refuted"
+    assert out["leaf"][IMPL].verdict == "blocked by mid"
+
+
+def test_blocking_is_per_implementation(registry):
+    evidence = [ev("root", "failed", impl=OTHER), ev("root", impl=IMPL),
+                ev("mid", "failed", impl=IMPL), ev("mid", "failed", impl=OTHER)]
+    out = compute_verdicts(registry, evidence, [IMPL, OTHER])
+    assert out["mid"][IMPL].verdict == "refuted"          # root holds for IMPL: mid's failure is its own
+    assert out["mid"][OTHER].verdict == "blocked by root"
+
+
+def test_a_passing_claim_keeps_its_verdict_when_a_dependency_is_refuted(registry):
+    out = compute_verdicts(registry, [ev("root", "failed"), ev("mid")], [IMPL])
+    assert out["mid"][IMPL].verdict == "verified"
+
+
+def test_a_negative_control_that_does_not_fail_refutes_like_any_failed_check(registry):
+    v = verdict(registry, [ev("free"), ev("free", "failed", role="control", impl=None)], "free")
+    assert v.verdict == "refuted"
+
+
+# -- rule 2: error ------------------------------------------------------------------------------
+
+def test_a_crashed_check_is_an_error_not_a_pass(registry):
+    v = verdict(registry, [ev("free"), ev("free", "error", message="ZeroDivisionError: boom")], "free")
+    assert v.verdict == "error" and "ZeroDivisionError" in v.reason
+    assert exit_status({"free": {IMPL: v}}) == 1
+
+
+def test_a_failure_outranks_an_error(registry):
+    v = verdict(registry, [ev("free", "error"), ev("free", "failed")], "free")
+    assert v.verdict == "refuted"
+
+
+# -- rule 3: no evidence, not applicable --------------------------------------------------------
+
+def test_a_claim_without_evidence_is_reported_not_dropped(registry):
+    out = compute_verdicts(registry, [], [IMPL])
+    assert set(out) == set(registry.order())
+    assert out["free"][IMPL].verdict == "no evidence"
+
+
+def test_every_check_not_applicable_gives_not_applicable(registry):
+    v = verdict(registry, [ev("free", "not-applicable", message="not applicable: x has no attention")], "free")
+    assert v.verdict == "not applicable" and "has no attention" in v.reason
+
+
+def test_not_applicable_items_are_ignored_when_others_ran(registry):
+    v = verdict(registry, [ev("free", "not-applicable"), ev("free")], "free")
+    assert v.verdict == "verified" and v.counts == {"not-applicable": 1, "passed": 1}
+
+
+def test_negative_controls_alone_do_not_support_a_claim(registry):
+    v = verdict(registry, [ev("free", role="control", impl=None)], "free")
+    assert v.verdict == "no evidence" and "negative controls" in v.reason
+
+
+# -- rule 4: historical -------------------------------------------------------------------------
+
+def test_citation_evidence_alone_is_historical(registry):
+    v = verdict(registry, [ev("history", kind="citation", impl=None)], "history")
+    assert v.verdict == "historical"
+
+
+# -- rule 5: qualified --------------------------------------------------------------------------
+
+def test_a_passing_qualification_check_makes_the_claim_qualified_with_the_registry_text(registry):
+    v = verdict(registry, [ev("leaf"), ev("leaf", role="qualification", kind="measurement", impl=None)], "leaf")
+    assert v.verdict == "qualified"
+    assert v.qualification == "only under conditions"
+
+
+def test_without_its_qualification_check_a_claim_is_not_called_qualified(registry):
+    v = verdict(registry, [ev("leaf")], "leaf")
+    assert v.verdict == "verified" and v.qualification == ""
+    assert v.agrees is False  # expected 'qualified': the report flags the disagreement
+
+
+# -- rule 6: illustrative -----------------------------------------------------------------------
+
+def test_only_illustrations_make_a_claim_illustrative(registry):
+    v = verdict(registry, [ev("free", role="illustration"), ev("free", role="illustration", kind="measurement")],
+                "free")
+    assert v.verdict == "illustrative"
+
+
+def test_an_illustration_next_to_a_supporting_check_is_verified(registry):
+    v = verdict(registry, [ev("free", role="illustration"), ev("free")], "free")
+    assert v.verdict == "verified"
+
+
+# -- rules 7 and 8: proven, verified ------------------------------------------------------------
+
+def test_a_checked_derivation_and_numerical_checks_prove_a_claim(registry):
+    v = verdict(registry, [ev("root", kind="proof", impl=None), ev("root")], "root")
+    assert v.verdict == "proven"
+
+
+def test_a_derivation_without_numerical_confirmation_is_verified_not_proven(registry):
+    v = verdict(registry, [ev("root", kind="proof", impl=None)], "root")
+    assert v.verdict == "verified"
+
+
+def test_numerical_checks_alone_verify(registry):
+    for kind in ("property", "statistical", "measurement", "conformance"):
+        assert verdict(registry, [ev("free", kind=kind)], "free").verdict == "verified"
+
+
+# -- scoping and independence from expected answers ---------------------------------------------
+
+def test_evidence_of_another_implementation_does_not_count(registry):
+    evidence = [ev("free", "failed", impl=OTHER), ev("free", impl=IMPL)]
+    out = compute_verdicts(registry, evidence, [IMPL, OTHER])
+    assert out["free"][IMPL].verdict == "verified"
+    assert out["free"][OTHER].verdict == "refuted"
+
+
+def test_implementation_independent_evidence_counts_for_every_implementation(registry):
+    evidence = [ev("root", kind="proof", impl=None), ev("root", impl=IMPL), ev("root", impl=OTHER)]
+    out = compute_verdicts(registry, evidence, [IMPL, OTHER])
+    assert out["root"][IMPL].verdict == out["root"][OTHER].verdict == "proven"
+
+
+def test_verdicts_do_not_read_the_expected_verdict(registry):
+    changed = parse_registry(TOML.replace('expected_verdict = "illustrative"', 'expected_verdict = "proven"'),
+                             Path("synthetic.toml"))
+    evidence = [ev("free")]
+    assert verdict(registry, evidence, "free").verdict == verdict(changed, evidence, "free").verdict == "verified"
+    assert verdict(changed, evidence, "free").expected == "proven"
+
+
+def test_exit_status_is_zero_only_without_refuted_blocked_or_error(registry):
+    ok = compute_verdicts(registry, [ev("free")], [IMPL])
+    assert exit_status(ok) == 0
+    assert exit_status(compute_verdicts(registry, [ev("free", "failed")], [IMPL])) == 1
+    assert exit_status(compute_verdicts(registry, [ev("root", "failed"), ev("mid", "failed")], [IMPL])) == 1
+
+
+def test_selected_claims_only(registry):
+    out = compute_verdicts(registry, [ev("root", "failed"), ev("mid", "failed")], [IMPL], claims=["mid"])
+    assert list(out) == ["mid"] and out["mid"][IMPL].verdict == "blocked by root"
+
+
+def test_the_rules_are_documented_in_the_module_docstring():
+    doc = verdicts.__doc__
+    for word in ("refuted", "blocked by", "error", "no evidence", "not applicable", "historical", "qualified",
+                 "illustrative", "proven", "verified", "control"):
+        assert word in doc, word
+    assert [row[0] for row in verdicts.HOW_TO_READ][:2] == ["refuted", "blocked by <id>"]
