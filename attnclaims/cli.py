@@ -414,7 +414,7 @@ def print_verdicts(report: dict) -> None:
     if problems:
         console.print("\nProblems:", style="bold", markup=False)
         for line in problems:
-            console.print(line, markup=False, highlight=False)
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print("")
     for impl, counts in report["summary"]["verdicts"].items():
         console.print(f"{impl}: {summary_counts(counts)}", markup=False)
