@@ -10,9 +10,11 @@ sizes of a profile ("dev", "ci", "thorough") and writes the SVG figures into
     result = run("scaling-variance", profile="ci", out_dir="figures")
     result.passed, result.decision, result.figures
 
-Modules: :mod:`.scaling` (scaling-variance, softmax-saturation).
+Modules: :mod:`.scaling` (scaling-variance, softmax-saturation), :mod:`.recurrence` (seq2seq-bottleneck,
+rnn-gradients, rnn-sequential), :mod:`.paths` (Vaswani Tables 1 and 3), :mod:`.graphs` (computation graphs and
+critical paths, also used by parallel-training), :mod:`.stats` (intervals and growth classes).
 """
 from attnclaims.measurements._core import CONTROLS, MEASUREMENTS, PROFILES, Control, Measurement, MeasurementResult, run
-from attnclaims.measurements import recurrence, scaling  # noqa: F401  (registers its measurements)
+from attnclaims.measurements import paths, recurrence, scaling  # noqa: F401  (registers its measurements)
 
 __all__ = ["MEASUREMENTS", "CONTROLS", "PROFILES", "Measurement", "Control", "MeasurementResult", "run"]
