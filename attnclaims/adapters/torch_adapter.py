@@ -28,7 +28,8 @@ NOT attend), so their masks are negated; a mask shared by the batch is passed as
 (batch, n_k), any other one as a (batch·heads, n_q, n_k) ``attn_mask`` (torch's batch-major
 order, row ``b·heads + i``).
 
-Everything is computed in float64, on CPU, eval mode, dropout 0, with torch's defaults otherwise.
+Everything is computed in float64, on CPU, eval mode, dropout 0, with torch's defaults otherwise;
+constructing an implementation sets ``torch.set_num_threads(1)`` (see ``_TorchBase.__init__``).
 Torch is imported when an implementation is constructed, not when this module is imported.
 """
 from __future__ import annotations
@@ -114,6 +115,11 @@ class _TorchBase:
 
     def __init__(self):
         self._torch = torch = _import_torch()
+        # The suite's tensors are tiny, where intra-op threads only add synchronisation, and under
+        # pytest-xdist they oversubscribe the cores: one decoder-layer call took 6 ms with one thread
+        # and 112 ms with two on a busy 2-core machine. This is process-wide (torch has no per-thread
+        # setting); it changes no result beyond the order of some sums, which the bounds allow for.
+        torch.set_num_threads(1)
         self.versions = {"torch": torch.__version__}
         self._f64 = torch.float64
 
