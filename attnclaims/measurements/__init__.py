@@ -15,6 +15,6 @@ rnn-gradients, rnn-sequential), :mod:`.paths` (Vaswani Tables 1 and 3), :mod:`.g
 critical paths, also used by parallel-training), :mod:`.stats` (intervals and growth classes).
 """
 from attnclaims.measurements._core import CONTROLS, MEASUREMENTS, PROFILES, Control, Measurement, MeasurementResult, run
-from attnclaims.measurements import paths, recurrence, scaling  # noqa: F401  (registers its measurements)
+from attnclaims.measurements import constructions, depth, lipschitz, paths, recurrence, scaling  # noqa: F401  (registers)
 
 __all__ = ["MEASUREMENTS", "CONTROLS", "PROFILES", "Measurement", "Control", "MeasurementResult", "run"]
