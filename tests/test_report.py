@@ -334,3 +334,17 @@ def test_the_report_code_never_evaluates_strings():
                     assert f.id not in {"eval", "exec", "compile", "sympify", "parse_expr", "S"}, f"{path.name}: {f.id}"
                 elif isinstance(f, ast.Attribute):
                     assert f.attr not in {"eval", "exec", "sympify", "parse_expr", "S"}, f"{path.name}: {f.attr}"
+
+
+def test_markdown_shows_tall_steps_on_one_line_and_html_keeps_them_pretty(written):
+    from attnclaims.report import html as html_report
+    from attnclaims.report import markdown as markdown_report
+
+    report = json.loads(written[2]["report.json"])
+    claim = next(c for c in report["claims"] if c["derivations"])
+    step = claim["derivations"][0]["steps"][0]
+    step["math"] = "\n".join(f"row {i}" for i in range(markdown_report.MAX_PRETTY_LINES + 3))
+    step["text"] = "a_one_line_form(x) = y"
+    md = markdown_report.render(report)
+    assert "a_one_line_form(x) = y" in md and "row 9" not in md
+    assert "row 9" in html_report.render(report)

@@ -16,6 +16,9 @@ from attnclaims.report.common import (
     repro_text, section_label, summary_counts, table_of,
 )
 
+#: pretty-printed steps taller or wider than this are shown as one line of text in report.md
+#: (index.html always shows the pretty form)
+MAX_PRETTY_LINES, MAX_PRETTY_WIDTH = 7, 110
 _MD_PUNCT = re.compile(r"([\\`*\[\]#!~])")
 _LONE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 
@@ -27,6 +30,13 @@ def text(s: object) -> str:
     s = _MD_PUNCT.sub(r"\\\1", s)
     s = _LONE_UNDERSCORE.sub(r"\\_", s)
     return s
+
+
+def html_text(s: object) -> str:
+    """Text inside an HTML element of the Markdown (``<summary>``), where Markdown is not parsed."""
+    from html import escape
+
+    return escape(str(s if s is not None else ""), quote=True)
 
 
 def cell(s: object) -> str:
@@ -220,9 +230,15 @@ def _claim(c: Mapping, report: Mapping) -> list[str]:
             out.append("")
         for d in c["derivations"]:
             status = {"passed": "every step checks", "failed": "a step fails", "not run": "not checked in this run"}
-            out.append(f"**{text(d['title'] or d['name'])}** (`{d['name']}`): {status.get(d['outcome'], d['outcome'])}"
-                       + (f": {text(d['reason'])}" if d.get("reason") else ""))
+            mark = {"passed": "✓", "failed": "✗"}.get(d["outcome"], "?")
+            # Collapsed (open when a step fails): pretty-printed steps are long.
+            out.append("<details open>" if d["outcome"] == "failed" else "<details>")
+            out.append(f"<summary>{mark} <b>{html_text(d['title'] or d['name'])}</b> "
+                       f"({len(d['steps'])} steps): {status.get(d['outcome'], d['outcome'])}</summary>")
             out.append("")
+            if d.get("reason"):
+                out.append(f"**{text(d['reason'])}**")
+                out.append("")
             if d.get("statement"):
                 out.append(text(d["statement"]))
                 out.append("")
@@ -233,8 +249,12 @@ def _claim(c: Mapping, report: Mapping) -> list[str]:
                 meta.append("symbols: " + "; ".join(d["symbols"]))
             body = [f"# {m}" for m in meta]
             for s in d["steps"]:
-                if s.get("math"):
-                    body.append(s["math"])
+                math = s.get("math") or ""
+                lines = math.splitlines()
+                if len(lines) > MAX_PRETTY_LINES or max(map(len, lines), default=0) > MAX_PRETTY_WIDTH:
+                    math = s.get("text") or math  # tall or wide: one line keeps report.md small and readable
+                if math:
+                    body.append(math)
                 reason = f"  ({s['index']}) {STEP_MARK.get(s['status'], '?')} {s['status']}: {s['why']}"
                 if s.get("detail") and s["status"] in ("failed", "error"):
                     reason += f" [{s['detail']}]"
@@ -243,6 +263,8 @@ def _claim(c: Mapping, report: Mapping) -> list[str]:
                     body.append(f"      {'cited' if lem['cited'] else 'lemma'}: {lem['text']} ({lem['why']})")
                 body.append("")
             out.append(fenced("\n".join(body), "text"))
+            out.append("")
+            out.append("</details>")
             out.append("")
 
     if c["evidence"]:

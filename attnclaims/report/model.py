@@ -64,6 +64,18 @@ def _pretty_relation(lhs, rel: str, rhs, first: bool) -> str:
         return f"{left}{middle}{_pretty(rhs)}"
 
 
+def _one_line(lhs, rel: str, rhs, first: bool) -> str:
+    """The step as one line of ``sympy.sstr`` text (used where a tall pretty block would not fit)."""
+    import sympy as sp
+
+    try:
+        left = "" if lhs is None else sp.sstr(lhs) + " "
+        middle = "" if (lhs is None and first) else f"{_REL_TEXT.get(rel, rel)} "
+        return f"{left}{middle}{sp.sstr(rhs)}"
+    except Exception:  # noqa: BLE001
+        return ""
+
+
 def render_static(derivation) -> dict:
     """The parts of a derivation's rendering that do not depend on a run (the expensive part:
     sympy's pretty printer); :func:`with_statuses` adds what the run found."""
@@ -75,6 +87,7 @@ def render_static(derivation) -> dict:
             "index": i,
             "relation": step.rel,
             "math": _pretty_relation(lhs, step.rel, step.expr, first),
+            "text": _one_line(lhs, step.rel, step.expr, first),
             "why": step.why,
             "first": first,
             "method": step.method or "",
@@ -99,7 +112,7 @@ def with_statuses(static: Mapping, proof: Mapping | None) -> dict:
     for s in static["steps"]:
         st = statuses.get(s["index"], {})
         steps.append({
-            "index": s["index"], "relation": s["relation"], "math": s["math"], "why": s["why"],
+            "index": s["index"], "relation": s["relation"], "math": s["math"], "text": s["text"], "why": s["why"],
             "status": st.get("status", "given" if s["first"] else "not run"),
             "detail": st.get("detail", ""), "method": st.get("method", s["method"]), "lemmas": s["lemmas"],
         })
@@ -186,7 +199,7 @@ def _from_proof_only(proof: Mapping) -> dict:
         "name": proof.get("name", ""), "title": proof.get("title", ""), "statement": "", "assumptions": "",
         "symbols": [], "source": "", "outcome": proof.get("outcome", "not run"), "reason": proof.get("reason", ""),
         "failed_step": proof.get("failed_step"), "cited": list(proof.get("cited", ())),
-        "steps": [{"index": s.get("index", i), "relation": s.get("rel", ""), "math": "",
+        "steps": [{"index": s.get("index", i), "relation": s.get("rel", ""), "math": "", "text": "",
                    "why": s.get("why", ""), "status": s.get("status", ""), "detail": s.get("detail", ""),
                    "method": s.get("method", ""), "lemmas": []}
                   for i, s in enumerate(proof.get("steps", ()))],
