@@ -11,7 +11,10 @@ implementation-independent evidence (proofs, measurements: ``implementation``
 is null) does not change. A subprocess isolates what an implementation can do
 to the process — a hung thread, a crash in native code: if the subprocess dies
 without writing its results, that implementation's claims get an ``error``
-item with the reason, and the run goes on with the next implementation.
+item with the reason, and the run goes on with the next implementation. A
+test module pytest cannot import (``--continue-on-collection-errors``) gives
+an ``error`` item to each claim its markers name (read from its source text),
+so a broken module shows in the verdicts instead of as missing evidence.
 
 Progress comes from this module itself, loaded into the subprocess as a pytest
 plugin (``-p attnclaims.runner``): when ``ATTNCLAIMS_PROGRESS`` names a file, it
@@ -28,6 +31,7 @@ import json
 import os
 import platform
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -66,6 +70,7 @@ _WORKER = {"is": False}
 
 def pytest_configure(config):
     _WORKER["is"] = hasattr(config, "workerinput")
+    _WORKER["rootpath"] = str(config.rootpath)
 
 
 def pytest_collection_finish(session):
@@ -84,6 +89,14 @@ def pytest_collection_finish(session):
             if ids:
                 _append(collect, {"test": item.nodeid, "claims": list(dict.fromkeys(ids)), "kind": kind,
                                   "role": role, "impl_test": item.get_closest_marker("impl_test") is not None})
+
+
+def pytest_collectreport(report):
+    progress = os.environ.get(PROGRESS_ENV)
+    if progress and report.failed:
+        path = str(Path(_WORKER.get("rootpath", ".")) / report.nodeid.split("::")[0])
+        _append(progress, {"event": "collect-error", "test": report.nodeid, "path": path,
+                           "message": str(report.longrepr)[-3000:]})
 
 
 def pytest_runtest_logreport(report):
@@ -125,6 +138,8 @@ class ImplementationRun:
     tests: int = 0
     command: list[str] = field(default_factory=list)
     log_tail: str = ""
+    collect_errors: list[dict] = field(default_factory=list)  # test modules pytest could not collect
+    completed: bool = False                                   # pytest wrote its results file
 
 
 @dataclass
@@ -196,7 +211,8 @@ def _pytest_command(spec: str, options: RunOptions, first: bool, results: Path, 
            "--hypothesis-profile", options.profile,
            "-q", "--no-header", "-p", "no:cacheprovider", "-p", "attnclaims.runner",
            "-c", str(ini), "--rootdir", _rootdir(options.tests_package, ini.parent),
-           "--import-mode=importlib", "--strict-markers", "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+           "--import-mode=importlib", "--strict-markers", "--continue-on-collection-errors",
+           "-W", "ignore::pytest.PytestAssertRewriteWarning"]
     if options.claims:
         cmd += ["--attn-claims", ",".join(options.claims)]
     if options.seed is not None and options.profile != "ci":
@@ -271,6 +287,7 @@ def _run_one(spec: str, options: RunOptions, first: bool, work: Path, artifacts:
         progress({"event": "start", "implementation": spec})
     t0 = time.perf_counter()
     offset, total, done = 0, 0, 0
+    collect_errors: dict[str, dict] = {}
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -284,6 +301,8 @@ def _run_one(spec: str, options: RunOptions, first: bool, work: Path, artifacts:
                         total = max(total, int(rec.get("n", 0)))
                         if progress:
                             progress({"event": "total", "implementation": spec, "n": total})
+                    elif rec.get("event") == "collect-error":
+                        collect_errors.setdefault(rec.get("test") or rec.get("path", "?"), rec)
                     elif rec.get("event") == "test":
                         done += 1
                         if progress:
@@ -311,6 +330,7 @@ def _run_one(spec: str, options: RunOptions, first: bool, work: Path, artifacts:
         except ValueError as exc:
             killed = f"its results file is not valid JSON ({exc})"
     if payload is not None:
+        run.completed = True
         info = dict(payload.get("implementation") or {})
         run.info = info
         run.name = str(info.get("name") or spec)
@@ -335,6 +355,7 @@ def _run_one(spec: str, options: RunOptions, first: bool, work: Path, artifacts:
                   "reason": run.reason if payload is None else ""})
     if payload is None:
         run.info = {"name": spec, "spec": spec, "available": True}
+    run.collect_errors = list(collect_errors.values())
     return run, evidence if payload is not None else []
 
 
@@ -358,6 +379,35 @@ def _kill(proc: subprocess.Popen) -> None:
         except (ProcessLookupError, PermissionError):
             proc.kill()
         proc.wait()
+
+
+_CLAIM_MARK = re.compile(r"""claim\(\s*((?:["'][a-z0-9-]+["']\s*,?\s*)+)""")
+_QUOTED = re.compile(r"""["']([a-z0-9-]+)["']""")
+
+
+def claims_named_in(path: str, registry) -> list[str]:
+    """Claim ids a test module names in its claim markers, read from its source text (never
+    imported or evaluated: it is a module pytest could not import)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    found = [cid for m in _CLAIM_MARK.finditer(text) for cid in _QUOTED.findall(m.group(1))]
+    return [cid for cid in dict.fromkeys(found) if cid in registry]
+
+
+def _collection_error_evidence(run: ImplementationRun, registry, implementation: str | None) -> list[Evidence]:
+    """An ``error`` item for each claim a module that failed to import would have checked
+    (every claim when its markers cannot be read), so the failure shows in the verdicts."""
+    out = []
+    for err in run.collect_errors:
+        ids = claims_named_in(err.get("path", ""), registry) or [c.id for c in registry if not c.is_historical]
+        last = _last_line(err.get("message", "")) or "collection failed"
+        for cid in ids:
+            out.append(Evidence(claim=cid, kind="property", name=f"{err.get('test') or err.get('path')} (collection)",
+                                outcome="error", implementation=implementation,
+                                message=f"pytest could not collect this test module: {last}"))
+    return out
 
 
 def citation_evidence(registry, claims: list[str] | None) -> list[Evidence]:
@@ -427,14 +477,15 @@ def run(options: RunOptions, registry, progress: ProgressFn | None = None) -> Ru
             for e in items:
                 if e.implementation is not None:
                     e.implementation = name
+            items += _collection_error_evidence(impl_run, registry, name if i > 0 else None)
             if options.claims:
                 items = [e for e in items if e.claim in options.claims]
-            if impl_run.reason and not items:
+            if not impl_run.completed:
                 # The subprocess died: every selected claim gets an error item for this implementation.
                 selected = options.claims or registry.order()
-                items = [Evidence(claim=cid, kind="property", name="attnclaims runner", outcome="error",
-                                  implementation=name, message=f"pytest for {spec}: {impl_run.reason}")
-                         for cid in selected if not registry.get(cid).is_historical]
+                items += [Evidence(claim=cid, kind="property", name="attnclaims runner", outcome="error",
+                                   implementation=name, message=f"pytest for {spec}: {impl_run.reason}")
+                          for cid in selected if not registry.get(cid).is_historical]
             evidence.extend(items)
             runs.append(impl_run)
         if options.artifacts is None:

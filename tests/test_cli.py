@@ -65,6 +65,17 @@ def test_measurement_with_figure(attn_record, artifacts_dir):
     attn_record(decision="linear", false_alarm=1e-9, figures=[path])
 '''
 
+BROKEN_MODULE = '''
+import no_such_module_for_attnclaims_tests  # a module that cannot be collected
+
+import pytest
+
+
+@pytest.mark.claim("position-wise-ffn")
+def test_never_runs():
+    pass
+'''
+
 CRASHY_IMPL = '''
 import os
 
@@ -89,6 +100,7 @@ def fake_suite(tmp_path_factory) -> dict:
     (pkg / "__init__.py").write_text("", encoding="utf-8")
     (pkg / "test_fake.py").write_text(textwrap.dedent(FAKE_TESTS), encoding="utf-8")
     (pkg / "crashy.py").write_text(textwrap.dedent(CRASHY_IMPL), encoding="utf-8")
+    (pkg / "test_broken.py").write_text(textwrap.dedent(BROKEN_MODULE), encoding="utf-8")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["ATTNCLAIMS_TESTS_PACKAGE"] = "attnclaims_fake_suite"
@@ -98,6 +110,11 @@ def fake_suite(tmp_path_factory) -> dict:
 def attnclaims(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 600):
     return subprocess.run([sys.executable, "-m", "attnclaims.cli", *args], capture_output=True, text=True,
                           env=env, cwd=cwd, timeout=timeout)
+
+
+def table_rows(stdout: str) -> dict[str, str]:
+    """The verdict table's rows, by claim id (the lines that start with an id)."""
+    return {line.split()[0]: line for line in stdout.splitlines() if line[:1].isalnum()}
 
 
 def assert_one_line_error(proc, *fragments: str):
@@ -258,16 +275,28 @@ def test_version(capsys):
 def test_check_on_a_synthetic_suite_refutes_and_exits_1(fake_suite, tmp_path):
     proc = attnclaims("check", "-n", "0", env=fake_suite, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
-    rows = {line.split()[0]: line for line in proc.stdout.splitlines() if line.split()}
+    rows = table_rows(proc.stdout)
     assert "proven" in rows["softmax-distribution"]
     assert "refuted" in rows["convex-combination"]
     assert "no evidence" in rows["layer-norm"]
+    assert "error" in rows["position-wise-ffn"]  # test_broken.py could not be imported
     assert "historical" in rows["attention-history"]
     # a claim resting on convex-combination with a failure of its own would read "blocked by"; here
     # nothing else failed, so nothing is blocked
     assert "blocked by" not in proc.stdout
     assert "n=3 is too large" in proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_module_that_cannot_be_collected_is_an_error_for_its_claims(fake_suite, tmp_path, workers):
+    pytest.importorskip("xdist")
+    proc = attnclaims("check", "--claim", "position-wise-ffn", "softmax-distribution", "-n", workers,
+                      env=fake_suite, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rows = table_rows(proc.stdout)
+    assert "error" in rows["position-wise-ffn"] and "proven" in rows["softmax-distribution"].split()[3]
+    assert "could not collect" in proc.stdout and "no_such_module_for_attnclaims_tests" in proc.stdout
 
 
 def test_check_selected_claims_and_exit_0(fake_suite, tmp_path):
