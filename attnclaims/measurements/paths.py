@@ -37,6 +37,7 @@ from attnclaims.reference.baselines import conv1d, restricted_attention, tanh_rn
 
 CI_SEED = 1706_03762  # arXiv 1706.03762
 KERNEL = 3   # convolution kernel size k
+DILATED_KERNEL = 2  # dilated stack: kernel 2, dilations 1, 2, 4, … (WaveNet); path ⌈log₂ n⌉, exact at powers of 2
 WINDOW = 5   # restricted self-attention neighbourhood size r (centred: |i − j| ≤ 2)
 
 
@@ -131,6 +132,7 @@ def _layers(r, d, n):
     """The reference layers of Table 1 at width d, as functions (batch, n, d) -> (batch, n, d)."""
     mh = init_multi_head(r, d, 2)
     w_conv = r.standard_normal((KERNEL, d, d)) / math.sqrt(KERNEL * d)
+    w_dil = r.standard_normal((DILATED_KERNEL, d, d)) / math.sqrt(DILATED_KERNEL * d)
     wq, wk, wv = (r.standard_normal((d, d)) / math.sqrt(d) for _ in range(3))
     # orthogonal W and small U keep tanh' near 1, so an input's influence does not decay below the detection
     # threshold along the sequence (a decayed dependency is still a dependency)
@@ -139,7 +141,7 @@ def _layers(r, d, n):
         "self-attention": lambda x: self_attention(x, mh),
         "convolution": lambda x: conv1d(x, w_conv),
         "restricted self-attention": lambda x: restricted_attention(x @ wq, x @ wk, x @ wv, WINDOW),
-        "dilated": lambda dil: (lambda x: conv1d(x, w_conv, dilation=dil)),
+        "dilated": lambda dil: (lambda x: conv1d(x, w_dil, dilation=dil)),
         "rnn": (w_rnn, u_rnn),
     }
 
@@ -184,7 +186,7 @@ def _exact_path(kind: str, n: int) -> int:
     if kind == "convolution":
         return math.ceil((n - 1) / (KERNEL - 1)) if n > 1 else 1
     if kind == "dilated convolution":
-        return max(1, math.ceil(math.log(n, KERNEL) - 1e-12))
+        return max(1, math.ceil(math.log(n, DILATED_KERNEL) - 1e-12))
     return math.ceil((n - 1) / ((WINDOW - 1) // 2)) if n > 1 else 1
 
 
@@ -196,8 +198,8 @@ def vaswani_table1(profile: str, out_dir, seed: int = CI_SEED, attention_window:
     classes (BIC selection over n; :data:`EXPECTED_CLASSES`), every measured
     path length equals its closed form (self-attention 1, recurrent n,
     convolution ⌈(n−1)/(k−1)⌉, dilated ⌈log_k n⌉, restricted ⌈(n−1)/⌊(r−1)/2⌋⌉),
-    also across kernel sizes k = 2 … 9 and windows r = 3 … 17 at fixed n (the
-    1/k and 1/r of O(n/k), O(n/r)), and, for n ≤ 64, the explicitly stacked
+    also across kernel sizes k = 2 … 9 (dilated: 2 … 4) and windows r = 3 … 17 at
+    fixed n (the k and r of O(n/k), O(log_k n), O(n/r)), and, for n ≤ 64, the explicitly stacked
     graph confirms the layer count (and the recurrent layer's whole-sequence
     Jacobian sparsity is the transitive closure of its step graph).
 
@@ -239,7 +241,7 @@ def vaswani_table1(profile: str, out_dir, seed: int = CI_SEED, attention_window:
         # dilated: layer ℓ has dilation k^ℓ, so the stack is built explicitly until it connects
         deps = []
         while True:
-            deps.append(dependency_matrix(layers["dilated"](KERNEL ** len(deps)), x, r))
+            deps.append(dependency_matrix(layers["dilated"](DILATED_KERNEL ** len(deps)), x, r))
             connected, longest = _stack_connects(deps, causal=True)
             if connected:
                 break
@@ -276,6 +278,13 @@ def vaswani_table1(profile: str, out_dir, seed: int = CI_SEED, attention_window:
         w = r.standard_normal((k, d, d)) / math.sqrt(k * d)
         path = _layers_needed_identical(dependency_matrix(lambda xx: conv1d(xx, w), x, r), causal=True)
         k_sweep.append({"layer": "convolution", "size": k, "path": path, "closed_form": math.ceil((n_k - 1) / (k - 1))})
+    for k in (2, 3, 4):  # dilated stacks: dilations 1, k, k², … until every pair is connected
+        w = r.standard_normal((k, d, d)) / math.sqrt(k * d)
+        deps = []
+        while not (deps and _stack_connects(deps, causal=True)[0]):
+            deps.append(dependency_matrix(lambda xx, dil=k ** len(deps): conv1d(xx, w, dilation=dil), x, r))
+        k_sweep.append({"layer": "dilated convolution", "size": k, "path": len(deps),
+                        "closed_form": math.ceil(math.log(n_k, k) - 1e-12)})
     wq, wk, wv = (r.standard_normal((d, d)) / math.sqrt(d) for _ in range(3))
     for window in (3, 5, 9, 17):
         dep = dependency_matrix(lambda xx: restricted_attention(xx @ wq, xx @ wk, xx @ wv, window), x, r)
@@ -285,7 +294,7 @@ def vaswani_table1(profile: str, out_dir, seed: int = CI_SEED, attention_window:
     ns = np.array(n_values, float)
     rows, problems = [], []
     if any(row["path"] != row["closed_form"] for row in k_sweep):
-        problems.append("path length against k or r differs from ⌈(n−1)/(k−1)⌉ or ⌈(n−1)/⌊(r−1)/2⌋⌉")
+        problems.append("path length against k or r differs from ⌈(n−1)/(k−1)⌉, ⌈log_k n⌉ or ⌈(n−1)/⌊(r−1)/2⌋⌉")
     for kind in kinds:
         c = cols[kind]
         fits = [select_growth(ns, c[key], classes=("constant", "log", "linear", "quadratic"))
@@ -313,10 +322,12 @@ def vaswani_table1(profile: str, out_dir, seed: int = CI_SEED, attention_window:
     decision = (("Table 1 reproduced" + label + ": every layer's complexity, sequential operations and maximum path "
                  f"length fall in the paper's class over n = {n_values[0]} … {n_values[-1]} (BIC), path lengths equal "
                  f"their closed forms (self-attention 1, recurrent n, convolution ⌈(n−1)/{KERNEL - 1}⌉, dilated "
-                 f"⌈log_{KERNEL} n⌉, restricted ⌈(n−1)/{(WINDOW - 1) // 2}⌉), and at n = {n_k} the path length "
-                 f"falls like 1/(k−1) over k = 2 … 9 and like 1/⌊(r−1)/2⌋ over r = 3 … 17 (O(n/k), O(n/r))")
+                 f"⌈log_{DILATED_KERNEL} n⌉, restricted ⌈(n−1)/{(WINDOW - 1) // 2}⌉), and at n = {n_k} the path length "
+                 f"equals ⌈(n−1)/(k−1)⌉ for k = 2 … 9, ⌈log_k n⌉ (dilated) for k = 2 … 4 and ⌈(n−1)/⌊(r−1)/2⌋⌉ "
+                 f"for r = 3 … 17 (the k and r of O(n/k), O(log_k n), O(n/r))")
                 if passed else "Table 1 NOT reproduced" + label + ": " + "; ".join(problems))
-    data = {"n": n_values, "d_for_macs": d_macs, "kernel": KERNEL, "window": WINDOW, "columns": cols,
+    data = {"n": n_values, "d_for_macs": d_macs, "kernel": KERNEL, "dilated_kernel": DILATED_KERNEL, "window": WINDOW,
+            "columns": cols,
             "size_sweep": {"n": n_k, "rows": k_sweep},
             "method": "dependency graphs from perturbing each input position of the reference layers; "
                       "shortest paths with scipy.sparse.csgraph; BIC growth selection"}
@@ -346,7 +357,8 @@ def _plot_table1(cols, n_values, out_dir, stem):
         ax.set_ylabel(title)
         ax.set_title(title)
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"Vaswani Table 1, measured on the reference layers (k = {KERNEL}, r = {WINDOW})", fontsize=10)
+    fig.suptitle(f"Vaswani Table 1, measured on the reference layers (k = {KERNEL}, dilated k = {DILATED_KERNEL}, "
+                 f"r = {WINDOW})", fontsize=10)
     return save(fig, out_dir, stem)
 
 
@@ -505,6 +517,7 @@ def _plot_table3(rows, out_dir, stem):
         ax.annotate(f"{row['relative_difference']:+.1%}", (xi + 0.2, row["params_M"]), ha="center", va="bottom",
                     fontsize=7)
     ax.set_xticks(x, [row["row"] for row in shown], rotation=30, ha="right")
+    ax.set_xlabel("Table 3 row (unlisted rows (A) equal base: h heads of width d_model/h)")
     ax.set_ylabel("parameters (millions)")
     ax.set_title("Vaswani Table 3: parameter counts, paper vs recount (shared 37k vocabulary, tied embeddings)")
     ax.legend()
