@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, note
+from hypothesis import example, given, note
 from hypothesis import strategies as st
 
 from attnclaims.reference import decoder_layer as ref_decoder_layer
@@ -135,7 +135,8 @@ def test_decoder_outputs_ignore_later_targets(impl, data, pick):
 
 @pytest.mark.claim("decoder-masking")
 @pytest.mark.requires("attention")
-@given(case=S.attention_cases(mask=False, explicit_scale=None))
+@given(case=S.attention_cases(mask=False, explicit_scale=True))
+@example(case=S.edge_attention_case("huge-scores"))
 def test_causal_weights_on_future_positions_are_exactly_zero(impl, case):
     """Under the causal mask M_ij = (j ≤ i) the weight of every future key is exactly 0 (not merely small)."""
     c = case.cast(impl.dtype)

@@ -1,0 +1,346 @@
+"""Negative controls: every property test rejects at least one deliberately broken implementation.
+
+A property test that no broken implementation fails is a defect (issue 4). Each
+row of :data:`CONTROLS` names a test function of the section modules, the
+arguments of its parametrisation, and an implementation with one bug that the
+test must reject: the test is run — search, shrinking and all, under the active
+profile — against that implementation wrapped in
+:class:`~attnclaims.guard.GuardedImplementation`, and must raise a failed check.
+The bugs are either from the mutant zoo (:mod:`attnclaims.tests.implementations.mutants`,
+by name) or defined below as small subclasses of its correct ``Composed`` base,
+so that a bug in attention travels up into multi-head attention and the layers.
+
+The zoo's own run (``tests/test_mutant_zoo.py``) checks the converse: every zoo
+mutant is caught by some test of its declared claims. Here the unit is the test.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+from hypothesis import Phase, given, settings
+
+from attnclaims.guard import CheckFailure, GuardedImplementation
+from attnclaims.reference.masks import causal_mask
+from attnclaims.tests import strategies as S
+from attnclaims.tests import test_contract as contract
+from attnclaims.tests import test_s31_attention as s31
+from attnclaims.tests import test_s32_self_attention as s32
+from attnclaims.tests import test_s61_multihead as s61
+from attnclaims.tests import test_s62_positional as s62
+from attnclaims.tests import test_s63_layer_norm as s63
+from attnclaims.tests import test_s64_ffn as s64
+from attnclaims.tests import test_s7_architecture as s7
+from attnclaims.tests.implementations.mutants import MUTANTS, Composed
+from attnclaims.reference.positional import sinusoidal_encoding
+
+
+# ---------------------------------------------------------------------------------------------
+# Broken implementations not in the zoo (one change each)
+# ---------------------------------------------------------------------------------------------
+
+class SoftmaxMeanTemperature(Composed):
+    """softmax(x / (1 + |mean x|)): a distribution, order preserving, but not shift invariant."""
+
+    def softmax(self, x, axis=-1):
+        x = np.asarray(x, dtype=np.float64)
+        return super().softmax(x / (1.0 + np.abs(x.mean(axis=axis, keepdims=True))), axis=axis)
+
+
+class SoftmaxReversed(Composed):
+    """softmax(−x): a distribution that reverses the order of the scores."""
+
+    def softmax(self, x, axis=-1):
+        return super().softmax(-np.asarray(x, dtype=np.float64), axis=axis)
+
+
+class SoftmaxHalfTemperature(Composed):
+    """softmax(x/2): a valid distribution whose Jacobian is ½(diag p − ppᵀ) of another p."""
+
+    def softmax(self, x, axis=-1):
+        return super().softmax(np.asarray(x, dtype=np.float64) / 2, axis=axis)
+
+
+class DividesByKeyCount(Composed):
+    """Σ_j exp(s_j − m) v_j / n_k: normalises by the number of keys instead of Σ exp."""
+
+    def _weights(self, s, allowed):
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        if allowed is not None:
+            e = np.where(allowed, e, 0.0)
+        return e / s.shape[-1]
+
+
+class ReluValues(Composed):
+    """softmax(S) relu(V): not linear in V."""
+
+    def _weighted_sum(self, a, v):
+        return super()._weighted_sum(a, np.maximum(v, 0.0))
+
+
+class PositionBias(Composed):
+    """Scores get a distance bias −0.5·|i − j| (ALiBi-like) without being asked: position-aware."""
+
+    def _scores(self, q, k, scale):
+        s = super()._scores(q, k, scale)
+        i, j = np.arange(s.shape[-2])[:, None], np.arange(s.shape[-1])[None, :]
+        return s - 0.5 * np.abs(i - j)
+
+
+class EncoderAddsPositions(Composed):
+    """The encoder layer adds the sinusoidal encoding to its input itself."""
+
+    def encoder_layer(self, x, params, mask=None):
+        x = np.asarray(x, dtype=np.float64)
+        return super().encoder_layer(x + sinusoidal_encoding(x.shape[-2], x.shape[-1]), params, mask)
+
+
+class PeConstant(Composed):
+    """Every position gets PE(0): the encoding forgets the position."""
+
+    def positional_encoding(self, n_positions, d_model):
+        return np.repeat(sinusoidal_encoding(1, d_model), n_positions, axis=0)
+
+
+class PeSinTwice(Composed):
+    """sin on both columns of each pair: norm ≠ d_model/2."""
+
+    def positional_encoding(self, n_positions, d_model):
+        pe = sinusoidal_encoding(n_positions, d_model)
+        pe[:, 1::2] = pe[:, 0::2][:, : d_model // 2]
+        return pe
+
+
+class MhaIgnoresInput(Composed):
+    """Multi-head attention returns b_O whatever the input (so it is trivially equivariant)."""
+
+    def multi_head_attention(self, x_q, x_kv, params, mask=None):
+        return np.broadcast_to(np.asarray(params.b_o, dtype=np.float64), np.shape(x_q)).copy()
+
+
+class LnNotCentred(Composed):
+    """x / √(σ² + ε): the mean is not subtracted."""
+
+    def layer_norm(self, x, gamma, beta, eps):
+        x = np.asarray(x, dtype=np.float64)
+        return gamma * x / np.sqrt(x.var(axis=-1, keepdims=True) + eps) + beta
+
+
+class FfnScaledByPosition(Composed):
+    """Position i's output is scaled by (1 + i/n): the same weights are not used at every position."""
+
+    def feed_forward(self, x, params):
+        out = super().feed_forward(x, params)
+        n = out.shape[-2]
+        return out * (1.0 + np.arange(n) / n)[:, None]
+
+
+class FfnMixesNeighbours(Composed):
+    """A kernel-3 smoothing over positions before the FFN (a convolution mistaken for position-wise)."""
+
+    def feed_forward(self, x, params):
+        x = np.asarray(x, dtype=np.float64)
+        padded = np.concatenate([x[..., :1, :], x, x[..., -1:, :]], axis=-2)
+        return super().feed_forward((padded[..., :-2, :] + 2 * x + padded[..., 2:, :]) / 4, params)
+
+
+class CrossAttentionCausal(Composed):
+    """The decoder applies the causal mask to the cross-attention too (memory positions become ordered)."""
+
+    def _cross_source(self, y, memory):
+        return memory
+
+    def decoder_layer(self, y, memory, params, self_mask=None, memory_mask=None):
+        n_t, n_s = np.shape(y)[-2], np.shape(memory)[-2]
+        causal = causal_mask(n_t, n_s)
+        mm = causal if memory_mask is None else np.asarray(memory_mask) & causal
+        return super().decoder_layer(y, memory, params, self_mask, np.where(causal.any(-1, keepdims=True), mm, True))
+
+
+class MaskDroppedWhenShared(Composed):
+    """A mask with fewer axes than the scores (shared by the batch) is silently skipped."""
+
+    def _allowed(self, mask, target):
+        if mask is not None and np.ndim(mask) < len(target):
+            return None
+        return super()._allowed(mask, target)
+
+
+class PeRelativeToLength(Composed):
+    """Positions divided by the sequence length (pos/n·1000): a position's encoding depends on n."""
+
+    def positional_encoding(self, n_positions, d_model):
+        two_i = np.arange(0, d_model, 2, dtype=np.float64)
+        angles = (np.arange(n_positions)[:, None] * 1000.0 / n_positions) * 10000.0 ** (-two_i / d_model)
+        pe = np.empty((n_positions, d_model))
+        pe[:, 0::2] = np.sin(angles)
+        pe[:, 1::2] = np.cos(angles[:, : d_model // 2])
+        return pe
+
+
+def zoo(name: str):
+    return MUTANTS[name].factory
+
+
+# ---------------------------------------------------------------------------------------------
+# The table: (test, its parametrisation, the broken implementation it must reject)
+# ---------------------------------------------------------------------------------------------
+
+CONTROLS = [
+    # §3.1
+    (s31.test_softmax_is_a_distribution, {}, zoo("softmax_ignores_axis")),
+    (s31.test_softmax_is_a_distribution, {}, zoo("softmax_eps_denominator")),
+    (s31.test_softmax_is_finite_for_huge_scores, {}, zoo("softmax_no_max_subtraction")),
+    (s31.test_softmax_is_shift_invariant, {}, SoftmaxMeanTemperature),
+    (s31.test_softmax_preserves_order, {}, SoftmaxReversed),
+    (s31.test_attention_weights_are_a_distribution, {}, zoo("mask_after_softmax")),
+    (s31.test_attention_weights_are_a_distribution, {}, zoo("softmax_over_queries")),
+    (s31.test_masked_keys_get_exactly_zero_weight, {}, zoo("mask_additive_minus_1e4")),
+    (s31.test_output_is_in_the_convex_hull_of_allowed_values, {}, zoo("values_from_keys")),
+    (s31.test_one_hot_weights_pick_a_value_row, {}, zoo("mask_inverted")),
+    (s31.test_identical_value_rows_are_returned, {}, DividesByKeyCount),
+    (s31.test_output_is_linear_in_values, {}, ReluValues),
+    (s31.test_scores_of_either_function_give_distribution_and_convex_combination, {"score_function": "dot-product"},
+     zoo("scale_argument_ignored")),
+    (s31.test_scores_of_either_function_give_distribution_and_convex_combination, {"score_function": "additive"},
+     DividesByKeyCount),
+    (s31.test_default_scale_is_one_over_sqrt_dk, {}, zoo("scale_uses_d_v")),
+    (s31.test_weights_do_not_saturate_as_d_k_grows, {}, zoo("scale_missing")),
+    (s31.test_softmax_jacobian_is_diag_p_minus_ppT, {"capability": "softmax"}, SoftmaxHalfTemperature),
+    (s31.test_softmax_jacobian_is_diag_p_minus_ppT, {"capability": "attention"}, zoo("scale_argument_ignored")),
+    # §3.2
+    (s32.test_self_attention_is_attention_of_projections, {}, zoo("shared_kv_weight")),
+    (s32.test_separate_inputs_give_cross_attention, {}, zoo("keys_from_queries")),
+    (s32.test_self_attention_matches_reference, {}, zoo("query_bias_ignored")),
+    # §6.1
+    (s61.test_multi_head_attention_matches_reference, {}, zoo("mha_scale_d_model")),
+    (s61.test_output_is_the_sum_of_head_terms, {}, zoo("heads_split_strided")),
+    (s61.test_one_head_is_attention_with_projections, {}, zoo("output_projection_transposed")),
+    (s61.test_changing_one_heads_weights_changes_only_its_term, {}, zoo("heads_split_strided")),
+    # §6.2
+    (s62.test_attention_is_permutation_equivariant, {}, PositionBias),
+    (s62.test_multi_head_self_attention_is_permutation_equivariant, {}, zoo("heads_merged_without_transpose")),
+    (s62.test_encoder_layer_is_permutation_equivariant, {}, EncoderAddsPositions),
+    (s62.test_encoder_stack_is_equivariant_and_its_pooled_output_invariant, {}, PositionBias),
+    (s62.test_causal_attention_without_positions_recovers_position, {}, zoo("mask_inverted")),
+    (s62.test_encoding_equals_the_definition, {}, zoo("pe_sin_cos_swapped")),
+    (s62.test_encoding_equals_the_definition, {}, zoo("pe_positions_from_one")),
+    (s62.test_values_lie_in_minus_one_one_and_norm_is_half_d_model, {}, PeSinTwice),
+    (s62.test_distinct_positions_get_distinct_encodings, {}, PeConstant),
+    (s62.test_shift_by_k_is_a_rotation_and_dot_products_depend_on_k_only, {}, zoo("pe_wrong_base")),
+    (s62.test_adding_an_encoding_breaks_equivariance, {"kind": "sinusoidal"}, PeConstant),
+    (s62.test_adding_an_encoding_breaks_equivariance, {"kind": "learned"}, MhaIgnoresInput),
+    # §6.3
+    (s63.test_layer_norm_matches_reference, {}, zoo("ln_eps_outside_sqrt")),
+    (s63.test_layer_norm_matches_reference, {}, zoo("ln_naive_variance")),
+    (s63.test_each_position_has_mean_zero_and_variance_ratio, {}, zoo("ln_unbiased_variance")),
+    (s63.test_invariant_to_positive_affine_maps_when_eps_is_zero, {}, LnNotCentred),
+    # §6.4
+    (s64.test_feed_forward_matches_reference, {}, zoo("ffn_relu_after_output")),
+    (s64.test_each_position_is_transformed_alone, {}, FfnMixesNeighbours),
+    (s64.test_jacobian_is_block_diagonal, {}, zoo("ffn_mixes_positions")),
+    (s64.test_commutes_with_permutations, {}, FfnScaledByPosition),
+    (s64.test_is_not_additive, {}, zoo("ffn_no_activation")),
+    (s64.test_equals_two_kernel_one_convolutions, {}, FfnMixesNeighbours),
+    # §7
+    (s7.test_encoder_layer_matches_reference, {}, zoo("pre_ln_always")),
+    (s7.test_encoder_layer_matches_reference, {}, zoo("norm1_reused")),
+    (s7.test_a_stack_of_layers_composes, {}, zoo("residual_missing")),
+    (s7.test_decoder_layer_matches_reference, {}, zoo("decoder_memory_mask_ignored")),
+    (s7.test_decoder_outputs_ignore_later_targets, {}, zoo("decoder_self_mask_replaces_causal")),
+    (s7.test_causal_weights_on_future_positions_are_exactly_zero, {}, zoo("mask_additive_minus_1e4")),
+    (s7.test_output_has_target_length_and_depends_on_memory_through_unmasked_rows, {}, zoo("decoder_cross_on_self")),
+    (s7.test_invariant_to_permuting_memory_rows, {"capability": "decoder_layer"}, CrossAttentionCausal),
+    (s7.test_invariant_to_permuting_memory_rows, {"capability": "multi_head_attention"}, PositionBias),
+    (s7.test_one_parallel_pass_equals_decoding_on_growing_prefixes, {}, zoo("decoder_not_causal")),
+    (s7.test_causal_attention_pass_equals_attention_on_prefixes, {}, DividesByKeyCount),
+    (s7.test_every_output_depends_on_every_input_after_one_layer, {"capability": "attention", "causal": True},
+     zoo("mask_inverted")),
+    (s7.test_every_output_depends_on_every_input_after_one_layer,
+     {"capability": "encoder_layer", "causal": True}, zoo("encoder_mask_ignored")),
+    # the contract
+    (contract.test_batch_elements_are_independent, {"capability": "attention"}, zoo("batch_uses_first_values")),
+    (contract.test_masks_broadcast, {"capability": "attention"}, MaskDroppedWhenShared),
+    (contract.test_batch_elements_are_independent, {"capability": "attention"}, zoo("mask_first_batch_only")),
+    (contract.test_inputs_are_not_modified, {"capability": "attention"}, zoo("mutates_input")),
+    (contract.test_calls_are_deterministic_and_keep_the_declared_dtype, {"capability": "attention"},
+     zoo("nondeterministic")),
+    (contract.test_positional_encoding_of_fewer_positions_is_a_prefix, {"capability": "positional_encoding"},
+     PeRelativeToLength),
+]
+
+#: the claim each section test backs, read from its marker (the control is evidence for that claim)
+def _claim_of(test) -> str:
+    for mark in getattr(test, "pytestmark", []):
+        if mark.name == "claim":
+            return mark.args[0]
+    return {"test_contract": "softmax-distribution"}.get(test.__module__.rsplit(".", 1)[-1], "softmax-distribution")
+
+
+def _id(test, kwargs, factory) -> str:
+    name = getattr(factory, "__name__", str(factory)).lstrip("_")
+    for m in MUTANTS.values():
+        if m.factory is factory:
+            name = m.name
+    extra = "-".join(str(v) for v in kwargs.values())
+    return f"{test.__name__}{'[' + extra + ']' if extra else ''}--{name}"
+
+
+def _params():
+    out = []
+    for test, kwargs, factory in CONTROLS:
+        cid = _claim_of(test)
+        if "capability" in kwargs and test.__module__.endswith("test_contract"):
+            cid = contract.CLAIM_OF[kwargs["capability"]]
+        out.append(pytest.param(test, kwargs, factory, id=_id(test, kwargs, factory),
+                                marks=pytest.mark.claim(cid, role="control")))
+    return out
+
+
+def _ignore(**_):
+    return None
+
+
+def without_shrinking(test):
+    """The same hypothesis test (its strategies, its @example cases, the active profile's number of
+    examples and seed), minus the shrink and explain phases: a control only needs *a* failure, and
+    shrinking composite cases costs far more than finding them."""
+    handle = test.hypothesis
+    given_kwargs = getattr(handle, "_given_kwargs", None)
+    if given_kwargs is None:  # an older hypothesis: run it as it is
+        return test
+    inner = handle.inner_test
+
+    @functools.wraps(inner)
+    def body(*args, **kwargs):
+        return inner(*args, **kwargs)
+
+    phases = tuple(p for p in settings.default.phases if p not in (Phase.shrink, Phase.explain))
+    return given(**given_kwargs)(settings(settings.default, phases=phases, database=None)(body))
+
+
+@pytest.mark.parametrize("test, kwargs, factory", _params())
+def test_property_test_rejects_broken_implementation(test, kwargs, factory):
+    """Run ``test`` against the broken implementation: it must fail with a failed check."""
+    broken = factory()
+    guard = GuardedImplementation(broken, spec=type(broken).__name__, timeout=None)
+    call = dict(kwargs)
+    if "attn_record" in test.hypothesis.inner_test.__code__.co_varnames:
+        call["attn_record"] = _ignore
+    with S.following(guard):
+        with pytest.raises(AssertionError):
+            without_shrinking(test)(impl=guard, **call)
+
+
+def test_every_section_test_has_a_negative_control():
+    """Each property test of the section and contract modules appears in :data:`CONTROLS` (the RNN/conv
+    control and the convention probes excepted: the first is itself a control, the others judge nothing)."""
+    covered = {t.__name__ for t, _, _ in CONTROLS}
+    exempt = {"test_rnn_and_convolution_fail_the_equivariance_check"}
+    missing = []
+    for module in (s31, s32, s61, s62, s63, s64, s7, contract):
+        for name, obj in vars(module).items():
+            if name.startswith("test_") and callable(obj) and name not in covered | exempt:
+                missing.append(f"{module.__name__}.{name}")
+    assert not missing, f"property tests without a negative control: {missing}"
