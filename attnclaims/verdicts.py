@@ -10,15 +10,17 @@ measurements, citations: checks that do not depend on the implementation
 under test). The rules, applied in this order — the first that matches decides:
 
 1. **refuted** — some check *failed* (a counterexample, a violated bound, a
-   failed derivation step, a negative control that did not fail). If a claim
+   failed derivation step). If a claim
    this one depends on (``depends_on``, transitively, nearest first) is itself
    refuted for the same implementation, the verdict is **blocked by <id>**
    instead, naming the root cause (the nearest dependency refuted on its own
    account): the failure is a consequence, not a second finding. A claim whose
    own checks all pass keeps its own verdict even when a dependency is refuted.
 2. **error** — some check crashed (an exception in the test or the harness, a
-   pytest subprocess that died). It is not a counterexample and not a pass,
-   and it is shown, never hidden.
+   pytest subprocess that died), or a negative control did not fail (the check
+   it guards could not tell a broken system from a working one, so its passes
+   prove nothing). Neither is a counterexample to the claim, neither is a
+   pass; both are shown, never hidden.
 3. **no evidence** — nothing was recorded for the claim (or only negative
    controls, which cannot support a claim on their own);
    **not applicable** — every check was not applicable (the implementation
@@ -36,9 +38,9 @@ under test). The rules, applied in this order — the first that matches decides
 Items that are not applicable are ignored when other items ran (they are
 counted and listed). Items with ``role="control"`` are negative controls: they
 show that a check *can* fail (for example an RNN must fail the permutation
-test); a control that passes is listed as such, one that fails refutes the
-claim like any other failed check, and controls alone never make a claim
-verified.
+test). A control that passes is listed as such; one that fails makes the claim
+an ``error`` (rule 2), not ``refuted``: it says the check is blind, not that
+the claim is false. Controls alone never make a claim verified.
 """
 from __future__ import annotations
 
@@ -105,11 +107,17 @@ def _first_line(text: str | None) -> str:
 
 def _own_verdict(claim: str, items: Sequence[Evidence]) -> tuple[str, str]:
     """Rules 1–8 without the dependency step: (verdict, reason)."""
-    failed = [e for e in items if e.outcome == "failed"]
+    failed = [e for e in items if e.outcome == "failed" and e.role != "control"]
     if failed:
         e = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         return "refuted", f"{e.name} failed{more}: {_first_line(e.message)}".rstrip(": ")
+    blind = [e for e in items if e.outcome == "failed" and e.role == "control"]
+    if blind:
+        e = blind[0]
+        more = f" (and {len(blind) - 1} more)" if len(blind) > 1 else ""
+        return "error", (f"negative control {e.name} did not fail{more}, so the check it guards cannot be "
+                         f"trusted: {_first_line(e.message)}").rstrip(": ")
     errors = [e for e in items if e.outcome == "error"]
     if errors:
         e = errors[0]
@@ -202,8 +210,8 @@ HOW_TO_READ = [
                 "bound and a repro."),
     ("blocked by <id>", "a check failed, but a claim this one rests on is already refuted for the same "
                         "implementation: the failure is shown as a consequence, not a second finding."),
-    ("error", "a check crashed (an exception in a test or in the harness): neither a pass nor a "
-              "counterexample."),
+    ("error", "a check crashed (an exception in a test or in the harness), or a negative control did not "
+              "fail (the check it guards is blind): neither a pass nor a counterexample."),
     ("no evidence / not applicable", "nothing ran for the claim, or every check needed a capability the "
                                      "implementation lacks. Such claims are listed, never dropped."),
     ("historical", "a statement of history or attribution: cited, not tested."),

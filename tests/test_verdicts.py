@@ -100,8 +100,14 @@ def test_a_passing_claim_keeps_its_verdict_when_a_dependency_is_refuted(registry
     assert out["mid"][IMPL].verdict == "verified"
 
 
-def test_a_negative_control_that_does_not_fail_refutes_like_any_failed_check(registry):
+def test_a_negative_control_that_does_not_fail_is_an_error_not_a_refutation(registry):
     v = verdict(registry, [ev("free"), ev("free", "failed", role="control", impl=None)], "free")
+    assert v.verdict == "error" and "negative control" in v.reason and "did not fail" in v.reason
+    assert not v.is_failure
+
+
+def test_a_real_failure_outranks_a_blind_control(registry):
+    v = verdict(registry, [ev("free", "failed"), ev("free", "failed", role="control", impl=None)], "free")
     assert v.verdict == "refuted"
 
 
