@@ -36,9 +36,10 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -51,8 +52,10 @@ CONTROLS: dict[str, str] = {
     "logsumexp": "attnclaims.tests.implementations.logsumexp_impl:logsumexp_impl",
     "composed": f"{ZOO_MODULE}:composed",
 }
-#: Per-mutant subprocess limit, seconds: a run that takes longer is reported as an error, not waited for.
+#: Per-mutant limit, seconds: a run that takes longer is reported as an error, not waited for.
 DEFAULT_TIMEOUT = 900.0
+#: Set in the worker processes, which run one pytest session per target (see :class:`_Worker`).
+WORKER_ENV = "ATTNCLAIMS_MUTANTS_WORKER"
 
 
 class MutantsError(ValueError):
@@ -87,10 +90,18 @@ def _item_claims(item) -> list[str]:
 
 
 def pytest_configure(config):
+    if os.environ.get(WORKER_ENV):
+        # Several pytest sessions run in one worker process: the attnclaims plugin keeps the evidence of
+        # a session in a module-level list, which must start empty for each --attn-results file.
+        import attnclaims.plugin as attn_plugin
+
+        attn_plugin._STATE["evidence"] = []
+        attn_plugin._STATE["current"] = None
     log = config.getoption("mutant_log", default=None)
     collect = config.getoption("mutant_collect", default=None)
     _STATE.update(active=bool(log or collect), log=log, first=config.getoption("mutant_first", default=False),
                   detected=set(), t0=time.perf_counter())
+    _STATE.pop("t_tests", None)
     claims = config.getoption("mutant_claims", default=None)
     _STATE["claims"] = set(claims.split(",")) if claims else None
     if log and not config.getoption("mutant_shrink", default=False):
@@ -130,11 +141,21 @@ def pytest_collection_modifyitems(session, config, items):
         items[:] = keep
     path = config.getoption("mutant_collect", default=None)
     if path:
-        Path(path).write_text(json.dumps([{"test": i.nodeid, "claims": _item_claims(i)} for i in keep]),
-                              encoding="utf-8")
+        Path(path).write_text(json.dumps([{"test": i.nodeid, "claims": _item_claims(i), "module": _module(i)}
+                                          for i in keep]), encoding="utf-8")
 
 
 pytest_collection_modifyitems.trylast = True  # after the attnclaims plugin has added impl_test
+
+
+def _module(item) -> str:
+    """The importable name of the test's module inside the tests package (``attnclaims.tests.test_s31_attention``)."""
+    return f"{TESTS_PACKAGE}.{Path(str(item.path)).stem}"
+
+
+def pytest_runtest_logstart(nodeid, location):
+    if _STATE["active"] and "t_tests" not in _STATE:
+        _STATE["t_tests"] = time.perf_counter()  # collection is over: test time starts here
 
 
 def _relevant(item) -> set[str]:
@@ -177,8 +198,10 @@ def pytest_runtest_logreport(report):
         message = ""
     if outcome == "failed":
         _STATE["detected"].update(claims)
+    now = time.perf_counter()
     record = {"test": report.nodeid, "claims": claims, "outcome": outcome,
-              "t": round(time.perf_counter() - _STATE["t0"], 3), "seconds": round(report.duration, 3),
+              "t": round(now - _STATE["t0"], 3), "t_tests": round(now - _STATE.get("t_tests", _STATE["t0"]), 3),
+              "seconds": round(report.duration, 3),
               "message": message.splitlines()[0][:300] if message else ""}
     with open(_STATE["log"], "a", encoding="utf-8") as fh:
         fh.write(json.dumps(record) + "\n")
@@ -198,6 +221,7 @@ class Target:
     capability: str = ""
     claims: tuple[str, ...] = ()
     control: bool = False
+    modules: tuple[str, ...] = ()  # the test modules to run (empty: the whole tests package)
 
 
 @dataclass
@@ -216,7 +240,10 @@ class TargetResult:
     per_claim: dict[str, dict[str, int]] = field(default_factory=dict)
     #: declared claims with at least one failing test
     detected_by: list[str] = field(default_factory=list)
+    #: seconds of testing (after start-up and collection) until the first failing test of a declared claim
     first_detection_s: float | None = None
+    #: the same, counted from the start of the pytest session (collection included)
+    first_detection_session_s: float | None = None
     first_detection_test: str | None = None
     first_detection_message: str | None = None
     failures: list[dict] = field(default_factory=list)
@@ -305,7 +332,7 @@ def control_targets(names: Iterable[str] | None = None) -> list[Target]:
 
 def _command(target: Target, *, profile: str, full: bool, shrink: bool, log: Path, results: Path, ini: Path,
              call_timeout: float | None) -> list[str]:
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", TESTS_PACKAGE, "-p", "attnclaims.mutants",
+    cmd = ["--pyargs", *(target.modules or (TESTS_PACKAGE,)), "-p", "attnclaims.mutants",
            "--attn-impl", target.spec, "--attn-results", str(results), "--mutant-log", str(log),
            "--hypothesis-profile", profile, "-q", "--no-header", "-p", "no:cacheprovider", "-p", "no:randomly",
            "-c", str(ini), "--rootdir", str(ini.parent), "--import-mode=importlib", "--strict-markers",
@@ -330,9 +357,91 @@ def _env() -> dict:
     return env
 
 
+class _Worker:
+    """A long-lived subprocess that runs one pytest session per target (``pytest.main`` in a loop).
+
+    Starting Python and importing numpy, hypothesis, pytest and the test modules costs a few seconds,
+    more than many mutants need to be caught; a worker pays it once. Each session gets a fresh pytest
+    config, so a fresh guarded implementation; hypothesis' ``ci`` profile draws the same examples in
+    every session (derandomized). A worker that does not answer within the time limit is killed and
+    replaced.
+    """
+
+    def __init__(self, work: Path):
+        self.work = work
+        self.proc: subprocess.Popen | None = None
+
+    def _start(self) -> subprocess.Popen:
+        code = "from attnclaims.mutants import _worker_main; _worker_main()"
+        env = dict(_env(), **{WORKER_ENV: "1"})
+        return subprocess.Popen([sys.executable, "-c", code], cwd=self.work, env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+
+    def run(self, args: list[str], log: Path, timeout: float) -> int | None:
+        """pytest's exit status, or None when the worker died or ran out of time."""
+        import select
+
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = self._start()
+        self.proc.stdin.write(json.dumps({"args": args, "log": str(log)}) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            self.close(kill=True)
+            return None
+        return int(json.loads(line)["code"])
+
+    def close(self, kill: bool = False) -> None:
+        if self.proc is None:
+            return
+        if kill:
+            self.proc.kill()
+        else:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
+def _worker_main() -> None:
+    """The worker's loop: one JSON job per line on stdin, one ``{"code": N}`` line back per job."""
+    import pytest
+
+    answer = os.fdopen(os.dup(1), "w", buffering=1)
+    for line in sys.stdin:
+        job = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        with open(job["log"], "wb") as fh:
+            os.dup2(fh.fileno(), 1)
+            os.dup2(fh.fileno(), 2)
+            try:
+                code = int(pytest.main(job["args"]))
+            except BaseException:  # noqa: BLE001 - a crash of one session is that target's problem
+                code = 3
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+                os.close(saved[0])
+                os.close(saved[1])
+        answer.write(json.dumps({"code": code}) + "\n")
+
+
 def run_target(target: Target, work: Path, *, profile: str = "ci", full: bool = False, shrink: bool = False,
-               timeout: float = DEFAULT_TIMEOUT, call_timeout: float | None = None) -> TargetResult:
-    """Run the selected tests against one implementation in a subprocess; never raises for what it does."""
+               timeout: float = DEFAULT_TIMEOUT, call_timeout: float | None = None,
+               worker: _Worker | None = None) -> TargetResult:
+    """Run the selected tests against one implementation (in ``worker``, or in a fresh subprocess);
+    never raises for what the implementation does."""
     runs = work / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     log, results, out = runs / f"{target.name}.jsonl", runs / f"{target.name}.json", runs / f"{target.name}.log"
@@ -341,18 +450,24 @@ def run_target(target: Target, work: Path, *, profile: str = "ci", full: bool = 
     ini = work / "pytest.ini"
     if not ini.exists():
         ini.write_text("[pytest]\n", encoding="utf-8")
-    cmd = _command(target, profile=profile, full=full, shrink=shrink, log=log, results=results, ini=ini,
-                   call_timeout=call_timeout)
+    args = _command(target, profile=profile, full=full, shrink=shrink, log=log, results=results, ini=ini,
+                    call_timeout=call_timeout)
     res = TargetResult(name=target.name, spec=target.spec, control=target.control, description=target.description,
                        capability=target.capability, declared=list(target.claims),
                        mode="full" if full or target.control else "first")
     t0 = time.perf_counter()
-    with open(out, "wb") as fh:
-        try:
-            proc = subprocess.run(cmd, cwd=work, env=_env(), stdout=fh, stderr=subprocess.STDOUT, timeout=timeout)
-            res.exitstatus = proc.returncode
-        except subprocess.TimeoutExpired:
-            res.problem = f"did not finish within {timeout:g} s"
+    if worker is not None:
+        res.exitstatus = worker.run(args, out, timeout)
+        if res.exitstatus is None:
+            res.problem = f"the worker process died or did not finish within {timeout:g} s"
+    else:
+        with open(out, "wb") as fh:
+            try:
+                proc = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=work, env=_env(), stdout=fh,
+                                      stderr=subprocess.STDOUT, timeout=timeout)
+                res.exitstatus = proc.returncode
+            except subprocess.TimeoutExpired:
+                res.problem = f"did not finish within {timeout:g} s"
     res.wall_s = round(time.perf_counter() - t0, 2)
     records = []
     if log.exists():
@@ -384,13 +499,14 @@ def _summarise(res: TargetResult, records: list[dict], declared: set[str]) -> No
                 if cid not in res.detected_by:
                     res.detected_by.append(cid)
             if res.first_detection_s is None:
-                res.first_detection_s = rec.get("t")
+                res.first_detection_s = rec.get("t_tests", rec.get("t"))
+                res.first_detection_session_s = rec.get("t")
                 res.first_detection_test = rec["test"]
                 res.first_detection_message = rec.get("message", "")
 
 
-def implementation_claims(work: Path | None = None) -> dict[str, list[str]]:
-    """The implementation tests and their claim ids (one collection-only subprocess): {test: claims}."""
+def implementation_tests() -> list[dict]:
+    """The implementation tests (one collection-only subprocess): [{"test", "claims", "module"}, …]."""
     with tempfile.TemporaryDirectory(prefix="attnclaims-collect-") as tmp:
         tmp = Path(tmp)
         ini = tmp / "pytest.ini"
@@ -403,7 +519,26 @@ def implementation_claims(work: Path | None = None) -> dict[str, list[str]]:
         if not out.exists():
             raise MutantsError(f"collecting the implementation tests failed (exit status {proc.returncode}): "
                                + (proc.stdout.strip().splitlines() or [""])[-1])
-        return {d["test"]: d["claims"] for d in json.loads(out.read_text(encoding="utf-8"))}
+        return json.loads(out.read_text(encoding="utf-8"))
+
+
+def implementation_claims() -> dict[str, list[str]]:
+    """{test node id: its claim ids} for every implementation test."""
+    return {d["test"]: d["claims"] for d in implementation_tests()}
+
+
+def with_modules(targets: list[Target], tests: list[dict], full: bool = False) -> list[Target]:
+    """Each target with the test modules it needs: the modules holding a test of a declared claim (first-detection
+    mode), or every module with an implementation test (controls, ``full``)."""
+    every = tuple(dict.fromkeys(d["module"] for d in tests))
+    out = []
+    for t in targets:
+        if full or t.control:
+            modules = every
+        else:
+            modules = tuple(dict.fromkeys(d["module"] for d in tests if set(d["claims"]) & set(t.claims)))
+        out.append(replace(t, modules=modules or every))
+    return out
 
 
 def claim_columns(results: Iterable[TargetResult]) -> list[str]:
@@ -419,14 +554,16 @@ ProgressFn = Callable[[TargetResult, int, int], None]
 
 def run_matrix(targets: list[Target], *, profile: str = "ci", full: bool = False, workers: int | None = None,
                shrink: bool = False, out: Path | None = None, timeout: float = DEFAULT_TIMEOUT,
-               progress: ProgressFn | None = None) -> MatrixResult:
-    """Run every target (mutants and controls) on ``workers`` parallel subprocesses."""
+               progress: ProgressFn | None = None, batch: bool = True) -> MatrixResult:
+    """Run every target (mutants and controls) on ``workers`` parallel processes: long-lived workers that
+    run one pytest session per target (``batch``), or a fresh pytest subprocess per target."""
     from attnclaims.profiles import PROFILES
 
     if profile not in PROFILES:
         raise MutantsError(f"unknown profile {profile!r} (expected one of {', '.join(PROFILES)})")
     workers = max(1, workers or os.cpu_count() or 1)
     t0 = time.perf_counter()
+    targets = with_modules(targets, implementation_tests(), full=full)
     tmp = None
     if out is None:
         tmp = tempfile.TemporaryDirectory(prefix="attnclaims-mutants-")
@@ -438,10 +575,21 @@ def run_matrix(targets: list[Target], *, profile: str = "ci", full: bool = False
     order = sorted(range(len(targets)), key=lambda i: not targets[i].control)
     results: list[TargetResult | None] = [None] * len(targets)
     done = 0
+    local = threading.local()
+    workers_made: list[_Worker] = []
+    lock = threading.Lock()
+
+    def one(i: int) -> TargetResult:
+        if not hasattr(local, "worker"):
+            local.worker = _Worker(work)
+            with lock:
+                workers_made.append(local.worker)
+        return run_target(targets[i], work, profile=profile, full=full, shrink=shrink, timeout=timeout,
+                          worker=local.worker if batch else None)
+
     try:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(run_target, targets[i], work, profile=profile, full=full, shrink=shrink,
-                                   timeout=timeout): i for i in order}
+            futures = {pool.submit(one, i): i for i in order}
             for fut in _as_completed(futures):
                 i = futures[fut]
                 results[i] = fut.result()
@@ -449,6 +597,8 @@ def run_matrix(targets: list[Target], *, profile: str = "ci", full: bool = False
                 if progress:
                     progress(results[i], done, len(targets))
     finally:
+        for w in workers_made:
+            w.close()
         if tmp is not None:
             tmp.cleanup()
     rows = [r for r in results if r is not None]
@@ -540,6 +690,9 @@ def print_matrix(matrix: MatrixResult, console=None) -> None:
     from rich.table import Table
 
     console = console or Console()
+    if not console.is_terminal:  # a file or a pipe: the plain matrix, at full width
+        console.print("\n".join(matrix_lines(matrix)), highlight=False, soft_wrap=True)
+        return
     abbr = abbreviations(matrix.claims)
     table = Table(title=f"kill matrix — profile {matrix.profile}, mode {matrix.mode}", show_lines=False,
                   pad_edge=False, header_style="bold")
@@ -607,7 +760,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("-n", "--workers", type=int, default=None, metavar="N",
                         help="mutants run in N parallel processes (default: the number of CPUs)")
     parser.add_argument("--only", action="append", default=None, metavar="NAME",
-                        help="run only this mutant (repeatable)")
+                        help="run only this mutant or correct implementation (repeatable; "
+                             f"the correct ones are {', '.join(CONTROLS)})")
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="write mutants.json, matrix.txt and each run's log to DIR")
     parser.add_argument("--full", action="store_true",
@@ -616,6 +770,8 @@ def add_arguments(parser) -> None:
                         help="do not run the correct implementations")
     parser.add_argument("--shrink", action="store_true",
                         help="keep hypothesis' shrink phase (minimal counterexamples, slower)")
+    parser.add_argument("--isolated", action="store_true",
+                        help="a fresh pytest subprocess per target (default: long-lived workers, one session each)")
     parser.add_argument("--list", action="store_true", help="list the zoo and exit")
 
 
@@ -625,8 +781,11 @@ def run_command(args, console=None) -> int:
 
     console = console or Console(stderr=False)
     err = Console(stderr=True)
+    only = args.only or []
     try:
-        mutants = mutant_targets(args.only)
+        mutants = mutant_targets([n for n in only if n not in CONTROLS]) if only else mutant_targets()
+        if only and all(n in CONTROLS for n in only):
+            mutants = []
     except MutantsError as exc:
         err.print(f"attnclaims mutants: {exc}")
         return 2
@@ -639,7 +798,11 @@ def run_command(args, console=None) -> int:
     if args.workers is not None and args.workers < 1:
         err.print(f"attnclaims mutants: -n {args.workers}: the number of processes must be >= 1")
         return 2
-    targets = mutants + ([] if args.no_controls or args.only else control_targets())
+    if only:
+        controls = control_targets([n for n in only if n in CONTROLS])
+    else:
+        controls = [] if args.no_controls else control_targets()
+    targets = mutants + controls
 
     def progress(r: TargetResult, done: int, total: int) -> None:
         if r.control:
@@ -651,7 +814,8 @@ def run_command(args, console=None) -> int:
 
     try:
         matrix = run_matrix(targets, profile=args.profile, full=args.full, workers=args.workers,
-                            shrink=args.shrink, out=Path(args.out) if args.out else None, progress=progress)
+                            shrink=args.shrink, out=Path(args.out) if args.out else None, progress=progress,
+                            batch=not args.isolated)
     except MutantsError as exc:
         err.print(f"attnclaims mutants: {exc}")
         return 2

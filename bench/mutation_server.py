@@ -7,9 +7,14 @@ server imports them once, then for every request forks a child that runs
 are *not* imported by the server, so each child imports the file mutmut has
 just mutated, fresh (bytecode caching is off).
 
-    python bench/mutation_server.py serve SOCKET WORKDIR -- PYTEST_ARGS...   # start (background)
+    python bench/mutation_server.py serve SOCKET WORKDIR ROUTES -- PYTEST_ARGS...   # start (background)
     python bench/mutation_server.py run SOCKET                               # mutmut's --runner
     python bench/mutation_server.py stop SOCKET
+
+ROUTES is a JSON object {"watch": [source files], source file: [test files],
+"*": [test files for the rest]}: each run picks the test files of the watched
+source being mutated (the one with a ``.bak`` beside it), so that a mutant of
+``reference/baselines.py`` runs only the baselines' tests.
 
 A child that runs longer than ``--child-timeout`` seconds (an infinite loop
 planted by a mutant) is killed and reported as a failure (the mutant is caught:
@@ -18,13 +23,24 @@ the suite did not pass).
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import sys
 import time
 
 
-def serve(sock_path: str, workdir: str, pytest_args: list[str], child_timeout: float = 120.0) -> None:
+def _route(routes: dict) -> list[str]:
+    """The test files for the watched source file being mutated: mutmut keeps its original as FILE.bak
+    while the mutant is on disk (and the baseline run, with no .bak anywhere, gets the default tests)."""
+    for path in routes.get("watch", []):
+        if os.path.exists(path + ".bak"):
+            return list(routes.get(path, routes["*"]))
+    return list(routes["*"])
+
+
+def serve(sock_path: str, workdir: str, routes: dict, pytest_args: list[str],
+          child_timeout: float = 120.0) -> None:
     os.environ.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")  # fork-safe BLAS
     sys.dont_write_bytecode = True
     os.chdir(workdir)
@@ -44,41 +60,61 @@ def serve(sock_path: str, workdir: str, pytest_args: list[str], child_timeout: f
     while True:
         conn, _ = server.accept()
         with conn:
-            request = conn.recv(64).decode().strip()
+            try:
+                request = conn.recv(64).decode().strip()
+            except OSError:
+                continue
             if request == "stop":
-                conn.sendall(b"0\n")
+                _answer(conn, 0)
                 break
+            tests = _route(routes)
             pid = os.fork()
             if pid == 0:  # the child: one pytest run, output discarded
                 server.close()
+                conn.close()
                 devnull = os.open(os.devnull, os.O_WRONLY)
                 os.dup2(devnull, 1)
                 os.dup2(devnull, 2)
                 try:
-                    code = int(pytest.main(list(pytest_args)))
+                    code = int(pytest.main(list(pytest_args) + tests))
                 except BaseException:  # noqa: BLE001 - any crash is a failed run
                     code = 3
                 os._exit(code)
-            code = _wait(pid, child_timeout)
-            conn.sendall(f"{code}\n".encode())
+            _answer(conn, _wait(pid, child_timeout, conn))
     server.close()
     os.unlink(sock_path)
 
 
-def _wait(pid: int, timeout: float) -> int:
+def _answer(conn: socket.socket, code: int) -> None:
+    try:
+        conn.sendall(f"{code}\n".encode())
+    except OSError:  # the client was killed (mutmut's own timeout): nobody to tell
+        pass
+
+
+def _wait(pid: int, timeout: float, conn: socket.socket) -> int:
+    """The child's exit status; it is killed when it runs past ``timeout`` or the client goes away."""
     deadline = time.monotonic() + timeout
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 3
-        if time.monotonic() > deadline:
+        readable, _, _ = select.select([conn], [], [], 0.005)
+        gone = False
+        if readable:
+            try:
+                gone = conn.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                gone = True
+        if gone or time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             return 4
-        time.sleep(0.005)
 
 
 def request(sock_path: str, what: str = "run") -> int:
+    if what == "stop" and not os.path.exists(sock_path):
+        return 0
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     for _ in range(600):  # the server may still be importing
         try:
@@ -101,12 +137,17 @@ def request(sock_path: str, what: str = "run") -> int:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) >= 4 and argv[0] == "serve" and "--" in argv:
-        cut = argv.index("--")
-        serve(argv[1], argv[2], argv[cut + 1:])
+    if len(argv) >= 5 and argv[0] == "serve" and argv[4] == "--":
+        import json
+
+        serve(argv[1], argv[2], json.loads(argv[3]), argv[5:])
         return 0
-    if len(argv) == 2 and argv[0] in ("run", "stop"):
-        return request(argv[1], argv[0])
+    if len(argv) == 2 and argv[0] == "run":
+        # mutmut 2 counts only exit status 1 as a failing test suite ("killed"); a mutant that breaks an
+        # import makes pytest exit with 2 (collection error), which mutmut would count as "survived".
+        return 0 if request(argv[1], "run") == 0 else 1
+    if len(argv) == 2 and argv[0] == "stop":
+        return request(argv[1], "stop")
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -270,6 +270,13 @@ class _ScaleArgumentIgnored(Composed):
         return super().attention(q, k, v, mask=mask, scale=None)
 
 
+@mutant("score_softcap", "attention", ["score-functions", "softmax-distribution"],
+        "scores soft-capped as 50·tanh(S/50) (Gemma 2's logit capping left on): only large scores change")
+class _ScoreSoftcap(Composed):
+    def _scores(self, q, k, scale):
+        return 50.0 * np.tanh(super()._scores(q, k, scale) / 50.0)
+
+
 @mutant("mha_scale_d_model", "multi_head_attention", ["multihead-structure"],
         "multi-head scores scaled by 1/√d_model instead of 1/√d_k per head (identical with one head)")
 class _MhaScaleDModel(Composed):
@@ -380,6 +387,18 @@ class _MaskFirstBatch(Composed):
 class _MaskIgnoredSingleQuery(Composed):
     def _allowed(self, mask, target):
         return None if target[-2] == 1 else super()._allowed(mask, target)
+
+
+@mutant("local_window", "attention", ["constant-path-length"],
+        "a sliding window left on: query i sees only keys with |i − j| < 8 (wrong only when n_k > 8)")
+class _LocalWindow(Composed):
+    _WINDOW = 8
+
+    def _allowed(self, mask, target):
+        n_q, n_k = target[-2:]
+        near = np.abs(np.arange(n_q)[:, None] - np.arange(n_k)[None, :]) < self._WINDOW  # (n_q, n_k)
+        allowed = super()._allowed(mask, target)
+        return np.broadcast_to(near, target) if allowed is None else allowed & near
 
 
 @mutant("mha_mask_dropped", "multi_head_attention", ["decoder-masking"],
