@@ -46,6 +46,8 @@ def fmt_number(x: Any) -> str:
         return f"{x:.3e}"
     if isinstance(x, str) and x in ("nan", "inf", "-inf"):
         return x
+    if isinstance(x, (list, tuple)) and len(x) <= 8 and all(isinstance(v, (int, float)) for v in x):
+        return "[" + ", ".join(fmt_number(v) for v in x) + "]"
     return str(x)
 
 

@@ -123,9 +123,12 @@ def badge(verdict: str, expected: str | None = None) -> str:
     return f'<span class="v v-{esc(verdict_class(verdict))}"{title}>{esc(verdict)}</span>{flag}'
 
 
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]], cls: str = "") -> str:
-    head = "".join(f"<th>{h}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]], cls: str = "",
+           col_classes: Sequence[str] = ()) -> str:
+    """A table in its own horizontally scrolling box; cells are HTML already escaped by the caller."""
+    klass = [f' class="{c}"' if c else "" for c in col_classes] + [""] * len(header)
+    head = "".join(f"<th{klass[i]}>{h}</th>" for i, h in enumerate(header))
+    body = "".join("<tr>" + "".join(f"<td{klass[i]}>{c}</td>" for i, c in enumerate(r)) + "</tr>" for r in rows)
     return (f'<div class="scroll"><table class="{esc(cls)}"><thead><tr>{head}</tr></thead>'
             f"<tbody>{body}</tbody></table></div>")
 
@@ -171,7 +174,8 @@ table.summary td.title{min-width:220px;color:var(--muted)}
 table.summary td.sec{white-space:nowrap}
 table.summary tbody tr:hover{background:#f3f6fa}
 td.msg{min-width:240px;word-break:break-word}
-td.check code{word-break:break-all}
+td.check{min-width:260px}td.check code{word-break:break-all}
+td.num{white-space:nowrap}
 .v{display:inline-block;padding:1px 8px;border-radius:999px;font-size:.85em;font-weight:600;white-space:nowrap;
 border:1px solid currentColor;line-height:1.5}
 .v-proven{color:#fff;background:var(--proven);border-color:var(--proven)}
@@ -419,7 +423,7 @@ def _claim(c: Mapping, report: Mapping, out_dir: Path | None, fig_index: list[in
                          esc(fmt_seconds(e.get("seconds"))),
                          f'<span class="msg">{esc(first_line(e.get("message"), 240))}</span>'])
         p.append(_table(["outcome", "kind", "role", "check", "implementation", "examples", "time", "message"],
-                        rows, "evidence"))
+                        rows, "evidence", ("", "", "", "check", "", "num", "num", "msg")))
     else:
         p.append('<p class="note">No evidence was recorded for this claim in this run.</p>')
 
@@ -506,12 +510,13 @@ def _failure(e: Mapping, env: Mapping) -> str:
 
 def _measurement(e: Mapping, out_dir: Path | None, fig_index: list[int]) -> str:
     data = e.get("data") or {}
-    special = {k: data[k] for k in ("decision", "false_alarm", "table") if k in data}
+    special = {k: data[k] for k in ("decision", "false_alarm", "table") if data.get(k) is not None}
     extra = extra_data(data)
     if not (special or e.get("figures") or extra):
         return ""
-    p = [f"<h4>{'Measurement' if e['kind'] in ('measurement', 'statistical') else 'Data'}: "
-         f"<code>{esc(e['name'])}</code></h4>"]
+    label = "Negative control" if e.get("role") == "control" else \
+        "Measurement" if e["kind"] in ("measurement", "statistical") else "Data"
+    p = [f"<h4>{label}: <code>{esc(e['name'])}</code></h4>"]
     items = []
     if "decision" in special:
         items.append(f"<li>decision: <b>{esc(special['decision'])}</b></li>")
@@ -525,9 +530,15 @@ def _measurement(e: Mapping, out_dir: Path | None, fig_index: list[int]) -> str:
             p.append(_table([esc(h) for h in tab[0]], [[esc(v) for v in r] for r in tab[1]]))
         else:
             p.append(f"<pre>{esc(compact_json(special['table']))}</pre>")
+    figures = []
     for f in e.get("figures", ()):
         fig_index[0] += 1
-        p.append(_svg_figure(f, out_dir, fig_index[0], e["name"]))
+        figures.append(_svg_figure(f, out_dir, fig_index[0], e["name"]))
+    if figures and e.get("role") == "control":  # a control's figures: there, but out of the way
+        p.append(f"<details><summary>figure{'s' if len(figures) > 1 else ''} of the control</summary>"
+                 + "".join(figures) + "</details>")
+    else:
+        p.extend(figures)
     if extra:
         p.append(f"<details><summary>data</summary><pre>{esc(compact_json(extra))}</pre></details>")
     return "".join(p)

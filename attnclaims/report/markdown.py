@@ -309,11 +309,13 @@ def _claim(c: Mapping, report: Mapping) -> list[str]:
 
     for e in c["evidence"]:
         data = e.get("data") or {}
-        special = {k: data[k] for k in ("decision", "false_alarm", "table") if k in data}
+        special = {k: data[k] for k in ("decision", "false_alarm", "table") if data.get(k) is not None}
         extra = extra_data(data)
         if not (special or e.get("figures") or extra):
             continue
-        out.append(f"#### Measurement: `{e['name']}`" if e["kind"] != "proof" else f"#### Data: `{e['name']}`")
+        label = "Negative control" if e.get("role") == "control" else \
+            "Measurement" if e["kind"] in ("measurement", "statistical") else "Data"
+        out.append(f"#### {label}: {code_span(e['name'])}")
         out.append("")
         if "decision" in special:
             out.append(f"- decision: {text(special['decision'])}")
