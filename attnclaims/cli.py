@@ -281,8 +281,8 @@ def _configure_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE,
                    help=f"hypothesis profile (default {DEFAULT_PROFILE}: derandomized, reproducible)")
     p.add_argument("-n", "--workers", metavar="N", type=int, default=None,
-                   help="pytest-xdist workers (default: 2 when pytest-xdist is installed and there are at least "
-                        "4 CPUs, else 0 = one process)")
+                   help="pytest-xdist workers (default: 2 when pytest-xdist is installed and at least 4 CPUs "
+                        "are usable, else 0 = one process)")
     p.add_argument("--seed", metavar="S", type=int, default=None,
                    help="hypothesis seed for the dev and thorough profiles (default: random, recorded)")
     p.add_argument("--timeout", metavar="SECONDS", type=float, default=None,

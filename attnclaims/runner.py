@@ -49,6 +49,7 @@ COLLECT_ENV = "ATTNCLAIMS_COLLECT"
 TESTS_PACKAGE = "attnclaims.tests"
 TESTS_ENV = "ATTNCLAIMS_TESTS_PACKAGE"
 _POLL_S = 0.2
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 class RunError(ValueError):
@@ -167,13 +168,22 @@ def xdist_available() -> bool:
     return True
 
 
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def default_workers() -> int:
-    """Workers used when ``-n`` is not given: 2 when pytest-xdist is installed and the machine has
-    at least 4 CPUs (the claim tests are CPU-bound numpy/sympy work; two workers roughly halve the
-    run, more are eaten by worker start-up), else 0 (one process)."""
+    """Workers used when ``-n`` is not given: 2 when pytest-xdist is installed and at least 4 CPUs
+    are usable, else 0 (one process). The claim tests are about a minute of CPU-bound numpy/sympy
+    work on the reference; two workers cost ~5 CPU-seconds of start-up and pay off only when they
+    do not compete with each other and the rest of the machine (on 2 CPUs, -n 2 measured slower
+    than -n 0)."""
     if not xdist_available():
         return 0
-    return 2 if (os.cpu_count() or 1) >= 4 else 0
+    return 2 if usable_cpus() >= 4 else 0
 
 
 def validate(options: RunOptions, registry) -> tuple[list[str], list]:
@@ -281,6 +291,11 @@ def _run_one(spec: str, options: RunOptions, first: bool, work: Path, artifacts:
     cmd = _pytest_command(spec, options, first, results, artifacts, ini)
     env = dict(os.environ, **{PROGRESS_ENV: str(progress_file)})
     env.pop(COLLECT_ENV, None)
+    if options.workers:
+        # The claim tests multiply small matrices: BLAS threads only compete with the other workers
+        # (and OpenBLAS's spinning threads burn CPU). One thread each, unless the user chose otherwise.
+        for var in _THREAD_VARS:
+            env.setdefault(var, "1")
     env.setdefault("PYTHONUNBUFFERED", "1")
     run = ImplementationRun(spec=spec, name=spec, command=cmd)
     if progress:
