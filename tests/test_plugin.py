@@ -106,3 +106,25 @@ def test_plugin_is_registered_as_an_entry_point():
 
     names = {ep.name: ep.value for ep in entry_points(group="pytest11")}
     assert names.get("attnclaims") == "attnclaims.plugin"
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "adapters.md"
+
+
+@pytest.mark.skipif(not DOCS.exists(), reason="docs/adapters.md is only in a checkout, not in the installed package")
+def test_the_documented_adapter_passes_claim_tests(tmp_path):
+    """The five-minute example of docs/adapters.md, copied verbatim, runs and passes."""
+    import re
+
+    code = re.findall(r"```python\n(.*?)```", DOCS.read_text(encoding="utf-8"), re.S)[0]
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "mypkg" / "attnclaims_adapter.py").write_text(code, encoding="utf-8")
+    out = tmp_path / "results.json"
+    result = _run(tmp_path, "--pyargs", "attnclaims.tests.test_s31_attention", "-k",
+                  "test_softmax_is_a_distribution or test_output_is_in_the_convex_hull",
+                  "--attn-impl", "mypkg.attnclaims_adapter:impl", "--attn-results", str(out))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    outcomes = {e["name"].rsplit("::", 1)[-1]: e["outcome"] for e in json.loads(out.read_text())["evidence"]}
+    assert outcomes == {"test_softmax_is_a_distribution": "passed",
+                        "test_output_is_in_the_convex_hull_of_allowed_values": "passed"}
