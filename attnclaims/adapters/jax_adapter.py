@@ -20,7 +20,8 @@ dtype failure.
 Layout: our attention takes (..., n, d); jax's takes (batch, seq, heads, d). The last batch axis
 becomes jax's head axis (so a (B, h, n, d) input is the usual multi-head call) and the ones
 before it are flattened into its batch axis; masks (True = take part, the same polarity as
-ours) are broadcast to (B, h, n_q, n_k). Flax's kernels are the paper's matrices reshaped:
+ours) are broadcast to (B, h, n_q, n_k). jax needs the value shaped like the key (d_v = d_k);
+other widths go in as extra heads (see :meth:`JaxImplementation.attention`). Flax's kernels are the paper's matrices reshaped:
 ``query.kernel = w_q.reshape(d_model, heads, d_k)`` (head i = columns [i·d_k, (i+1)·d_k), as
 ours), biases ``(heads, d_k)``, ``out.kernel = w_o.reshape(heads, d_k, d_model)``.
 
@@ -52,8 +53,8 @@ def _import_jax():
 
 
 def _enable_x64(jax, jnp) -> None:
-    """Switch on float64 and check that it took effect (it silently does not once arrays were
-    traced under a different setting in some versions)."""
+    """Switch on float64 and check that it took effect, rather than trust it: without it jax turns
+    float64 input into float32 silently."""
     jax.config.update("jax_enable_x64", True)
     probe = jnp.asarray(np.float64(1.0) / 3.0)
     if probe.dtype != np.float64 or float(probe) != 1.0 / 3.0:
