@@ -676,6 +676,40 @@ def equal(a, b, method: str | None = None, ranges: Mapping | None = None) -> tup
 # --------------------------------------------------------------------------
 
 
+#: Expressions whose printed tree would exceed this many nodes are rendered as a summary. The
+#: symbolic encoder layer of permutation-equivariance shares subexpressions: a small DAG whose
+#: printed tree is astronomically large.
+RENDER_LIMIT = 600
+
+
+def tree_size(expr) -> int:
+    """Number of nodes of ``expr`` printed as a tree, counted on the DAG (linear time)."""
+    memo: dict = {}
+
+    def size(e) -> int:
+        if not isinstance(e, sp.Basic):
+            return 1
+        try:
+            return memo[e]
+        except KeyError:
+            pass
+        n = 1 + sum(size(a) for a in e.args)
+        memo[e] = n
+        return n
+
+    if isinstance(expr, sp.MatrixBase):
+        return sum(size(x) for x in expr)
+    return size(expr)
+
+
+def _shown(expr, printer) -> str:
+    n = tree_size(expr) if isinstance(expr, (sp.Basic, sp.MatrixBase)) else 1
+    if n <= RENDER_LIMIT:
+        return printer(expr)
+    what = f"{expr.shape[0]}×{expr.shape[1]} matrix" if hasattr(expr, "shape") else "expression"
+    return f"⟨{what}, {n:.2g} nodes as a tree: not printed⟩"
+
+
 def _subs(expr, rules: Sequence[tuple]):
     """Apply rewrite rules: exact replacement (also inside sums), then sympy's ``subs``,
     which also finds e.g. exp(-t) inside exp(-a - t)."""
@@ -735,16 +769,28 @@ class Derivation:
     name: str
     title: str
     statement: str
-    steps: list
+    steps: Any  # a list of Steps, or a function returning it (built on first use, for costly ones)
     assumptions: str = ""
     ranges: dict = field(default_factory=dict)  # index -> (lo, hi), for Sum/KroneckerDelta/Piecewise
     source: str = ""
 
     def __post_init__(self):
-        if not self.steps:
+        if not callable(self.steps):
+            self._validate(self.steps)
+
+    def _validate(self, steps):
+        if not steps:
             raise ValueError(f"derivation {self.name!r} has no steps")
-        if self.steps[0].standalone is False and self.steps[0].rel != "=":
-            raise ValueError(f"first step of {self.name!r} must be a starting expression")
+        if not all(isinstance(x, Step) for x in steps):
+            raise TypeError(f"derivation {self.name!r}: every step must be a Step")
+
+    def get_steps(self) -> list:
+        """The steps, built now if they were given as a function."""
+        if callable(self.steps):
+            steps = list(self.steps())
+            self._validate(steps)
+            self.steps = steps
+        return self.steps
 
     # -- checking -----------------------------------------------------------
 
@@ -752,7 +798,7 @@ class Derivation:
         t0 = time.perf_counter()
         results = []
         prev = None
-        for i, step in enumerate(self.steps):
+        for i, step in enumerate(self.get_steps()):
             ts = time.perf_counter()
             cited = [f"{lem.text()} ({lem.why})" for lem in step.lemmas if lem.cited]
             hyps = [f"{lem.text()} ({lem.why})" for lem in step.lemmas if lem.hypothesis]
@@ -824,10 +870,23 @@ class Derivation:
     def symbols_declared(self) -> list[str]:
         """``name: assumption, ...`` for every symbol the steps use."""
         syms: set = set()
-        for s in self.steps:
+        seen: set = set()
+
+        def walk(e):  # on the DAG: free_symbols would walk the (possibly huge) tree
+            stack = list(e) if isinstance(e, sp.MatrixBase) else [e]
+            while stack:
+                x = stack.pop()
+                if not isinstance(x, sp.Basic) or x in seen:
+                    continue
+                seen.add(x)
+                if isinstance(x, sp.Symbol):
+                    syms.add(x)
+                stack.extend(x.args)
+
+        for s in self.get_steps():
             for e in (s.expr, s.lhs):
                 if isinstance(e, (sp.Basic, sp.MatrixBase)):
-                    syms |= {x for x in e.free_symbols if isinstance(x, sp.Symbol)}
+                    walk(e)
         keys = ("integer", "positive", "nonnegative", "real")
         out = []
         for x in sorted(syms, key=lambda x: x.name):
@@ -849,14 +908,14 @@ class Derivation:
             lines.append("Symbols: " + "; ".join(decl))
         if self.source:
             lines.append(f"Source: {self.source}")
-        for i, s in enumerate(self.steps):
+        for i, s in enumerate(self.get_steps()):
             head = f"{i:>3}. "
             if s.standalone:
-                body = f"{sp.sstr(s.lhs)} {_REL_TEXT[s.rel]} {sp.sstr(s.expr)}"
+                body = f"{_shown(s.lhs, sp.sstr)} {_REL_TEXT[s.rel]} {_shown(s.expr, sp.sstr)}"
             elif i == 0 or s.start:
-                body = f"  {sp.sstr(s.expr)}"
+                body = f"  {_shown(s.expr, sp.sstr)}"
             else:
-                body = f"{_REL_TEXT[s.rel]} {sp.sstr(s.expr)}"
+                body = f"{_REL_TEXT[s.rel]} {_shown(s.expr, sp.sstr)}"
             lines.append(f"{head}{body}")
             lines.append(f"       because {s.why}")
             for lem in s.lemmas:
@@ -877,13 +936,14 @@ class Derivation:
             r"\begin{align*}",
         ]
         rows = []
-        for i, s in enumerate(self.steps):
+        for i, s in enumerate(self.get_steps()):
+            tex = lambda e: _shown(e, sp.latex).replace("⟨", r"\langle\text{").replace("⟩", r"}\rangle")  # noqa: E731
             if s.standalone:
-                row = f"{sp.latex(s.lhs)} &{_REL_LATEX[s.rel]} {sp.latex(s.expr)}"
+                row = f"{tex(s.lhs)} &{_REL_LATEX[s.rel]} {tex(s.expr)}"
             elif i == 0 or s.start:
-                row = f"&{sp.latex(s.expr)}"
+                row = f"&{tex(s.expr)}"
             else:
-                row = f"&{_REL_LATEX[s.rel]} {sp.latex(s.expr)}"
+                row = f"&{_REL_LATEX[s.rel]} {tex(s.expr)}"
             note = txt(s.why)
             if s.lemmas:
                 note += "; " + ", ".join(
