@@ -480,7 +480,8 @@ def run(options: RunOptions, registry, progress: ProgressFn | None = None) -> Ru
     used_names: set[str] = set()
     with tempfile.TemporaryDirectory(prefix="attnclaims-run-") as tmp:
         work = Path(tmp)
-        artifacts = Path(options.artifacts) if options.artifacts else work / "figures"
+        # Absolute: the pytest subprocess runs in the temporary folder, not in the caller's.
+        artifacts = Path(options.artifacts).resolve() if options.artifacts else work / "figures"
         artifacts.mkdir(parents=True, exist_ok=True)
         for i, spec in enumerate(specs):
             impl_run, items = _run_one(spec, options, i == 0, work, artifacts, progress)

@@ -324,7 +324,8 @@ def test_report_writes_three_files_with_figures(fake_suite, tmp_path):
     from attnclaims.report import validate
 
     out = tmp_path / "rep"
-    proc = attnclaims("report", "--out", str(out), "-n", "0", env=fake_suite, cwd=tmp_path)
+    # a relative --out: the figures must still land in it (the pytest subprocess runs elsewhere)
+    proc = attnclaims("report", "--out", "rep", "-n", "0", env=fake_suite, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr  # the synthetic suite refutes convex-combination
     assert {p.name for p in out.iterdir()} >= {"index.html", "report.md", "report.json", "figures"}
     data = json.loads((out / "report.json").read_text(encoding="utf-8"))
