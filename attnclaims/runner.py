@@ -202,6 +202,8 @@ def validate(options: RunOptions, registry) -> tuple[list[str], list]:
     if options.workers and not xdist_available():
         raise RunError(f"-n {options.workers} needs pytest-xdist, which is not installed "
                        "(pip install pytest-xdist)")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())  # `--impl mymodule:Impl` from the folder that holds mymodule
     specs, skipped = expand(options.implementations)
     if not specs:
         raise RunError("no implementation to run: none of the built-ins is installed")
@@ -291,6 +293,9 @@ def _run_one(spec: str, options: RunOptions, first: bool, work: Path, artifacts:
     cmd = _pytest_command(spec, options, first, results, artifacts, ini)
     env = dict(os.environ, **{PROGRESS_ENV: str(progress_file)})
     env.pop(COLLECT_ENV, None)
+    # The subprocess runs in a temporary folder: keep the caller's folder importable (last, so it
+    # shadows nothing), as it is for `python -m pytest --attn-impl mymodule:Impl` run there.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), os.getcwd()) if p)
     if options.workers:
         # The claim tests multiply small matrices: BLAS threads only compete with the other workers
         # (and OpenBLAS's spinning threads burn CPU). One thread each, unless the user chose otherwise.

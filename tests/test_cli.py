@@ -320,6 +320,17 @@ def test_a_crashing_implementation_is_an_error_and_the_run_goes_on(fake_suite, t
     assert "without writing results" in reason and "exit status 7" in reason
 
 
+def test_an_implementation_module_in_the_current_folder(fake_suite, tmp_path):
+    (tmp_path / "my_local_attention.py").write_text(
+        "from attnclaims.reference.impl import Reference\n\n\nclass Mine(Reference):\n    name = 'mine'\n",
+        encoding="utf-8")
+    env = {k: v for k, v in fake_suite.items()}
+    proc = attnclaims("check", "--impl", "my_local_attention:Mine", "--claim", "softmax-distribution", "-n", "0",
+                      env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "mine" in proc.stdout.splitlines()[0]
+
+
 def test_report_writes_three_files_with_figures(fake_suite, tmp_path):
     from attnclaims.report import validate
 
