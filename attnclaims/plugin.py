@@ -229,11 +229,26 @@ def pytest_runtest_makereport(item, call):
                 entry.update(measured=exc.measured, bound=exc.bound, capability=exc.capability)
             if guard is not None:
                 entry["repro"] = guard.repro()
+                _name_responsible(entry, guard)
     if guard is not None:
         entry["calls"] = guard.calls
     entry["examples"] = _examples(item)
     entry.update(item.stash.get(_RECORD_KEY, {}))
     rep.user_properties.append(("attnclaims", json.dumps(entry, default=_jsonable)))
+
+
+def _name_responsible(entry: dict, guard: GuardedImplementation) -> None:
+    """Name the library function behind a failure, for implementations that map capabilities to
+    functions (the library adapters' ``responsible``): the failing capability, or else the ones the
+    last calls used. Sets ``capability`` when a tolerance check left it open and one was called."""
+    called = list(dict.fromkeys(call[0] for call in guard.recent))  # (capability, args, kwargs)
+    if not entry.get("capability") and len(called) == 1:
+        entry["capability"] = called[0]
+    responsible = getattr(guard.impl, "responsible", None) or {}
+    caps = [entry["capability"]] if entry.get("capability") else called
+    named = [responsible[c] for c in caps if c in responsible]
+    if named:
+        entry["message"] += f" [responsible: {'; '.join(named)}]"
 
 
 def _unwrap(exc):

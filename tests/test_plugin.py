@@ -34,6 +34,12 @@ def test_softmax_rows_sum_to_one(impl):
 def test_attention_runs(impl):
     q = np.ones((2, 3))
     impl.attention(q, q, q)
+
+@pytest.mark.claim("self-attention")
+@pytest.mark.requires("attention")
+def test_identical_values_are_returned(impl):
+    v = np.ones((4, 2))
+    assert np.array_equal(impl.attention(np.ones((3, 2)), v, v), np.ones((3, 2))), "rows differ"
 '''
 
 # A user's implementation module: ``make`` is a factory (a function) returning a protocol object
@@ -51,6 +57,13 @@ class SoftmaxOnly:
 
 def make():
     return SoftmaxOnly()
+
+class WrongAttention(SoftmaxOnly):
+    name = "wrong-attention"
+    responsible = {"attention": "mylib.fused_attention"}
+
+    def attention(self, q, k, v, mask=None, scale=None):
+        return np.zeros(q.shape[:-1] + v.shape[-1:])
 
 not_an_implementation = 42
 '''
@@ -128,3 +141,16 @@ def test_the_documented_adapter_passes_claim_tests(tmp_path):
     outcomes = {e["name"].rsplit("::", 1)[-1]: e["outcome"] for e in json.loads(out.read_text())["evidence"]}
     assert outcomes == {"test_softmax_is_a_distribution": "passed",
                         "test_output_is_in_the_convex_hull_of_allowed_values": "passed"}
+
+
+def test_failure_names_the_responsible_library_function(project):
+    """An implementation that maps capabilities to library functions (``responsible``, as the built-in
+    adapters do) gets that function named in the message of a failed check."""
+    out = project / "results.json"
+    result = _run(project, "test_user.py", "--attn-impl", "user_impl:WrongAttention", "--attn-results", str(out))
+    assert result.returncode == 1, result.stdout + result.stderr
+    by_claim = {e["claim"]: e for e in json.loads(out.read_text(encoding="utf-8"))["evidence"]}
+    failed = by_claim["self-attention"]
+    assert failed["outcome"] == "failed" and failed["capability"] == "attention"
+    assert failed["message"].endswith("[responsible: mylib.fused_attention]"), failed["message"]
+    assert by_claim["convex-combination"]["outcome"] == "passed"
