@@ -24,7 +24,6 @@ pb = sp.IndexedBase("p", real=True)
 tb = sp.IndexedBase("t", nonnegative=True)
 a = sp.Symbol("a", real=True)  # the largest score
 Delta = sp.Symbol("Delta", nonnegative=True)  # gap between the largest score and the next
-c = sp.Symbol("c", real=True)
 p_half = sp.Symbol("p", positive=True)
 
 
@@ -56,7 +55,6 @@ def _jacobian(size: int) -> Derivation:
     ]
     for m in range(size):
         pm = ps[m]
-        rest = [q for q in ps if q is not pm]
         steps += [
             Step.of(J.trace(), "=", 1 - sum(q**2 for q in ps), f"tr J (as above), towards the bound for p_{m + 1}",
                     lemmas=simplex, method="expand"),
@@ -64,7 +62,6 @@ def _jacobian(size: int) -> Derivation:
             Step(hold_mul(1 - pm, 1 + pm), "difference of squares", method="expand"),
             Step(2 * (1 - pm), "1 + p ≤ 2, since 2(1 − p) − (1 − p)(1 + p) = (1 − p)²", rel="<="),
         ]
-        del rest
     return Derivation(
         claim=CLAIM,
         name=f"softmax-jacobian-n{size}",
@@ -167,7 +164,7 @@ def _norm_half() -> Derivation:
     xbar = sum(q * x_ for q, x_ in zip(ps, xs))
     simplex = Lemma(ps[-1], 1 - sum(ps[:-1]), "the weights sum to 1", hypothesis=True)
     big, small = sp.symbols("M m", real=True)  # largest and smallest coordinate of x
-    mid = (big + small) / 2
+    c = (big + small) / 2  # the identity below holds for any c; the midpoint gives the bound
     steps = [
         # n = 2: the spectrum of J is {0, 2p(1 − p)}.
         Step.of(J2, "=", p_half * (1 - p_half) * sp.Matrix([[1, -1], [-1, 1]]), "n = 2, p = (p, 1 − p)", method="expand"),
@@ -178,22 +175,21 @@ def _norm_half() -> Derivation:
         # every n, shown with n = 3 symbols for the identity: xᵀJx = Var_p(x) ≤ (M − m)²/4 ≤ ‖x‖²/2.
         Step.of((x.T * jacobian_formula(ps) * x)[0], "=",
                 sum(q * (x_ - c) ** 2 for q, x_ in zip(ps, xs)) - (xbar - c) ** 2,
-                "xᵀJx = Σ p_i (x_i − c)² − (x̄ − c)² for any c (n = 3 shown)", lemmas=simplex, method="expand"),
+                "xᵀJx = Σ p_i (x_i − c)² − (x̄ − c)² for any c, here c = (M + m)/2 (n = 3 shown)", lemmas=simplex, method="expand"),
         Step(sum(q * (x_ - c) ** 2 for q, x_ in zip(ps, xs)), "drop −(x̄ − c)²", rel="<="),
-        Step(((big - small) / 2) ** 2, "c = (M + m)/2 and |x_i − c| ≤ (M − m)/2; a weighted mean is at most the largest term", rel="<=",
+        Step(((big - small) / 2) ** 2, "|x_i − c| ≤ (M − m)/2; a weighted mean is at most the largest term", rel="<=",
              lemmas=Lemma(sum(q * (x_ - c) ** 2 for q, x_ in zip(ps, xs)), ((big - small) / 2) ** 2,
-                          "Σ p_i (x_i − c)² ≤ max_i (x_i − c)² = ((M − m)/2)² with c = (M + m)/2", rel="<=", cited=True)),
+                          "Σ p_i (x_i − c)² ≤ max_i (x_i − c)² ≤ ((M − m)/2)² for weights summing to 1, m ≤ x_i ≤ M", rel="<=", cited=True)),
         Step((big**2 + small**2) / 2, "(M² + m²)/2 − (M − m)²/4 = (M + m)²/4 ≥ 0", rel="<="),
         Step(sp.Rational(1, 2), "M² + m² ≤ ‖x‖² = 1 for a unit vector x", rel="<=",
              lemmas=Lemma(big**2, 1 - small**2, "M² + m² ≤ ‖x‖² = 1: two coordinates of a unit vector", rel="<=", hypothesis=True)),
     ]
-    del mid
     return Derivation(
         claim=CLAIM,
         name="softmax-jacobian-norm",
         title="sup ‖diag(p) − ppᵀ‖₂ = 1/2, attained at n = 2, p = (½, ½)",
         statement="‖J‖₂ = max over unit x of xᵀJx ≤ 1/2 for every n and p; at n = 2, p = (½, ½) it equals 1/2.",
-        assumptions="p in the open simplex; x a unit vector with largest coordinate M and smallest m; c real",
+        assumptions="p in the open simplex; x a unit vector with largest coordinate M and smallest m",
         steps=steps,
         source="Popoviciu's inequality on variances",
     )

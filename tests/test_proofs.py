@@ -255,3 +255,13 @@ def test_result_is_data_not_a_bool():
     assert data["outcome"] == "passed" and data["failed_step"] is None
     assert data["n_steps"] == len(DERIVATIONS[0].get_steps())
     assert {"index", "why", "rel", "status", "seconds", "method", "cited", "hypotheses", "detail"} <= set(data["steps"][0])
+
+
+def test_step_from_an_unevaluated_relation():
+    x = sp.Symbol("x", real=True)
+    ok = Step(sp.Eq((x + 1) ** 2, x**2 + 2 * x + 1, evaluate=False), why="square", method="expand")
+    bound = Step(sp.Le(-(x**2), 0, evaluate=False), why="a square is ≥ 0")
+    assert ok.standalone and ok.rel == "=" and bound.rel == "<="
+    assert Derivation("layer-norm", "rel", "t", "s", [ok, bound]).check().passed
+    wrong = Step(sp.Eq((x + 1) ** 2, x**2 + 1, evaluate=False), why="forgot 2x")
+    _fails_at(Derivation("layer-norm", "rel-wrong", "t", "s", [wrong]), 0)
