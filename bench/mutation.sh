@@ -28,14 +28,22 @@ if [ ! -x "$MUTMUT_VENV/bin/mutmut" ]; then
     "$MUTMUT_VENV/bin/pip" install -q --disable-pip-version-check mutmut==2.5.1
 fi
 
-# The copy: tracked and untracked-but-not-ignored files of the checkout.
-mkdir -p "$WORK"
-(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard) \
-    | (cd "$ROOT" && xargs -0 -I{} cp --parents {} "$WORK/" 2>/dev/null || true)
-for pkg in reference spec tests proofs; do
-    ln -sfn "../$pkg" "$WORK/attnclaims/$pkg"
+# The copy: tracked and untracked-but-not-ignored files of the checkout. MUTATION_RESUME=1 reuses an
+# existing copy and its .mutmut-cache (mutants already checked keep their status).
+if [ "${MUTATION_RESUME:-0}" != 1 ] || [ ! -d "$WORK/reference" ]; then
+    mkdir -p "$WORK"
+    (cd "$ROOT" && git ls-files -z --cached --others --exclude-standard) \
+        | (cd "$ROOT" && xargs -0 -I{} cp --parents {} "$WORK/" 2>/dev/null || true)
+    for pkg in reference spec tests proofs; do
+        ln -sfn "../$pkg" "$WORK/attnclaims/$pkg"
+    done
+    rm -rf "$WORK/.mutmut-cache"
+else
+    cp "$ROOT"/tests/test_*.py "$WORK/tests/"  # new tests for survivors: mutmut re-checks the survivors only
+fi
+for f in "$WORK"/reference/*.bak "$WORK"/tests/*.bak; do  # an interrupted run leaves its mutant on disk
+    [ -e "$f" ] && mv "$f" "${f%.bak}"
 done
-rm -rf "$WORK/.mutmut-cache"
 
 # Which tests run for a mutant of which file (bench/mutation_server.py picks them per run): the
 # baselines have their own tests; the strategies and tolerances their meta-tests; everything else in

@@ -45,13 +45,21 @@ def serve(sock_path: str, workdir: str, routes: dict, pytest_args: list[str],
     sys.dont_write_bytecode = True
     os.chdir(workdir)
     sys.path.insert(0, workdir)
-    import numpy  # noqa: F401  - the expensive imports, done once
-    import scipy.special  # noqa: F401
-    import hypothesis  # noqa: F401
-    import hypothesis.strategies  # noqa: F401
+    import importlib
+
     import pytest
 
-    assert not any(m.startswith("attnclaims") for m in sys.modules), "the server must not import the project"
+    # The expensive imports, done once: libraries, pytest's plugins, and the project's harness modules
+    # that the mutated code does not reach (the pytest plugin and what it imports). Never the reference
+    # or the test helpers: those are what mutmut mutates.
+    for name in ("numpy", "scipy.special", "scipy.linalg", "mpmath", "hypothesis", "hypothesis.strategies",
+                 "hypothesis.extra.numpy", "xdist.plugin", "attnclaims.plugin", "attnclaims.registry"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    mutated = [m for m in sys.modules if m.startswith(("attnclaims.reference", "attnclaims.tests", "reference", "tests"))]
+    assert not mutated, f"the server must not import the code under mutation: {mutated}"
     if os.path.exists(sock_path):
         os.unlink(sock_path)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -1,0 +1,302 @@
+"""Tests that kill mutants of the reference which its own tests let survive (issue 8, bench/mutation.sh).
+
+mutmut (``bash bench/mutation.sh``) changes one thing at a time in ``reference/``
+and runs the reference's tests; a change they do not notice is a *survivor*.
+Each test here was added for a class of survivors; the ones that are
+equivalent (no input can tell them apart) are listed with the reason in
+``docs/mutation.md``. Reference mutants are not claim evidence: no claim marker.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnclaims.reference import (
+    additive_scores, add_positional_encoding, attention, attention_from_scores, attention_weights, causal_mask,
+    combine_masks, decoder_layer, encoder_layer, feed_forward, frequencies, init_encoder_layer, init_decoder_layer,
+    init_feed_forward, init_multi_head, layer_norm, learned_encoding, merge_heads, multi_head_attention,
+    padding_mask, sinusoidal_encoding, softmax, split_heads,
+)
+from attnclaims.reference._validate import check_count
+from attnclaims.reference.attention import dot_product_scores
+from attnclaims.reference.layers import decoder, encoder
+from attnclaims.reference.params import (
+    DecoderLayerParams, EncoderLayerParams, FeedForwardParams, LayerNormParams, MultiHeadParams, init_layer_norm,
+)
+
+_rng = np.random.default_rng(23)
+_q, _k, _v = _rng.normal(size=(2, 3, 8)), _rng.normal(size=(2, 5, 8)), _rng.normal(size=(2, 5, 4))
+_mh = init_multi_head(0, 8, 2)
+_enc = init_encoder_layer(0, 8, 2, 16)
+_dec = init_decoder_layer(0, 8, 2, 16)
+_x = _rng.normal(size=(2, 3, 8))
+W, B = np.ones((4, 4)), np.zeros(4)
+
+
+# ---------------------------------------------------------------------------------------------
+# Every validation message, whole (the reference's own table checks a fragment of each)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("call, message", [
+    pytest.param(lambda: attention(_q, _k[..., :6], _v), 'q.shape[-1]=8 != k.shape[-1]=6', id="attention-dk"),
+    pytest.param(lambda: attention(_q, _k, _v[..., :4, :]), 'k.shape[-2]=5 != v.shape[-2]=4', id="attention-nk"),
+    pytest.param(lambda: attention(_q, _k, _v, mask=np.ones((3, 4), bool)),
+                 'mask.shape=(3, 4) does not broadcast to (2, 3, 5)', id="attention-mask-shape"),
+    pytest.param(lambda: attention(_q, _k, _v, mask=np.ones((3, 5))),
+                 'mask.dtype=float64, but should be bool (True = may attend)', id="attention-mask-dtype"),
+    pytest.param(lambda: attention(_q, _k, _v, scale=float("nan")),
+                 'scale=nan, but should be finite', id="attention-scale-nan"),
+    pytest.param(lambda: attention(_q, _k, _v, scale="1"),
+                 "scale='1', but should be a finite real number or None", id="attention-scale-str"),
+    pytest.param(lambda: attention(_q, _k, _v, scale=True),
+                 'scale=True, but should be a finite real number or None', id="attention-scale-bool"),
+    pytest.param(lambda: attention(_q[0, 0], _k, _v),
+                 'q.ndim=1 (q.shape=(8,)), but should be >= 2', id="attention-ndim"),
+    pytest.param(lambda: attention(_q.astype(complex), _k, _v),
+                 'q.dtype=complex128, but should be a real floating or integer dtype', id="attention-complex"),
+    pytest.param(lambda: attention(_q > 0, _k, _v),
+                 'q.dtype=bool, but should be a real floating or integer dtype', id="attention-bool"),
+    pytest.param(lambda: attention(_q, _k[:1].repeat(3, 0), _v),
+                 'batch axes do not broadcast: q.shape[:-2]=(2,), k.shape[:-2]=(3,), v.shape[:-2]=(2,)', id="attention-batch"),
+    pytest.param(lambda: attention(np.ones((3, 0)), np.ones((5, 0)), np.ones((5, 2))),
+                 'q.shape[-1]=0, but should be >= 1 for the default scale 1/sqrt(d_k)', id="attention-dk0"),
+    pytest.param(lambda: attention(np.full((1, 2), 1e200), np.full((1, 2), 1e200), np.ones((1, 1))),
+                 'scores q·kᵀ·scale are not finite at 1 unmasked positions (NaN or inf in q or k, or overflow), but should be finite there', id="attention-overflow"),
+    pytest.param(lambda: attention_weights(np.full((1, 2), np.nan), np.ones((1, 2))),
+                 'scores q·kᵀ·scale are not finite at 1 unmasked positions (NaN or inf in q or k, or overflow), but should be finite there', id="weights-nan"),
+    pytest.param(lambda: dot_product_scores(_q, _k[..., :6]), 'q.shape[-1]=8 != k.shape[-1]=6', id="scores-dk"),
+    pytest.param(lambda: softmax(np.array([0.0, np.nan])),
+                 'x has 1 NaN or +inf entries at unmasked positions, but should be finite there (-inf is allowed and gets weight 0)', id="softmax-nan"),
+    pytest.param(lambda: softmax(np.ones((2, 3)), axis=2), 'axis=2 is out of range for x.ndim=2', id="softmax-axis"),
+    pytest.param(lambda: softmax(np.ones((2, 3)), axis=-3),
+                 'axis=-3 is out of range for x.ndim=2', id="softmax-axis-neg"),
+    pytest.param(lambda: softmax(np.array(1.0)), 'x.ndim=0 (x.shape=()), but should be >= 1', id="softmax-0d"),
+    pytest.param(lambda: softmax(np.ones((2, 3)), mask=np.ones((2, 4), bool)),
+                 'mask.shape=(2, 4) does not broadcast to (2, 3)', id="softmax-mask"),
+    pytest.param(lambda: attention_from_scores(np.ones((3, 5)), np.ones((4, 2))),
+                 'scores.shape[-1]=5 != v.shape[-2]=4', id="from-scores"),
+    pytest.param(lambda: attention_from_scores(np.array([[np.nan]]), np.ones((1, 2))),
+                 'scores has 1 NaN or +inf entries at unmasked positions, but should be finite there (-inf is allowed and gets weight 0)', id="from-scores-nan"),
+    pytest.param(lambda: additive_scores(_q, _k, np.ones((6, 3)), np.ones((8, 3)), np.ones(3)),
+                 'q.shape[-1]=8 != w_q.shape[0]=6', id="additive-wq"),
+    pytest.param(lambda: additive_scores(_q, _k, np.ones(8), np.ones((8, 3)), np.ones(3)),
+                 'w_q.shape=(8,), but should be (d_q, d_a)', id="additive-wq-ndim"),
+    pytest.param(lambda: additive_scores(_q, _k, np.ones((8, 3)), np.ones(8), np.ones(3)),
+                 'w_k.shape=(8,), but should be (d_k, d_a)', id="additive-wk-ndim"),
+    pytest.param(lambda: additive_scores(_q, _k, np.ones((8, 3)), np.ones((6, 3)), np.ones(3)),
+                 'k.shape[-1]=8 != w_k.shape[0]=6', id="additive-wk"),
+    pytest.param(lambda: additive_scores(_q, _k, np.ones((8, 3)), np.ones((8, 4)), np.ones(3)),
+                 'w_q.shape[1]=3 != w_k.shape[1]=4', id="additive-da"),
+    pytest.param(lambda: additive_scores(_q, _k, np.ones((8, 3)), np.ones((8, 3)), np.ones(2)),
+                 'w_q.shape[1]=3 != v_a.shape[0]=2', id="additive-va"),
+    pytest.param(lambda: additive_scores(_q, _k, np.ones((8, 3)), np.ones((8, 3)), np.ones((3, 1))),
+                 'v_a.shape=(3, 1), but should be (d_a,)', id="additive-va-ndim"),
+    pytest.param(lambda: causal_mask(-1), 'n_q=-1, but should be >= 0', id="causal-neg"),
+    pytest.param(lambda: causal_mask(2.0), 'n_q=2.0, but should be an integer >= 0', id="causal-float"),
+    pytest.param(lambda: causal_mask(True), 'n_q=True, but should be an integer >= 0', id="causal-bool"),
+    pytest.param(lambda: causal_mask(2, -3), 'n_k=-3, but should be >= 0', id="causal-nk"),
+    pytest.param(lambda: causal_mask(2, 3, alignment="top-right"),
+                 "alignment='top-right', but should be one of ('top-left', 'bottom-right')", id="causal-align"),
+    pytest.param(lambda: padding_mask([1, 4], 3),
+                 'lengths=[1, 4], but each should be in [0, n_k=3]', id="padding-range"),
+    pytest.param(lambda: padding_mask([-1, 2], 3),
+                 'lengths=[-1, 2], but each should be in [0, n_k=3]', id="padding-neg"),
+    pytest.param(lambda: padding_mask([[1]], 3), 'lengths.shape=(1, 1), but should be (batch,)', id="padding-shape"),
+    pytest.param(lambda: padding_mask([1.5], 3),
+                 'lengths.dtype=float64, but should be an integer dtype', id="padding-dtype"),
+    pytest.param(lambda: padding_mask([1], -2), 'n_k=-2, but should be >= 0', id="padding-nk"),
+    pytest.param(lambda: combine_masks(None, np.ones(3)),
+                 'masks[1].dtype=float64, but should be bool (True = may attend)', id="combine-dtype"),
+    pytest.param(lambda: combine_masks(np.ones(3, bool), np.ones(4, bool)),
+                 'mask shapes [(3,), (4,)] do not broadcast together', id="combine-shape"),
+    pytest.param(lambda: split_heads(np.ones((3, 10)), 4),
+                 'd_model=10 is not divisible by num_heads=4', id="split-div"),
+    pytest.param(lambda: split_heads(np.ones((3, 8)), 0), 'num_heads=0, but should be >= 1', id="split-zero"),
+    pytest.param(lambda: split_heads(np.ones(8), 2), 'x.ndim=1 (x.shape=(8,)), but should be >= 2', id="split-ndim"),
+    pytest.param(lambda: merge_heads(np.ones((3, 8))),
+                 'x.ndim=2 (x.shape=(3, 8)), but should be >= 3', id="merge-ndim"),
+    pytest.param(lambda: multi_head_attention(_x[..., :6], _x, _mh),
+                 'x_q.shape[-1]=6 != params.d_model=8', id="mha-xq"),
+    pytest.param(lambda: multi_head_attention(_x, _x[..., :6], _mh),
+                 'x_kv.shape[-1]=6 != params.d_model=8', id="mha-xkv"),
+    pytest.param(lambda: multi_head_attention(_x, _x, _enc),
+                 'params is EncoderLayerParams, but should be MultiHeadParams', id="mha-params"),
+    pytest.param(lambda: multi_head_attention(_x, _x, _mh, mask=np.ones((4, 3), bool)),
+                 'mask.shape=(4, 3) does not broadcast to (2, 3, 3)', id="mha-mask"),
+    pytest.param(lambda: multi_head_attention(_x, _x[:1].repeat(3, 0), _mh),
+                 'batch axes do not broadcast: x_q.shape[:-2]=(2,), x_kv.shape[:-2]=(3,)', id="mha-batch"),
+    pytest.param(lambda: sinusoidal_encoding(4, 0), 'd_model=0, but should be >= 1', id="pe-d0"),
+    pytest.param(lambda: sinusoidal_encoding(-1, 4), 'n_positions=-1, but should be >= 0', id="pe-n"),
+    pytest.param(lambda: frequencies(4, base=-2.0), 'base=-2.0, but should be a finite number > 0', id="pe-base"),
+    pytest.param(lambda: frequencies(4, base=float("inf")),
+                 'base=inf, but should be a finite number > 0', id="pe-base-inf"),
+    pytest.param(lambda: frequencies(4, base="10"), "base='10', but should be a finite number > 0", id="pe-base-str"),
+    pytest.param(lambda: frequencies(4, base=True), 'base=True, but should be a finite number > 0', id="pe-base-bool"),
+    pytest.param(lambda: learned_encoding(0, 3, 4, std=0.0),
+                 'std=0.0, but should be a finite number > 0', id="learned-std"),
+    pytest.param(lambda: learned_encoding(0, 3, 4, std=float("inf")),
+                 'std=inf, but should be a finite number > 0', id="learned-std-inf"),
+    pytest.param(lambda: learned_encoding(0, -3, 4), 'n_positions=-3, but should be >= 0', id="learned-n"),
+    pytest.param(lambda: learned_encoding(0, 3, 0), 'd_model=0, but should be >= 1', id="learned-d"),
+    pytest.param(lambda: add_positional_encoding(np.ones((5, 4)), np.ones((3, 4))),
+                 'pe.shape[0]=3 < x.shape[-2]=5: the table has fewer positions than x', id="add-pe-short"),
+    pytest.param(lambda: add_positional_encoding(np.ones((5, 4)), np.ones((9, 6))),
+                 'x.shape[-1]=4 != pe.shape[-1]=6', id="add-pe-width"),
+    pytest.param(lambda: add_positional_encoding(np.ones((5, 4)), np.ones(4)),
+                 'pe.shape=(4,), but should be (n_positions, d_model)', id="add-pe-ndim"),
+    pytest.param(lambda: add_positional_encoding(np.ones(4), np.ones((5, 4))),
+                 'x.ndim=1 (x.shape=(4,)), but should be >= 2', id="add-pe-x"),
+    pytest.param(lambda: layer_norm(np.ones((2, 6)), np.ones(8), np.zeros(8), 1e-5),
+                 'x.shape[-1]=6 != gamma.shape[0]=8', id="ln-width"),
+    pytest.param(lambda: layer_norm(np.ones((2, 8)), np.ones(8), np.zeros(7), 1e-5),
+                 'beta.shape=(7,) != gamma.shape=(8,)', id="ln-beta"),
+    pytest.param(lambda: layer_norm(np.ones((2, 8)), np.ones((8, 1)), np.zeros(8), 1e-5),
+                 'gamma.shape=(8, 1), but should be (d,)', id="ln-gamma"),
+    pytest.param(lambda: layer_norm(np.ones((2, 8)), np.ones(8), np.zeros(8), -1.0),
+                 'eps=-1.0, but should be a finite number >= 0', id="ln-eps"),
+    pytest.param(lambda: layer_norm(np.ones((2, 8)), np.ones(8), np.zeros(8), float("inf")),
+                 'eps=inf, but should be a finite number >= 0', id="ln-eps-inf"),
+    pytest.param(lambda: layer_norm(np.ones((2, 8)), np.ones(8), np.zeros(8), "0.1"),
+                 "eps='0.1', but should be a finite number >= 0", id="ln-eps-str"),
+    pytest.param(lambda: layer_norm(np.ones((2, 8)), np.ones(8), np.zeros(8), True),
+                 'eps=True, but should be a finite number >= 0', id="ln-eps-bool"),
+    pytest.param(lambda: layer_norm(np.ones((2, 0)), np.ones(0), np.zeros(0), 1e-5),
+                 'x.shape[-1]=0, but should be >= 1: there is nothing to normalise over', id="ln-empty"),
+    pytest.param(lambda: feed_forward(_x[..., :6], _enc.ffn), 'x.shape[-1]=6 != params.d_model=8', id="ffn-width"),
+    pytest.param(lambda: feed_forward(_x, _mh),
+                 'params is MultiHeadParams, but should be FeedForwardParams', id="ffn-params"),
+    pytest.param(lambda: encoder_layer(_x[..., :6], _enc), 'x.shape[-1]=6 != params.d_model=8', id="enc-width"),
+    pytest.param(lambda: encoder_layer(_x[0, 0], _enc), 'x.ndim=1 (x.shape=(8,)), but should be >= 2', id="enc-ndim"),
+    pytest.param(lambda: encoder_layer(_x, _dec),
+                 'params is DecoderLayerParams, but should be EncoderLayerParams', id="enc-params"),
+    pytest.param(lambda: encoder_layer(_x, _enc, mask=np.ones((3, 4), bool)),
+                 'mask.shape=(3, 4) does not broadcast to (2, 3, 3)', id="enc-mask"),
+    pytest.param(lambda: decoder_layer(_x, _x, _enc),
+                 'params is EncoderLayerParams, but should be DecoderLayerParams', id="dec-params"),
+    pytest.param(lambda: decoder_layer(_x, _x[..., :6], _dec),
+                 'memory.shape[-1]=6 != params.d_model=8', id="dec-memory"),
+    pytest.param(lambda: decoder_layer(_x, _x[0, 0], _dec),
+                 'memory.ndim=1 (memory.shape=(8,)), but should be >= 2', id="dec-memory-ndim"),
+    pytest.param(lambda: decoder_layer(_x, _x[:1].repeat(3, 0), _dec),
+                 'batch axes do not broadcast: y.shape[:-2]=(2,), memory.shape[:-2]=(3,)', id="dec-batch"),
+    pytest.param(lambda: decoder_layer(_x, _x, _dec, self_mask=np.ones((3, 4), bool)),
+                 'self_mask.shape=(3, 4) does not broadcast to (2, 3, 3)', id="dec-self-mask"),
+    pytest.param(lambda: decoder_layer(_x, _x[:, :2], _dec, memory_mask=np.ones((3, 3), bool)),
+                 'memory_mask.shape=(3, 3) does not broadcast to (2, 3, 2)', id="dec-memory-mask"),
+    pytest.param(lambda: encoder(_x, [_enc], final_norm=_enc.ffn),
+                 'final_norm is FeedForwardParams, but should be LayerNormParams or None', id="encoder-final"),
+    pytest.param(lambda: decoder(_x, _x, [_dec], final_norm=_enc.ffn),
+                 'final_norm is FeedForwardParams, but should be LayerNormParams or None', id="decoder-final"),
+    pytest.param(lambda: MultiHeadParams(np.ones((3, 4)), W, W, W, B, B, B, B, 1),
+                 'w_q.shape=(3, 4), but should be (d_model, d_model)', id="mhp-square"),
+    pytest.param(lambda: MultiHeadParams(np.ones(4), W, W, W, B, B, B, B, 1),
+                 'w_q.shape=(4,), but should be (d_model, d_model)', id="mhp-1d"),
+    pytest.param(lambda: MultiHeadParams(W, W, W, W, B, B, B, B, True),
+                 'num_heads=True, but should be a positive integer', id="mhp-heads-bool"),
+    pytest.param(lambda: MultiHeadParams(W, W, W, W, B, B, B, B, 2.0),
+                 'num_heads=2.0, but should be a positive integer', id="mhp-heads-float"),
+    pytest.param(lambda: MultiHeadParams(W, W, W, W, B, B, B, B, 0),
+                 'num_heads=0, but should be a positive integer', id="mhp-heads-zero"),
+    pytest.param(lambda: MultiHeadParams(W, W, W, W, B, B, B, B, 3),
+                 'd_model=4 is not divisible by num_heads=3', id="mhp-div"),
+    pytest.param(lambda: MultiHeadParams(W, np.ones((4, 3)), W, W, B, B, B, B, 1),
+                 'w_k.shape=(4, 3), but should be (4, 4)', id="mhp-wk"),
+    pytest.param(lambda: MultiHeadParams(W, W, np.ones((4, 3)), W, B, B, B, B, 1),
+                 'w_v.shape=(4, 3), but should be (4, 4)', id="mhp-wv"),
+    pytest.param(lambda: MultiHeadParams(W, W, W, np.ones((4, 3)), B, B, B, B, 1),
+                 'w_o.shape=(4, 3), but should be (4, 4)', id="mhp-wo"),
+    pytest.param(lambda: MultiHeadParams(np.ones((4, 4), int), W, W, W, B, B, B, B, 1),
+                 'w_q.dtype=int64, but should be a floating dtype', id="mhp-wq-int"),
+    pytest.param(lambda: MultiHeadParams(W, W, W, W, np.zeros(3), B, B, B, 1),
+                 'b_q.shape=(3,), but should be (4,)', id="mhp-bq"),
+    pytest.param(lambda: MultiHeadParams(W, W, W, W, B, np.zeros(3), B, B, 1),
+                 'b_k.shape=(3,), but should be (4,)', id="mhp-bk"),
+    pytest.param(lambda: MultiHeadParams(W, W, W, W, B, B, np.zeros(3), B, 1),
+                 'b_v.shape=(3,), but should be (4,)', id="mhp-bv"),
+    pytest.param(lambda: MultiHeadParams(W, W, W, W, B, B, B, np.zeros(3), 1),
+                 'b_o.shape=(3,), but should be (4,)', id="mhp-bo"),
+    pytest.param(lambda: _mh.head_columns(2), 'head index 2 is out of range for num_heads=2', id="mhp-head-col"),
+    pytest.param(lambda: _mh.head_columns(-1), 'head index -1 is out of range for num_heads=2', id="mhp-head-col-neg"),
+    pytest.param(lambda: FeedForwardParams(np.ones(4), np.zeros(6), np.ones((6, 4)), B),
+                 'w1.shape=(4,), but should be (d_model, d_ff)', id="ffp-1d"),
+    pytest.param(lambda: FeedForwardParams(np.ones((4, 6)), np.zeros(5), np.ones((6, 4)), B),
+                 'b1.shape=(5,), but should be (6,)', id="ffp-b1"),
+    pytest.param(lambda: FeedForwardParams(np.ones((4, 6)), np.zeros(6), np.ones((5, 4)), B),
+                 'w2.shape=(5, 4), but should be (6, 4)', id="ffp-w2"),
+    pytest.param(lambda: FeedForwardParams(np.ones((4, 6)), np.zeros(6), np.ones((6, 4)), np.zeros(3)),
+                 'b2.shape=(3,), but should be (4,)', id="ffp-b2"),
+    pytest.param(lambda: LayerNormParams(np.ones((4, 1)), np.zeros(4)),
+                 'gamma.shape=(4, 1), but should be (d_model,)', id="lnp-gamma"),
+    pytest.param(lambda: LayerNormParams(np.ones(4), np.zeros(3)),
+                 'beta.shape=(3,), but should be (4,)', id="lnp-beta"),
+    pytest.param(lambda: EncoderLayerParams(_mh, _enc.ffn, init_layer_norm(8), init_layer_norm(8), eps=-1.0),
+                 'eps=-1.0, but should be a finite number >= 0', id="elp-eps"),
+    pytest.param(lambda: EncoderLayerParams(_mh, _enc.ffn, init_layer_norm(8), init_layer_norm(8), eps="1"),
+                 "eps='1', but should be a finite number >= 0", id="elp-eps-str"),
+    pytest.param(lambda: EncoderLayerParams(_mh, _enc.ffn, init_layer_norm(6), init_layer_norm(8)),
+                 'EncoderLayerParams.norm1.d_model=6 != self_attn.d_model=8', id="elp-width"),
+    pytest.param(lambda: EncoderLayerParams(_mh, init_feed_forward(0, 6, 4), init_layer_norm(8), init_layer_norm(8)),
+                 'EncoderLayerParams.ffn.d_model=6 != self_attn.d_model=8', id="elp-width-ffn"),
+    pytest.param(lambda: EncoderLayerParams(_mh, _enc.ffn, init_layer_norm(8), init_layer_norm(6)),
+                 'EncoderLayerParams.norm2.d_model=6 != self_attn.d_model=8', id="elp-width-norm2"),
+    pytest.param(lambda: DecoderLayerParams(_mh, init_multi_head(0, 6, 2), _enc.ffn, init_layer_norm(8), init_layer_norm(8), init_layer_norm(8)),
+                 'DecoderLayerParams.cross_attn.d_model=6 != self_attn.d_model=8', id="dlp-width"),
+    pytest.param(lambda: DecoderLayerParams(_mh, _mh, _enc.ffn, init_layer_norm(8), init_layer_norm(8), init_layer_norm(6)),
+                 'DecoderLayerParams.norm3.d_model=6 != self_attn.d_model=8', id="dlp-width-norm3"),
+    pytest.param(lambda: DecoderLayerParams(_mh, _mh, _enc.ffn, init_layer_norm(8), init_layer_norm(8), init_layer_norm(8), eps=float("nan")),
+                 'eps=nan, but should be a finite number >= 0', id="dlp-eps"),
+    pytest.param(lambda: init_multi_head(0, 8, 3), 'd_model=8 is not divisible by num_heads=3', id="init-mh-div"),
+    pytest.param(lambda: init_multi_head(0, 8, 0), 'd_model=8 is not divisible by num_heads=0', id="init-mh-zero"),
+    pytest.param(lambda: check_count("n", 1, minimum=2), 'n=1, but should be >= 2', id="check-count"),
+])
+def test_invalid_input_gets_exactly_this_message(call, message):
+    """STYLE.md §4: the message says what came and what was expected, in one format — whole, so that a
+    changed name, value or wording (a survivor of every ``raise`` in reference/) is caught."""
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value) == message
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameter containers: what they store, not only what they reject
+# ---------------------------------------------------------------------------------------------
+
+def _lists(*arrays):
+    return [a.tolist() for a in arrays]
+
+
+def test_containers_store_arrays_even_when_given_lists():
+    """The containers convert what they validate and store the result (``object.__setattr__`` on the
+    frozen dataclass): a field left as the caller's list is a bug."""
+    mh = MultiHeadParams(*_lists(W, 2 * W, 3 * W, 4 * W, B, B + 1, B + 2, B + 3), num_heads=np.int64(2))
+    for name, value in [("w_q", W), ("w_k", 2 * W), ("w_v", 3 * W), ("w_o", 4 * W),
+                        ("b_q", B), ("b_k", B + 1), ("b_v", B + 2), ("b_o", B + 3)]:
+        stored = getattr(mh, name)
+        assert isinstance(stored, np.ndarray) and np.array_equal(stored, value), name
+    assert type(mh.num_heads) is int and mh.num_heads == 2
+    ff = FeedForwardParams(*_lists(np.ones((4, 6)), np.zeros(6), 2 * np.ones((6, 4)), np.ones(4)))
+    for name, value in [("w1", np.ones((4, 6))), ("b1", np.zeros(6)), ("w2", 2 * np.ones((6, 4))),
+                        ("b2", np.ones(4))]:
+        stored = getattr(ff, name)
+        assert isinstance(stored, np.ndarray) and np.array_equal(stored, value), name
+    ln = LayerNormParams(*_lists(np.full(4, 2.0), np.full(4, 3.0)))
+    assert isinstance(ln.gamma, np.ndarray) and np.array_equal(ln.gamma, np.full(4, 2.0))
+    assert isinstance(ln.beta, np.ndarray) and np.array_equal(ln.beta, np.full(4, 3.0))
+
+
+def test_container_sizes():
+    mh = init_multi_head(0, 12, 3)
+    assert (mh.d_model, mh.d_k, mh.num_heads) == (12, 4, 3)
+    assert [mh.head_columns(i) for i in range(3)] == [slice(0, 4), slice(4, 8), slice(8, 12)]
+    ff = init_feed_forward(0, 6, 10)
+    assert (ff.d_model, ff.d_ff) == (6, 10)
+    assert init_layer_norm(5).d_model == 5
+    assert _enc.d_model == 8 and _dec.d_model == 8
+    assert (_enc.eps, _dec.eps, _enc.norm_first, _dec.norm_first) == (1e-5, 1e-5, False, False)
+    assert type(EncoderLayerParams(_mh, _enc.ffn, _enc.norm1, _enc.norm2, eps=0).eps) is float
+
+
+def test_integer_eps_and_counts_are_accepted():
+    assert layer_norm(np.array([[1.0, 3.0]]), np.ones(2), np.zeros(2), 0).tolist() == [[-1.0, 1.0]]
+    assert check_count("n", np.int64(3)) == 3 and type(check_count("n", np.int64(3))) is int
+    assert causal_mask(np.int32(2)).tolist() == [[True, False], [True, True]]
