@@ -523,7 +523,7 @@ def run(options: RunOptions, registry, progress: ProgressFn | None = None) -> Ru
 
 
 def collect_tests(claim_id: str | None = None, tests_package: str | None = None,
-                  timeout: float = 120) -> list[dict]:
+                  timeout: float = 300) -> list[dict]:
     """The claim tests pytest collects (``{test, claims, kind, role, impl_test}``), without running them."""
     tests_package = tests_package or os.environ.get(TESTS_ENV) or TESTS_PACKAGE
     with tempfile.TemporaryDirectory(prefix="attnclaims-collect-") as tmp:
