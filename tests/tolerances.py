@@ -433,9 +433,10 @@ def layer_norm_error(x, gamma, beta, eps, *, u: float, ex=None) -> np.ndarray:
     """Error bound of LN(x) = γ ⊙ (x − μ)/√(σ² + ε) + β over the last axis (d features), for a stable
     algorithm (two-pass, or Welford's running update, as torch and the reference use):
 
-    * centred values c = x − μ: the mean's error ≤ 2(d + 1)u·max|x| (a d-term sum and a division, or
-      Welford's d updates each rounding the running mean and its increment), the subtraction u|c|,
-      plus the propagated input error Δx_i + mean Δx:  Δc_i;
+    * centred values c = x − μ: the mean's error ≤ (2(d + 1) + 4 ln d + 4)u·max|x| — a d-term sum and a
+      division (γ_{d+1}), or Welford's d updates μ_f = μ_{f−1} + (x_f − μ_{f−1})/f, each rounding the
+      running mean (u|μ_f|) and its increment (2u·2max|x|/f, summing to 4u·max|x|·(ln d + 1)) — the
+      subtraction u|c|, plus the propagated input error Δx_i + mean Δx:  Δc_i;
     * σ² = mean c²: 2 mean(|c| Δc) from the centred values and 3(d + 2)u σ² from the squares, the sum
       (or Welford's products) and the division:  Δσ²;
     * r = (σ² + ε)^(−1/2): relative error ½Δσ²/(σ² + ε) plus ε's rounding to the dtype (≤ ½u), the
@@ -454,7 +455,8 @@ def layer_norm_error(x, gamma, beta, eps, *, u: float, ex=None) -> np.ndarray:
     var = np.mean(c * c, axis=-1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         r = 1.0 / np.sqrt(var + eps)
-        dc = u * (np.abs(c) + 2.0 * (d + 1) * np.max(np.abs(x), axis=-1, keepdims=True)) + ex \
+        mean_err = 2.0 * (d + 1) + 4.0 * math.log(d) + 4.0
+        dc = u * (np.abs(c) + mean_err * np.max(np.abs(x), axis=-1, keepdims=True)) + ex \
             + np.mean(ex, axis=-1, keepdims=True)
         dvar = 2.0 * np.mean(np.abs(c) * dc, axis=-1, keepdims=True) + u * 3.0 * (d + 2) * var
         rho = 0.5 * dvar / (var + eps) + 4.0 * u
