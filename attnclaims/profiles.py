@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 PROFILES = ("dev", "ci", "thorough")
 DEFAULT_PROFILE = "ci"
@@ -21,8 +21,11 @@ DEFAULT_PROFILE = "ci"
 # report_multiple_bugs=False: a test reports its one minimal failure, never an ExceptionGroup.
 _common = dict(deadline=None, print_blob=True, report_multiple_bugs=False,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("dev", max_examples=20, **_common)
-settings.register_profile("ci", max_examples=50, derandomize=True, database=None, **_common)
+# dev and ci skip the explain phase: on a failing library test it costs up to ~30 s and the report
+# already carries the shrunk example; thorough keeps it.
+_quick_phases = tuple(p for p in Phase if p is not Phase.explain)
+settings.register_profile("dev", max_examples=20, phases=_quick_phases, **_common)
+settings.register_profile("ci", max_examples=50, derandomize=True, database=None, phases=_quick_phases, **_common)
 settings.register_profile("thorough", max_examples=400, **_common)
 
 
