@@ -1,0 +1,267 @@
+"""Speed of a verdict: wall time of ``attnclaims check`` and ``attnclaims report`` (issue #9, part 1).
+
+Each configuration is run once, as a user would run it, in a fresh temporary
+working folder, and timed with a wall clock around the subprocess:
+
+* ``attnclaims check --impl X --profile ci -n 0`` (one process) and ``-n 2``
+  (two pytest-xdist workers), for X = reference, torch, jax; the two worker
+  counts of one implementation run back to back, so their ratio is measured
+  side by side;
+* ``attnclaims report --profile ci -n 0 --out <tmp>`` (reference).
+
+The CLI's own progress lines ("X: N tests in S s") split each check's time
+into the pytest subprocess and the rest (start-up, verdicts, rendering the
+derivations). Then, to say where the time goes, the same tests run under
+plain ``pytest --durations`` (one process, ci profile) for each
+implementation: the slowest tests, and the time per test module.
+
+Targets (2-core machine): reference check < 60 s, each library check < 120 s,
+2 workers ≥ 1.5× faster than 1 for the reference. On a shared machine the
+absolute times carry the other load; the table prints the load average
+before and after each run so a reader can judge.
+
+Run: ``.venv/bin/python bench/bench_speed.py [--quick] [--skip-profile]``;
+the table goes to the terminal and ``bench/results/speed.json``. ``--quick``
+checks one claim on the reference only (a smoke run of the script itself).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+RESULTS = Path(__file__).resolve().parent / "results" / "speed.json"
+CLI = [sys.executable, "-m", "attnclaims.cli"]
+TARGETS = {"reference": 60.0, "torch": 120.0, "jax": 120.0}
+TARGET_SPEEDUP = 1.5
+QUICK_CLAIM = "softmax-distribution"
+TIMEOUT_S = 3600
+
+
+def machine() -> dict:
+    """Date, machine and library versions, for the JSON and the README."""
+    def sh(cmd: str) -> str:
+        try:
+            return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
+        except Exception:  # a benchmark still runs where lscpu is missing
+            return ""
+    model = next((line.split(":", 1)[1].strip() for line in sh("lscpu").splitlines()
+                  if line.startswith("Model name")), platform.processor())
+    versions = {}
+    for dist in ("numpy", "torch", "jax", "flax", "hypothesis", "pytest", "pytest-xdist", "sympy"):
+        try:
+            from importlib.metadata import version
+            versions[dist] = version(dist)
+        except Exception:  # not installed
+            versions[dist] = None
+    return {
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": model, "nproc": os.cpu_count(), "platform": platform.platform(),
+        "python": platform.python_version(), **versions,
+    }
+
+
+def jsonable(obj):
+    """The results with every non-finite float as None (JSON has no inf/NaN)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    return obj
+
+
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+# --------------------------------------------------------------------------- timed CLI runs
+
+PHASE = re.compile(r"attnclaims: (?P<impl>\S+): (?P<tests>\d+) tests in (?P<secs>[\d.]+) s")
+
+
+def timed(cmd: list[str], cwd: Path, timeout: float = TIMEOUT_S) -> dict:
+    """Run ``cmd`` once; wall seconds, exit status, the pytest phases the CLI reported, the output's tail."""
+    load_before = load()
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                              env=dict(os.environ, COLUMNS="120"))
+        rc, out, err = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc, out, err = None, exc.stdout or "", exc.stderr or ""
+        out, err = (s.decode(errors="replace") if isinstance(s, bytes) else s for s in (out, err))
+    wall = time.perf_counter() - t0
+    phases = [{"impl": m["impl"], "tests": int(m["tests"]), "pytest_s": float(m["secs"])}
+              for m in PHASE.finditer(err + out)]
+    return {"command": " ".join(cmd[2:] if cmd[:2] == CLI[:2] else cmd), "wall_s": wall, "exit_status": rc,
+            "completed": rc in (0, 1), "pytest_s": sum(p["pytest_s"] for p in phases), "phases": phases,
+            "load_before": load_before, "load_after": load(), "tail": (out + err)[-1500:]}
+
+
+def cli_runs(quick: bool, impls: list[str]) -> list[dict]:
+    runs = []
+    claim = ["--claim", QUICK_CLAIM] if quick else []
+    for impl in impls:
+        for workers in (0, 2):
+            with tempfile.TemporaryDirectory(prefix="bench-speed-") as tmp:
+                cmd = [*CLI, "check", "--impl", impl, "--profile", "ci", "-n", str(workers), *claim]
+                runs.append({"kind": "check", "impl": impl, "workers": workers, **timed(cmd, Path(tmp))})
+    with tempfile.TemporaryDirectory(prefix="bench-speed-") as tmp:
+        cmd = [*CLI, "report", "--impl", "reference", "--profile", "ci", "-n", "0", "--out", str(Path(tmp) / "report"),
+               *claim]
+        runs.append({"kind": "report", "impl": "reference", "workers": 0, **timed(cmd, Path(tmp))})
+    return runs
+
+
+# --------------------------------------------------------------------------- where the time goes
+
+DURATION = re.compile(r"^\s*(?P<secs>[\d.]+)s (?P<phase>setup|call|teardown)\s+(?P<test>\S.*)$")
+
+
+def parse_durations(text: str) -> list[dict]:
+    rows = []
+    for line in text.splitlines():
+        m = DURATION.match(line)
+        if m:
+            rows.append({"test": m["test"].strip(), "phase": m["phase"], "seconds": float(m["secs"])})
+    return rows
+
+
+def profile(impl: str, quick: bool, top: int = 15) -> dict:
+    """Slowest tests and seconds per module for one implementation (plain pytest --durations=0)."""
+    with tempfile.TemporaryDirectory(prefix="bench-durations-") as tmp:
+        ini = Path(tmp) / "pytest.ini"
+        ini.write_text("[pytest]\n")
+        cmd = [sys.executable, "-m", "pytest", "--pyargs", "attnclaims.tests", "-m", "claim",
+               "--attn-impl", impl, "--hypothesis-profile", "ci", "-q", "--no-header", "-p", "no:cacheprovider",
+               "-c", str(ini), "--rootdir", tmp, "--import-mode=importlib", "--durations=0", "-vv",
+               "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+        if quick:
+            cmd += ["--attn-claims", QUICK_CLAIM]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=TIMEOUT_S)
+        wall = time.perf_counter() - t0
+    rows = parse_durations(proc.stdout)
+    per_test: dict[str, float] = {}
+    per_module: dict[str, float] = {}
+    for r in rows:
+        per_test[r["test"]] = per_test.get(r["test"], 0.0) + r["seconds"]
+        module = r["test"].split("::", 1)[0].rsplit("/", 1)[-1]
+        per_module[module] = per_module.get(module, 0.0) + r["seconds"]
+    total = sum(per_test.values())
+    slowest = sorted(per_test.items(), key=lambda kv: kv[1], reverse=True)[:top]
+    modules = sorted(per_module.items(), key=lambda kv: kv[1], reverse=True)
+    return {"impl": impl, "wall_s": wall, "exit_status": proc.returncode, "tests_s": total,
+            "overhead_s": wall - total,  # interpreter start-up, imports, collection
+            "slowest": [{"test": t, "seconds": s, "pct": 100 * s / total if total else 0.0} for t, s in slowest],
+            "modules": [{"module": m, "seconds": s, "pct": 100 * s / total if total else 0.0} for m, s in modules]}
+
+
+# --------------------------------------------------------------------------- run
+
+def run(quick: bool = False, skip_profile: bool = False, impls: list[str] | None = None) -> dict:
+    impls = impls or (["reference"] if quick else ["reference", "torch", "jax"])
+    runs = cli_runs(quick, impls)
+    profiles = [] if skip_profile else [profile(i, quick) for i in impls]
+    return {"impls": impls, "claims": [QUICK_CLAIM] if quick else "all", "runs": runs, "profiles": profiles}
+
+
+def _speedups(results: dict) -> dict:
+    checks = {(r["impl"], r["workers"]): r for r in results["runs"] if r["kind"] == "check"}
+    return {impl: checks[(impl, 0)]["wall_s"] / checks[(impl, 2)]["wall_s"]
+            for impl in results["impls"] if (impl, 0) in checks and (impl, 2) in checks}
+
+
+def verdicts(results: dict, quick: bool = False) -> dict:
+    """Targets of the full check; a --quick run (one claim) is only a smoke run and judges nothing."""
+    if quick:
+        return {"targets_s": TARGETS, "target_speedup_reference": TARGET_SPEEDUP, "met": {},
+                "speedup_2_workers": _speedups(results), "note": "quick run (one claim): targets not judged"}
+    checks = {(r["impl"], r["workers"]): r for r in results["runs"] if r["kind"] == "check"}
+    out = {"targets_s": TARGETS, "target_speedup_reference": TARGET_SPEEDUP, "met": {},
+           "speedup_2_workers": _speedups(results)}
+    for impl in results["impls"]:
+        one, two = checks.get((impl, 0)), checks.get((impl, 2))
+        best = min((r["wall_s"] for r in (one, two) if r and r["completed"]), default=math.inf)
+        out["met"][f"{impl} check < {TARGETS[impl]:g} s"] = best < TARGETS[impl]
+    sp = out["speedup_2_workers"].get("reference")
+    out["met"][f"reference 2 workers ≥ {TARGET_SPEEDUP}× faster"] = sp is not None and sp >= TARGET_SPEEDUP
+    return out
+
+
+def print_tables(results: dict, summary: dict, console: Console) -> None:
+    t = Table(title=f"wall time of one run each (ci profile; claims: {results['claims']})")
+    for col in ("command", "wall s", "pytest s", "rest s", "exit", "load avg before→after"):
+        t.add_column(col, justify="left" if col == "command" else "right")
+    for r in results["runs"]:
+        exit_cell = str(r["exit_status"]) if r["completed"] else f"[red]{r['exit_status']}[/red]"
+        t.add_row(r["command"], f"{r['wall_s']:.1f}", f"{r['pytest_s']:.1f}", f"{r['wall_s'] - r['pytest_s']:.1f}",
+                  exit_cell, f"{r['load_before']:.1f}→{r['load_after']:.1f}")
+    console.print(t)
+    console.print("pytest s: the pytest subprocess as the CLI reports it; rest: start-up, verdicts, report "
+                  "rendering. Exit 1 = some claim refuted (a completed run); other codes are failures.")
+    t = Table(title="2 workers vs 1 process (side by side)")
+    t.add_column("implementation")
+    t.add_column("speed-up", justify="right")
+    for impl, sp in summary["speedup_2_workers"].items():
+        colour = "green" if sp >= TARGET_SPEEDUP else "red"
+        t.add_row(impl, f"[{colour}]{sp:.2f}×[/{colour}]")
+    console.print(t)
+    for p in results["profiles"]:
+        t = Table(title=f"where the time goes: {p['impl']} (pytest --durations, one process; "
+                        f"wall {p['wall_s']:.1f} s, tests {p['tests_s']:.1f} s, start-up+collection "
+                        f"{p['overhead_s']:.1f} s)")
+        t.add_column("slowest tests")
+        t.add_column("s", justify="right")
+        t.add_column("%", justify="right")
+        for r in p["slowest"]:
+            t.add_row(r["test"], f"{r['seconds']:.2f}", f"{r['pct']:.0f}")
+        console.print(t)
+        t = Table(title=f"seconds per test module: {p['impl']}")
+        t.add_column("module")
+        t.add_column("s", justify="right")
+        t.add_column("%", justify="right")
+        for r in p["modules"]:
+            t.add_row(r["module"], f"{r['seconds']:.2f}", f"{r['pct']:.0f}")
+        console.print(t)
+    if summary.get("note"):
+        console.print(summary["note"])
+    for target, ok in summary["met"].items():
+        console.print(f"{target}: {'[green]met[/green]' if ok else '[red]missed[/red]'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help=f"one claim ({QUICK_CLAIM}), reference only")
+    ap.add_argument("--skip-profile", action="store_true", help="no pytest --durations runs")
+    ap.add_argument("--impl", nargs="+", default=None, help="implementations (default: reference torch jax)")
+    ap.add_argument("--out", type=Path, default=RESULTS, help=f"JSON output (default {RESULTS})")
+    args = ap.parse_args(argv)
+    start = time.perf_counter()
+    results = run(quick=args.quick, skip_profile=args.skip_profile, impls=args.impl)
+    summary = verdicts(results, quick=args.quick)
+    doc = {"benchmark": "speed", "quick": args.quick, "machine": machine(), "results": results,
+           "summary": summary, "elapsed_s": round(time.perf_counter() - start, 2)}
+    print_tables(results, summary, Console(width=200))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(jsonable(doc), indent=2, allow_nan=False) + "\n")
+    print(f"wrote {args.out} ({doc['elapsed_s']} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

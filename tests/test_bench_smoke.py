@@ -1,0 +1,77 @@
+"""Smoke test of the benchmarks in bench/ (issue #9): each one runs with ``--quick`` and writes its JSON.
+
+Only that they run and what the JSON holds is checked, never a time or a speed ratio: the
+targets are measured by the benchmarks themselves (bench/README.md), not asserted by tests.
+The benchmarks live in the checkout, not in the installed package; an installed copy skips.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def _run(script: str, tmp_path: Path, *extra: str) -> dict:
+    if not (BENCH / script).is_file():
+        pytest.skip(f"bench/{script} is not in this copy (benchmarks ship with the checkout only)")
+    out = tmp_path / f"{script}.json"
+    proc = subprocess.run([sys.executable, str(BENCH / script), "--quick", "--out", str(out), *extra],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"bench/{script} --quick exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+    assert out.is_file(), f"bench/{script} --quick wrote no JSON to {out}"
+    doc = json.loads(out.read_text())  # strict JSON: non-finite numbers are written as null
+    assert doc["quick"] is True
+    for key in ("date_utc", "cpu", "nproc", "python", "numpy", "torch"):
+        assert key in doc["machine"], f"machine.{key} missing [bench/{script}]"
+    return doc
+
+
+def test_accuracy_quick(tmp_path):
+    doc = _run("bench_accuracy.py", tmp_path)
+    assert doc["benchmark"] == "accuracy"
+    functions = doc["results"]["functions"]
+    assert set(functions) == {"softmax", "attention", "layer_norm"}
+    for name, rows in functions.items():
+        assert rows, f"no cases for {name}"
+        for row in rows:
+            assert {"case", "kappa", "errors_u"} <= set(row)
+            assert row["errors_u"]["reference"] is not None and row["errors_u"]["reference"] >= 0
+            assert "torch" in row["errors_u"]
+    assert {"scipy", "naive numpy"} <= set(functions["softmax"][0]["errors_u"])
+    summary = doc["summary"]
+    assert isinstance(summary["reference_never_less_accurate"], bool)
+    assert isinstance(summary["cases_where_reference_less_accurate"], list)
+    assert summary["max_reference_error_over_kappa_u"]["err_over_kappa"] >= 0
+
+
+def test_reference_speed_quick(tmp_path):
+    doc = _run("bench_reference_speed.py", tmp_path)
+    assert doc["benchmark"] == "reference_speed"
+    results = doc["results"]
+    for kind, torch_name in (("attention", "torch SDPA"), ("multi_head", "torch MultiheadAttention")):
+        assert results[kind], f"no shapes for {kind}"
+        for row in results[kind]:
+            assert {"n", "min_s", "median_s", "ratio_reference_over"} <= set(row)
+            assert {"reference", torch_name} <= set(row["min_s"])
+            assert row["ratio_reference_over"][torch_name] > 0
+        assert results["profile"][kind]["top"], f"no profile for {kind}"
+    assert isinstance(doc["summary"]["within_target"], bool)
+
+
+def test_sensitivity_quick(tmp_path):
+    doc = _run("bench_sensitivity.py", tmp_path, "--no-libraries")
+    assert doc["benchmark"] == "sensitivity"
+    per_op = doc["results"]["per_op"]
+    assert set(per_op) == {"attention", "multi-head", "encoder layer"}
+    for op, s in per_op.items():
+        assert set(s["threshold"]) == {"suite", "numpy assert_allclose", "torch assert_close"}
+        assert s["sensitivity_vs_torch"] is not None, f"no finite threshold for {op}"
+    assert isinstance(doc["results"]["false_alarms"], int)
+    summary = doc["summary"]
+    assert isinstance(summary["sensitivity_target_met"], bool)
+    assert isinstance(summary["zero_false_alarms"], bool)
