@@ -139,3 +139,20 @@ def summary_counts(counts: Mapping[str, int]) -> str:
     parts = [f"{counts[k]} {k}" for k in order if counts.get(k)]
     parts += [f"{v} {k}" for k, v in counts.items() if k not in order and v]
     return ", ".join(parts) or "nothing"
+
+
+_SEVERITY = {"failed": 0, "error": 1, "not-applicable": 2, "passed": 3}
+#: evidence tables longer than this are collapsed (problems are always shown above them)
+MAX_OPEN_ROWS = 15
+
+
+def by_severity(evidence: list) -> list:
+    """Evidence ordered failed, error, not applicable, passed (stable within each)."""
+    return sorted(evidence, key=lambda e: _SEVERITY.get(e.get("outcome"), 4))
+
+
+def outcome_counts(evidence: list) -> str:
+    counts: dict[str, int] = {}
+    for e in evidence:
+        counts[e.get("outcome", "?")] = counts.get(e.get("outcome", "?"), 0) + 1
+    return ", ".join(f"{counts[k]} {k}" for k in sorted(counts, key=lambda k: _SEVERITY.get(k, 4)))

@@ -23,7 +23,8 @@ from typing import Iterable, Mapping, Sequence
 
 from attnclaims.report.common import (
     OUTCOME_MARK, STEP_MARK, compact_json, extra_data, failure_lines, first_line, fmt_number, fmt_seconds,
-    repro_text, section_label, summary_counts, table_of, verdict_class,
+    MAX_OPEN_ROWS, by_severity, outcome_counts, repro_text, section_label, summary_counts, table_of,
+    verdict_class,
 )
 
 SVG_NS = "http://www.w3.org/2000/svg"
@@ -164,6 +165,7 @@ font-size:.86em}
 pre{background:var(--panel);border:1px solid var(--line);border-radius:6px;padding:10px 12px;overflow-x:auto;
 line-height:1.3;margin:8px 0}
 pre.math{font-size:.84em;line-height:1.18;background:#fbfcfd}
+pre.long{max-height:26em;overflow:auto}
 .scroll{overflow-x:auto;-webkit-overflow-scrolling:touch;margin:8px 0;border:1px solid var(--line);border-radius:6px}
 table{border-collapse:collapse;width:100%;font-size:.92em}
 th,td{padding:6px 10px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
@@ -416,14 +418,19 @@ def _claim(c: Mapping, report: Mapping, out_dir: Path | None, fig_index: list[in
     p.append("<h4>Evidence</h4>")
     if c["evidence"]:
         rows = []
-        for e in c["evidence"]:
+        for e in by_severity(c["evidence"]):
             rows.append([_outcome(e["outcome"]), esc(e["kind"]), esc(e.get("role", "support")),
                          f'<code>{esc(e["name"])}</code>', esc(e["implementation"] or "any"),
                          esc(e["examples"] if e.get("examples") is not None else ""),
                          esc(fmt_seconds(e.get("seconds"))),
                          f'<span class="msg">{esc(first_line(e.get("message"), 240))}</span>'])
-        p.append(_table(["outcome", "kind", "role", "check", "implementation", "examples", "time", "message"],
-                        rows, "evidence", ("", "", "", "check", "", "num", "num", "msg")))
+        table = _table(["outcome", "kind", "role", "check", "implementation", "examples", "time", "message"],
+                       rows, "evidence", ("", "", "", "check", "", "num", "num", "msg"))
+        if len(rows) > MAX_OPEN_ROWS:  # a long table: its counts first, the rows one click away
+            p.append(f"<details><summary>{len(rows)} checks: {esc(outcome_counts(c['evidence']))}</summary>"
+                     f"{table}</details>")
+        else:
+            p.append(table)
     else:
         p.append('<p class="note">No evidence was recorded for this claim in this run.</p>')
 
@@ -496,14 +503,14 @@ def _failure(e: Mapping, env: Mapping) -> str:
     p = [f'<div class="fail"><h4>{what}: <code>{esc(e["name"])}</code> '
          f'({esc(e["implementation"] or "any implementation")})</h4>']
     if e.get("message"):
-        p.append(f"<pre>{esc(e['message'])}</pre>")
+        p.append(f'<pre class="long">{esc(e["message"])}</pre>')
     nums = failure_lines(e)
     if nums:
         p.append('<ul class="tight">' + "".join(f"<li>{esc(k)}: <b>{esc(v)}</b></li>" for k, v in nums) + "</ul>")
     if e.get("counterexample"):
-        p.append(f"<p>Shrunk counterexample:</p><pre>{esc(e['counterexample'])}</pre>")
+        p.append(f'<p>Shrunk counterexample:</p><pre class="long">{esc(e["counterexample"])}</pre>')
     if e["outcome"] == "failed":
-        p.append(f"<p>Repro:</p><pre>{esc(repro_text(e, env))}</pre>")
+        p.append(f'<p>Repro:</p><pre class="long">{esc(repro_text(e, env))}</pre>')
     p.append("</div>")
     return "".join(p)
 

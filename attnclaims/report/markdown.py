@@ -13,7 +13,7 @@ from typing import Iterable, Mapping, Sequence
 
 from attnclaims.report.common import (
     OUTCOME_MARK, STEP_MARK, compact_json, extra_data, failure_lines, first_line, fmt_number, fmt_seconds,
-    repro_text, section_label, summary_counts, table_of,
+    MAX_OPEN_ROWS, by_severity, outcome_counts, repro_text, section_label, summary_counts, table_of,
 )
 
 #: pretty-printed steps taller or wider than this are shown as one line of text in report.md
@@ -271,13 +271,21 @@ def _claim(c: Mapping, report: Mapping) -> list[str]:
         out.append("#### Evidence")
         out.append("")
         rows = []
-        for e in c["evidence"]:
+        for e in by_severity(c["evidence"]):
             rows.append([f"{OUTCOME_MARK.get(e['outcome'], '?')} {e['outcome']}", cell(e["kind"]),
                          cell(e.get("role", "support")), code_span(e["name"]), cell(e["implementation"] or "any"),
                          cell(e["examples"] if e.get("examples") is not None else ""),
                          cell(fmt_seconds(e.get("seconds"))), cell(first_line(e.get("message"), 160))])
-        out.append(_table(["outcome", "kind", "role", "check", "implementation", "examples", "time", "message"],
-                          rows))
+        table = _table(["outcome", "kind", "role", "check", "implementation", "examples", "time", "message"], rows)
+        if len(rows) > MAX_OPEN_ROWS:
+            out.append(f"<details><summary>{len(rows)} checks: {html_text(outcome_counts(c['evidence']))}"
+                       "</summary>")
+            out.append("")
+            out.append(table)
+            out.append("")
+            out.append("</details>")
+        else:
+            out.append(table)
         out.append("")
     else:
         out.append("*No evidence was recorded for this claim in this run.*")
