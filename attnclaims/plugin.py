@@ -216,7 +216,9 @@ def pytest_runtest_makereport(item, call):
         entry["message"] = entry["message"].removeprefix("Skipped: ")
     else:
         exc = _unwrap(call.excinfo.value) if call.excinfo is not None else None
-        is_check = isinstance(exc, AssertionError) and rep.when == "call"
+        # An assertion, a CheckFailure or pytest.fail()/"DID NOT RAISE" is a failed check; any other
+        # exception is a crash of the test itself (outcome "error": no counterexample, no verdict).
+        is_check = isinstance(exc, (AssertionError, pytest.fail.Exception)) and rep.when == "call"
         entry["outcome"] = "failed" if is_check else "error"
         if isinstance(exc, NotApplicable):
             entry["outcome"], entry["message"] = "not-applicable", str(exc)
