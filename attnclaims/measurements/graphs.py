@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.sparse as sp
 
 __all__ = ["DAG", "critical_path", "rnn_graph", "scan_graph", "attention_graph", "scalar_attention_graph",
            "scalar_rnn_graph"]

@@ -24,8 +24,7 @@ from scipy.optimize.elementwise import find_root
 
 from attnclaims.measurements._core import MeasurementResult, control, pyplot, register, rng, save, sizes, suffix
 from attnclaims.measurements.stats import (
-    bounded_mean_interval, chi2_interval, gaussian_lipschitz_halfwidth, ols_line, slope_shift_bound,
-    weighted_chi2_interval,
+    bounded_mean_interval, chi2_interval, gaussian_lipschitz_halfwidth, ols_line, weighted_chi2_interval,
 )
 
 FAMILY_ALPHA = 1e-9
@@ -133,8 +132,9 @@ def scaling_variance(profile: str, out_dir, seed: int = CI_SEED, correlated: boo
         mean_half = z * math.sqrt(total_a) / count
         chi = expected_chi(d)
         abs_exact = math.sqrt(2 / math.pi) * chi
-        t_alpha = math.sqrt(2 * math.log(2 / alpha))
-        abs_half = (math.sqrt(total_a) + math.sqrt(2 / math.pi) * math.sqrt(count)) * t_alpha / count
+        # Σ|X_i| given k: √(Σa)-Lipschitz in Z; Σ‖k_i‖: √N-Lipschitz in k (Gaussian concentration, α each)
+        abs_half = (gaussian_lipschitz_halfwidth(math.sqrt(total_a), alpha)
+                    + math.sqrt(2 / math.pi) * gaussian_lipschitz_halfwidth(math.sqrt(count), alpha)) / count
         rows.append({
             "d_k": d, "samples": count,
             "var": var_hat, "var_lo": var_lo, "var_hi": var_hi, "var_ok": var_lo <= var_hat <= var_hi,
@@ -153,8 +153,9 @@ def scaling_variance(profile: str, out_dir, seed: int = CI_SEED, correlated: boo
             count = int(min(1 << 14, max(64, max_budget // (n * d))))
             m, q2 = _max_scores(r, d, n, count)
             m_n = expected_max_normal(n)
-            t_alpha = math.sqrt(2 * math.log(2 / alpha))
-            half = (math.sqrt(float(q2.sum())) + m_n * math.sqrt(count)) * t_alpha / count
+            # Σ max given q: √(Σ‖q‖²)-Lipschitz in Z; m_n·Σ‖q_s‖: m_n√S-Lipschitz in q (α each)
+            half = (gaussian_lipschitz_halfwidth(math.sqrt(float(q2.sum())), alpha)
+                    + m_n * gaussian_lipschitz_halfwidth(math.sqrt(count), alpha)) / count
             mean = float(m.mean())
             asym = math.sqrt(2 * d * math.log(n))
             max_rows.append({"d_k": d, "n": n, "samples": count, "mean_max": mean, "exact": m_n * chi,
