@@ -335,7 +335,7 @@ def _command(target: Target, *, profile: str, full: bool, shrink: bool, log: Pat
     cmd = ["--pyargs", *(target.modules or (TESTS_PACKAGE,)), "-p", "attnclaims.mutants",
            "--attn-impl", target.spec, "--attn-results", str(results), "--mutant-log", str(log),
            "--hypothesis-profile", profile, "-q", "--no-header", "-p", "no:cacheprovider", "-p", "no:randomly",
-           "-c", str(ini), "--rootdir", str(ini.parent), "--import-mode=importlib", "--strict-markers",
+           "-c", str(ini), "--rootdir", _tests_dir() or str(ini.parent), "--import-mode=importlib", "--strict-markers",
            "-W", "ignore::pytest.PytestAssertRewriteWarning", "-o", "console_output_style=classic"]
     if not full and not target.control:
         cmd += ["--mutant-claims", ",".join(target.claims), "--mutant-first"]
@@ -344,6 +344,15 @@ def _command(target: Target, *, profile: str, full: bool, shrink: bool, log: Pat
     if call_timeout is not None:
         cmd += ["--attn-call-timeout", str(call_timeout)]
     return cmd
+
+
+def _tests_dir() -> str | None:
+    """The folder of the tests package: as pytest's rootdir it makes node ids ``test_s31_attention.py::test_…``."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(TESTS_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return str(locations[0]) if locations else None
 
 
 def _env() -> dict:
