@@ -1,7 +1,9 @@
 """Print the test routes of bench/mutation.sh as JSON: which test files run for a mutant of which source file.
 
-Run in the copy's root. The baselines have their own tests; the strategies and tolerances their
-meta-tests; every other file of reference/ is covered by the reference's tests. The tests added
+Run in the copy's root. The baselines have their own tests; the strategies their meta-tests
+(tests/test_strategies.py), the tolerances the tolerance part of those and the soundness and
+tightness tests of tests/test_reference_mutation.py; every other file of reference/ is covered
+by the reference's tests. The tests added
 for this run's survivors (tests/test_reference_mutation.py) run for every file.
 """
 import json
@@ -14,12 +16,16 @@ def exists(*paths: str) -> list[str]:
 
 extra = exists("tests/test_reference_mutation.py")
 core = exists("tests/test_reference.py") + extra
-helpers = exists("tests/test_strategies.py", "tests/test_tolerances.py") + extra
+# The tolerance meta-tests of tests/test_strategies.py (the rest of that module tests the strategies).
+tolerance_meta = [f"tests/test_strategies.py::{name}" for name in (
+    "test_assert_close_message_and_measured_bound", "test_exact_zero_and_differs_checks",
+    "test_bounds_scale_with_the_unit_roundoff", "test_attention_bound_covers_a_float32_evaluation",
+)] if os.path.exists("tests/test_strategies.py") else []
 routes = {
     "*": core,
     "reference/baselines.py": exists("tests/test_baselines.py") + extra,
-    "tests/strategies.py": helpers or core,
-    "tests/tolerances.py": helpers or core,
+    "tests/strategies.py": exists("tests/test_strategies.py") + extra,
+    "tests/tolerances.py": exists("tests/test_tolerances.py") + tolerance_meta + extra,
     "watch": sorted(os.path.join("reference", f) for f in os.listdir("reference") if f.endswith(".py"))
     + exists("tests/strategies.py", "tests/tolerances.py"),
 }
