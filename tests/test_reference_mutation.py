@@ -19,6 +19,10 @@ from attnclaims.reference import (
 )
 from attnclaims.reference._validate import check_count
 from attnclaims.reference.attention import dot_product_scores
+from attnclaims.reference.baselines import (
+    conv1d, fixed_context_encoder, l2_attention, linear_rnn_scan, linear_rnn_sequential, restricted_attention,
+    rnn_input_jacobian, rnn_log_jacobian_norms, rnn_state_jacobian, tanh_rnn, tanh_rnn_step, window_mask,
+)
 from attnclaims.reference.layers import decoder, encoder
 from attnclaims.reference.params import (
     DecoderLayerParams, EncoderLayerParams, FeedForwardParams, LayerNormParams, MultiHeadParams, init_layer_norm,
@@ -445,3 +449,214 @@ def test_row_sum_and_hull_bounds():
         assert slack.tol == u and slack.abs.shape == (4, 3)
         assert np.all(slack.abs >= u * np.abs(v).max(axis=0)) and np.all(slack.abs <= 200 * (n + 2) * u * np.abs(v).max(axis=0))
     assert T.unit_roundoff(np.float64) == 2.0 ** -53 and T.unit_roundoff(np.float32) == 2.0 ** -24
+
+
+# ---------------------------------------------------------------------------------------------
+# The baselines (negative controls): messages and the corners their own tests leave open
+# ---------------------------------------------------------------------------------------------
+
+_Xb, _Wb, _Ub, _Sb, _Cb = np.ones((3, 2)), np.eye(4) * 0.5, np.ones((2, 4)), np.ones((3, 4)) * 0.1, np.ones((3, 2, 5))
+
+
+@pytest.mark.parametrize("call, message", [
+    pytest.param(lambda: tanh_rnn(_Xb, _Wb.astype(complex), _Ub),
+                 'w.dtype=complex128, but should be a real floating or integer dtype', id="rnn-w-dtype"),
+    pytest.param(lambda: tanh_rnn(_Xb, _Wb, _Ub.astype(complex)),
+                 'u.dtype=complex128, but should be a real floating or integer dtype', id="rnn-u-dtype"),
+    pytest.param(lambda: tanh_rnn(_Xb, np.ones((4, 3)), _Ub),
+                 'w.shape=(4, 3), but should be (d_h, d_h)', id="rnn-w-shape"),
+    pytest.param(lambda: tanh_rnn(_Xb, _Wb, np.ones(4)), 'u.shape=(4,), but should be (d_in, d_h)', id="rnn-u-shape"),
+    pytest.param(lambda: tanh_rnn(_Xb, _Wb, np.ones((2, 3))), 'u.shape[1]=3 != w.shape[0]=4', id="rnn-u-width"),
+    pytest.param(lambda: tanh_rnn(np.ones((3, 5)), _Wb, _Ub), 'x.shape[-1]=5 != u.shape[0]=2', id="rnn-x-width"),
+    pytest.param(lambda: tanh_rnn(_Xb, _Wb, _Ub, b=np.ones(4, complex)),
+                 'b.dtype=complex128, but should be a real floating or integer dtype', id="rnn-b-dtype"),
+    pytest.param(lambda: tanh_rnn(_Xb, _Wb, _Ub, b=np.ones(3)), 'b.shape=(3,), but should be (4,)', id="rnn-b-shape"),
+    pytest.param(lambda: tanh_rnn(_Xb, _Wb, _Ub, h0=np.ones(4, complex)),
+                 'h0.dtype=complex128, but should be a real floating or integer dtype', id="rnn-h0-dtype"),
+    pytest.param(lambda: tanh_rnn(np.ones((3, 3, 2)), _Wb, _Ub, h0=np.ones((2, 4))),
+                 'h0.shape[:-1]=(2,) does not broadcast with x.shape[:-2]=(3,)', id="rnn-h0-broadcast"),
+    pytest.param(lambda: tanh_rnn(np.ones(2), _Wb, _Ub),
+                 'x.ndim=1 (x.shape=(2,)), but should be >= 2', id="rnn-x-ndim"),
+    pytest.param(lambda: tanh_rnn_step(np.zeros(4), np.array(1.0), _Wb, _Ub),
+                 'x_t.ndim=0 (x_t.shape=()), but should be >= 1', id="step-x"),
+    pytest.param(lambda: tanh_rnn_step(np.array(0.0), np.ones(2), _Wb, _Ub),
+                 'h_prev.ndim=0 (h_prev.shape=()), but should be >= 1', id="step-h"),
+    pytest.param(lambda: linear_rnn_sequential(_Xb, _Wb.astype(complex), _Ub),
+                 'a.dtype=complex128, but should be a real floating or integer dtype', id="lin-a-dtype"),
+    pytest.param(lambda: linear_rnn_sequential(_Xb, _Wb, _Ub.astype(complex)),
+                 'b_mat.dtype=complex128, but should be a real floating or integer dtype', id="lin-bmat-dtype"),
+    pytest.param(lambda: linear_rnn_sequential(_Xb, np.ones((4, 3)), _Ub),
+                 'a.shape=(4, 3), but should be (d_h, d_h) or (n, d_h, d_h)', id="lin-a-square"),
+    pytest.param(lambda: linear_rnn_sequential(_Xb, np.ones((3, 4, 3)), _Ub),
+                 'a.shape=(3, 4, 3), but should be (d_h, d_h) or (n, d_h, d_h)', id="lin-a3-square"),
+    pytest.param(lambda: linear_rnn_sequential(_Xb, np.ones((2, 4, 4)), _Ub),
+                 'a.shape[0]=2 != x.shape[-2]=3', id="lin-a3-n"),
+    pytest.param(lambda: linear_rnn_sequential(_Xb, np.ones(4), _Ub),
+                 'a.shape=(4,), but should be (d_h, d_h) or (n, d_h, d_h)', id="lin-a-ndim"),
+    pytest.param(lambda: linear_rnn_sequential(_Xb, _Wb, np.ones(4)),
+                 'b_mat.shape=(4,), but should be (d_in, d_h)', id="lin-bmat-shape"),
+    pytest.param(lambda: linear_rnn_sequential(_Xb, _Wb, np.ones((2, 3))),
+                 'b_mat.shape[1]=3 != a.shape[-1]=4', id="lin-bmat-width"),
+    pytest.param(lambda: linear_rnn_sequential(_Xb, _Wb, _Ub, h0=np.ones(3)),
+                 'h0.shape[-1]=3 != a.shape[-1]=4', id="lin-h0"),
+    pytest.param(lambda: linear_rnn_sequential(_Xb, _Wb, _Ub, h0=np.ones(4, complex)),
+                 'h0.dtype=complex128, but should be a real floating or integer dtype', id="lin-h0-dtype"),
+    pytest.param(lambda: linear_rnn_sequential(np.ones(2), _Wb, _Ub),
+                 'x.ndim=1 (x.shape=(2,)), but should be >= 2', id="lin-x"),
+    pytest.param(lambda: linear_rnn_scan(np.ones(2), _Wb, _Ub),
+                 'x.ndim=1 (x.shape=(2,)), but should be >= 2', id="scan-x"),
+    pytest.param(lambda: linear_rnn_scan(_Xb.astype(complex), _Wb, _Ub),
+                 'x.dtype=complex128, but should be a real floating or integer dtype', id="scan-x-dtype"),
+    pytest.param(lambda: rnn_state_jacobian(np.ones(4), _Wb, 0, 1),
+                 'states.ndim=1 (states.shape=(4,)), but should be >= 2', id="jac-states"),
+    pytest.param(lambda: rnn_state_jacobian(_Sb, np.ones((4, 3)), 0, 1),
+                 'w.shape=(4, 3), but should be (d_h, d_h)', id="jac-w"),
+    pytest.param(lambda: rnn_state_jacobian(_Sb, _Wb.astype(complex), 0, 1),
+                 'w.dtype=complex128, but should be a real floating or integer dtype', id="jac-w-dtype"),
+    pytest.param(lambda: rnn_state_jacobian(_Sb.astype(complex), _Wb, 0, 1),
+                 'states.dtype=complex128, but should be a real floating or integer dtype', id="jac-states-dtype"),
+    pytest.param(lambda: rnn_state_jacobian(np.ones((3, 3)), _Wb, 0, 1),
+                 'states.shape[-1]=3 != w.shape[0]=4', id="jac-width"),
+    pytest.param(lambda: rnn_state_jacobian(_Sb, _Wb, 2, 1),
+                 't_from=2, t_to=1, but should satisfy 0 <= t_from <= t_to <= n=3', id="jac-range"),
+    pytest.param(lambda: rnn_state_jacobian(_Sb, _Wb, 0, 4),
+                 't_from=0, t_to=4, but should satisfy 0 <= t_from <= t_to <= n=3', id="jac-range-n"),
+    pytest.param(lambda: rnn_state_jacobian(_Sb, _Wb, -1, 1), 't_from=-1, but should be >= 0', id="jac-from"),
+    pytest.param(lambda: rnn_state_jacobian(_Sb, _Wb, 0, 1.5), 't_to=1.5, but should be an integer >= 0', id="jac-to"),
+    pytest.param(lambda: rnn_input_jacobian(_Sb, _Wb, np.ones(4), 1),
+                 'u.shape=(4,), but should be (d_in, d_h)', id="ijac-u"),
+    pytest.param(lambda: rnn_input_jacobian(_Sb, _Wb, _Ub.astype(complex), 1),
+                 'u.dtype=complex128, but should be a real floating or integer dtype', id="ijac-u-dtype"),
+    pytest.param(lambda: rnn_input_jacobian(_Sb, _Wb, np.ones((2, 3)), 1),
+                 'u.shape[1]=3 != w.shape[0]=4', id="ijac-u-width"),
+    pytest.param(lambda: rnn_input_jacobian(_Sb, _Wb, _Ub, 4), 't_input=4, but should be <= n=3', id="ijac-t"),
+    pytest.param(lambda: rnn_input_jacobian(_Sb, _Wb, _Ub, 0), 't_input=0, but should be >= 1', id="ijac-t0"),
+    pytest.param(lambda: rnn_log_jacobian_norms(np.ones((2, 3, 4)), _Wb),
+                 'states.shape=(2, 3, 4), but should be (n, d_h) (one sequence)', id="norms-states"),
+    pytest.param(lambda: rnn_log_jacobian_norms(_Sb, _Wb, u=np.ones(4)),
+                 'u.shape=(4,), but should be (d_in, d_h)', id="norms-u"),
+    pytest.param(lambda: rnn_log_jacobian_norms(_Sb, _Wb, u=_Ub.astype(complex)),
+                 'u.dtype=complex128, but should be a real floating or integer dtype', id="norms-u-dtype"),
+    pytest.param(lambda: rnn_log_jacobian_norms(_Sb, _Wb, u=np.ones((2, 3))),
+                 'u.shape[1]=3 != w.shape[0]=4', id="norms-u-width"),
+    pytest.param(lambda: fixed_context_encoder(np.ones(6), np.ones((6, 2))),
+                 'x.ndim=1 (x.shape=(6,)), but should be >= 2', id="ctx-x"),
+    pytest.param(lambda: fixed_context_encoder(_Xb, np.ones((6, 2), complex)),
+                 'w.dtype=complex128, but should be a real floating or integer dtype', id="ctx-w-dtype"),
+    pytest.param(lambda: fixed_context_encoder(_Xb, np.ones(6)), 'w.shape=(6,), but should be (n*m, d)', id="ctx-w"),
+    pytest.param(lambda: fixed_context_encoder(_Xb, np.ones((5, 2))),
+                 'x.shape[-2]*x.shape[-1]=6 != w.shape[0]=5', id="ctx-w-rows"),
+    pytest.param(lambda: fixed_context_encoder(_Xb, np.ones((6, 2)), b=np.ones(3)),
+                 'b.shape[-1]=3 != w.shape[1]=2', id="ctx-b"),
+    pytest.param(lambda: fixed_context_encoder(_Xb, np.ones((6, 1)), b=np.array(1.0)),
+                 'b.shape[-1]=-1 != w.shape[1]=1', id="ctx-b-scalar"),
+    pytest.param(lambda: fixed_context_encoder(_Xb, np.ones((6, 2)), b=np.ones(2, complex)),
+                 'b.dtype=complex128, but should be a real floating or integer dtype', id="ctx-b-dtype"),
+    pytest.param(lambda: conv1d(np.ones(2), np.ones((3, 2, 5))),
+                 'x.ndim=1 (x.shape=(2,)), but should be >= 2', id="conv-x"),
+    pytest.param(lambda: conv1d(_Xb, _Cb.astype(complex)),
+                 'w.dtype=complex128, but should be a real floating or integer dtype', id="conv-w-dtype"),
+    pytest.param(lambda: conv1d(_Xb, np.ones((2, 5))), 'w.shape=(2, 5), but should be (k, d_in, d_out)', id="conv-w"),
+    pytest.param(lambda: conv1d(_Xb, np.ones((3, 4, 5))), 'x.shape[-1]=2 != w.shape[1]=4', id="conv-width"),
+    pytest.param(lambda: conv1d(_Xb, _Cb, dilation=0), 'dilation=0, but should be >= 1', id="conv-dilation"),
+    pytest.param(lambda: conv1d(_Xb, _Cb, padding="valid"),
+                 "padding='valid', but should be one of ('causal', 'same')", id="conv-padding"),
+    pytest.param(lambda: conv1d(_Xb, np.ones((0, 2, 5))),
+                 'w.shape[0]=0, but should be >= 1 (the kernel size)', id="conv-k0"),
+    pytest.param(lambda: conv1d(_Xb, _Cb, b=np.ones(4)), 'b.shape[-1]=4 != w.shape[2]=5', id="conv-b"),
+    pytest.param(lambda: conv1d(_Xb, np.ones((3, 2, 1)), b=np.array(1.0)),
+                 'b.shape[-1]=-1 != w.shape[2]=1', id="conv-b-scalar"),
+    pytest.param(lambda: conv1d(_Xb, _Cb, b=np.ones(5, complex)),
+                 'b.dtype=complex128, but should be a real floating or integer dtype', id="conv-b-dtype"),
+    pytest.param(lambda: window_mask(-1, 2), 'n=-1, but should be >= 0', id="window-n"),
+    pytest.param(lambda: window_mask(3, 0), 'window=0, but should be >= 1', id="window-r"),
+    pytest.param(lambda: restricted_attention(np.ones(4), np.ones((3, 4)), np.ones((3, 2)), 2),
+                 'q.ndim=1 (q.shape=(4,)), but should be >= 2', id="restricted-q"),
+    pytest.param(lambda: restricted_attention(np.ones((3, 4)), np.ones(4), np.ones((3, 2)), 2),
+                 'k.ndim=1 (k.shape=(4,)), but should be >= 2', id="restricted-k"),
+    pytest.param(lambda: restricted_attention(np.ones((3, 4)), np.ones((2, 4)), np.ones((2, 2)), 2),
+                 'q.shape[-2]=3 != k.shape[-2]=2', id="restricted-n"),
+    pytest.param(lambda: l2_attention(np.ones(4), np.ones((4, 2))),
+                 'x.ndim=1 (x.shape=(4,)), but should be >= 2', id="l2-x"),
+    pytest.param(lambda: l2_attention(_Xb, np.ones((2, 2), complex)),
+                 'w_q.dtype=complex128, but should be a real floating or integer dtype', id="l2-wq-dtype"),
+    pytest.param(lambda: l2_attention(_Xb, np.ones(2)), 'w_q.shape=(2,), but should be (d, d_k)', id="l2-wq"),
+    pytest.param(lambda: l2_attention(_Xb, np.ones((3, 2))), 'x.shape[-1]=2 != w_q.shape[0]=3', id="l2-wq-rows"),
+    pytest.param(lambda: l2_attention(_Xb, np.ones((2, 2)), w_v=np.ones(2)),
+                 'w_v.shape=(2,), but should be (d, d_v)', id="l2-wv"),
+    pytest.param(lambda: l2_attention(_Xb, np.ones((2, 2)), w_v=np.ones((2, 2), complex)),
+                 'w_v.dtype=complex128, but should be a real floating or integer dtype', id="l2-wv-dtype"),
+    pytest.param(lambda: l2_attention(_Xb, np.ones((2, 2)), w_v=np.ones((3, 2))),
+                 'x.shape[-1]=2 != w_v.shape[0]=3', id="l2-wv-rows"),
+    pytest.param(lambda: l2_attention(_Xb, np.ones((2, 2)), mask=np.ones((3, 2), bool)),
+                 'mask.shape=(3, 2) does not broadcast to (3, 3)', id="l2-mask"),
+])
+def test_baselines_reject_invalid_input_with_exactly_this_message(call, message):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("call, message", [
+    pytest.param(lambda: dot_product_scores(np.ones(3), _k), "q.ndim=1 (q.shape=(3,)), but should be >= 2", id="scores-q"),
+    pytest.param(lambda: dot_product_scores(_q, np.ones(8)), "k.ndim=1 (k.shape=(8,)), but should be >= 2", id="scores-k"),
+    pytest.param(lambda: additive_scores(np.ones(8), _k, np.ones((8, 3)), np.ones((8, 3)), np.ones(3)),
+                 "q.ndim=1 (q.shape=(8,)), but should be >= 2", id="additive-q"),
+    pytest.param(lambda: additive_scores(_q, np.ones(8), np.ones((8, 3)), np.ones((8, 3)), np.ones(3)),
+                 "k.ndim=1 (k.shape=(8,)), but should be >= 2", id="additive-k"),
+    pytest.param(lambda: additive_scores(_q, _k, np.ones((8, 3), complex), np.ones((8, 3)), np.ones(3)),
+                 "w_q.dtype=complex128, but should be a real floating or integer dtype", id="additive-wq-dtype"),
+    pytest.param(lambda: additive_scores(_q, _k, np.ones((8, 3)), np.ones((8, 3), complex), np.ones(3)),
+                 "w_k.dtype=complex128, but should be a real floating or integer dtype", id="additive-wk-dtype"),
+    pytest.param(lambda: additive_scores(_q, _k, np.ones((8, 3)), np.ones((8, 3)), np.ones(3, complex)),
+                 "v_a.dtype=complex128, but should be a real floating or integer dtype", id="additive-va-dtype"),
+    pytest.param(lambda: FeedForwardParams(np.ones((4, 6), int), np.zeros(6), np.ones((6, 4)), B),
+                 "w1.dtype=int64, but should be a floating dtype", id="ffp-w1-dtype"),
+    pytest.param(lambda: LayerNormParams(np.ones(4, int), np.zeros(4)), "gamma.dtype=int64, but should be a floating dtype",
+                 id="lnp-gamma-dtype"),
+])
+def test_more_messages(call, message):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("params", [_mh, _enc.ffn, _enc.norm1, _enc, _dec], ids=lambda p: type(p).__name__)
+def test_parameter_containers_are_frozen(params):
+    """STYLE.md §2: parameters in frozen dataclasses (the guard's in-place check relies on it too)."""
+    import dataclasses
+
+    name = dataclasses.fields(params)[0].name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(params, name, getattr(params, name))
+
+
+def test_default_scale_for_d_k_one_and_two_dimensional_additive_scores():
+    q, k, v = _rng.normal(size=(3, 1)), _rng.normal(size=(4, 1)), _rng.normal(size=(4, 2))
+    np.testing.assert_array_equal(attention(q, k, v), attention(q, k, v, scale=1.0))
+    w_q, w_k, v_a = _rng.normal(size=(1, 3)), _rng.normal(size=(1, 3)), _rng.normal(size=3)
+    scores = additive_scores(q, k, w_q, w_k, v_a)
+    assert scores.shape == (3, 4)
+    np.testing.assert_allclose(scores[2, 1], v_a @ np.tanh(q[2] @ w_q + k[1] @ w_k), rtol=1e-15)
+
+
+def test_scan_of_an_empty_sequence():
+    out = linear_rnn_scan(np.ones((0, 2)), _Wb, _Ub)
+    assert out.states.shape == (0, 4) and out.combines == 0 and out.depth == 1
+
+
+def test_log_jacobian_norms_of_a_zero_jacobian_are_minus_infinity():
+    states = np.full((3, 4), 0.2)
+    assert rnn_log_jacobian_norms(states, np.zeros((4, 4)), linear=True).tolist() == [-np.inf] * 3
+    assert rnn_log_jacobian_norms(states, np.zeros((4, 4)), u=np.zeros((2, 4))).tolist() == [-np.inf] * 3
+
+
+def test_rnn_jacobian_corners():
+    states = _rng.normal(size=(2, 3, 4)) * 0.3  # two sequences
+    w, u = _rng.normal(size=(4, 4)) * 0.5, _rng.normal(size=(2, 4))
+    jac = rnn_state_jacobian(states, w, 2, 2)  # no step: the identity, for each sequence
+    assert jac.shape == (2, 4, 4) and np.array_equal(jac, np.broadcast_to(np.eye(4), (2, 4, 4)))
+    last = rnn_input_jacobian(states, w, u, 3)  # the last input acts through one step only
+    np.testing.assert_allclose(last, (1 - states[:, 2, :, None] ** 2) * u.T, rtol=1e-15)
+    h = tanh_rnn(np.ones((3, 5, 2)), _Wb, _Ub, h0=np.full(4, 0.1))  # one h0 for a batch of 3
+    assert h.shape == (3, 5, 4)
