@@ -660,3 +660,83 @@ def test_rnn_jacobian_corners():
     np.testing.assert_allclose(last, (1 - states[:, 2, :, None] ** 2) * u.T, rtol=1e-15)
     h = tanh_rnn(np.ones((3, 5, 2)), _Wb, _Ub, h0=np.full(4, 0.1))  # one h0 for a batch of 3
     assert h.shape == (3, 5, 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# The tolerance module's checks and Bound arithmetic (what every property test's verdict rests on)
+# ---------------------------------------------------------------------------------------------
+
+from attnclaims.guard import CheckFailure  # noqa: E402
+
+
+def test_bound_arithmetic_and_the_two_comparison_bounds():
+    a, b = T.Bound([1.0, 2.0], 0.5), T.Bound(np.array([3, 5]), 0.25)
+    assert a.abs.dtype == np.float64 and b.abs.dtype == np.float64 and b.abs.tolist() == [3.0, 5.0]
+    s = a + b
+    assert s.abs.tolist() == [4.0, 7.0] and s.tol == 0.75
+    for m in (a * 3, 3 * a):
+        assert m.abs.tolist() == [3.0, 6.0] and m.tol == 1.5
+    assert a.scale.tolist() == [2.0, 4.0]
+    err = lambda x, *, u: u * np.asarray(x)  # noqa: E731
+    u32, u64 = T.unit_roundoff(np.float32), T.U64
+    c = T.conformance(err, [1.0, 2.0], dtype=np.float32)
+    assert c.tol == u32 + u64 and c.abs.tolist() == [u32 + u64, 2 * (u32 + u64)]
+    sc = T.self_consistency(err, [1.0, 2.0], dtype=np.float32)
+    assert sc.tol == 2 * u32 and sc.abs.tolist() == [2 * u32, 4 * u32]
+
+
+def test_assert_close_passes_within_and_reports_outside():
+    bound = T.Bound([1e-3, 2e-3, 0.0], 1e-3)  # scale [1, 2, 0]
+    assert T.assert_close([1.0, 2.0, 3.0], [1.0005, 2.001, 3.0], bound, "w") == pytest.approx(0.5e-3)
+    assert T.assert_close([1.0, 2.0, 3.0], [1.001, 2.002, 3.0], bound, "w") == pytest.approx(1e-3)  # on the bound
+    with pytest.raises(CheckFailure) as info:
+        T.assert_close([1.0, 2.0, 3.0], [1.0, 2.0, 3.5], bound, "what", names=("a", "b"))
+    assert str(info.value) == ("max |a - b| / scale = inf > 0.001 [what] at index (2,): a=np.float64(3.0), "
+                               "b=np.float64(3.5), allowed |diff| <= 0")
+    assert info.value.measured == np.inf and info.value.bound == 1e-3
+    with pytest.raises(CheckFailure) as info:
+        T.assert_close([[1.0, 2.0]], [[1.0, 2.1]], T.Bound(1e-3, 1e-3), "w")
+    assert str(info.value) == ("max |out - ref| / scale = 0.1 > 0.001 [w] at index (0, 1): out=np.float64(2.0), "
+                               "ref=np.float64(2.1), allowed |diff| <= 0.001")
+    assert info.value.measured == pytest.approx(0.1)
+    with pytest.raises(CheckFailure) as info:
+        T.assert_close(2.0, 2.5, T.Bound(1e-3, 1e-3), "w")
+    assert str(info.value) == ("max |out - ref| / scale = 0.5 > 0.001 [w]: out=np.float64(2.0), ref=np.float64(2.5), "
+                               "allowed |diff| <= 0.001")
+    with pytest.raises(CheckFailure) as info:
+        T.assert_close([1.0, np.nan], [1.0, 1.0], T.Bound(1.0, 1e-3), "w")
+    assert info.value.measured == np.inf
+    with pytest.raises(CheckFailure) as info:
+        T.assert_close([1.0, 2.0], [1.0, 2.0, 3.0], T.Bound(1.0, 1.0), "w", names=("x", "y"))
+    assert str(info.value) == "x.shape=(2,), but should be (3,) [w]"
+    assert T.assert_close(np.zeros((0, 3)), np.zeros((0, 3)), T.Bound(1.0, 1.0), "w") == 0.0
+
+
+def test_assert_within_and_exactly_zero_and_differs():
+    bound = T.Bound(0.1, 0.1)  # scale 1
+    assert T.assert_within([0.5, 1.05], [0.0, 0.0], [1.0, 1.0], bound, "w") == pytest.approx(0.05)
+    assert T.assert_within([-0.05], [0.0], [1.0], bound, "w") == pytest.approx(0.05)
+    with pytest.raises(CheckFailure) as info:
+        T.assert_within([0.5, 1.5], [0.0, 0.0], [1.0, 1.0], bound, "w", name="y")
+    assert str(info.value) == ("max |dist(y, [low, high]) - 0| / scale = 0.5 > 0.1 [w] at index (1,): "
+                               "dist(y, [low, high])=np.float64(0.5), 0=np.float64(0.0), allowed |diff| <= 0.1")
+    with pytest.raises(CheckFailure):
+        T.assert_within([-0.5], [0.0], [1.0], bound, "w")
+    with pytest.raises(CheckFailure) as info:
+        T.assert_within([np.nan], [0.0], [1.0], bound, "w")
+    assert info.value.measured == np.inf
+    T.assert_exactly_zero(np.zeros((2, 2)), "w")
+    with pytest.raises(CheckFailure) as info:
+        T.assert_exactly_zero([[0.0, 0.0], [-3e-20, 2e-30]], "masked", name="a")
+    assert str(info.value) == ("2 a should be exactly 0 but are not; max |a| = 3e-20 "
+                               "(first at index (1, 0): np.float64(-3e-20)) [masked]")
+    assert info.value.measured == 3e-20 and info.value.bound == 0.0
+    with pytest.raises(CheckFailure) as info:
+        T.assert_exactly_zero([np.nan], "w")
+    assert info.value.measured == np.inf
+    assert T.assert_differs([1.0, 2.0], [1.0, 2.5], bound, "w") == pytest.approx(0.5)
+    assert T.assert_differs([1.0], [2.0], T.Bound(0.0, 0.1), "w") == np.inf  # zero scale: any difference
+    with pytest.raises(CheckFailure) as info:
+        T.assert_differs([1.0, 2.0], [1.0, 2.05], bound, "w")
+    assert str(info.value) == "max |a - b| / scale = 0.05 <= 0.1: no difference beyond rounding [w]"
+    assert info.value.measured == pytest.approx(0.05) and info.value.bound == 0.1
