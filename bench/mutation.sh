@@ -69,10 +69,54 @@ RUNNER="$PY -S $ROOT/bench/mutation_server.py run $SOCK"
 echo "mutation.sh: copy in $WORK; mutating $KEEP; pytest $PYTEST_ARGS; tests per source: $ROUTES"
 cd "$WORK"
 $RUNNER || { echo "mutation.sh: the tests fail on the unmutated copy" >&2; exit 1; }
+# mutmut 2 reads a source file in one process while another has a mutant of it on disk; a mutant
+# that joins two lines then shifts the line numbers it looks up, and its worker dies on
+# "assert line" while the main process waits for ever. The statuses already recorded stay in
+# .mutmut-cache, so a watchdog restarts mutmut (which skips them) whenever no mutant has been
+# recorded for a while, until none is left untested.
+untested() {
+    "$MUTMUT_VENV/bin/python" - "$WORK/.mutmut-cache" <<'EOF'
+import sqlite3, sys
+try:
+    c = sqlite3.connect(sys.argv[1])
+    print(c.execute("select count(*) from Mutant where status = 'untested'").fetchone()[0],
+          c.execute("select count(*) from Mutant").fetchone()[0])
+except sqlite3.Error:
+    print(-1, 0)
+EOF
+}
+restore() {
+    for f in "$WORK"/reference/*.bak "$WORK"/tests/*.bak; do
+        [ -e "$f" ] && mv "$f" "${f%.bak}"
+    done
+    return 0
+}
 start=$(date +%s)
 rc=0
-"$MUTMUT_VENV/bin/mutmut" run --paths-to-mutate "$KEEP" --tests-dir tests --runner "$RUNNER" -b 30 -m 4 \
-    --simple-output --no-progress || rc=$?
+stall="${MUTATION_STALL:-180}"
+for attempt in $(seq 1 50); do
+    "$MUTMUT_VENV/bin/mutmut" run --paths-to-mutate "$KEEP" --tests-dir tests --runner "$RUNNER" -b 30 -m 4 \
+        --simple-output --no-progress >> "$WORK/mutmut.log" 2>&1 &
+    MUTMUT=$!
+    last="$(untested)"; quiet=0
+    while kill -0 "$MUTMUT" 2>/dev/null; do
+        sleep 10
+        now="$(untested)"
+        if [ "$now" = "$last" ]; then quiet=$((quiet + 10)); else quiet=0; last="$now"; fi
+        if [ "$quiet" -ge "$stall" ]; then
+            echo "mutation.sh: no mutant recorded for ${stall} s (mutmut's worker died); restarting mutmut"
+            pkill -P "$MUTMUT" 2>/dev/null || true
+            kill "$MUTMUT" 2>/dev/null || true
+            sleep 2
+            break
+        fi
+    done
+    wait "$MUTMUT" 2>/dev/null && rc=0 || rc=$?
+    restore
+    left="$(untested)"
+    echo "mutation.sh: attempt $attempt: untested/total $left"
+    [ "${left%% *}" = 0 ] && break
+done
 elapsed=$(( $(date +%s) - start ))
 "$MUTMUT_VENV/bin/mutmut" results > "$WORK/results.txt" || true
 "$MUTMUT_VENV/bin/mutmut" junitxml > "$WORK/mutmut.xml" 2>/dev/null || true
