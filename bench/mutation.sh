@@ -79,8 +79,8 @@ untested() {
 import sqlite3, sys
 try:
     c = sqlite3.connect(sys.argv[1])
-    print(c.execute("select count(*) from Mutant where status = 'untested'").fetchone()[0],
-          c.execute("select count(*) from Mutant").fetchone()[0])
+    counts = dict(c.execute("select status, count(*) from Mutant group by status").fetchall())
+    print(counts.get("untested", 0), sum(counts.values()), *sorted(counts.items()))
 except sqlite3.Error:
     print(-1, 0)
 EOF
@@ -114,7 +114,7 @@ for attempt in $(seq 1 50); do
     wait "$MUTMUT" 2>/dev/null && rc=0 || rc=$?
     restore
     left="$(untested)"
-    echo "mutation.sh: attempt $attempt: untested/total $left"
+    echo "mutation.sh: attempt $attempt: untested, total, by status: $left"
     [ "${left%% *}" = 0 ] && break
 done
 elapsed=$(( $(date +%s) - start ))
