@@ -83,14 +83,22 @@ def _guard(config) -> GuardedImplementation:
     return guard
 
 
-def _claim_marks(item):
-    ids: list[str] = []
-    kind, role = "property", "support"
+def claim_tags(item) -> dict[str, tuple[str, str]]:
+    """claim id -> (kind, role) for a test. Each ``claim`` marker's ``kind``/``role`` apply to its own
+    ids, so one test can back one claim and qualify another (two markers); the closest marker wins."""
+    tags: dict[str, tuple[str, str]] = {}
     for mark in item.iter_markers("claim"):
-        ids.extend(mark.args)
-        kind = mark.kwargs.get("kind", kind)
-        role = mark.kwargs.get("role", role)
-    return list(dict.fromkeys(ids)), kind, role
+        kind, role = mark.kwargs.get("kind", "property"), mark.kwargs.get("role", "support")
+        for cid in mark.args:
+            tags.setdefault(cid, (kind, role))
+    return tags
+
+
+def _claim_marks(item):
+    """(ids, kind, role of the first id): the test-level summary shown in progress and listings."""
+    tags = claim_tags(item)
+    kind, role = next(iter(tags.values()), ("property", "support"))
+    return list(tags), kind, role
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -101,14 +109,13 @@ def pytest_collection_modifyitems(session, config, items):
     except RegistryError as exc:
         raise pytest.UsageError(f"the claim registry is broken: {exc}") from None
     for item in items:
-        ids, kind, role = _claim_marks(item)
-        for cid in ids:
+        for cid, (kind, role) in claim_tags(item).items():
             if cid not in registry:
                 raise pytest.UsageError(f"{item.nodeid}: unknown claim id {cid!r} in @pytest.mark.claim")
-        if kind not in KINDS:
-            raise pytest.UsageError(f"{item.nodeid}: claim marker kind={kind!r} is not one of {KINDS}")
-        if role not in ROLES:
-            raise pytest.UsageError(f"{item.nodeid}: claim marker role={role!r} is not one of {ROLES}")
+            if kind not in KINDS:
+                raise pytest.UsageError(f"{item.nodeid}: claim marker kind={kind!r} is not one of {KINDS}")
+            if role not in ROLES:
+                raise pytest.UsageError(f"{item.nodeid}: claim marker role={role!r} is not one of {ROLES}")
         if "impl" in getattr(item, "fixturenames", ()) or item.get_closest_marker("requires"):
             item.add_marker(pytest.mark.impl_test)
     wanted = config.getoption("attn_claims")
@@ -204,6 +211,7 @@ def pytest_runtest_makereport(item, call):
     guard = item.config.stash.get(_GUARD_KEY, None) if uses_impl else None
     entry: dict = {
         "test": item.nodeid, "claims": ids, "kind": kind, "role": role,
+        "tags": {cid: list(tag) for cid, tag in claim_tags(item).items()},
         "implementation": guard.name if guard is not None else None,
         "seconds": round(rep.duration, 4), "message": "",
     }
@@ -285,9 +293,11 @@ def pytest_runtest_logreport(report):
 def evidence_from_entry(entry: dict) -> list[Evidence]:
     """One :class:`Evidence` per claim id of a recorded test."""
     out = []
+    tags = entry.get("tags") or {}
     for cid in entry["claims"]:
+        kind, role = tags.get(cid, (entry["kind"], entry["role"]))
         out.append(Evidence(
-            claim=cid, kind=entry["kind"], role=entry["role"], name=entry["test"], outcome=entry["outcome"],
+            claim=cid, kind=kind, role=role, name=entry["test"], outcome=entry["outcome"],
             implementation=entry.get("implementation"), message=entry.get("message", ""),
             seconds=entry.get("seconds", 0.0), calls=entry.get("calls"), examples=entry.get("examples"),
             counterexample=entry.get("counterexample"), repro=entry.get("repro"), measured=entry.get("measured"),

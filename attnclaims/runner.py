@@ -80,15 +80,12 @@ def pytest_collection_finish(session):
         _append(progress, {"event": "total", "n": len(session.items)})
     collect = os.environ.get(COLLECT_ENV)
     if collect and not hasattr(session.config, "workerinput"):
+        from attnclaims.plugin import _claim_marks
+
         for item in session.items:
-            ids: list[str] = []
-            kind, role = "property", "support"
-            for mark in item.iter_markers("claim"):
-                ids.extend(mark.args)
-                kind = mark.kwargs.get("kind", kind)
-                role = mark.kwargs.get("role", role)
+            ids, kind, role = _claim_marks(item)
             if ids:
-                _append(collect, {"test": item.nodeid, "claims": list(dict.fromkeys(ids)), "kind": kind,
+                _append(collect, {"test": item.nodeid, "claims": ids, "kind": kind,
                                   "role": role, "impl_test": item.get_closest_marker("impl_test") is not None})
 
 

@@ -121,6 +121,7 @@ def test_encoder_layer_is_permutation_equivariant(impl, data, params):
 
 
 @pytest.mark.claim("permutation-equivariance")
+@pytest.mark.claim("no-recurrence")  # the signature of "no recurrence, no convolution": neither an RNN nor a conv has it
 @pytest.mark.requires("encoder_layer")
 @given(data=_perm_case(mask=False), params=st.data(), n_layers=st.integers(2, 3))
 def test_encoder_stack_is_equivariant_and_its_pooled_output_invariant(impl, data, params, n_layers):

@@ -109,6 +109,7 @@ def test_is_not_additive(impl, data):
 
 
 @pytest.mark.claim("position-wise-ffn")
+@pytest.mark.claim("no-recurrence", kind="conformance", role="qualification")  # "彻底抛弃…卷积" overstates it
 @pytest.mark.requires("feed_forward")
 @given(data=ffn_cases())
 def test_equals_two_kernel_one_convolutions(impl, data):
