@@ -26,6 +26,7 @@ from attnclaims.reference.baselines import (
 from attnclaims.reference.layers import decoder, encoder
 from attnclaims.reference.params import (
     DecoderLayerParams, EncoderLayerParams, FeedForwardParams, LayerNormParams, MultiHeadParams, init_layer_norm,
+    xavier_uniform,
 )
 
 _rng = np.random.default_rng(23)
@@ -740,3 +741,51 @@ def test_assert_within_and_exactly_zero_and_differs():
         T.assert_differs([1.0, 2.0], [1.0, 2.05], bound, "w")
     assert str(info.value) == "max |a - b| / scale = 0.05 <= 0.1: no difference beyond rounding [w]"
     assert info.value.measured == pytest.approx(0.05) and info.value.bound == 0.1
+
+
+@pytest.mark.parametrize("call, message", [
+    pytest.param(lambda: attention_from_scores(np.ones(3), np.ones((3, 2))),
+                 "scores.ndim=1 (scores.shape=(3,)), but should be >= 2", id="from-scores-ndim"),
+    pytest.param(lambda: attention_from_scores(np.ones((2, 3)), np.ones(3)), "v.ndim=1 (v.shape=(3,)), but should be >= 2",
+                 id="from-scores-v"),
+    pytest.param(lambda: attention_from_scores(np.ones((2, 3)), np.ones((3, 2)), mask=np.ones((2, 4), bool)),
+                 "mask.shape=(2, 4) does not broadcast to (2, 3)", id="from-scores-mask"),
+    pytest.param(lambda: attention(_q, _k, np.ones(5)), "v.ndim=1 (v.shape=(5,)), but should be >= 2", id="attention-v"),
+])
+def test_messages_of_attention_from_scores(call, message):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value) == message
+
+
+def test_attention_from_scores_normalises_the_last_axis_of_batched_scores():
+    s, v = _rng.normal(size=(2, 3, 4)), _rng.normal(size=(2, 4, 5))
+    out = attention_from_scores(s, v)
+    for b in range(2):
+        np.testing.assert_allclose(out[b], softmax(s[b]) @ v[b], rtol=1e-14)
+
+
+def test_parameter_defaults_and_initialisation():
+    """The documented defaults (Post-LN, eps 1e-5, γ = 1, β = 0) and the seeded Xavier / bias ranges."""
+    enc = EncoderLayerParams(_mh, _enc.ffn, _enc.norm1, _enc.norm2)
+    dec = DecoderLayerParams(_mh, _mh, _enc.ffn, _enc.norm1, _enc.norm2, _enc.norm1)
+    for p in (enc, dec):
+        assert p.norm_first is False and p.eps == 1e-5
+    assert type(DecoderLayerParams(_mh, _mh, _enc.ffn, _enc.norm1, _enc.norm2, _enc.norm1, eps=0).eps) is float
+    ln = init_layer_norm(6)
+    assert ln.gamma.tolist() == [1.0] * 6 and ln.beta.tolist() == [0.0] * 6
+    for layer in (init_encoder_layer(0, 8, 2, 16), init_decoder_layer(0, 8, 2, 16)):
+        assert np.array_equal(layer.norm1.gamma, np.ones(8)) and np.array_equal(layer.norm2.beta, np.zeros(8))
+    spread = init_layer_norm(5, 7, spread=0.5)
+    draws = np.random.default_rng(7).uniform(-0.5, 0.5, size=10)
+    np.testing.assert_array_equal(spread.gamma, 1.0 + draws[:5])
+    np.testing.assert_array_equal(spread.beta, draws[5:])
+    w = xavier_uniform(0, 300, 200)
+    a = np.sqrt(6.0 / 500)
+    assert np.abs(w).max() <= a and np.abs(w).max() > 0.999 * a and w.min() < -0.999 * a
+    mh, ff = init_multi_head(1, 64, 4), init_feed_forward(1, 64, 128)
+    for b in (mh.b_q, mh.b_k, mh.b_v, mh.b_o, ff.b1, ff.b2):
+        assert np.abs(b).max() <= 0.1 and b.max() > 0.08 and b.min() < -0.08
+    for a_, b_ in ((init_encoder_layer(3, 8, 2, 16), init_encoder_layer(3, 8, 2, 16)),
+                   (init_decoder_layer(3, 8, 2, 16), init_decoder_layer(3, 8, 2, 16))):
+        assert np.array_equal(a_.self_attn.w_q, b_.self_attn.w_q) and np.array_equal(a_.ffn.w2, b_.ffn.w2)
