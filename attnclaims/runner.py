@@ -80,13 +80,14 @@ def pytest_collection_finish(session):
         _append(progress, {"event": "total", "n": len(session.items)})
     collect = os.environ.get(COLLECT_ENV)
     if collect and not hasattr(session.config, "workerinput"):
-        from attnclaims.plugin import _claim_marks
+        from attnclaims.plugin import _claim_marks, claim_tags
 
         for item in session.items:
             ids, kind, role = _claim_marks(item)
             if ids:
-                _append(collect, {"test": item.nodeid, "claims": ids, "kind": kind,
-                                  "role": role, "impl_test": item.get_closest_marker("impl_test") is not None})
+                _append(collect, {"test": item.nodeid, "claims": ids, "kind": kind, "role": role,
+                                  "tags": {cid: list(tag) for cid, tag in claim_tags(item).items()},
+                                  "impl_test": item.get_closest_marker("impl_test") is not None})
 
 
 def pytest_collectreport(report):

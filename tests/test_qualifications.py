@@ -179,6 +179,7 @@ def test_post_ln_and_pre_ln_gradients_scale_differently_with_depth(artifacts_dir
 
 
 @pytest.mark.claim("no-recurrence", kind="measurement", role="qualification")
+@pytest.mark.claim("parallel-training", kind="measurement")  # the parallel pass: O(1) sequential steps
 def test_decoding_at_inference_is_sequential(attn_record):
     """One parallel causal pass has critical path 4 whatever n; autoregressive decoding, where
     position i + 1's input is computed from position i's output, has a critical path linear in n."""
