@@ -789,3 +789,12 @@ def test_parameter_defaults_and_initialisation():
     for a_, b_ in ((init_encoder_layer(3, 8, 2, 16), init_encoder_layer(3, 8, 2, 16)),
                    (init_decoder_layer(3, 8, 2, 16), init_decoder_layer(3, 8, 2, 16))):
         assert np.array_equal(a_.self_attn.w_q, b_.self_attn.w_q) and np.array_equal(a_.ffn.w2, b_.ffn.w2)
+
+
+def test_window_masks_and_a_three_dimensional_initial_state():
+    rows = {r: window_mask(6, r)[3].astype(int).tolist() for r in range(1, 6)}
+    assert rows == {1: [0, 0, 0, 1, 0, 0], 2: [0, 0, 0, 1, 1, 0], 3: [0, 0, 1, 1, 1, 0],
+                    4: [0, 0, 1, 1, 1, 1], 5: [0, 1, 1, 1, 1, 1]}
+    with pytest.raises(ValueError) as info:
+        tanh_rnn(np.ones((3, 3, 2)), _Wb, _Ub, h0=np.ones((2, 2, 4)))
+    assert str(info.value) == "h0.shape[:-1]=(2, 2) does not broadcast with x.shape[:-2]=(3,)"
