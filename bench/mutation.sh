@@ -94,6 +94,7 @@ restore() {
 start=$(date +%s)
 rc=0
 stall="${MUTATION_STALL:-180}"
+left_prev=""
 for attempt in $(seq 1 50); do
     "$MUTMUT_VENV/bin/mutmut" run --paths-to-mutate "$KEEP" --tests-dir tests --runner "$RUNNER" -b 30 -m 4 \
         --simple-output --no-progress >> "$WORK/mutmut.log" 2>&1 &
@@ -113,9 +114,14 @@ for attempt in $(seq 1 50); do
     done
     wait "$MUTMUT" 2>/dev/null && rc=0 || rc=$?
     restore
+    before="$left_prev"
     left="$(untested)"
+    left_prev="$left"
     echo "mutation.sh: attempt $attempt: untested, total, by status: $left"
     [ "${left%% *}" = 0 ] && break
+    # mutmut finished by itself without recording anything new: what is left untested are rows the
+    # crashed worker registered under shifted line numbers, which no current mutant matches
+    [ "$quiet" -lt "$stall" ] && [ "$left" = "$before" ] && break
 done
 elapsed=$(( $(date +%s) - start ))
 "$MUTMUT_VENV/bin/mutmut" results > "$WORK/results.txt" || true
