@@ -19,8 +19,38 @@ from pathlib import Path
 
 MUTMUT = Path.home() / ".cache/attnclaims-mutmut/bin/mutmut"
 
-#: (file, a fragment of the mutated line) -> why no test can kill it (equivalent) or why it is left.
-REASONS: list[tuple[str, str, str]] = []
+#: (file, a fragment of the mutated line, why no test can kill it (equivalent) or why it is left).
+SQUARE_W = "w is checked to be square (d_h, d_h) just before, so shape[0] = shape[1]."
+SQUARE_A = "a is checked to be (d_h, d_h) or (n, d_h, d_h), so every one of these indices gives d_h."
+REASONS: list[tuple[str, str, str]] = [
+    ("reference/attention.py", "(x >= -np.inf)", "A −inf score stays 'allowed', but exp(−inf − max) = 0 gives it weight 0 anyway; a row of only −inf gets max −inf, shift 0, weights 0 — as before."),
+    ("reference/attention.py", "row_max == +np.inf", "row_max is never +inf (+inf at an allowed position is rejected above); a fully masked row keeps max −inf, its shifted entries are set to −inf by the where(), exp gives 0: the same zero row."),
+    ("reference/attention.py", "row_max == -np.inf, 1.0", "Any finite shift serves a fully masked row: all its shifted entries are −inf and every weight is 0."),
+    ("reference/attention.py", '"XXscoresXX"), v', "The name appears only in the NaN/+inf message of `_softmax`, which cannot be raised here: `_attention_weights` checks the scores' finiteness at unmasked positions, with its own message, just before."),
+    ("reference/_validate.py", "copy=True", "A copy instead of the very array when the input is already float64: the reference never writes into it, so only memory use differs."),
+    ("reference/_validate.py", "ok = None", "None is falsy like False; only `if not ok` reads it."),
+    ("reference/params.py", "d = w_q.shape[1]", "w_q is checked square two lines above."),
+    ("reference/params.py", "return self.w_q.shape[1]", "w_q is square (checked on construction)."),
+    ("reference/baselines.py", '"w.shape[0]", w.shape[1])', SQUARE_W),
+    ("reference/baselines.py", "d_h = w.shape[1]", SQUARE_W),
+    ("reference/baselines.py", "np.eye(w.shape[1])", SQUARE_W),
+    ("reference/baselines.py", "a.shape[+1]", SQUARE_A),
+    ("reference/baselines.py", "a.shape[-2]", SQUARE_A),
+    ("reference/baselines.py", "a_t.shape[+1]", SQUARE_A),
+    ("reference/baselines.py", "a_t.shape[-2]", SQUARE_A),
+    ("reference/baselines.py", "np.zeros(x.shape[:-3] + (d_h,))", "The zero initial state broadcasts against the batch in the first step anyway: the same states, the same shape."),
+    ("reference/baselines.py", "h_t.shape[:-2] + w.shape", "The broadcast copy of Wᵀ only has to broadcast against the batch in the matmul that follows, which it also does with one leading axis fewer."),
+    ("reference/baselines.py", "if n > 1 else 0", "For n = 1, ⌈log₂ 1⌉ = 0 as well."),
+    ("reference/baselines.py", "size = 2 ** levels if n >= 0 else 0", "Only n = 0 differs: one padding identity that no round reads; states, depth and combines are unchanged."),
+    ("reference/baselines.py", "size = 2 ** levels if n > 0 else 1", "Only n = 0 differs: one padding identity that no round reads; states, depth and combines are unchanged."),
+    ("reference/baselines.py", "np.log(norm) if norm >= 0", "log(0) = −inf, the value of the other branch."),
+    ("reference/baselines.py", 'first = 1 if padding == "causal"', "`first` is read only in the `same` branch; causal taps shift by −m·δ."),
+    ("reference/baselines.py", 'first = 0 if padding == "XXcausalXX"', "`first` is read only in the `same` branch: for causal padding it now takes the `same` value, which nothing reads."),
+    ("reference/baselines.py", "if lo <= hi:", "lo = hi is an empty slice: adding it changes nothing."),
+    ("reference/baselines.py", "-((window - 1) / 2)", "Offsets are integers: j − i ≥ −(r − 1)/2 ⟺ j − i ≥ −⌊(r − 1)/2⌋."),
+    ("reference/baselines.py", "if mask is  None:", "l2_attention validates the mask with as_mask only as a courtesy: attention_from_scores validates it again under the same name against the same shape, so the result and the message are the same either way."),
+    ("reference/baselines.py", "(offset <= window / 2)", "Offsets are integers: j − i ≤ r/2 ⟺ j − i ≤ ⌊r/2⌋."),
+]
 
 
 def reason_for(filename: str, before: str, after: str) -> str:
