@@ -798,3 +798,73 @@ def test_window_masks_and_a_three_dimensional_initial_state():
     with pytest.raises(ValueError) as info:
         tanh_rnn(np.ones((3, 3, 2)), _Wb, _Ub, h0=np.ones((2, 2, 4)))
     assert str(info.value) == "h0.shape[:-1]=(2, 2) does not broadcast with x.shape[:-2]=(3,)"
+
+
+# ---------------------------------------------------------------------------------------------
+# The tolerance formulas are the ones their docstrings derive
+# ---------------------------------------------------------------------------------------------
+# A worst-case bound changed by a small factor stays sound and within the tightness window above,
+# so it is pinned here against the formula its docstring states (a derivation and its code must
+# not drift apart; changing a bound means changing both).
+
+def test_softmax_bounds_follow_their_docstrings():
+    t = np.array([0.0, -1.5, -4.0])
+    for n in (1, 3, 10):
+        assert np.array_equal(T.weight_relative_error(t, n), 2 * np.abs(t) + 8.0 * (n + 1) + 4.0 * np.log(n))
+        u = T.unit_roundoff(np.float32)
+        assert float(T.row_sum_bound(np.float32, n).abs) == u * (8.0 * (n + 1) + 6.0 * np.log(n)) + n * T.U64
+    x = np.array([[1.0, 2.5, -0.5], [0.0, 0.0, 3.0]])
+    u = 1e-8
+    a = softmax(x)
+    t = x - x.max(axis=-1, keepdims=True)
+    want = a * u * (2 * np.abs(t) + 8.0 * 4 + 4.0 * np.log(3))
+    np.testing.assert_allclose(T.softmax_error(x, u=u), want, rtol=1e-6)
+    np.testing.assert_allclose(T.softmax_error(x.T, axis=0, u=u), want.T, rtol=1e-6)
+    np.testing.assert_allclose(T.softmax_error(x.T, 0, u=u), want.T, rtol=1e-6)
+    ex = np.array([[1e-9, 3e-9, 2e-9], [0.0, 1e-9, 0.0]])
+    e_in = ex.max(axis=-1, keepdims=True)
+    with_ex = a * ((1 + np.expm1(2 * e_in)) * (1 + u * (2 * np.abs(t) + 8.0 * 4 + 4.0 * np.log(3))) - 1)
+    np.testing.assert_allclose(T.softmax_error(x, u=u, ex=ex), with_ex, rtol=1e-6)
+    np.testing.assert_allclose(T.softmax_error(x.T, axis=0, u=u, ex=ex.T), with_ex.T, rtol=1e-6)
+    assert T.softmax_error(np.array([0.0, -1e4]), u=u)[1] == 0.0  # an underflowed weight has bound 0
+    assert T.softmax_error(np.array([0.0, 0.0]), u=0.5).max() == 1.0  # capped at 1
+
+
+def test_score_and_linear_bounds_follow_their_docstrings():
+    q, k = _rng.normal(size=(2, 3, 5)), _rng.normal(size=(2, 4, 5))
+    eq, ek = np.full(q.shape, 1e-9), np.full(k.shape, 2e-9)
+    u, s = 1e-8, 1 / np.sqrt(5)
+    aq, ak = np.abs(q), np.abs(k)
+    kt = lambda m: np.swapaxes(m, -1, -2)  # noqa: E731
+    want = s * (u * (5 + 3) * (aq @ kt(ak)) + eq @ kt(ak) + aq @ kt(ek) + eq @ kt(ek))
+    np.testing.assert_allclose(T.score_error(q, k, u=u, eq=eq, ek=ek), want, rtol=1e-12)
+    np.testing.assert_allclose(T.score_error(q, k, 0.5, u=u), 0.5 * u * 8 * (aq @ kt(ak)), rtol=1e-12)
+    x, w, b = _rng.normal(size=(3, 4)), _rng.normal(size=(4, 6)), _rng.normal(size=6)
+    ex = np.full(x.shape, 1e-9)
+    np.testing.assert_allclose(T.linear_error(x, w, b, u=u, ex=ex),
+                               ex @ np.abs(w) + u * 5 * (np.abs(x) @ np.abs(w) + np.abs(b)), rtol=1e-12)
+    np.testing.assert_allclose(T.linear_error(x, w, u=u), u * 5 * (np.abs(x) @ np.abs(w)), rtol=1e-12)
+    v = _rng.normal(size=(4, 2))
+    delta = float(T.row_sum_bound(np.float32, 4).abs)
+    u32 = T.unit_roundoff(np.float32)
+    np.testing.assert_allclose(T.hull_slack(v, None, 3, dtype=np.float32).abs,
+                               np.broadcast_to((delta + u32 * 6) * np.abs(v).max(axis=0), (3, 2)), rtol=1e-12)
+
+
+def test_check_boundaries_and_defaults():
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        T.Bound(1.0, 1.0).tol = 2.0
+    assert T.assert_close([1.0], [1.5], T.Bound(0.5, 0.5), "w") == 0.5  # measured == tol passes
+    assert T.assert_close([1.0], [1.2], T.Bound(0.5, 1.0), "w") == pytest.approx(0.4)  # err 0.2 / scale 0.5
+    with pytest.raises(CheckFailure) as info:
+        T.assert_within([2.0], [0.0], [1.0], T.Bound(0.5, 0.5), "w")
+    assert str(info.value).startswith("max |dist(out, [low, high]) - 0| / scale = 1 > 0.5 [w]")
+    with pytest.raises(CheckFailure):
+        T.assert_differs([1.0, 2.0], [1.0, 2.0], T.Bound(0.0, 0.1), "w")  # zero scale, no difference
+    with pytest.raises(CheckFailure):
+        T.assert_differs(np.zeros(0), np.zeros(0), T.Bound(1.0, 0.1), "w")  # nothing to differ
+    with pytest.raises(CheckFailure):
+        T.assert_differs([1.0], [1.5], T.Bound(0.5, 0.5), "w")  # measured == tol: not beyond rounding
+    assert T.assert_differs([1.0], [1.2], T.Bound(0.05, 0.1), "w") == pytest.approx(0.4)  # scale 0.5
