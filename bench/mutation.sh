@@ -63,7 +63,8 @@ PYTEST_ARGS="-x -q -p no:cacheprovider --hypothesis-profile ci --no-header -o ad
 SOCK="$WORK/.mutation.sock"
 PYTHONPATH="$WORK" PYTHONDONTWRITEBYTECODE=1 "$PY" "$ROOT/bench/mutation_server.py" serve "$SOCK" "$WORK" "$ROUTES" -- $PYTEST_ARGS &
 SERVER=$!
-trap '"$PY" -S "$ROOT/bench/mutation_server.py" stop "$SOCK" >/dev/null 2>&1 || kill $SERVER 2>/dev/null || true' EXIT
+# Stop this run's own server by its pid (a "stop" sent to the socket could reach a newer run's server).
+trap 'kill $SERVER 2>/dev/null || true' EXIT
 RUNNER="$PY -S $ROOT/bench/mutation_server.py run $SOCK"
 
 echo "mutation.sh: copy in $WORK; mutating $KEEP; pytest $PYTEST_ARGS; tests per source: $ROUTES"
