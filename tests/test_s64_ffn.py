@@ -99,7 +99,11 @@ def test_is_not_additive(impl, data):
     """A counterexample to linearity: FFN(x) + FFN(−x) ≠ 2·FFN(0), which every affine map satisfies
     (the ReLU makes relu(z + b) + relu(−z + b) > 2 relu(b) wherever |z| > |b|)."""
     case, p = data
-    x = S.cast(4.0 * case.x.astype(np.float64), impl.dtype)  # large enough that |x W₁| exceeds |b₁|
+    x = case.x.astype(np.float64)
+    z = np.abs(x @ p.w1.astype(np.float64))  # (…, d_ff)
+    b = np.abs(p.b1.astype(np.float64))
+    worst = np.unravel_index(np.argmax(z / (b + 1e-300)), z.shape)  # the unit closest to leaving its linear piece
+    x = S.cast(x * (2.0 * b[worst[-1]] + 1.0) / z[worst], impl.dtype)  # now |z| = 2|b| + 1 > |b| there
     zero = np.zeros_like(x)
     lhs = impl.feed_forward(x, p).astype(np.float64) + impl.feed_forward(-x, p).astype(np.float64)
     rhs = 2.0 * impl.feed_forward(zero, p).astype(np.float64)
