@@ -163,19 +163,26 @@ def _relevant(item) -> set[str]:
     return claims & _STATE["claims"] if _STATE["claims"] is not None else claims
 
 
-def pytest_runtest_protocol(item, nextitem):
-    """With --mutant-first, do not run a test whose claims have all been detected already."""
+_SKIP_REASON = "not run: every claim of this test was already detected (attnclaims mutants, first-detection mode)"
+
+
+def pytest_runtest_setup(item):
+    """With --mutant-first, skip a test whose claims have all been detected already. Skipping at setup (not
+    by short-circuiting the run protocol) keeps pytest's fixture teardown in order for the tests after it."""
+    import pytest
+
     if _STATE["active"] and _STATE["first"] and _relevant(item) <= _STATE["detected"]:
-        return True  # handled: nothing is run or reported
-    return None
+        pytest.skip(_SKIP_REASON)
 
 
-pytest_runtest_protocol.tryfirst = True
+pytest_runtest_setup.tryfirst = True
 
 
 def pytest_runtest_logreport(report):
     if not _STATE["log"]:
         return
+    if report.skipped and _SKIP_REASON in str(report.longrepr):
+        return  # not run: the matrix cell stays as the tests that did run left it
     final = report.when == "call" or (report.when == "setup" and not report.passed)
     if not final:
         return

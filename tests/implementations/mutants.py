@@ -277,6 +277,26 @@ class _ScoreSoftcap(Composed):
         return 50.0 * np.tanh(super()._scores(q, k, scale) / 50.0)
 
 
+@mutant("score_clamp", "attention", ["seq2seq-bottleneck", "alignment-example"],
+        "scores clipped to [−5, 5] 'for stability': no key can win by more than e^10, however aligned")
+class _ScoreClamp(Composed):
+    def _scores(self, q, k, scale):
+        return np.clip(super()._scores(q, k, scale), -5.0, 5.0)
+
+
+@mutant("topk_attention", "attention", ["interpretability", "softmax-distribution"],
+        "top-k sparse attention left on: only the 4 largest scores of a query are kept (wrong only when n_k > 4)")
+class _TopkAttention(Composed):
+    _K = 4
+
+    def _weights(self, s, allowed):
+        if s.shape[-1] > self._K:
+            kth = np.sort(s, axis=-1)[..., -self._K][..., None]  # the 4th largest score of each row
+            top = s >= kth
+            allowed = top if allowed is None else allowed & top
+        return super()._weights(s, allowed)
+
+
 @mutant("mha_scale_d_model", "multi_head_attention", ["multihead-structure"],
         "multi-head scores scaled by 1/√d_model instead of 1/√d_k per head (identical with one head)")
 class _MhaScaleDModel(Composed):
@@ -569,6 +589,14 @@ class _LnNaive(Composed):
 # ---------------------------------------------------------------------------------------------
 # Residual connections and norm placement
 # ---------------------------------------------------------------------------------------------
+
+@mutant("encoder_adds_positions", "encoder_layer", ["no-recurrence", "permutation-equivariance"],
+        "every encoder layer adds the sinusoidal encoding to its input (instead of once, to the embeddings)")
+class _EncoderAddsPositions(Composed):
+    def encoder_layer(self, x, params, mask=None):
+        x = np.asarray(x, dtype=np.float64)
+        return super().encoder_layer(x + self.positional_encoding(x.shape[-2], x.shape[-1]), params, mask)
+
 
 @mutant("residual_missing", "encoder_layer", ["encoder-structure"],
         "the attention sub-layer has no residual: LN(SelfAttn(x))")
