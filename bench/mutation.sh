@@ -96,7 +96,9 @@ start=$(date +%s)
 rc=0
 stall="${MUTATION_STALL:-180}"
 left_prev=""
-for attempt in $(seq 1 50); do
+attempts=50
+[ "${MUTATION_RECHECK_ONLY:-0}" = 1 ] && attempts=0
+for attempt in $(seq 1 $attempts); do
     "$MUTMUT_VENV/bin/mutmut" run --paths-to-mutate "$KEEP" --tests-dir tests --runner "$RUNNER" -b 30 -m 4 \
         --simple-output --no-progress >> "$WORK/mutmut.log" 2>&1 &
     MUTMUT=$!
@@ -123,6 +125,18 @@ for attempt in $(seq 1 50); do
     # mutmut finished by itself without recording anything new: what is left untested are rows the
     # crashed worker registered under shifted line numbers, which no current mutant matches
     [ "$quiet" -lt "$stall" ] && [ "$left" = "$before" ] && break
+done
+# Re-check every survivor on its own (mutmut run ID): a survivor recorded by a worker that died, or
+# before the latest tests were copied in, is tested once more against the current tests.
+survivor_ids() {
+    "$MUTMUT_VENV/bin/python" -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); \
+print(' '.join(str(r[0]) for r in c.execute(\"select id from Mutant where status = 'bad_survived' order by id\")))" \
+        "$WORK/.mutmut-cache"
+}
+for id in $(survivor_ids); do
+    "$MUTMUT_VENV/bin/mutmut" run "$id" --paths-to-mutate "$KEEP" --tests-dir tests --runner "$RUNNER" -b 30 -m 4 \
+        --simple-output --no-progress >> "$WORK/mutmut.log" 2>&1 || true
+    restore
 done
 elapsed=$(( $(date +%s) - start ))
 "$MUTMUT_VENV/bin/mutmut" results > "$WORK/results.txt" || true
