@@ -868,3 +868,48 @@ def test_check_boundaries_and_defaults():
     with pytest.raises(CheckFailure):
         T.assert_differs([1.0], [1.5], T.Bound(0.5, 0.5), "w")  # measured == tol: not beyond rounding
     assert T.assert_differs([1.0], [1.2], T.Bound(0.05, 0.1), "w") == pytest.approx(0.4)  # scale 0.5
+
+
+@pytest.mark.parametrize("call, message", [
+    pytest.param(lambda: multi_head_attention(np.ones(8), _x, _mh), "x_q.ndim=1 (x_q.shape=(8,)), but should be >= 2",
+                 id="mha-xq-ndim"),
+    pytest.param(lambda: multi_head_attention(_x, np.ones(8), _mh), "x_kv.ndim=1 (x_kv.shape=(8,)), but should be >= 2",
+                 id="mha-xkv-ndim"),
+    pytest.param(lambda: layer_norm(np.array(1.0), np.ones(1), np.zeros(1)), "x.ndim=0 (x.shape=()), but should be >= 1",
+                 id="ln-x-ndim"),
+    pytest.param(lambda: layer_norm(np.ones(2), np.ones(2, complex), np.zeros(2)),
+                 "gamma.dtype=complex128, but should be a real floating or integer dtype", id="ln-gamma-dtype"),
+    pytest.param(lambda: layer_norm(np.ones(2), np.ones(2), np.zeros(2, complex)),
+                 "beta.dtype=complex128, but should be a real floating or integer dtype", id="ln-beta-dtype"),
+    pytest.param(lambda: feed_forward(np.ones(8, complex), _enc.ffn),
+                 "x.dtype=complex128, but should be a real floating or integer dtype", id="ffn-x-dtype"),
+    pytest.param(lambda: decoder_layer(np.ones(8), _x, _dec), "y.ndim=1 (y.shape=(8,)), but should be >= 2", id="dec-y"),
+    pytest.param(lambda: encoder(np.ones(8), []), "x.ndim=1 (x.shape=(8,)), but should be >= 2", id="encoder-x"),
+    pytest.param(lambda: decoder(np.ones(8), _x, []), "y.ndim=1 (y.shape=(8,)), but should be >= 2", id="decoder-y"),
+])
+def test_messages_of_the_layers(call, message):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value) == message
+
+
+def test_layer_defaults_and_the_final_norm_eps():
+    """eps defaults to 1e-5 (torch's LayerNorm); a stack's final norm takes the *last* layer's eps."""
+    x = np.array([[1.0, 1.001, 0.999, 1.0005]])  # a tiny variance, where eps shows
+    ln = init_layer_norm(4)
+    np.testing.assert_array_equal(layer_norm(x, ln.gamma, ln.beta), layer_norm(x, ln.gamma, ln.beta, 1e-5))
+    np.testing.assert_array_equal(encoder(x, [], final_norm=ln), layer_norm(x, ln.gamma, ln.beta, 1e-5))
+    np.testing.assert_array_equal(encoder(x, []), x)
+    np.testing.assert_array_equal(decoder(x, x, []), x)
+    np.testing.assert_array_equal(feed_forward(x[0], init_feed_forward(0, 4, 6)),
+                                  feed_forward(x, init_feed_forward(0, 4, 6))[0])
+    from dataclasses import replace
+
+    base = init_encoder_layer(0, 4, 2, 8)
+    layers = [replace(base, eps=e) for e in (0.5, 0.25, 1e-5)]
+    h = x
+    for layer in layers:
+        h = encoder_layer(h, layer)
+    np.testing.assert_array_equal(encoder(x, layers, final_norm=ln), layer_norm(h, ln.gamma, ln.beta, 1e-5))
+    one = encoder(x, layers[:1], final_norm=ln)
+    np.testing.assert_array_equal(one, layer_norm(encoder_layer(x, layers[0]), ln.gamma, ln.beta, 0.5))
