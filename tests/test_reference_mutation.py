@@ -913,3 +913,30 @@ def test_layer_defaults_and_the_final_norm_eps():
     np.testing.assert_array_equal(encoder(x, layers, final_norm=ln), layer_norm(h, ln.gamma, ln.beta, 1e-5))
     one = encoder(x, layers[:1], final_norm=ln)
     np.testing.assert_array_equal(one, layer_norm(encoder_layer(x, layers[0]), ln.gamma, ln.beta, 0.5))
+
+
+@pytest.mark.parametrize("call, message", [
+    pytest.param(lambda: softmax(np.array(["1.0", "2.0"])), "x.dtype=<U3, but should be a real floating or integer dtype",
+                 id="softmax-str"),
+    pytest.param(lambda: frequencies(4, base=0.0), "base=0.0, but should be a finite number > 0", id="pe-base-zero"),
+    pytest.param(lambda: add_positional_encoding(np.ones((5, 4)), np.ones((5, 4), complex)),
+                 "pe.dtype=complex128, but should be a real floating or integer dtype", id="add-pe-dtype"),
+])
+def test_messages_of_inputs_and_encodings(call, message):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value) == message
+
+
+def test_encodings_edges_and_the_reference_object():
+    from attnclaims.reference.impl import Reference
+
+    np.testing.assert_allclose(frequencies(4, base=0.5), 0.5 ** (-np.array([0.0, 2.0]) / 4), rtol=1e-15)
+    x, pe = np.ones((5, 4)), sinusoidal_encoding(5, 4)
+    np.testing.assert_array_equal(add_positional_encoding(x, pe), x + pe)  # a table of exactly n rows
+    table = learned_encoding(0, 2000, 4)
+    assert abs(table.mean()) < 0.002 and 0.019 < table.std() < 0.021  # N(0, 0.02²)
+    ref = Reference()
+    assert (ref.default_scale, ref.decoder_causal, repr(ref)) == ("1/sqrt(d_k)", True, "Reference()")
+    cube = _rng.normal(size=(2, 3, 4))
+    np.testing.assert_array_equal(ref.softmax(cube), softmax(cube, axis=-1))
