@@ -1,6 +1,8 @@
 """Summarise mutmut runs of bench/mutation.sh into the tables of docs/mutation.md.
 
-    python bench/mutation_report.py WORKDIR [WORKDIR ...] > /tmp/mutation-tables.md
+    python bench/mutation_report.py WORKDIR[:FILE,FILE] [WORKDIR ...] > /tmp/mutation-tables.md
+
+A WORKDIR may be limited to some of its files (when another run covers the rest).
 
 Reads each run's ``.mutmut-cache`` (mutmut 2's SQLite cache) and prints, per
 mutated file, the number of mutants killed, surviving, timed out, suspicious
@@ -65,7 +67,7 @@ def reason_for(filename: str, before: str, after: str) -> str:
     return ""
 
 
-def survivors(work: Path) -> list[tuple[int, str, int, str, str]]:
+def survivors(work: Path, files: set[str] | None = None) -> list[tuple[int, str, int, str, str]]:
     """(id, file, line number, before, after) of every surviving mutant of the run in ``work``."""
     con = sqlite3.connect(work / ".mutmut-cache")
     rows = con.execute(
@@ -73,6 +75,8 @@ def survivors(work: Path) -> list[tuple[int, str, int, str, str]]:
         "join SourceFile sf on l.sourcefile = sf.id where m.status = 'bad_survived' order by m.id").fetchall()
     out = []
     for mid, filename, number, line in rows:
+        if files and filename not in files:
+            continue
         diff = subprocess.run([str(MUTMUT), "show", str(mid)], cwd=work, capture_output=True, text=True).stdout
         minus = [d[1:].strip() for d in diff.splitlines() if d.startswith("-") and not d.startswith("---")]
         plus = [d[1:].strip() for d in diff.splitlines() if d.startswith("+") and not d.startswith("+++")]
@@ -94,10 +98,12 @@ def main(argv: list[str]) -> int:
     per: dict[str, Counter] = {}
     found = []
     for arg in argv:
-        work = Path(arg)
+        path, _, only = arg.partition(":")
+        work, files = Path(path), set(only.split(",")) if only else None
         for filename, c in counts(work).items():
-            per.setdefault(filename, Counter()).update(c)
-        found += survivors(work)
+            if files is None or filename in files:
+                per.setdefault(filename, Counter()).update(c)
+        found += survivors(work, files)
     print("| file | mutants | killed | survived | timeout | suspicious | untested | score |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     total = Counter()
