@@ -58,7 +58,7 @@ from attnclaims.reference.params import (
 )
 
 __all__ = [
-    "follow", "following", "followed", "follow_implementation", "FIXED_SHAPES", "ELEMENTWISE_LIMIT",
+    "follow", "following", "followed", "follow_implementation", "FIXED_SHAPES", "LAYER_MAX_SEQ", "ELEMENTWISE_LIMIT",
     "Dims", "dims", "seq_lengths", "batch_shapes", "scales", "arrays", "random_arrays",
     "masks", "mask_forms", "causal_masks", "single_key_masks", "padding_masks", "permutations", "seeds",
     "multi_head_params", "feed_forward_params", "layer_norm_params", "encoder_layer_params",
@@ -110,6 +110,12 @@ def _dtype() -> np.dtype:
 def _raw(impl):
     return getattr(impl, "impl", impl)  # the object behind a GuardedImplementation
 
+
+#: Longest sequence the tests of whole layers (encoder, decoder) draw, whatever the profile: their
+#: structure does not depend on the length, long sequences are exercised where they matter (attention,
+#: softmax, positional encodings, up to the profile's ``max_seq``/``long_seq``), and a layer's derived
+#: error bound at n = 320 costs seconds per example.
+LAYER_MAX_SEQ = 64
 
 #: The built-in shape menu for ``fixed_shapes = True`` (d_v = d_k, num_heads divides d_model).
 FIXED_SHAPES: tuple[dict, ...] = (

@@ -56,6 +56,7 @@ def check_equivariant(f, x, perm, bound: T.Bound, what: str) -> None:
 
 @st.composite
 def _perm_case(draw, *, min_seq=1, mask=None, generic=False, max_seq=None):
+    max_seq = max_seq or min(limits().max_seq, S.LAYER_MAX_SEQ)
     case = draw(S.model_cases(square=True, min_seq=min_seq, generic=generic, max_seq=max_seq))
     d = case.dims
     perm = draw(S.permutations(d.n_q))

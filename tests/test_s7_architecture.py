@@ -20,6 +20,7 @@ import pytest
 from hypothesis import example, given, note
 from hypothesis import strategies as st
 
+from attnclaims.profiles import limits
 from attnclaims.reference import decoder_layer as ref_decoder_layer
 from attnclaims.reference import encoder as ref_encoder
 from attnclaims.reference import encoder_layer as ref_encoder_layer
@@ -31,6 +32,7 @@ from attnclaims.tests.test_s31_attention import read_weights
 
 @st.composite
 def encoder_cases(draw, *, mask=None, generic=False, max_seq=None, min_d_model=1, scale=None):
+    max_seq = max_seq or min(limits().max_seq, S.LAYER_MAX_SEQ)
     case = draw(S.model_cases(square=True, generic=generic, max_seq=max_seq, min_d_model=min_d_model, scale=scale))
     d = case.dims
     params = draw(S.encoder_layer_params(d.d_model, d.num_heads, d.d_ff))
@@ -44,6 +46,7 @@ def encoder_cases(draw, *, mask=None, generic=False, max_seq=None, min_d_model=1
 def decoder_cases(draw, *, masks=None, generic=False, min_seq=1, max_seq=None, min_d_model=1):
     """y (batch, n_t, d), memory (batch, n_s, d), params, self_mask (a padding mask, which allows later
     positions: the layer's own causal mask must still hide them), memory_mask."""
+    max_seq = max_seq or min(limits().max_seq, S.LAYER_MAX_SEQ)
     case = draw(S.model_cases(generic=generic, min_seq=min_seq, max_seq=max_seq, min_d_model=min_d_model))
     d = case.dims
     params = draw(S.decoder_layer_params(d.d_model, d.num_heads, d.d_ff))
