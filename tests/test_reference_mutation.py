@@ -751,6 +751,7 @@ def test_assert_within_and_exactly_zero_and_differs():
     pytest.param(lambda: attention_from_scores(np.ones((2, 3)), np.ones((3, 2)), mask=np.ones((2, 4), bool)),
                  "mask.shape=(2, 4) does not broadcast to (2, 3)", id="from-scores-mask"),
     pytest.param(lambda: attention(_q, _k, np.ones(5)), "v.ndim=1 (v.shape=(5,)), but should be >= 2", id="attention-v"),
+    pytest.param(lambda: attention(_q, np.ones(8), _v), "k.ndim=1 (k.shape=(8,)), but should be >= 2", id="attention-k"),
 ])
 def test_messages_of_attention_from_scores(call, message):
     with pytest.raises(ValueError) as info:
