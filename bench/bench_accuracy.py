@@ -404,7 +404,8 @@ def run(quick: bool = False, seed: int = 0, trials: int | None = None) -> dict:
             errs = {m: layer_norm_error(f(x, g, b, eps), exact) for m, f in LAYER_NORM_METHODS.items()}
             _merge(ln, name, 1.0, errs, shape=list(x.shape), eps=eps)
     return {"trials": trials,
-            "functions": {"softmax": list(sm.values()), "attention": list(att.values()), "layer_norm": list(ln.values())}}
+            "functions": {"softmax": list(sm.values()), "attention": list(att.values()),
+                          "layer_norm": list(ln.values())}}
 
 
 def verdicts(results: dict) -> dict:

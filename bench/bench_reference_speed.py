@@ -254,7 +254,8 @@ def print_tables(results: dict, summary: dict, console: Console) -> None:
             t.add_row(r["function"], f"{r['own_s']:.4f}", f"{r['own_pct']:.0f}%")
         console.print(t)
     ok = summary["within_target"]
-    console.print(f"reference within {TARGET_RATIO:g}× of torch everywhere: {'[green]yes[/green]' if ok else '[red]no[/red]'}")
+    verdict = "[green]yes[/green]" if ok else "[red]no[/red]"
+    console.print(f"reference within {TARGET_RATIO:g}× of torch everywhere: {verdict}")
     for m in summary["misses"]:
         console.print(f"  [red]{m['kind']} n={m['n']}[/red]: {m['ratio']:.2f}× {m['vs']}")
 
@@ -265,8 +266,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None,
                     help="threads for torch and numpy's BLAS (default: the libraries' defaults)")
-    ap.add_argument("--out", type=Path, default=RESULTS, help=f"JSON output (default {RESULTS})")
+    ap.add_argument("--out", type=Path, default=None,
+                    help=f"JSON output (default {RESULTS}, or reference_speed_threadsN.json with --threads N)")
     args = ap.parse_args(argv)
+    if args.out is None:
+        args.out = RESULTS if not args.threads else RESULTS.with_name(f"reference_speed_threads{args.threads}.json")
     if args.threads:
         torch.set_num_threads(args.threads)
     start = time.perf_counter()

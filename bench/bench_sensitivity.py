@@ -23,8 +23,13 @@ which is what the ratios use — the grid alone would round torch's threshold
 
 False alarms: the unperturbed outputs of the same implementations, and of the
 torch and jax adapters where installed (``--no-libraries`` skips them), must
-all pass the suite's check; the table gives the largest measured error /
-bound, i.e. the headroom below a false alarm.
+all pass the suite's check, on the fixed inputs above and on ``--draws``
+random inputs per operation (shapes, score scales up to peaked rows, random
+and causal masks, Post-LN and Pre-LN); the tables give the largest measured
+error / bound, i.e. the headroom below a false alarm. Only the test-only
+implementations count as false alarms: a library may legitimately compute
+less precisely (jax.nn.dot_product_attention computes its softmax in float32
+even for float64 inputs), which the table shows against the float32 bound.
 
 Run: ``.venv/bin/python bench/bench_sensitivity.py [--quick]``; the table goes
 to the terminal and ``bench/results/sensitivity.json``.
@@ -102,8 +107,9 @@ def jsonable(obj):
 class Case:
     """One operation on fixed inputs: how to call an implementation, and the suite's bound for it."""
 
-    def __init__(self, op: str, name: str, call, error, args: tuple):
+    def __init__(self, op: str, name: str, call, error, args: tuple, sweep: bool = True):
         self.op, self.name, self.call, self.error, self.args = op, name, call, error, args
+        self.sweep = sweep  # False: a random draw for the false-alarm check only (no perturbation sweep)
 
     def run(self, impl) -> np.ndarray:
         return np.asarray(self.call(impl), dtype=np.float64)
@@ -144,6 +150,40 @@ def cases(rng: np.random.Generator, quick: bool) -> list[Case]:
     if not quick:
         enc("Pre-LN, causal, (2, 8, 16)", rng.standard_normal((2, 8, 16)),
             init_encoder_layer(rng, 16, 4, 32, norm_first=True), causal_mask(8))
+    return out
+
+
+def random_cases(rng: np.random.Generator, draws: int) -> list[Case]:
+    """``draws`` random inputs per operation for the false-alarm check: shapes, score scales (up to peaked
+    softmax rows), causal or random masks that leave every query a key, Post-LN and Pre-LN."""
+    out = []
+    for i in range(draws):
+        b, n_q, n_k = int(rng.integers(1, 4)), int(rng.integers(1, 17)), int(rng.integers(1, 17))
+        h = int(rng.choice([1, 2, 4]))
+        d_k = int(rng.choice([1, 2, 4, 8, 16]))
+        score_scale = float(rng.choice([0.1, 1.0, 4.0, 16.0]))
+        mask = None
+        if rng.random() < 0.5:
+            mask = rng.random((b, n_q, n_k)) < 0.7
+            mask[..., int(rng.integers(n_k))] = True  # every query keeps a key
+        q = score_scale * rng.standard_normal((b, h, n_q, d_k))
+        k, v = rng.standard_normal((b, h, n_k, d_k)), rng.standard_normal((b, h, n_k, d_k))
+        head_mask = None if mask is None else mask[:, None]
+        out.append(Case("attention", f"random {i}",
+                        lambda impl, q=q, k=k, v=v, m=head_mask: impl.attention(q, k, v, mask=m),
+                        T.attention_error, (q, k, v, head_mask, None), sweep=False))
+        d_model = h * d_k
+        x_q, x_kv = rng.standard_normal((b, n_q, d_model)), rng.standard_normal((b, n_k, d_model))
+        p = init_multi_head(rng, d_model, h)
+        out.append(Case("multi-head", f"random {i}",
+                        lambda impl, a=x_q, c=x_kv, p=p, m=mask: impl.multi_head_attention(a, c, p, m),
+                        T.multi_head_error, (x_q, x_kv, p, mask), sweep=False))
+        x = rng.standard_normal((b, n_q, d_model)) * float(rng.choice([1.0, 10.0]))
+        pe = init_encoder_layer(rng, d_model, h, 2 * d_model, norm_first=bool(rng.random() < 0.5))
+        self_mask = causal_mask(n_q) if rng.random() < 0.5 else None
+        out.append(Case("encoder layer", f"random {i}",
+                        lambda impl, x=x, p=pe, m=self_mask: impl.encoder_layer(x, p, m),
+                        T.encoder_layer_error, (x, pe, self_mask), sweep=False))
     return out
 
 
@@ -213,9 +253,10 @@ def load(specs: dict) -> dict:
     return impls
 
 
-def run(quick: bool = False, seed: int = 0, libraries: bool = True) -> dict:
+def run(quick: bool = False, seed: int = 0, libraries: bool = True, draws: int | None = None) -> dict:
     rng = np.random.default_rng(seed)
-    all_cases = cases(rng, quick)
+    draws = (5 if quick else 100) if draws is None else draws
+    all_cases = cases(rng, quick) + random_cases(rng, draws)
     bases = load(BASES)
     libs = load(LIBRARIES) if libraries else {}
     ops = list(dict.fromkeys(c.op for c in all_cases))
@@ -247,7 +288,7 @@ def run(quick: bool = False, seed: int = 0, libraries: bool = True) -> dict:
                 f32 = T.conformance(case.error, *case.args, dtype=np.float32)
                 row["measured_over_float32_bound"] = suite_check(out, ref, f32)[1]
             alarms.append(row)
-            if impl_name not in bases:
+            if impl_name not in bases or not case.sweep:
                 continue
             floor[case.op] = max(floor[case.op], float(np.max(np.abs(out - ref)) / np.max(np.abs(ref))))
             trials[case.op] += 1
@@ -278,12 +319,28 @@ def run(quick: bool = False, seed: int = 0, libraries: bool = True) -> dict:
         }
     false_alarms = [a for a in alarms if a["status"] == "false alarm"]
     measured = [a["measured_over_bound"] for a in alarms if a["status"] in ("passed", "false alarm")]
+    random_summary = {}
+    for op in ops:
+        rows = [a for a in alarms if a["op"] == op and a["case"].startswith("random ")]
+        by_impl = {}
+        for a in rows:
+            entry = by_impl.setdefault(a["implementation"], {"inputs": 0, "false_alarms": 0, "detected": 0,
+                                                             "max_measured_over_bound": 0.0})
+            if a["status"] == "n/a":
+                continue
+            entry["inputs"] += 1
+            entry["false_alarms"] += a["status"] == "false alarm"
+            entry["detected"] += a["status"] == "detected"
+            if a["status"] in ("passed", "false alarm"):
+                entry["max_measured_over_bound"] = max(entry["max_measured_over_bound"], a["measured_over_bound"])
+        random_summary[op] = by_impl
     return {
-        "ks": KS, "cases": [{"op": c.op, "case": c.name} for c in all_cases],
+        "ks": KS, "cases": [{"op": c.op, "case": c.name} for c in all_cases if c.sweep], "random_draws": draws,
+        "random_inputs": random_summary,
         "implementations": {n: (v if isinstance(v, str) else "ok") for n, v in {**bases, **libs}.items()},
         "detections": {op: {ch: {str(k): f"{counts[op][ch][k]}/{trials[op]}" for k in KS} for ch in CHECKS}
                        for op in ops},
-        "per_op": summary_ops, "unperturbed": alarms,
+        "per_op": summary_ops, "unperturbed": [a for a in alarms if not a["case"].startswith("random ")],
         "false_alarms": len(false_alarms), "max_unperturbed_measured_over_bound": max(measured, default=0.0),
     }
 
@@ -353,6 +410,26 @@ def print_tables(results: dict, summary: dict, console: Console) -> None:
     console.print("cells: measured error / float64 bound (< 1 passes; the distance below 1 is the headroom). "
                   "Yellow: a library adapter beyond float64 rounding, shown against the float32 bound; "
                   "not counted as a false alarm (only the test-only correct implementations are).")
+    t = Table(title=f"false alarms on {results['random_draws']} random inputs per operation (shapes, score scales, "
+                    f"masks, Post/Pre-LN): alarms / inputs, largest measured / bound")
+    t.add_column("operation")
+    impls = list(dict.fromkeys(n for by in results["random_inputs"].values() for n in by))
+    for name in impls:
+        t.add_column(name, justify="right")
+    for op, by in results["random_inputs"].items():
+        cells = []
+        for name in impls:
+            e = by.get(name)
+            if not e or not e["inputs"]:
+                cells.append("n/a")
+            elif e["detected"]:
+                cells.append(f"[yellow]{e['detected']}/{e['inputs']} beyond float64[/yellow]")
+            else:
+                colour = "red" if e["false_alarms"] else "green"
+                cells.append(f"[{colour}]{e['false_alarms']}/{e['inputs']}[/{colour}], "
+                             f"{e['max_measured_over_bound']:.1e}")
+        t.add_row(op, *cells)
+    console.print(t)
     console.print("rounding floor: largest ‖out − ref‖∞ / ‖ref‖∞ of the correct implementations; "
                   "suite / floor: how far above it the suite's threshold sits")
     for n, v in results["implementations"].items():
@@ -369,11 +446,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="one input per operation, for a smoke run")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--draws", type=int, default=None,
+                    help="random inputs per operation for the false-alarm check (default 100, --quick 5)")
     ap.add_argument("--no-libraries", action="store_true", help="skip the torch and jax adapters' false-alarm check")
     ap.add_argument("--out", type=Path, default=RESULTS, help=f"JSON output (default {RESULTS})")
     args = ap.parse_args(argv)
     start = time.perf_counter()
-    results = run(quick=args.quick, seed=args.seed, libraries=not args.no_libraries)
+    results = run(quick=args.quick, seed=args.seed, libraries=not args.no_libraries, draws=args.draws)
     summary = verdicts(results)
     doc = {"benchmark": "sensitivity", "quick": args.quick, "seed": args.seed, "machine": machine(),
            "results": results, "summary": summary, "elapsed_s": round(time.perf_counter() - start, 2)}

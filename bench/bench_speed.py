@@ -18,7 +18,8 @@ implementation: the slowest tests, and the time per test module.
 Targets (2-core machine): reference check < 60 s, each library check < 120 s,
 2 workers ≥ 1.5× faster than 1 for the reference. On a shared machine the
 absolute times carry the other load; the table prints the load average
-before and after each run so a reader can judge.
+before and after each run so a reader can judge, and the CPU time of each
+run's process tree (user + system), which other load changes far less.
 
 Run: ``.venv/bin/python bench/bench_speed.py [--quick] [--skip-profile]``;
 the table goes to the terminal and ``bench/results/speed.json``. ``--quick``
@@ -33,6 +34,7 @@ import math
 import os
 import platform
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -40,6 +42,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 RESULTS = Path(__file__).resolve().parent / "results" / "speed.json"
@@ -96,6 +99,7 @@ PHASE = re.compile(r"attnclaims: (?P<impl>\S+): (?P<tests>\d+) tests in (?P<secs
 def timed(cmd: list[str], cwd: Path, timeout: float = TIMEOUT_S) -> dict:
     """Run ``cmd`` once; wall seconds, exit status, the pytest phases the CLI reported, the output's tail."""
     load_before = load()
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
@@ -105,9 +109,12 @@ def timed(cmd: list[str], cwd: Path, timeout: float = TIMEOUT_S) -> dict:
         rc, out, err = None, exc.stdout or "", exc.stderr or ""
         out, err = (s.decode(errors="replace") if isinstance(s, bytes) else s for s in (out, err))
     wall = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     phases = [{"impl": m["impl"], "tests": int(m["tests"]), "pytest_s": float(m["secs"])}
               for m in PHASE.finditer(err + out)]
-    return {"command": " ".join(cmd[2:] if cmd[:2] == CLI[:2] else cmd), "wall_s": wall, "exit_status": rc,
+    return {"command": " ".join(cmd[2:] if cmd[:2] == CLI[:2] else cmd), "wall_s": wall, "cpu_s": cpu,
+            "exit_status": rc,
             "completed": rc in (0, 1), "pytest_s": sum(p["pytest_s"] for p in phases), "phases": phases,
             "load_before": load_before, "load_after": load(), "tail": (out + err)[-1500:]}
 
@@ -205,21 +212,26 @@ def verdicts(results: dict, quick: bool = False) -> dict:
 
 def print_tables(results: dict, summary: dict, console: Console) -> None:
     t = Table(title=f"wall time of one run each (ci profile; claims: {results['claims']})")
-    for col in ("command", "wall s", "pytest s", "rest s", "exit", "load avg before→after"):
+    for col in ("command", "wall s", "pytest s", "rest s", "CPU s", "exit", "load avg before→after"):
         t.add_column(col, justify="left" if col == "command" else "right")
     for r in results["runs"]:
         exit_cell = str(r["exit_status"]) if r["completed"] else f"[red]{r['exit_status']}[/red]"
-        t.add_row(r["command"], f"{r['wall_s']:.1f}", f"{r['pytest_s']:.1f}", f"{r['wall_s'] - r['pytest_s']:.1f}",
-                  exit_cell, f"{r['load_before']:.1f}→{r['load_after']:.1f}")
+        t.add_row(escape(r["command"]), f"{r['wall_s']:.1f}", f"{r['pytest_s']:.1f}",
+                  f"{r['wall_s'] - r['pytest_s']:.1f}",
+                  f"{r['cpu_s']:.1f}", exit_cell, f"{r['load_before']:.1f}→{r['load_after']:.1f}")
     console.print(t)
     console.print("pytest s: the pytest subprocess as the CLI reports it; rest: start-up, verdicts, report "
-                  "rendering. Exit 1 = some claim refuted (a completed run); other codes are failures.")
+                  "rendering; CPU s: user + system time of the whole process tree (what the run costs whatever "
+                  "else the machine does). Exit 1 = some claim refuted (a completed run); other codes are failures.")
     t = Table(title="2 workers vs 1 process (side by side)")
     t.add_column("implementation")
-    t.add_column("speed-up", justify="right")
+    t.add_column("wall speed-up", justify="right")
+    t.add_column("CPU s, 2 workers / 1 process", justify="right")
+    checks = {(r["impl"], r["workers"]): r for r in results["runs"] if r["kind"] == "check"}
     for impl, sp in summary["speedup_2_workers"].items():
         colour = "green" if sp >= TARGET_SPEEDUP else "red"
-        t.add_row(impl, f"[{colour}]{sp:.2f}×[/{colour}]")
+        t.add_row(impl, f"[{colour}]{sp:.2f}×[/{colour}]",
+                  f"{checks[(impl, 2)]['cpu_s'] / checks[(impl, 0)]['cpu_s']:.2f}")
     console.print(t)
     for p in results["profiles"]:
         t = Table(title=f"where the time goes: {p['impl']} (pytest --durations, one process; "
@@ -229,14 +241,14 @@ def print_tables(results: dict, summary: dict, console: Console) -> None:
         t.add_column("s", justify="right")
         t.add_column("%", justify="right")
         for r in p["slowest"]:
-            t.add_row(r["test"], f"{r['seconds']:.2f}", f"{r['pct']:.0f}")
+            t.add_row(escape(r["test"]), f"{r['seconds']:.2f}", f"{r['pct']:.0f}")
         console.print(t)
         t = Table(title=f"seconds per test module: {p['impl']}")
         t.add_column("module")
         t.add_column("s", justify="right")
         t.add_column("%", justify="right")
         for r in p["modules"]:
-            t.add_row(r["module"], f"{r['seconds']:.2f}", f"{r['pct']:.0f}")
+            t.add_row(escape(r["module"]), f"{r['seconds']:.2f}", f"{r['pct']:.0f}")
         console.print(t)
     if summary.get("note"):
         console.print(summary["note"])
