@@ -33,12 +33,8 @@ the terminal and ``bench/results/accuracy.json``.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
-import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -53,6 +49,7 @@ from rich.console import Console
 from rich.table import Table
 
 from attnclaims.reference import attention, layer_norm, softmax
+from _common import jsonable, machine  # bench/ is sys.path[0] when a script runs
 
 U = 2.0 ** -53  # float64 unit roundoff
 TINY = np.finfo(np.float64).tiny
@@ -66,34 +63,6 @@ mpmath.mp.dps = DIGITS
 
 
 # --------------------------------------------------------------------------- machine
-
-def machine() -> dict:
-    """Date, machine and library versions, for the JSON and the README."""
-    def sh(cmd: str) -> str:
-        try:
-            return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
-        except Exception:  # a benchmark still runs where lscpu is missing
-            return ""
-    model = next((line.split(":", 1)[1].strip() for line in sh("lscpu").splitlines()
-                  if line.startswith("Model name")), platform.processor())
-    return {
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpu": model, "nproc": os.cpu_count(), "platform": platform.platform(),
-        "python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
-        "torch": torch.__version__, "mpmath": mpmath.__version__, "torch_threads": torch.get_num_threads(),
-    }
-
-
-def jsonable(obj):
-    """The results with every non-finite float as None (JSON has no inf/NaN: null = not finite / none)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    return obj
-
 
 # --------------------------------------------------------------------------- competitors
 

@@ -34,15 +34,11 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import datetime
 import gc
 import json
-import math
 import os
-import platform
 import pstats
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -66,37 +62,10 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from attnclaims.reference import attention, init_multi_head, multi_head_attention
+from _common import jsonable, machine  # bench/ is sys.path[0] when a script runs
 
 RESULTS = Path(__file__).resolve().parent / "results" / "reference_speed.json"
 TARGET_RATIO = 2.0
-
-
-def machine() -> dict:
-    """Date, machine and library versions, for the JSON and the README."""
-    def sh(cmd: str) -> str:
-        try:
-            return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
-        except Exception:  # a benchmark still runs where lscpu is missing
-            return ""
-    model = next((line.split(":", 1)[1].strip() for line in sh("lscpu").splitlines()
-                  if line.startswith("Model name")), platform.processor())
-    return {
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpu": model, "nproc": os.cpu_count(), "platform": platform.platform(),
-        "python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(), "load_avg_1min": os.getloadavg()[0],
-    }
-
-
-def jsonable(obj):
-    """The results with every non-finite float as None (JSON has no inf/NaN: null = not finite / none)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    return obj
 
 
 # --------------------------------------------------------------------------- workloads

@@ -37,12 +37,7 @@ to the terminal and ``bench/results/sensitivity.json``.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import math
-import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -57,6 +52,7 @@ from attnclaims.impls import ImplementationError, resolve
 from attnclaims.reference import causal_mask, init_encoder_layer, init_multi_head, padding_mask
 from attnclaims.reference.impl import Reference
 from attnclaims.tests import tolerances as T
+from _common import jsonable, machine  # bench/ is sys.path[0] when a script runs
 
 RESULTS = Path(__file__).resolve().parent / "results" / "sensitivity.json"
 KS = list(range(3, 16))  # ε = 10^-k
@@ -73,33 +69,6 @@ BASES = {
 #: library adapters: compared unperturbed only (a library may legitimately be less accurate than float64)
 LIBRARIES = {"torch": "torch", "jax": "jax"}
 CAPABILITY = {"attention": "attention", "multi-head": "multi_head_attention", "encoder layer": "encoder_layer"}
-
-
-def machine() -> dict:
-    """Date, machine and library versions, for the JSON and the README."""
-    def sh(cmd: str) -> str:
-        try:
-            return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
-        except Exception:  # a benchmark still runs where lscpu is missing
-            return ""
-    model = next((line.split(":", 1)[1].strip() for line in sh("lscpu").splitlines()
-                  if line.startswith("Model name")), platform.processor())
-    return {
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpu": model, "nproc": os.cpu_count(), "platform": platform.platform(),
-        "python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__,
-    }
-
-
-def jsonable(obj):
-    """The results with every non-finite float as None (JSON has no inf/NaN: null = not finite / none)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    return obj
 
 
 # --------------------------------------------------------------------------- cases

@@ -28,11 +28,9 @@ checks one claim on the reference only (a smoke run of the script itself).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
-import platform
 import re
 import resource
 import subprocess
@@ -44,6 +42,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from _common import jsonable, machine  # bench/ is sys.path[0] when a script runs
 
 RESULTS = Path(__file__).resolve().parent / "results" / "speed.json"
 CLI = [sys.executable, "-m", "attnclaims.cli"]
@@ -51,40 +50,6 @@ TARGETS = {"reference": 60.0, "torch": 120.0, "jax": 120.0}
 TARGET_SPEEDUP = 1.5
 QUICK_CLAIM = "softmax-distribution"
 TIMEOUT_S = 3600
-
-
-def machine() -> dict:
-    """Date, machine and library versions, for the JSON and the README."""
-    def sh(cmd: str) -> str:
-        try:
-            return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
-        except Exception:  # a benchmark still runs where lscpu is missing
-            return ""
-    model = next((line.split(":", 1)[1].strip() for line in sh("lscpu").splitlines()
-                  if line.startswith("Model name")), platform.processor())
-    versions = {}
-    for dist in ("numpy", "torch", "jax", "flax", "hypothesis", "pytest", "pytest-xdist", "sympy"):
-        try:
-            from importlib.metadata import version
-            versions[dist] = version(dist)
-        except Exception:  # not installed
-            versions[dist] = None
-    return {
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpu": model, "nproc": os.cpu_count(), "platform": platform.platform(),
-        "python": platform.python_version(), **versions,
-    }
-
-
-def jsonable(obj):
-    """The results with every non-finite float as None (JSON has no inf/NaN)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    return obj
 
 
 def load() -> float:
