@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import assume, note
+from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 

@@ -5,9 +5,10 @@ keys are all masked (NaN, zeros, the mean of V — all three exist in PyTorch,
 ONNX and onnxruntime), whether NaN in a masked-out value row leaks into the
 output, and causal alignment when n_q ≠ n_k (top-left or bottom-right). Each
 probe records what it found with ``attn_record(convention=…, value=…)`` and
-passes whatever the answer — including an exception — as long as the rows the
-article does speak about (queries with allowed keys) are still right. The probes
-are tagged with the claim they bear on, role ``illustration``.
+passes whatever the answer — including an exception. How far the other queries'
+rows are from the reference is recorded alongside (in units of their derived
+bound), not judged: the claim tests do that. The probes are tagged with the
+claim they bear on, role ``illustration``.
 """
 from __future__ import annotations
 
@@ -76,10 +77,11 @@ def test_fully_masked_query_convention(impl, capability, attn_record):
         return
     out = out[0] if out.ndim == 3 else out
     value = classify_row(out[1], v_mean, tol=1e-6 if impl.dtype.itemsize >= 8 else 1e-3, zero_row=zero_row)
-    attn_record(convention="fully-masked-row", capability=capability, value=value, row=out[1].tolist())
     keep = [0, 2]
-    T.assert_close(out[keep], ref[keep], T.Bound(bound.abs[keep], bound.tol),
-                   f"{capability}: queries with allowed keys, next to a fully masked one")
+    with np.errstate(invalid="ignore"):
+        others = float(np.max(np.abs(out[keep] - ref[keep]) / bound.scale[keep]))  # in units of the bound's tol
+    attn_record(convention="fully-masked-row", capability=capability, value=value, row=out[1].tolist(),
+                other_rows_error_over_bound=others / bound.tol)
 
 
 @pytest.mark.claim("softmax-distribution", role="illustration")
@@ -98,10 +100,6 @@ def test_nan_in_masked_out_values_convention(impl, attn_record):
         return
     leaks = bool(np.isnan(out).any())
     attn_record(convention="masked-values-leak", value=leaks)
-    if not leaks:
-        T.assert_close(out, ref_attention(q, k, v, mask), T.conformance(T.attention_error, q, k, v, mask,
-                                                                        dtype=impl.dtype),
-                       "attention with NaN in a masked-out value row (no leak) vs reference")
 
 
 def _causal_keyword(fn):

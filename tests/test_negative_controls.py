@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from hypothesis import Phase, given, settings
 
-from attnclaims.guard import CheckFailure, GuardedImplementation
+from attnclaims.guard import GuardedImplementation
 from attnclaims.reference.masks import causal_mask
 from attnclaims.tests import strategies as S
 from attnclaims.tests import test_contract as contract

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attnclaims.reference import MultiHeadParams, multi_head_attention as ref_mha, self_attention as ref_self_attention
+from attnclaims.reference import MultiHeadParams, self_attention as ref_self_attention
 from attnclaims.tests import strategies as S
 from attnclaims.tests import tolerances as T
 from attnclaims.tests.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)

@@ -19,16 +19,14 @@ Claims:
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
-from hypothesis import assume, example, given, note
+from hypothesis import example, given, note
 from hypothesis import strategies as st
 
 from attnclaims.guard import CheckFailure
 from attnclaims.profiles import limits
-from attnclaims.reference import init_multi_head, learned_encoding
+from attnclaims.reference import learned_encoding
 from attnclaims.reference.baselines import conv1d, tanh_rnn
 from attnclaims.tests import strategies as S
 from attnclaims.tests import tolerances as T

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import example, given, note
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from attnclaims.profiles import limits

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from hypothesis import note, target
+from hypothesis import target
 from hypothesis.errors import InvalidArgument
 
 from attnclaims.guard import CheckFailure
