@@ -26,6 +26,7 @@ from attnclaims.report.common import (
     MAX_OPEN_ROWS, by_severity, outcome_counts, repro_text, section_label, summary_counts, table_of,
     verdict_class,
 )
+from attnclaims.report.model import conventions_by_implementation
 
 SVG_NS = "http://www.w3.org/2000/svg"
 XLINK_NS = "http://www.w3.org/1999/xlink"
@@ -358,13 +359,7 @@ def _outcome(outcome: str) -> str:
 
 
 def _conventions(report: Mapping) -> str:
-    per: dict[str, dict] = {}
-    for i in report["implementations"]:
-        if i["conventions"]:
-            per.setdefault(i["name"], {}).update(i["conventions"])
-    for c in report["claims"]:
-        for impl, conv in (c.get("conventions") or {}).items():
-            per.setdefault(impl, {}).update(conv)
+    per = conventions_by_implementation(report)
     if not per:
         return ""
     keys = list(dict.fromkeys(k for conv in per.values() for k in conv))

@@ -15,6 +15,7 @@ from attnclaims.report.common import (
     OUTCOME_MARK, STEP_MARK, compact_json, extra_data, failure_lines, first_line, fmt_number, fmt_seconds,
     MAX_OPEN_ROWS, by_severity, outcome_counts, repro_text, section_label, summary_counts, table_of,
 )
+from attnclaims.report.model import conventions_by_implementation
 
 #: pretty-printed steps taller or wider than this are shown as one line of text in report.md
 #: (index.html always shows the pretty form)
@@ -177,13 +178,7 @@ def render(report: Mapping) -> str:
 
 
 def _conventions_table(report: Mapping) -> str:
-    per: dict[str, dict] = {}
-    for i in report["implementations"]:
-        if i["conventions"]:
-            per.setdefault(i["name"], {}).update(i["conventions"])
-    for c in report["claims"]:
-        for impl, conv in (c.get("conventions") or {}).items():
-            per.setdefault(impl, {}).update(conv)
+    per = conventions_by_implementation(report)
     if not per:
         return ""
     keys = list(dict.fromkeys(k for conv in per.values() for k in conv))

@@ -381,3 +381,16 @@ def from_run(result, registry, out_dir: Path | None = None, command: str = "") -
 
 
 __all__ = ["build_report", "from_run", "render_derivation", "evidence_entry", "SCHEMA_ID"]
+
+
+def conventions_by_implementation(report: Mapping) -> dict[str, dict]:
+    """implementation -> {convention: value}: what each implementation declares plus what the
+    convention probes recorded for it (the table both renderers show; empty when nothing ran)."""
+    per: dict[str, dict] = {}
+    for i in report["implementations"]:
+        if i["conventions"]:
+            per.setdefault(i["name"], {}).update(i["conventions"])
+    for c in report["claims"]:
+        for impl, conv in (c.get("conventions") or {}).items():
+            per.setdefault(impl, {}).update(conv)
+    return per
