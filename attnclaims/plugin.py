@@ -223,7 +223,7 @@ def pytest_runtest_makereport(item, call):
         entry["message"] = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
         entry["message"] = entry["message"].removeprefix("Skipped: ")
     else:
-        exc = _unwrap(call.excinfo.value) if call.excinfo is not None else None
+        exc = unwrap_check(call.excinfo.value) if call.excinfo is not None else None
         # An assertion, a CheckFailure or pytest.fail()/"DID NOT RAISE" is a failed check; any other
         # exception is a crash of the test itself (outcome "error": no counterexample, no verdict).
         is_check = isinstance(exc, (AssertionError, pytest.fail.Exception)) and rep.when == "call"
@@ -261,7 +261,7 @@ def _name_responsible(entry: dict, guard: GuardedImplementation) -> None:
         entry["message"] += f" [responsible: {'; '.join(named)}]"
 
 
-def _unwrap(exc):
+def unwrap_check(exc):
     """The first leaf of an exception group (hypothesis' FlakyFailure) when every leaf is a failed check."""
     while isinstance(exc, BaseExceptionGroup):
         leaves = exc.exceptions
