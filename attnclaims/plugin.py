@@ -3,7 +3,8 @@
 Options
   --attn-impl NAME         implementation under test: reference (default), torch, jax, pkg.module:attr
   --attn-results PATH      write every check's evidence as JSON (read by the runner and the report)
-  --attn-artifacts DIR     where measurements write their figures (default: a temporary folder)
+  --attn-artifacts DIR     where measurements write their figures (default: under pytest's
+                           base temporary directory, pruned by pytest)
   --attn-call-timeout S    per-call time limit for the implementation (default 20 s; 0 = none)
   --attn-claims ID,ID      run only the claim tests tagged with one of these claim ids
 
@@ -24,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -154,17 +154,21 @@ class _Recorder:
         current.setdefault("data", {}).update(data)
 
 
-def _artifacts_dir(config) -> Path:
+def _artifacts_dir(config, tmp_path_factory) -> Path:
+    """``--attn-artifacts``, or else a folder under pytest's own base temporary directory, which
+    pytest prunes (it keeps the last three runs) instead of one more folder in /tmp per run."""
     opt = config.getoption("attn_artifacts")
-    path = Path(opt) if opt else Path(tempfile.mkdtemp(prefix="attnclaims-artifacts-"))
+    if not opt:
+        return tmp_path_factory.mktemp("attnclaims-artifacts")
+    path = Path(opt)
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 @pytest.fixture(scope="session")
-def artifacts_dir(request) -> Path:
+def artifacts_dir(request, tmp_path_factory) -> Path:
     if _STATE.get("recorder") is None:
-        _STATE["recorder"] = _Recorder(_artifacts_dir(request.config))
+        _STATE["recorder"] = _Recorder(_artifacts_dir(request.config, tmp_path_factory))
     return _STATE["recorder"].artifacts
 
 
