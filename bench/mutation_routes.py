@@ -2,7 +2,8 @@
 
 Run in the copy's root. The baselines have their own tests; the strategies their meta-tests
 (tests/test_strategies.py), the tolerances the tolerance part of those and the soundness and
-tightness tests of tests/test_reference_mutation.py; every other file of reference/ is covered
+tightness tests of tests/test_reference_mutation.py, and the formula tests of tests/test_tolerance_formulas.py; the
+strategies also tests/test_strategies_mutation.py (tests for their survivors); every other file of reference/ is covered
 by the reference's tests. The tests added
 for this run's survivors (tests/test_reference_mutation.py) run for every file.
 """
@@ -24,8 +25,8 @@ tolerance_meta = [f"tests/test_strategies.py::{name}" for name in (
 routes = {
     "*": core,
     "reference/baselines.py": exists("tests/test_baselines.py") + extra,
-    "tests/strategies.py": exists("tests/test_strategies.py") + extra,
-    "tests/tolerances.py": exists("tests/test_tolerances.py") + tolerance_meta + extra,
+    "tests/strategies.py": exists("tests/test_strategies.py", "tests/test_strategies_mutation.py") + extra,
+    "tests/tolerances.py": exists("tests/test_tolerance_formulas.py") + tolerance_meta + extra,
     "watch": sorted(os.path.join("reference", f) for f in os.listdir("reference") if f.endswith(".py"))
     + exists("tests/strategies.py", "tests/tolerances.py"),
 }
