@@ -332,8 +332,12 @@ def attention_error(q, k, v, mask=None, scale=None, *, u: float, eq=None, ek=Non
       Σ_j (Â_ij − A_ij) v_jc = Σ_j (Â_ij − A_ij)(v_jc − out_ic), bounded by
       Σ_j A_ij expm1(|ΔS_ij| + E_i) (|v_jc| + |out_ic|) (see :func:`attention_weights_error`).
     * Softmax rounding: the computed weights need not sum to 1, so those errors act on |v| directly:
-      Σ_j A_ij (1 + expm1(…)) u η_ij |v_jc|.
-    * Value errors Δv pass through the weights: Σ_j (A_ij + |ΔA_ij|) Δv_jc.
+      Σ_j A_ij (1 + min(expm1(…), 1)) u η_ij |v_jc|. The factor 1 + expm1(…) bounds Â_ij/A_ij; it is capped
+      at 2 so that huge score errors stay finite: beyond the cap the part dropped, A_ij expm1(…) u η_ij, is
+      u η_ij times the score term's own A_ij expm1(…) |v_jc|, second order like every term left out here.
+    * Value errors Δv pass through the weights: Σ_j (A_ij + |ΔA_ij|) Δv_jc, |ΔA_ij| the sum of the two
+      weight terms above (A_ij expm1(…) and A_ij(1 + min(expm1(…), 1)) u η_ij), each capped at 1 and so is
+      their sum (|Â_ij − A_ij| ≤ 1 for weights in [0, 1]).
     * The n_k-term weighted sum, and one division for implementations that normalise last ((E V)/l):
       u (n_k + 2) Σ_j A_ij |v_jc|.
 

@@ -1,0 +1,702 @@
+"""Formula tests for ``tests/tolerances.py`` (issue 8): every bound is what its docstring says.
+
+The soundness and tightness tests (``tests/test_reference_mutation.py``) only ask that a bound covers a
+float32 evaluation and is not absurdly loose; a changed term or constant that keeps it within that window
+goes unnoticed (the mutation run over ``tests/tolerances.py`` showed ~120 such survivors). Here each bound
+function is recomputed from the formula its docstring states, by an independent implementation: explicit
+Python loops, one row / one output element at a time, with ``math`` functions and exactly rounded sums
+(``math.fsum``) instead of the module's vectorised numpy code; the helper values (``_mha_value``,
+``_ffn_value``, ``_ln_value``, ``_split``, ``_merge``, ``rounded_projection``) are compared with the numpy
+reference in ``reference/``. Inputs vary: batches (broadcast ones too), masks with partially and fully
+masked rows, rows with a single allowed key, several heads, n_q ≠ n_k, nonzero input errors, Post-LN and
+Pre-LN, and both the float32 and the float64 unit roundoff.
+
+How close is "equal"? (:func:`check`.) Both sides evaluate the same real-valued formula in float64, in
+different orders. Every bound is a sum and product of nonnegative terms; each term is built in at most
+~10 stages (a score, the weights, a layer norm, a sub-layer, …), each a sum of at most 16 nonnegative
+terms or a single operation, so the two evaluations differ by at most about 2·Σ_stages (n_stage + 1)·2⁻⁵³
+≈ 2·10·17·2⁻⁵³ < 2¹⁰·2⁻⁵³ relative. Signed intermediates (scores, centred values, output rows) are kept
+O(1) with spreads O(1), so their absolute float64 errors stay at that level relative to the terms they
+feed. We allow ``RTOL = 2⁻⁴² = 2¹¹·2⁻⁵³`` (≈ 2.3e-13). One exception is stated in the module itself:
+softmax_error and attention_weights_error form r = (1 + p)(1 + q) − 1, whose float64 rounding
+(four operations on numbers ≈ 1 + r) is an absolute ≤ 4·2⁻⁵³(1 + r); those two comparisons also allow
+``a·(1 + r)·2⁻⁵⁰`` (8 ulps of 1, times the weight) per element. With the float32 u (r ≈ 1e-6) that is still
+a relative 1e-9, so every term is pinned; with the float64 u it only catches gross changes there.
+
+Every mutant of a formula term changes the bound by far more than these tolerances (a constant by one
+unit changes a term by ≥ 1/(8(n + 1) + …) relative), so each test can fail; docs/mutation_tolerances.md
+lists the mutants that survive and why no input can tell them apart.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from attnclaims.reference.attention import attention, softmax
+from attnclaims.reference.layers import decoder_layer, encoder_layer, feed_forward, layer_norm
+from attnclaims.reference.multihead import head_outputs, merge_heads, multi_head_attention, split_heads
+from attnclaims.reference.params import (
+    LayerNormParams, init_decoder_layer, init_encoder_layer, init_feed_forward, init_multi_head,
+)
+from attnclaims.tests import tolerances as T
+
+U32, U64 = 2.0 ** -24, 2.0 ** -53
+US = pytest.mark.parametrize("u", [U32, U64], ids=["u32", "u64"])
+RTOL = 2.0 ** -42
+#: Absolute allowance per unit of a·(1 + r) for the (1 + p)(1 + q) − 1 form (module docstring).
+ONE_ULPS = 2.0 ** -50
+
+
+def check(actual, expected, floor=0.0, rtol: float = RTOL) -> None:
+    """|actual − expected| ≤ rtol·|expected| + floor elementwise, same shape, nothing NaN or infinite."""
+    actual, expected = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    assert actual.shape == expected.shape, f"shape {actual.shape} != {expected.shape}"
+    assert np.all(np.isfinite(expected)), "the independent formula is not finite (test inputs too wild)"
+    ok = np.abs(actual - expected) <= rtol * np.abs(expected) + floor  # NaN compares False: fails
+    if not ok.all():
+        i = tuple(np.argwhere(~ok)[0])
+        raise AssertionError(f"{int((~ok).sum())} of {ok.size} differ; first at {i}: module {actual[i]!r}, "
+                             f"formula {expected[i]!r} (rel {abs(actual[i] - expected[i]) / abs(expected[i] or 1):.3g})")
+
+
+# ---------------------------------------------------------------------------------------------
+# The docstrings' formulas, one element at a time
+# ---------------------------------------------------------------------------------------------
+
+def eta(t: float, n: int) -> float:
+    """weight_relative_error: η = 2|t| + 8(n + 1) + 4 ln n (ln n read as 0 for an empty row, n = 0)."""
+    return 2.0 * abs(t) + 8.0 * (n + 1) + (4.0 * math.log(n) if n >= 1 else 0.0)
+
+
+def row_sum(u: float, n: int) -> float:
+    """row_sum_bound: u(8(n + 1) + 6 ln n) + n·u_64."""
+    return u * (8.0 * (n + 1) + (6.0 * math.log(n) if n >= 1 else 0.0)) + n * U64
+
+
+def dot(a, b) -> float:
+    return math.fsum(float(x) * float(y) for x, y in zip(a, b))
+
+
+def softmax_row(row, u, e_in):
+    """Bound and (1 + r) of one softmax row: a_i·r_i, r_i = (1 + expm1(2E))(1 + uη_i) − 1, capped at 1."""
+    n = len(row)
+    m = max(row)
+    t = [float(x) - m for x in row]
+    z = math.fsum(math.exp(v) for v in t)
+    bound, one_r = [], []
+    for tj in t:
+        a = math.exp(tj) / z
+        p, q = math.expm1(2.0 * e_in), u * eta(tj, n)
+        r = p + q + p * q  # = (1 + p)(1 + q) − 1, without the cancellation
+        bound.append(min(a * r, 1.0) if a > 0 else 0.0)
+        one_r.append(a * (1.0 + r))
+    return bound, one_r
+
+
+def softmax_loops(x, axis, u, ex=None):
+    x = np.asarray(x, dtype=np.float64)
+    axis %= x.ndim
+    out, allowance = np.zeros(x.shape), np.zeros(x.shape)
+    others = [range(s) for i, s in enumerate(x.shape) if i != axis]
+    for idx in itertools.product(*others):
+        sl = idx[:axis] + (slice(None),) + idx[axis:]
+        e_in = 0.0 if ex is None else max(float(e) for e in np.asarray(ex, dtype=np.float64)[sl])
+        b, one_r = softmax_row(list(x[sl]), u, e_in)
+        out[sl], allowance[sl] = b, np.asarray(one_r) * ONE_ULPS
+    return out, allowance
+
+
+def _scale(d_k, scale):
+    return 1.0 / math.sqrt(d_k) if scale is None else float(scale)
+
+
+def score_element(qi, kj, sc, u, eqi, ekj) -> float:
+    """score_error: |scale|(u(d_k + 3)|q||k| + Δq|k| + |q|Δk + ΔqΔk)."""
+    d = len(qi)
+    aq, ak = [abs(v) for v in qi], [abs(v) for v in kj]
+    return abs(sc) * (u * (d + 3) * dot(aq, ak) + dot(eqi, ak) + dot(aq, ekj) + dot(eqi, ekj))
+
+
+def attention_row(qi, K, V, allowed, sc, u, eqi, EK, EV):
+    """One query row: (weights bound (n_k,), output bound (d_v,), output value (d_v,), allowance (n_k,))."""
+    n_k, d_v = len(K), V.shape[-1]
+    wb, ob, out, allow = np.zeros(n_k), np.zeros(d_v), np.zeros(d_v), np.zeros(n_k)
+    keys = [j for j in range(n_k) if allowed[j]]
+    if not keys:  # a fully masked row: output 0, bound 0
+        return wb, ob, out, allow
+    s = {j: sc * dot(qi, K[j]) for j in keys}
+    ds = {j: score_element(qi, K[j], sc, u, eqi, EK[j]) for j in keys}
+    m = max(s.values())
+    z = math.fsum(math.exp(s[j] - m) for j in keys)
+    E = max(ds.values())
+    a, r_score, r_round = np.zeros(n_k), np.zeros(n_k), np.zeros(n_k)
+    for j in keys:
+        a[j] = math.exp(s[j] - m) / z
+        if a[j] > 0:
+            r_score[j] = math.expm1(ds[j] + E)
+            r_round[j] = u * eta(s[j] - m, n_k)  # η over all n_k keys (masked ones included), as documented
+            r = r_score[j] + r_round[j] + r_score[j] * r_round[j]
+            wb[j] = min(a[j] * r, 1.0)
+            allow[j] = a[j] * (1.0 + r) * ONE_ULPS
+    for c in range(d_v):
+        out[c] = dot(a, V[:, c])
+    w_score = [min(a[j] * r_score[j], 1.0) for j in range(n_k)]
+    w_round = [min(a[j] * (1.0 + min(r_score[j], 1.0)) * r_round[j], 1.0) for j in range(n_k)]
+    da = [min(w_score[j] + w_round[j], 1.0) for j in range(n_k)]
+    total_score = math.fsum(w_score)
+    for c in range(d_v):
+        av = [abs(V[j, c]) for j in range(n_k)]
+        ob[c] = math.fsum([dot(w_score, av), total_score * abs(out[c]), dot(w_round, av),
+                           dot([a[j] + da[j] for j in range(n_k)], EV[:, c]), u * (n_k + 2) * dot(a, av)])
+    return wb, ob, out, allow
+
+
+def attention_loops(q, k, v, mask, scale, u, eq=None, ek=None, ev=None):
+    """(weights bound, output bound, output, allowance) over every batch index and query, by the formula."""
+    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    eq, ek, ev = (np.zeros(a.shape) if e is None else np.asarray(e, dtype=np.float64)
+                  for a, e in ((q, eq), (k, ek), (v, ev)))
+    n_q, n_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
+    shapes = [q.shape[:-2], k.shape[:-2], v.shape[:-2]] + ([] if mask is None else [np.shape(mask)[:-2]])
+    batch = np.broadcast_shapes(*shapes)
+    full = lambda a, tail: np.broadcast_to(a, batch + tail)  # noqa: E731
+    Q, EQ = full(q, q.shape[-2:]), full(eq, q.shape[-2:])
+    K, EK, V, EV = full(k, k.shape[-2:]), full(ek, k.shape[-2:]), full(v, v.shape[-2:]), full(ev, v.shape[-2:])
+    M = full(np.ones((n_q, n_k), bool) if mask is None else np.asarray(mask, bool), (n_q, n_k))
+    sc = _scale(q.shape[-1], scale)
+    wb, ob, out, allow = (np.zeros(batch + s) for s in ((n_q, n_k), (n_q, d_v), (n_q, d_v), (n_q, n_k)))
+    for b in np.ndindex(*batch):
+        for i in range(n_q):
+            wb[b + (i,)], ob[b + (i,)], out[b + (i,)], allow[b + (i,)] = attention_row(
+                Q[b][i], K[b], V[b], M[b][i], sc, u, EQ[b][i], EK[b], EV[b])
+    return wb, ob, out, allow
+
+
+def linear_loops(x, w, b, u, ex=None):
+    """linear_error: Δx|W| + u(d_in + 1)(|x||W| + |b|), element by element."""
+    x, w = np.asarray(x, dtype=np.float64), np.asarray(w, dtype=np.float64)
+    d_in, d_out = w.shape
+    out = np.zeros(x.shape[:-1] + (d_out,))
+    for idx in np.ndindex(*x.shape[:-1]):
+        for c in range(d_out):
+            col = [abs(w[i, c]) for i in range(d_in)]
+            bias = 0.0 if b is None else abs(float(np.asarray(b)[c]))
+            prop = 0.0 if ex is None else dot(np.asarray(ex, dtype=np.float64)[idx], col)
+            out[idx + (c,)] = u * (d_in + 1) * (dot(np.abs(x[idx]), col) + bias) + prop
+    return out
+
+
+def project(x, w, b):
+    return np.einsum("...i,ij->...j", np.asarray(x, dtype=np.float64), w) + b
+
+
+def multi_head_loops(x_q, x_kv, p, mask, u, ex_q=None, ex_kv=None):
+    """multi_head_error: projections' bounds, each head's attention bound on its column block (scale
+    1/√d_k, the shared mask), the heads concatenated, the output projection's bound. -> (bound, value)."""
+    h, d = p.num_heads, p.w_q.shape[0]
+    d_k = d // h
+    q, k, v = project(x_q, p.w_q, p.b_q), project(x_kv, p.w_k, p.b_k), project(x_kv, p.w_v, p.b_v)
+    eq, ek, ev = (linear_loops(x, w, b, u, e) for x, w, b, e in
+                  ((x_q, p.w_q, p.b_q, ex_q), (x_kv, p.w_k, p.b_k, ex_kv), (x_kv, p.w_v, p.b_v, ex_kv)))
+    heads = errs = None
+    for i in range(h):
+        cols = slice(i * d_k, (i + 1) * d_k)
+        _, err, val, _ = attention_loops(q[..., cols], k[..., cols], v[..., cols], mask, None, u,
+                                         eq[..., cols], ek[..., cols], ev[..., cols])
+        if heads is None:
+            heads, errs = np.zeros(val.shape[:-1] + (d,)), np.zeros(val.shape[:-1] + (d,))
+        heads[..., cols], errs[..., cols] = val, err
+    return linear_loops(heads, p.w_o, p.b_o, u, errs), project(heads, p.w_o, p.b_o)
+
+
+def layer_norm_row(x, gamma, beta, eps, u, ex):
+    """layer_norm_error for one row, step by step as the docstring derives it."""
+    d = len(x)
+    mu = math.fsum(x) / d
+    c = [xi - mu for xi in x]
+    var = math.fsum(ci * ci for ci in c) / d
+    r = 1.0 / math.sqrt(var + eps)
+    mean_err = 2.0 * (d + 1) + 4.0 * math.log(d) + 4.0
+    big = max(abs(xi) for xi in x)
+    mean_ex = math.fsum(ex) / d
+    dc = [u * (abs(c[i]) + mean_err * big) + ex[i] + mean_ex for i in range(d)]
+    dvar = 2.0 * math.fsum(abs(c[i]) * dc[i] for i in range(d)) / d + 3.0 * u * (d + 2) * var
+    rho = 0.5 * dvar / (var + eps) + 4.0 * u
+    out = []
+    for i in range(d):
+        y = gamma[i] * c[i] * r + beta[i]
+        out.append(abs(gamma[i]) * r * (dc[i] + abs(c[i]) * rho) + u * (3.0 * abs(gamma[i] * c[i] * r) + abs(y)))
+    return out
+
+
+def layer_norm_loops(x, gamma, beta, eps, u, ex=None):
+    x = np.asarray(x, dtype=np.float64)
+    ex = np.zeros(x.shape) if ex is None else np.broadcast_to(np.asarray(ex, dtype=np.float64), x.shape)
+    out = np.zeros(x.shape)
+    for idx in np.ndindex(*x.shape[:-1]):
+        out[idx] = layer_norm_row([float(v) for v in x[idx]], np.asarray(gamma, float), np.asarray(beta, float),
+                                  eps, u, [float(e) for e in ex[idx]])
+    return out
+
+
+def ffn_loops(x, p, u, ex=None):
+    hidden = np.maximum(0.0, project(x, p.w1, p.b1))
+    return linear_loops(hidden, p.w2, p.b2, u, linear_loops(x, p.w1, p.b1, u, ex))
+
+
+def residual_stages(x, ex, stages, norm_first, eps, u):
+    """Compose residual sub-layers as the layer docstrings describe. ``stages``: (value(h), error(h, eh),
+    norm) per sub-layer. Post-LN: z = x + F(x), Δz = Δx + ΔF + u|z|, then LN(z) with Δz. Pre-LN: h = LN(x)
+    with Δx, out = x + F(h), Δout = Δx + ΔF(h, Δh) + u|out|. Returns (value, bound)."""
+    for value, error, norm in stages:
+        g, b = norm.gamma, norm.beta
+        if norm_first:
+            h = layer_norm(x, g, b, eps)
+            eh = layer_norm_loops(x, g, b, eps, u, ex)
+            out = x + value(h)
+            ex = ex + error(h, eh) + u * np.abs(out)
+            x = out
+        else:
+            z = x + value(x)
+            ez = ex + error(x, ex) + u * np.abs(z)
+            x, ex = layer_norm(z, g, b, eps), layer_norm_loops(z, g, b, eps, u, ez)
+    return x, ex
+
+
+def encoder_loops(x, p, mask, u, ex):
+    return residual_stages(x, ex, [
+        (lambda h: multi_head_attention(h, h, p.self_attn, mask),
+         lambda h, eh: multi_head_loops(h, h, p.self_attn, mask, u, eh, eh)[0], p.norm1),
+        (lambda h: feed_forward(h, p.ffn), lambda h, eh: ffn_loops(h, p.ffn, u, eh), p.norm2),
+    ], p.norm_first, p.eps, u)
+
+
+def decoder_loops(y, memory, p, self_mask, memory_mask, u, ey, ememory):
+    batch = np.broadcast_shapes(y.shape[:-2], memory.shape[:-2])
+    y = np.broadcast_to(y, batch + y.shape[-2:])
+    ey = np.broadcast_to(ey, y.shape)
+    n_t = y.shape[-2]
+    own = np.array([[j <= i for j in range(n_t)] for i in range(n_t)])
+    if self_mask is not None:
+        own = own & np.asarray(self_mask, bool)
+    return residual_stages(y, ey, [
+        (lambda h: multi_head_attention(h, h, p.self_attn, own),
+         lambda h, eh: multi_head_loops(h, h, p.self_attn, own, u, eh, eh)[0], p.norm1),
+        (lambda h: multi_head_attention(h, memory, p.cross_attn, memory_mask),
+         lambda h, eh: multi_head_loops(h, memory, p.cross_attn, memory_mask, u, eh, ememory)[0], p.norm2),
+        (lambda h: feed_forward(h, p.ffn), lambda h, eh: ffn_loops(h, p.ffn, u, eh), p.norm3),
+    ], p.norm_first, p.eps, u)
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------------------------
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(1000 + seed)
+
+
+def _mask(rng, shape, *, full_row=True, single=True):
+    """A random mask with a fully masked row (row 0 of the first batch entry) and a row with one allowed key."""
+    m = rng.random(shape) < 0.6
+    m[..., -1, 0] = True
+    if single:
+        m[..., 1, :] = False
+        m[..., 1, -1] = True
+    if full_row:
+        m[(0,) * (len(shape) - 2) + (0,)] = False
+    return m
+
+
+# ---------------------------------------------------------------------------------------------
+# Softmax, rows, scores
+# ---------------------------------------------------------------------------------------------
+
+def test_weight_relative_error_and_row_sum_bound():
+    t = np.array([0.0, -0.25, -1.5, -4.0, -30.0])
+    for n in (0, 1, 2, 3, 10, 1000):
+        want = np.array([eta(v, n) for v in t])
+        check(T.weight_relative_error(t, n), want)
+        check(T.weight_relative_error(-t, n), want)  # |t|
+        check(T.weight_relative_error(t.reshape(5, 1), n), want.reshape(5, 1))
+        for dtype, u in ((np.float32, U32), (np.float64, U64)):
+            b = T.row_sum_bound(dtype, n)
+            assert b.tol == u and np.shape(b.abs) == ()
+            check(b.abs, row_sum(u, n))
+    assert T.C_FN == 2.0  # "elementary functions accurate to 1 ulp": relative error 2u
+
+
+@US
+@pytest.mark.parametrize("axis", [-1, 0, 1, 2])
+def test_softmax_error_follows_its_docstring(u, axis):
+    rng = _rng(axis)
+    x = rng.normal(size=(3, 4, 5)) * 3
+    x[0, 0, 0] = -1e4  # an underflowing weight along two axes
+    ex = rng.uniform(0, 1e-7, size=x.shape)
+    ex[1, 2, 3] = 3e-7
+    for e in (None, ex):
+        want, allowance = softmax_loops(x, axis, u, e)
+        check(T.softmax_error(x, axis, u=u, ex=e), want, allowance)
+        if axis == -1:
+            check(T.softmax_error(x, u=u, ex=e), want, allowance)
+
+
+def test_softmax_error_caps():
+    # A weight's bound is capped at 1; an underflowed weight (a = 0) has bound 0 even for an infinite
+    # input error (0·inf would be NaN).
+    x = np.array([[0.0, -1e4, 0.5], [2.0, 2.0, 2.0]])
+    got = T.softmax_error(x, u=U32, ex=np.full(x.shape, 400.0))
+    assert np.array_equal(got, [[1.0, 0.0, 1.0], [1.0, 1.0, 1.0]])
+    got = T.softmax_error(x, u=0.5)
+    assert got[0, 1] == 0.0 and got[0, 0] == 1.0
+
+
+@US
+def test_score_error_follows_its_docstring(u):
+    rng = _rng(7)
+    q, k = rng.normal(size=(2, 1, 3, 4)), rng.normal(size=(3, 5, 4))  # batches broadcast: (2, 3)
+    eq, ek = rng.uniform(0, 1e-6, q.shape), rng.uniform(0, 1e-6, k.shape)
+    for scale, e_q, e_k in ((None, None, None), (None, eq, ek), (-0.7, eq, None), (2.5, None, ek)):
+        got = T.score_error(q, k, scale, u=u, eq=e_q, ek=e_k)
+        Q, K = np.broadcast_to(q, (2, 3, 3, 4)), np.broadcast_to(k, (2, 3, 5, 4))
+        EQ = np.broadcast_to(np.zeros(q.shape) if e_q is None else e_q, Q.shape)
+        EK = np.broadcast_to(np.zeros(k.shape) if e_k is None else e_k, K.shape)
+        want = np.zeros((2, 3, 3, 5))
+        for b in np.ndindex(2, 3):
+            for i in range(3):
+                for j in range(5):
+                    want[b + (i, j)] = score_element(Q[b][i], K[b][j], _scale(4, scale), u, EQ[b][i], EK[b][j])
+        check(got, want)
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention
+# ---------------------------------------------------------------------------------------------
+
+def _attention_cases():
+    rng = _rng(11)
+    # (q, k, v, mask, scale, eq, ek, ev): batches, n_q ≠ n_k, masks with a fully masked row and a row with
+    # one allowed key, a mask that widens the batch, an explicit scale, nonzero input errors, huge ones.
+    q, k, v = rng.normal(size=(2, 4, 3)), rng.normal(size=(2, 5, 3)), rng.normal(size=(2, 5, 2)) * 0.8
+    eq, ek, ev = (rng.uniform(0, 1e-6, a.shape) for a in (q, k, v))
+    m = _mask(rng, (2, 4, 5))
+    yield "plain", (q, k, v, None, None, None, None, None)
+    yield "errors", (q, k, v, None, None, eq, ek, ev)
+    yield "masked", (q, k, v, m, None, eq, ek, ev)
+    yield "masked-no-errors", (q, k, v, m, 0.9, None, None, None)
+    q2, k2, v2 = rng.normal(size=(3, 4)), rng.normal(size=(6, 4)), rng.normal(size=(6, 3))
+    mw = _mask(rng, (2, 3, 6))  # the mask widens the batch of unbatched q, k, v
+    yield "mask-widens-batch", (q2, k2, v2, mw, None, rng.uniform(0, 1e-6, q2.shape), None,
+                                rng.uniform(0, 1e-6, v2.shape))
+    yield "single-key", (q2, k2[:1], v2[:1], None, None, rng.uniform(0, 1e-6, q2.shape), None, None)
+    yield "huge-errors", (q, k, v * 0.1, m, None, eq * 1e6, ek * 1e6, ev)  # expm1 > 1: caps
+
+
+@US
+@pytest.mark.parametrize("case", [c for c, _ in _attention_cases()])
+def test_attention_bounds_follow_their_docstrings(u, case):
+    q, k, v, mask, scale, eq, ek, ev = dict(_attention_cases())[case]
+    wb, ob, out, allowance = attention_loops(q, k, v, mask, scale, u, eq, ek, ev)
+    check(T.attention_weights_error(q, k, mask, scale, u=u, eq=eq, ek=ek), wb, allowance)
+    check(T.attention_error(q, k, v, mask, scale, u=u, eq=eq, ek=ek, ev=ev), ob)
+    b = out.shape[:-2]  # the reference's mask may not widen the batch: give q, k, v the mask's batch
+    ref = attention(*(np.broadcast_to(a, b + a.shape[-2:]) for a in (q, k, v)), mask=mask, scale=scale)
+    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-14)  # the loops compute attention itself
+    if mask is not None:  # a fully masked row: output 0 and bound exactly 0
+        assert np.all(ob[np.all(~np.broadcast_to(mask, wb.shape), axis=-1)] == 0)
+
+
+def test_attention_weights_of_a_shifted_row():
+    # The shift t = s − max over the *allowed* scores (η grows with |t|): a masked key with the largest score
+    # must not set the maximum; a single allowed key has weight exactly 1 and still gets a bound.
+    q, k = np.array([[1.0, 0.0]]), np.array([[5.0, 0.0], [1.0, 0.0], [-2.0, 0.0]])
+    mask = np.array([[False, True, True]])
+    wb, ob, _, allowance = attention_loops(q, k, np.eye(3), mask, 1.0, U32, None, None, None)
+    check(T.attention_weights_error(q, k, mask, 1.0, u=U32), wb, allowance)
+    check(T.attention_error(q, k, np.eye(3), mask, 1.0, u=U32), ob)
+    one = np.array([[False, True, False]])
+    got = T.attention_weights_error(q, k, one, 1.0, u=U32, eq=np.full(q.shape, 1e-6))
+    assert got[0, 1] > 0 and got[0, 0] == got[0, 2] == 0
+
+
+@pytest.mark.parametrize("dtype, u", [(np.float32, U32), (np.float64, U64)])
+def test_hull_slack_follows_its_docstring(dtype, u):
+    rng = _rng(13)
+    v = rng.normal(size=(2, 5, 3)) * 0.5  # |v| < 1 mostly: a masked entry counted as 1 would show
+    for mask, n_q in ((None, 4), (_mask(rng, (2, 4, 5)), 4), (_mask(rng, (4, 5), single=False), 4),
+                      (_mask(rng, (3, 2, 2, 5)), 2)):
+        got = T.hull_slack(v, mask, n_q, dtype=dtype)
+        assert got.tol == u
+        allowed = np.ones((n_q, 5), bool) if mask is None else np.asarray(mask)
+        batch = np.broadcast_shapes(v.shape[:-2], allowed.shape[:-2])
+        A, V = np.broadcast_to(allowed, batch + (n_q, 5)), np.broadcast_to(v, batch + v.shape[-2:])
+        want = np.zeros(batch + (n_q, 3))
+        per = row_sum(u, 5) + u * (5 + 2)
+        for b in np.ndindex(*batch):
+            for i in range(n_q):
+                for c in range(3):
+                    want[b + (i, c)] = per * max([abs(V[b][j, c]) for j in range(5) if A[b][i, j]], default=0.0)
+        check(got.abs, want)
+
+
+# ---------------------------------------------------------------------------------------------
+# Linear maps, multi-head attention, layer norm, FFN
+# ---------------------------------------------------------------------------------------------
+
+@US
+def test_linear_error_and_rounded_projection_follow_their_docstrings(u):
+    rng = _rng(17)
+    x, w, b = rng.normal(size=(2, 3, 4)), rng.normal(size=(4, 5)), rng.normal(size=5)
+    ex = rng.uniform(0, 1e-6, x.shape)
+    for bias, e in ((b, ex), (None, ex), (b, None), (None, None)):
+        check(T.linear_error(x, w, bias, u=u, ex=e), linear_loops(x, w, bias, u, e))
+    for dtype, ud in ((np.float32, U32), (np.float64, U64), (np.float16, 2.0 ** -11)):
+        for bias in (b, None):
+            value, err = T.rounded_projection(x, w, bias, dtype)
+            exact = project(x, w, 0.0 if bias is None else bias)
+            assert value.dtype == dtype and value.shape == exact.shape
+            size = project(np.abs(x), np.abs(w), 0.0 if bias is None else np.abs(bias))
+            assert np.all(np.abs(value - exact) <= ud * np.abs(exact) + 2.0 ** -48 * size)  # one rounding to dtype
+            check(err, linear_loops(x, w, bias, U64) + ud * np.abs(exact))
+
+
+def test_split_and_merge_are_the_references():
+    rng = _rng(19)
+    for shape in ((5, 6), (2, 5, 6), (2, 3, 5, 6)):
+        x = rng.normal(size=shape)
+        for h in (1, 2, 3):
+            split = T._split(x, h)
+            assert np.array_equal(split, split_heads(x, h))
+            assert np.array_equal(T._merge(split), merge_heads(split))
+            assert np.array_equal(T._merge(split), x)
+
+
+def _mh_cases():
+    rng = _rng(23)
+    p2, p3 = init_multi_head(rng, 6, 2), init_multi_head(rng, 6, 3)
+    xq, xkv = rng.normal(size=(2, 3, 6)), rng.normal(size=(2, 4, 6))
+    eq, ekv = rng.uniform(0, 1e-6, xq.shape), rng.uniform(0, 1e-6, xkv.shape)
+    yield "self-unbatched", (xq[0], xq[0], p2, None, None, None)
+    yield "self-causal", (xq[0], xq[0], p3, np.tril(np.ones((3, 3), bool)), eq[0], eq[0])
+    yield "cross-errors", (xq, xkv, p2, None, eq, ekv)
+    yield "cross-batch-mask", (xq, xkv, p3, _mask(rng, (2, 3, 4)), eq, ekv)
+    yield "cross-2d-mask", (xq, xkv, p2, _mask(rng, (3, 4), full_row=False), None, ekv)
+    yield "two-batch-axes", (rng.normal(size=(2, 2, 3, 6)), xkv, p2, _mask(rng, (2, 1, 3, 4)), None, None)
+
+
+@US
+@pytest.mark.parametrize("case", [c for c, _ in _mh_cases()])
+def test_multi_head_error_follows_its_docstring(u, case):
+    x_q, x_kv, p, mask, ex_q, ex_kv = dict(_mh_cases())[case]
+    want, value = multi_head_loops(x_q, x_kv, p, mask, u, ex_q, ex_kv)
+    check(T.multi_head_error(x_q, x_kv, p, mask, u=u, ex_q=ex_q, ex_kv=ex_kv), want)
+    ref = multi_head_attention(x_q, x_kv, p, mask)
+    np.testing.assert_allclose(value, ref, rtol=0, atol=1e-13)  # the loops compute multi-head attention
+    assert np.array_equal(T._mha_value(x_q, x_kv, p, mask), ref)
+    assert np.array_equal(merge_heads(head_outputs(x_q, x_kv, p, mask)) @ p.w_o + p.b_o, ref)
+
+
+def _ln_cases():
+    rng = _rng(29)
+    x = rng.normal(size=(2, 3, 5)) + rng.normal(size=(2, 3, 1)) * 2
+    g, b = 1 + rng.uniform(-0.5, 0.5, 5), rng.uniform(-0.5, 0.5, 5)
+    ex = rng.uniform(0, 1e-6, x.shape)
+    yield "plain", (x, np.ones(5), np.zeros(5), 1e-5, None)
+    yield "affine-errors", (x, g, b, 1e-5, ex)
+    yield "big-eps", (x * 0.3, g, b, 0.4, ex)  # ε comparable with σ²
+    yield "one-row", (x[0, 0], -g, b, 1e-3, ex[0, 0])
+    yield "wide", (rng.normal(size=(4, 16)) * 3, g.repeat(4)[:16], np.zeros(16), 1e-5, None)
+
+
+@US
+@pytest.mark.parametrize("case", [c for c, _ in _ln_cases()])
+def test_layer_norm_error_follows_its_docstring(u, case):
+    x, g, b, eps, ex = dict(_ln_cases())[case]
+    check(T.layer_norm_error(x, g, b, eps, u=u, ex=ex), layer_norm_loops(x, g, b, eps, u, ex))
+    norm = LayerNormParams(gamma=g, beta=b)
+    assert np.array_equal(T._ln_value(x, norm, eps), layer_norm(x, g, b, eps))
+
+
+@pytest.mark.parametrize("dtype, u", [(np.float32, U32), (np.float64, U64)])
+def test_layer_norm_moments_bound_follows_its_docstring(dtype, u):
+    rng = _rng(31)
+    for x, eps in ((rng.normal(size=(3, 6)) * 2 + 1, 1e-5), (rng.normal(size=(2, 2, 4)) * 0.2, 0.05)):
+        mean_b, var_b, mean0, exact_var = T.layer_norm_moments_bound(x, eps, dtype=dtype)
+        assert mean_b.tol == u and var_b.tol == u
+        want_m, want_v, want_var = (np.zeros(x.shape[:-1]) for _ in range(3))
+        for idx in np.ndindex(*x.shape[:-1]):
+            row = [float(v) for v in x[idx]]
+            d = len(row)
+            dy = layer_norm_row(row, [1.0] * d, [0.0] * d, eps, u, [0.0] * d)
+            mu = math.fsum(row) / d
+            var = math.fsum((v - mu) ** 2 for v in row) / d
+            y = [(v - mu) / math.sqrt(var + eps) for v in row]
+            want_m[idx] = math.fsum(dy) / d + d * U64 * max(abs(v) for v in y)
+            want_v[idx] = (2.0 * math.fsum(abs(y[i]) * dy[i] for i in range(d)) / d
+                           + math.fsum(e * e for e in dy) / d + (d + 3) * U64 * math.fsum(v * v for v in y) / d)
+            want_var[idx] = var / (var + eps)
+        check(mean_b.abs, want_m)
+        check(var_b.abs, want_v)
+        assert np.array_equal(mean0, np.zeros(x.shape[:-1]))
+        check(exact_var, want_var)
+
+
+@US
+def test_feed_forward_error_follows_its_docstring(u):
+    rng = _rng(37)
+    p = init_feed_forward(rng, 4, 7)
+    for x, ex in ((rng.normal(size=(2, 3, 4)), None), (rng.normal(size=(3, 4)), rng.uniform(0, 1e-6, (3, 4)))):
+        check(T.feed_forward_error(x, p, u=u, ex=ex), ffn_loops(x, p, u, ex))
+        assert np.array_equal(T._ffn_value(x, p), feed_forward(x, p))
+
+
+# ---------------------------------------------------------------------------------------------
+# Layers
+# ---------------------------------------------------------------------------------------------
+
+@US
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-ln", "pre-ln"])
+def test_encoder_layer_error_follows_its_docstring(u, norm_first):
+    rng = _rng(41)
+    p = init_encoder_layer(rng, 4, 2, 6, norm_first=norm_first, norm_spread=0.5, eps=1e-3)
+    x = rng.normal(size=(2, 3, 4))
+    ex = rng.uniform(0, 1e-6, x.shape)
+    for mask, e in ((None, None), (_mask(rng, (2, 3, 3), full_row=False, single=False), ex)):
+        value, want = encoder_loops(x, p, mask, u, np.zeros(x.shape) if e is None else e)
+        check(T.encoder_layer_error(x, p, mask, u=u, ex=e), want)
+        np.testing.assert_allclose(value, encoder_layer(x, p, mask), rtol=0, atol=1e-13)
+
+
+@US
+def test_encoder_stack_error_follows_its_docstring(u):
+    rng = _rng(43)
+    layers = [init_encoder_layer(rng, 4, 2, 6, norm_first=nf, norm_spread=0.3) for nf in (False, True)]
+    x = rng.normal(size=(3, 4))
+    ex = rng.uniform(0, 1e-6, x.shape)
+    mask = np.tril(np.ones((3, 3), bool))
+    e, y = ex, x
+    for layer in layers:
+        _, e = encoder_loops(y, layer, mask, u, e)
+        y = encoder_layer(y, layer, mask)
+    check(T.encoder_stack_error(x, layers, mask, u=u, ex=ex), e)
+    check(T.encoder_stack_error(x, layers[:1], u=u), encoder_loops(x, layers[0], None, u, np.zeros(x.shape))[1])
+
+
+@US
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-ln", "pre-ln"])
+def test_decoder_layer_error_follows_its_docstring(u, norm_first):
+    rng = _rng(47)
+    p = init_decoder_layer(rng, 4, 2, 6, norm_first=norm_first, norm_spread=0.5, eps=1e-3)
+    y, memory = rng.normal(size=(3, 4)), rng.normal(size=(2, 2, 4))  # memory widens the batch of y
+    ey, em = rng.uniform(0, 1e-6, y.shape), rng.uniform(0, 1e-6, memory.shape)
+    self_mask = np.array([[True, True, True], [True, True, False], [True, False, True]])
+    memory_mask = np.array([[True, False], [False, True], [True, True]])
+    for sm, mm, e_y, e_m in ((None, None, None, None), (self_mask, memory_mask, ey, em), (self_mask, None, ey, None)):
+        value, want = decoder_loops(y, memory, p, sm, mm, u, np.zeros(y.shape) if e_y is None else e_y, e_m)
+        check(T.decoder_layer_error(y, memory, p, sm, mm, u=u, ey=e_y, ememory=e_m), want)
+        np.testing.assert_allclose(value, decoder_layer(y, memory, p, sm, mm), rtol=0, atol=1e-13)
+
+
+# ---------------------------------------------------------------------------------------------
+# Positional encoding, finite differences, conformance
+# ---------------------------------------------------------------------------------------------
+
+@US
+@pytest.mark.parametrize("n_positions, d_model, base", [(7, 6, 10000.0), (12, 5, 10000.0), (4, 8, 100.0),
+                                                        (1, 2, 10000.0)])
+def test_positional_encoding_error_follows_its_docstring(u, n_positions, d_model, base):
+    want = np.zeros((n_positions, d_model))
+    for pos in range(n_positions):
+        for col in range(d_model):
+            two_i = 2 * (col // 2)  # sin and cos of a pair share ω_i
+            theta = pos * base ** (-two_i / d_model)
+            want[pos, col] = u * (theta * (3.0 * math.log(base) * two_i / d_model + 4.0) + 2.0)
+    if base == 10000.0:
+        check(T.positional_encoding_error(n_positions, d_model, u=u), want)
+    check(T.positional_encoding_error(n_positions, d_model, u=u, base=base), want)
+
+
+def _eps_f(u, n):
+    return u * (8.0 * (n + 1) + 4.0 * (math.log(n) if n >= 1 else 0.0) + 20.0)
+
+
+def _log_step(u, n):  # log₂ of the optimum (24 ε_f)^(1/3)
+    return math.log2(24.0 * _eps_f(u, n)) / 3.0
+
+
+@pytest.mark.parametrize("dtype, u", [(np.float32, U32), (np.float64, U64)])
+def test_softmax_jacobian_step_follows_its_docstring(dtype, u):
+    for n in list(range(0, 40)) + [100, 1000, 12345]:
+        k = math.floor(_log_step(u, n) + 0.5)
+        assert T.softmax_jacobian_step(n, dtype) == 2.0 ** k
+    # Where the step switches between powers of two: at log₂ h_opt = k + ½. Located on the docstring's
+    # ε_f (as a function of a real n), the module must switch there too, not one unit of ε_f earlier or later.
+    switches = 0
+    for k in range(-20, 3):
+        lo, hi = 1.0, 1e8
+        if not _log_step(u, lo) < k + 0.5 < _log_step(u, hi):
+            continue
+        for _ in range(200):
+            mid = math.sqrt(lo * hi)
+            lo, hi = (mid, hi) if _log_step(u, mid) < k + 0.5 else (lo, mid)
+        assert T.softmax_jacobian_step(lo * (1 - 1e-9), dtype) == 2.0 ** k
+        assert T.softmax_jacobian_step(hi * (1 + 1e-9), dtype) == 2.0 ** (k + 1)
+        switches += 1
+    assert switches >= 4
+
+
+@pytest.mark.parametrize("dtype, u", [(np.float32, U32), (np.float64, U64)])
+def test_softmax_jacobian_bound_follows_its_docstring(dtype, u):
+    rng = _rng(53)
+    for n in (1, 3, 5):
+        h = T.softmax_jacobian_step(n, dtype)
+        x = np.round(rng.uniform(-5, 5, n) / h) * h
+        worst = largest = 0.0
+        for j in range(n):
+            for sign in (1.0, -1.0):
+                xs = [float(v) for v in x]
+                xs[j] += sign * h
+                bound, one_r = softmax_row(xs, u, 0.0)
+                worst, largest = max(worst, max(bound)), max(largest, max(one_r))
+        total = h * h / 48.0 + 2.0 * worst / (2.0 * h) + 2.0 * u + 3.0 * U64
+        got = T.softmax_jacobian_bound(x, h, dtype=dtype)
+        assert got.tol == u and got.abs.shape == (n, n)
+        check(got.abs, np.full((n, n), total), floor=largest / h * ONE_ULPS)
+        got2 = T.softmax_jacobian_bound(x, h / 4, dtype=dtype)  # h enters: truncation h²/48, rounding 1/h
+        assert got2.abs[0, 0] != got.abs[0, 0]
+
+
+def test_conformance_and_self_consistency_add_the_right_bounds():
+    calls = []
+
+    def error(x, scale, *, u, extra=1.0):
+        calls.append(u)
+        return np.asarray(x) * scale * u * extra
+
+    x = np.array([1.0, 2.0])
+    b = T.conformance(error, x, 3.0, dtype=np.float32, extra=2.0)
+    assert b.tol == U32 + U64 and np.array_equal(b.abs, x * 6 * U32 + x * 6 * U64)
+    b = T.conformance(error, x, 3.0, dtype=np.float64)
+    assert b.tol == 2 * U64 and np.array_equal(b.abs, 2 * x * 3 * U64)
+    b = T.self_consistency(error, x, 3.0, dtype=np.float32, extra=2.0)
+    assert b.tol == 2 * U32 and np.array_equal(b.abs, 2 * x * 6 * U32)
+    b = T.self_consistency(error, x, 3.0, dtype=np.float64)
+    assert b.tol == 2 * U64 and np.array_equal(b.abs, 2 * x * 3 * U64)
+    assert calls == [U32, U64, U64, U32, U64]
+
+
+def test_helpers_are_the_reference_with_every_argument():
+    rng = _rng(59)
+    p = init_multi_head(rng, 4, 2)
+    x, y = rng.normal(size=(3, 4)), rng.normal(size=(5, 4))
+    mask = _mask(rng, (3, 5), full_row=False)
+    assert np.array_equal(T._mha_value(x, y, p, mask), multi_head_attention(x, y, p, mask=mask))
+    assert not np.array_equal(T._mha_value(x, y, p, mask), multi_head_attention(x, y, p))
+    norm = LayerNormParams(gamma=1 + rng.uniform(-0.5, 0.5, 4), beta=rng.uniform(-0.5, 0.5, 4))
+    assert np.array_equal(T._ln_value(x, norm, 0.5), layer_norm(x, norm.gamma, norm.beta, 0.5))
+    assert not np.array_equal(T._ln_value(x, norm, 0.5), layer_norm(x, norm.gamma, norm.beta))
+    s = rng.normal(size=(2, 3))
+    assert np.allclose(softmax(s).sum(axis=-1), 1.0)
