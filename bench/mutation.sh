@@ -15,7 +15,10 @@
 # The test command for each mutant (~0.5 s): the reference's own tests, the baselines' tests,
 # tests/test_reference_mutation.py (tests added for survivors of this run), and the meta-tests of
 # the strategies and tolerances when they exist, under the hypothesis `ci` profile, stopping at
-# the first failure. The score and the classified survivors are in docs/mutation.md.
+# the first failure. Mutants of tests/strategies.py run under the fast `mutation` profile (10
+# examples, no shrinking; bench/mutation_server.py) and every survivor is re-checked under `ci` at
+# the end (`run-full`). The score and the classified survivors are in docs/mutation.md and
+# docs/mutation_strategies.md.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
@@ -66,6 +69,9 @@ SERVER=$!
 # Stop this run's own server by its pid (a "stop" sent to the socket could reach a newer run's server).
 trap 'kill $SERVER 2>/dev/null || true' EXIT
 RUNNER="$PY -S $ROOT/bench/mutation_server.py run $SOCK"
+# The final re-check of the survivors: the same tests, always under PYTEST_ARGS' own profile (ci), also for
+# routes whose mutants run under a fast profile (ROUTES' "profiles").
+RUNNER_FULL="$PY -S $ROOT/bench/mutation_server.py run-full $SOCK"
 
 echo "mutation.sh: copy in $WORK; mutating $KEEP; pytest $PYTEST_ARGS; tests per source: $ROUTES"
 cd "$WORK"
@@ -127,14 +133,15 @@ for attempt in $(seq 1 $attempts); do
     [ "$quiet" -lt "$stall" ] && [ "$left" = "$before" ] && break
 done
 # Re-check every survivor on its own (mutmut run ID): a survivor recorded by a worker that died, or
-# before the latest tests were copied in, is tested once more against the current tests.
+# before the latest tests were copied in, is tested once more against the current tests, and under the
+# full profile (a survivor of a fast-profile route is a survivor only if the full tests pass too).
 survivor_ids() {
     "$MUTMUT_VENV/bin/python" -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); \
 print(' '.join(str(r[0]) for r in c.execute(\"select id from Mutant where status = 'bad_survived' order by id\")))" \
         "$WORK/.mutmut-cache"
 }
 for id in $(survivor_ids); do
-    "$MUTMUT_VENV/bin/mutmut" run "$id" --paths-to-mutate "$KEEP" --tests-dir tests --runner "$RUNNER" -b 30 -m 4 \
+    "$MUTMUT_VENV/bin/mutmut" run "$id" --paths-to-mutate "$KEEP" --tests-dir tests --runner "$RUNNER_FULL" -b 30 -m 4 \
         --simple-output --no-progress >> "$WORK/mutmut.log" 2>&1 || true
     restore
 done

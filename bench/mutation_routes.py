@@ -5,7 +5,12 @@ Run in the copy's root. The baselines have their own tests; the strategies their
 tightness tests of tests/test_reference_mutation.py, and the formula tests of tests/test_tolerance_formulas.py; the
 strategies also tests/test_strategies_mutation.py (tests for their survivors); every other file of reference/ is covered
 by the reference's tests. The tests added
-for this run's survivors (tests/test_reference_mutation.py) run for every file.
+for this run's survivors (tests/test_reference_mutation.py) run for every file but tests/strategies.py (which they
+never import).
+
+"profiles" names the hypothesis profile of a route's mutant runs when it is not the ``ci`` of bench/mutation.sh:
+tests/strategies.py runs under the fast ``mutation`` profile (bench/mutation_server.py), and its survivors are
+re-checked under ``ci`` at the end of the run (docs/mutation_strategies.md).
 """
 import json
 import os
@@ -25,8 +30,13 @@ tolerance_meta = [f"tests/test_strategies.py::{name}" for name in (
 routes = {
     "*": core,
     "reference/baselines.py": exists("tests/test_baselines.py") + extra,
-    "tests/strategies.py": exists("tests/test_strategies.py", "tests/test_strategies_mutation.py") + extra,
+    # Not tests/test_reference_mutation.py: it never imports tests/strategies.py (checked: after a run of it,
+    # no strategies module is loaded), so it cannot fail on a mutant of it and only costs ~0.7 s a mutant.
+    "tests/strategies.py": exists("tests/test_strategies.py", "tests/test_strategies_mutation.py"),
     "tests/tolerances.py": exists("tests/test_tolerance_formulas.py") + tolerance_meta + extra,
+    # The strategies' meta-tests draw many examples: their mutants run under the fast "mutation" profile
+    # (bench/mutation_server.py), and bench/mutation.sh re-checks every survivor under the full ci profile.
+    "profiles": {"tests/strategies.py": "mutation"} if os.path.exists("tests/strategies.py") else {},
     "watch": sorted(os.path.join("reference", f) for f in os.listdir("reference") if f.endswith(".py"))
     + exists("tests/strategies.py", "tests/tolerances.py"),
 }

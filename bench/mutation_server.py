@@ -9,12 +9,24 @@ just mutated, fresh (bytecode caching is off).
 
     python bench/mutation_server.py serve SOCKET WORKDIR ROUTES -- PYTEST_ARGS...   # start (background)
     python bench/mutation_server.py run SOCKET                               # mutmut's --runner
+    python bench/mutation_server.py run-full SOCKET                          # the same, full profile
     python bench/mutation_server.py stop SOCKET
 
 ROUTES is a JSON object {"watch": [source files], source file: [test files],
 "*": [test files for the rest]}: each run picks the test files of the watched
 source being mutated (the one with a ``.bak`` beside it), so that a mutant of
 ``reference/baselines.py`` runs only the baselines' tests.
+
+ROUTES may also hold ``"profiles": {source file: profile}``: a ``run`` for a mutant
+of that source uses that hypothesis profile (one of :data:`FAST_PROFILES`) in place
+of the ``--hypothesis-profile`` of PYTEST_ARGS. ``mutation`` is the fast profile
+of ``tests/strategies.py``, whose meta-tests draw many examples: ``ci``'s settings
+and sizes, 10 examples instead of 50, no shrinking, so a failing test stops at its
+first failing example. A kill under it is a real failing example (the tests are
+deterministic); it can only miss kills, so ``run-full`` runs the same tests under
+PYTEST_ARGS' own profile (``ci``): bench/mutation.sh re-checks every survivor that
+way at the end, so a mutant is a survivor only when the full meta-tests pass. Sources without a profile
+(reference/, tests/tolerances.py) run the same either way.
 
 A child that runs longer than ``--child-timeout`` seconds (an infinite loop
 planted by a mutant) is killed and reported as a failure (the mutant is caught:
@@ -29,14 +41,52 @@ import socket
 import sys
 import time
 
+#: Hypothesis profiles a route may ask for (ROUTES' "profiles"), registered by the server on top of ``ci``.
+#: ``mutation``: the ``ci`` profile (derandomized, the same sizes: attnclaims.profiles.limits() gives ``ci``'s
+#: limits to any profile it does not know) with 10 examples and without the shrink phase, so that hypothesis
+#: stops at the first failing example (report_multiple_bugs is off in ``ci``).
+FAST_PROFILES = {"mutation": dict(max_examples=10, phases=("explicit", "reuse", "generate"))}
 
-def _route(routes: dict) -> list[str]:
-    """The test files for the watched source file being mutated: mutmut keeps its original as FILE.bak
-    while the mutant is on disk (and the baseline run, with no .bak anywhere, gets the default tests)."""
+
+def _source(routes: dict) -> str | None:
+    """The watched source file being mutated: mutmut keeps its original as FILE.bak while the mutant is on
+    disk (the baseline run, with no .bak anywhere, has none)."""
     for path in routes.get("watch", []):
         if os.path.exists(path + ".bak"):
-            return list(routes.get(path, routes["*"]))
-    return list(routes["*"])
+            return path
+    return None
+
+
+def _route(routes: dict) -> list[str]:
+    """The test files for the watched source file being mutated (the default tests when there is none)."""
+    source = _source(routes)
+    return list(routes.get(source, routes["*"])) if source else list(routes["*"])
+
+
+def _with_profile(pytest_args: list[str], profile: str | None) -> list[str]:
+    """PYTEST_ARGS with ``--hypothesis-profile`` set to ``profile`` (unchanged when ``profile`` is None)."""
+    args = list(pytest_args)
+    if profile is None:
+        return args
+    for i, a in enumerate(args):
+        if a == "--hypothesis-profile" and i + 1 < len(args):
+            args[i + 1] = profile
+            return args
+        if a.startswith("--hypothesis-profile="):
+            args[i] = f"--hypothesis-profile={profile}"
+            return args
+    return args + ["--hypothesis-profile", profile]
+
+
+def _register_profiles(names) -> None:
+    from hypothesis import Phase, settings
+
+    import attnclaims.profiles  # noqa: F401 - registers ci (not code under mutation)
+
+    for name in names:
+        options = dict(FAST_PROFILES[name])
+        options["phases"] = tuple(Phase[p] for p in options["phases"])
+        settings.register_profile(name, parent=settings.get_profile("ci"), **options)
 
 
 def serve(sock_path: str, workdir: str, routes: dict, pytest_args: list[str],
@@ -58,6 +108,7 @@ def serve(sock_path: str, workdir: str, routes: dict, pytest_args: list[str],
             importlib.import_module(name)
         except ImportError:
             pass
+    _register_profiles(sorted(set(routes.get("profiles", {}).values())))
     mutated = [m for m in sys.modules if m.startswith(("attnclaims.reference", "attnclaims.tests", "reference", "tests"))]
     assert not mutated, f"the server must not import the code under mutation: {mutated}"
     if os.path.exists(sock_path):
@@ -76,6 +127,9 @@ def serve(sock_path: str, workdir: str, routes: dict, pytest_args: list[str],
                 _answer(conn, 0)
                 break
             tests = _route(routes)
+            # "run": the route's fast profile if it has one; "run-full" (and any other request): PYTEST_ARGS as given
+            profile = routes.get("profiles", {}).get(_source(routes)) if request == "run" else None
+            args = _with_profile(pytest_args, profile)
             pid = os.fork()
             if pid == 0:  # the child: one pytest run, output discarded
                 server.close()
@@ -84,7 +138,7 @@ def serve(sock_path: str, workdir: str, routes: dict, pytest_args: list[str],
                 os.dup2(devnull, 1)
                 os.dup2(devnull, 2)
                 try:
-                    code = int(pytest.main(list(pytest_args) + tests))
+                    code = int(pytest.main(args + tests))
                 except BaseException:  # noqa: BLE001 - any crash is a failed run
                     code = 3
                 os._exit(code)
@@ -150,10 +204,10 @@ def main(argv: list[str]) -> int:
 
         serve(argv[1], argv[2], json.loads(argv[3]), argv[5:])
         return 0
-    if len(argv) == 2 and argv[0] == "run":
+    if len(argv) == 2 and argv[0] in ("run", "run-full"):
         # mutmut 2 counts only exit status 1 as a failing test suite ("killed"); a mutant that breaks an
         # import makes pytest exit with 2 (collection error), which mutmut would count as "survived".
-        return 0 if request(argv[1], "run") == 0 else 1
+        return 0 if request(argv[1], argv[0]) == 0 else 1
     if len(argv) == 2 and argv[0] == "stop":
         return request(argv[1], "stop")
     print(__doc__, file=sys.stderr)
