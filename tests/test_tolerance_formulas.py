@@ -35,6 +35,7 @@ import math
 import numpy as np
 import pytest
 
+from attnclaims.guard import CheckFailure
 from attnclaims.reference.attention import attention, softmax
 from attnclaims.reference.layers import decoder_layer, encoder_layer, feed_forward, layer_norm
 from attnclaims.reference.multihead import head_outputs, merge_heads, multi_head_attention, split_heads
@@ -705,3 +706,27 @@ def test_helpers_are_the_reference_with_every_argument():
     assert not np.array_equal(T._ln_value(x, norm, 0.5), layer_norm(x, norm.gamma, norm.beta))
     s = rng.normal(size=(2, 3))
     assert np.allclose(softmax(s).sum(axis=-1), 1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks: what they hand to hypothesis.target, and an empty comparison that fails
+# ---------------------------------------------------------------------------------------------
+
+def test_assert_close_targets_error_over_bound(monkeypatch):
+    """assert_close steers hypothesis by measured / tol (how close the error came to the bound), labelled
+    by the check; with tol = 0 (no division possible) by the measured ratio itself."""
+    seen = []
+    monkeypatch.setattr(T, "target", lambda value, label: seen.append((value, label)))
+    assert T.assert_close([1.0, 1.0], [1.0, 1.25], T.Bound(np.array([0.5, 0.5]), 0.5), "w") == 0.25
+    assert seen == [(0.5, "error/bound w")]
+    seen.clear()
+    with np.errstate(invalid="ignore", divide="ignore"):  # scale = 0/0
+        assert T.assert_close([1.0], [1.0], T.Bound(np.array([0.0]), 0.0), "exact") == 0.0
+    assert seen == [(0.0, "error/bound exact")]
+
+
+def test_assert_close_on_nothing_fails_only_for_a_nan_tolerance():
+    assert T.assert_close(np.zeros(0), np.zeros(0), T.Bound(np.zeros(0), 1.0), "empty") == 0.0
+    with pytest.raises(CheckFailure) as info:  # no element to point at: the message has no detail
+        T.assert_close(np.zeros(0), np.zeros(0), T.Bound(np.zeros(0), math.nan), "empty")
+    assert str(info.value) == "max |out - ref| / scale = 0 > nan [empty]"
