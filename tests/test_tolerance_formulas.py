@@ -604,6 +604,13 @@ def test_decoder_layer_error_follows_its_docstring(u, norm_first):
         value, want = decoder_loops(y, memory, p, sm, mm, u, np.zeros(y.shape) if e_y is None else e_y, e_m)
         check(T.decoder_layer_error(y, memory, p, sm, mm, u=u, ey=e_y, ememory=e_m), want)
         np.testing.assert_allclose(value, decoder_layer(y, memory, p, sm, mm), rtol=0, atol=1e-13)
+    # y with its own batch axis, memory with one more in front: the layer's batch is (2, 3)
+    y3, mem3 = rng.normal(size=(3, 3, 4)), rng.normal(size=(2, 3, 2, 4))
+    value, want = decoder_loops(y3, mem3, p, self_mask, None, u, np.zeros(y3.shape), None)
+    check(T.decoder_layer_error(y3, mem3, p, self_mask, u=u), want)
+    assert want.shape == (2, 3, 3, 4)
+    value, want = decoder_loops(y3, mem3[0, 0], p, None, None, u, np.zeros(y3.shape), None)  # memory unbatched
+    check(T.decoder_layer_error(y3, mem3[0, 0], p, u=u), want)
 
 
 # ---------------------------------------------------------------------------------------------
