@@ -90,8 +90,10 @@ def softmax_row(row, u, e_in):
     bound, one_r = [], []
     for tj in t:
         a = math.exp(tj) / z
-        p, q = math.expm1(2.0 * e_in), u * eta(tj, n)
-        r = p + q + p * q  # = (1 + p)(1 + q) − 1, without the cancellation
+        # Literally as the docstring writes it: E and η are formed from the same float64 numbers by the same
+        # operations here and in the module, so even the rounding of 1 + uη (which loses most of uη's digits
+        # for the float64 u) is the same on both sides, and a term of 3·u_64 in a total of 1e-10 still shows.
+        r = (1.0 + math.expm1(2.0 * e_in)) * (1.0 + u * eta(tj, n)) - 1.0
         bound.append(min(a * r, 1.0) if a > 0 else 0.0)
         one_r.append(a * (1.0 + r))
     return bound, one_r
@@ -339,10 +341,10 @@ def test_softmax_error_follows_its_docstring(u, axis):
     ex = rng.uniform(0, 1e-7, size=x.shape)
     ex[1, 2, 3] = 3e-7
     for e in (None, ex):
-        want, allowance = softmax_loops(x, axis, u, e)
-        check(T.softmax_error(x, axis, u=u, ex=e), want, allowance)
+        want, _ = softmax_loops(x, axis, u, e)
+        check(T.softmax_error(x, axis, u=u, ex=e), want)
         if axis == -1:
-            check(T.softmax_error(x, u=u, ex=e), want, allowance)
+            check(T.softmax_error(x, u=u, ex=e), want)
 
 
 def test_softmax_error_caps():
@@ -664,7 +666,7 @@ def test_softmax_jacobian_step_follows_its_docstring(dtype, u):
 @pytest.mark.parametrize("dtype, u", [(np.float32, U32), (np.float64, U64)])
 def test_softmax_jacobian_bound_follows_its_docstring(dtype, u):
     rng = _rng(53)
-    for n in (1, 3, 5):
+    for n in (1, 2, 3, 5):
         h = T.softmax_jacobian_step(n, dtype)
         x = np.round(rng.uniform(-5, 5, n) / h) * h
         worst = largest = 0.0
@@ -677,7 +679,7 @@ def test_softmax_jacobian_bound_follows_its_docstring(dtype, u):
         total = h * h / 48.0 + 2.0 * worst / (2.0 * h) + 2.0 * u + 3.0 * U64
         got = T.softmax_jacobian_bound(x, h, dtype=dtype)
         assert got.tol == u and got.abs.shape == (n, n)
-        check(got.abs, np.full((n, n), total), floor=largest / h * ONE_ULPS)
+        check(got.abs, np.full((n, n), total))
         got2 = T.softmax_jacobian_bound(x, h / 4, dtype=dtype)  # h enters: truncation h²/48, rounding 1/h
         assert got2.abs[0, 0] != got.abs[0, 0]
 
