@@ -16,6 +16,7 @@ BUILTINS: dict[str, str] = {
     "reference": "attnclaims.reference.impl:Reference",
     "torch": "attnclaims.adapters.torch_adapter:TorchImplementation",
     "torch-fastpath": "attnclaims.adapters.torch_adapter:TorchFastPathImplementation",
+    "torch-float32": "attnclaims.adapters.torch_adapter:TorchFloat32Implementation",
     "jax": "attnclaims.adapters.jax_adapter:JaxImplementation",
 }
 

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from attnclaims.impls import availability
+from attnclaims.impls import availability, resolve
 from attnclaims.reference import params as P
 from attnclaims.reference.impl import Reference
 from attnclaims.reference.masks import padding_mask
@@ -295,6 +295,7 @@ def test_jax_describes_itself(jax_impl):
 @pytest.mark.parametrize("spec, modules, hint", [
     ("torch", ["torch"], "torch is not installed: pip install 'attnclaims[torch]'"),
     ("torch-fastpath", ["torch"], "torch is not installed: pip install 'attnclaims[torch]'"),
+    ("torch-float32", ["torch"], "torch is not installed: pip install 'attnclaims[torch]'"),
     ("jax", ["jax", "flax"], "jax/flax is not installed: pip install 'attnclaims[jax]'"),
     ("jax", ["flax"], "jax/flax is not installed: pip install 'attnclaims[jax]'"),
 ])
@@ -314,3 +315,24 @@ def test_adapter_modules_import_without_their_library(monkeypatch):
     for module in ("attnclaims.adapters.torch_adapter", "attnclaims.adapters.jax_adapter"):
         monkeypatch.delitem(sys.modules, module, raising=False)
         importlib.import_module(module)  # lazy: the library is imported by the constructor only
+
+
+def test_torch_float32_computes_in_float32():
+    """``torch-float32`` rounds its inputs to float32 once and returns float32 (a float64 computation
+    under a float32 name would be judged against tolerances 2²⁹ times too loose)."""
+    pytest.importorskip("torch")
+    from attnclaims.adapters.torch_adapter import TorchFloat32Implementation
+    from attnclaims.reference.params import init_encoder_layer
+
+    impl = resolve("torch-float32")
+    assert isinstance(impl, TorchFloat32Implementation) and impl.name == "torch-float32"
+    assert impl.dtype == np.float32
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 3, 4))
+    p = init_encoder_layer(rng, 4, 2, 8)
+    for out in (impl.softmax(x), impl.attention(x, x, x), impl.encoder_layer(x, p),
+                impl.layer_norm(x, np.ones(4), np.zeros(4), 1e-5)):
+        assert out.dtype == np.float32
+    x32 = x.astype(np.float32).astype(np.float64)
+    np.testing.assert_array_equal(impl.softmax(x), impl.softmax(x32))  # the same float32 input either way
+    assert not np.array_equal(impl.softmax(x).astype(np.float64), resolve("torch").softmax(x32))

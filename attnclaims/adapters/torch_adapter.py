@@ -109,6 +109,7 @@ def _numpy(t) -> np.ndarray:
 
 
 class _TorchBase:
+    #: the dtype inputs are cast to and modules are built in (float64 unless a subclass says otherwise)
     dtype = np.dtype(np.float64)
     #: capability -> the torch function a failure of that capability is attributed to
     responsible: dict[str, str] = {}
@@ -121,10 +122,12 @@ class _TorchBase:
         # setting); it changes no result beyond the order of some sums, which the bounds allow for.
         torch.set_num_threads(1)
         self.versions = {"torch": torch.__version__}
-        self._f64 = torch.float64
+        # Parameters are handed over in float64; load_state_dict copies them into the module's dtype.
+        self._dt = getattr(torch, self.dtype.name)
 
     def _t(self, a):
-        return self._torch.tensor(np.asarray(a, dtype=np.float64))
+        """An input as a tensor of the implementation's dtype (float64 inputs are rounded once)."""
+        return self._torch.tensor(np.asarray(a, dtype=np.float64).astype(self.dtype))
 
     # Subclasses choose the grad mode modules run under (it selects torch's code path).
     def _mode(self):
@@ -136,7 +139,7 @@ class _TorchBase:
     # -- builders ---------------------------------------------------------------------------
     def _mha(self, p):
         nn = self._torch.nn
-        m = nn.MultiheadAttention(p.d_model, p.num_heads, dropout=0.0, batch_first=True, dtype=self._f64)
+        m = nn.MultiheadAttention(p.d_model, p.num_heads, dropout=0.0, batch_first=True, dtype=self._dt)
         m.load_state_dict(_mha_state(self._torch, p), strict=True)
         return m.eval()
 
@@ -144,7 +147,7 @@ class _TorchBase:
         nn = self._torch.nn
         layer = nn.TransformerEncoderLayer(p.d_model, p.self_attn.num_heads, dim_feedforward=p.ffn.d_ff,
                                            dropout=0.0, layer_norm_eps=p.eps, batch_first=True,
-                                           norm_first=p.norm_first, dtype=self._f64)
+                                           norm_first=p.norm_first, dtype=self._dt)
         state = {**_mha_state(self._torch, p.self_attn, "self_attn."), **_ffn_state(self._torch, p.ffn),
                  **_norm_state(self._torch, "norm1", p.norm1), **_norm_state(self._torch, "norm2", p.norm2)}
         layer.load_state_dict(state, strict=True)
@@ -226,7 +229,7 @@ class TorchImplementation(_TorchBase):
     def layer_norm(self, x, gamma, beta, eps):
         """``torch.nn.LayerNorm(d, eps=eps)`` with ``weight = gamma``, ``bias = beta``."""
         x = self._t(x)
-        norm = self._torch.nn.LayerNorm(x.shape[-1], eps=eps, dtype=self._f64)
+        norm = self._torch.nn.LayerNorm(x.shape[-1], eps=eps, dtype=self._dt)
         norm.load_state_dict({"weight": self._t(gamma), "bias": self._t(beta)}, strict=True)
         with self._torch.no_grad():
             return _numpy(norm(x))
@@ -235,8 +238,8 @@ class TorchImplementation(_TorchBase):
         """``linear2(relu(linear1(x)))`` with ``torch.nn.Linear`` and ``torch.nn.functional.relu`` —
         torch has no FFN module; this is how ``TransformerEncoderLayer._ff_block`` composes it."""
         nn, F = self._torch.nn, self._torch.nn.functional
-        ffn = nn.ModuleDict({"linear1": nn.Linear(params.d_model, params.d_ff, dtype=self._f64),
-                             "linear2": nn.Linear(params.d_ff, params.d_model, dtype=self._f64)})
+        ffn = nn.ModuleDict({"linear1": nn.Linear(params.d_model, params.d_ff, dtype=self._dt),
+                             "linear2": nn.Linear(params.d_ff, params.d_model, dtype=self._dt)})
         ffn.load_state_dict(_ffn_state(self._torch, params), strict=True)
         with self._torch.no_grad():
             return _numpy(ffn["linear2"](F.relu(ffn["linear1"](self._t(x)))))
@@ -260,7 +263,7 @@ class TorchImplementation(_TorchBase):
         n_t, n_s, h = y_shape[-2], m_shape[-2], params.self_attn.num_heads
         tgt, mem = self._t(_flat(y, batch)), self._t(_flat(memory, batch))  # (B, n_t, d), (B, n_s, d)
         if self_mask is None:
-            tgt_mask, tgt_kpm = nn.Transformer.generate_square_subsequent_mask(n_t, dtype=self._f64), None
+            tgt_mask, tgt_kpm = nn.Transformer.generate_square_subsequent_mask(n_t, dtype=self._dt), None
         else:
             causal = np.tril(np.ones((n_t, n_t), dtype=bool))  # (n_t, n_t): query i sees keys 0..i
             self_mask = np.asarray(self_mask)
@@ -272,7 +275,7 @@ class TorchImplementation(_TorchBase):
         mem_mask, mem_kpm = _negated_masks(torch, memory_mask, batch, n_t, n_s, params.cross_attn.num_heads)
         layer = nn.TransformerDecoderLayer(params.d_model, h, dim_feedforward=params.ffn.d_ff, dropout=0.0,
                                            layer_norm_eps=params.eps, batch_first=True,
-                                           norm_first=params.norm_first, dtype=self._f64)
+                                           norm_first=params.norm_first, dtype=self._dt)
         state = {**_mha_state(torch, params.self_attn, "self_attn."),
                  **_mha_state(torch, params.cross_attn, "multihead_attn."), **_ffn_state(torch, params.ffn),
                  **_norm_state(torch, "norm1", params.norm1), **_norm_state(torch, "norm2", params.norm2),
@@ -286,6 +289,19 @@ class TorchImplementation(_TorchBase):
 
     def __repr__(self) -> str:
         return "TorchImplementation()"
+
+
+class TorchFloat32Implementation(TorchImplementation):
+    """:class:`TorchImplementation` in float32, the dtype models are trained and served in: inputs
+    are rounded to float32 once, modules are built in float32, and every tolerance is the float32
+    one (u = 2⁻²⁴) of the same derivations. What float64 hides — a float32 accumulation that is
+    still correct, or one that is not — shows here."""
+
+    name = "torch-float32"
+    dtype = np.dtype(np.float32)
+
+    def __repr__(self) -> str:
+        return "TorchFloat32Implementation()"
 
 
 class TorchFastPathImplementation(_TorchBase):
