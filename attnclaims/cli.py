@@ -274,9 +274,8 @@ def _configure_run(p: argparse.ArgumentParser) -> None:
     from attnclaims.profiles import DEFAULT_PROFILE, PROFILES
 
     p.add_argument("--impl", metavar="NAME", action="extend", nargs="+", default=None,
-                   help="implementation(s) under test: reference (default), torch, torch-fastpath, torch-float32, "
-                        "jax, 
-                        "all (every installed built-in), or package.module:attr")
+                   help="implementation(s) under test: reference (default), torch, torch-fastpath, "
+                        "torch-float32, jax, jax-float32, all (every installed built-in), or package.module:attr")
     p.add_argument("--claim", metavar="ID", action="extend", nargs="+", default=None,
                    help="check only these claims (default: all)")
     p.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE,
