@@ -18,6 +18,7 @@ BUILTINS: dict[str, str] = {
     "torch-fastpath": "attnclaims.adapters.torch_adapter:TorchFastPathImplementation",
     "torch-float32": "attnclaims.adapters.torch_adapter:TorchFloat32Implementation",
     "jax": "attnclaims.adapters.jax_adapter:JaxImplementation",
+    "jax-float32": "attnclaims.adapters.jax_adapter:JaxFloat32Implementation",
 }
 
 

@@ -298,6 +298,7 @@ def test_jax_describes_itself(jax_impl):
     ("torch-float32", ["torch"], "torch is not installed: pip install 'attnclaims[torch]'"),
     ("jax", ["jax", "flax"], "jax/flax is not installed: pip install 'attnclaims[jax]'"),
     ("jax", ["flax"], "jax/flax is not installed: pip install 'attnclaims[jax]'"),
+    ("jax-float32", ["jax", "flax"], "jax/flax is not installed: pip install 'attnclaims[jax]'"),
 ])
 def test_missing_library_is_reported_as_unavailable(monkeypatch, spec, modules, hint):
     for name in modules:  # a None entry in sys.modules makes ``import name`` raise ImportError
@@ -336,3 +337,20 @@ def test_torch_float32_computes_in_float32():
     x32 = x.astype(np.float32).astype(np.float64)
     np.testing.assert_array_equal(impl.softmax(x), impl.softmax(x32))  # the same float32 input either way
     assert not np.array_equal(impl.softmax(x).astype(np.float64), resolve("torch").softmax(x32))
+
+
+def test_jax_float32_computes_in_float32():
+    """``jax-float32`` builds its flax modules in float32 and returns float32."""
+    pytest.importorskip("jax")
+    pytest.importorskip("flax")
+    from attnclaims.adapters.jax_adapter import JaxFloat32Implementation
+
+    impl = resolve("jax-float32")
+    assert isinstance(impl, JaxFloat32Implementation) and impl.name == "jax-float32"
+    assert impl.dtype == np.float32
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 3, 4))
+    p = P.init_multi_head(rng, 4, 2)
+    for out in (impl.softmax(x), impl.attention(x, x, x), impl.multi_head_attention(x, x, p),
+                impl.layer_norm(x, np.ones(4), np.zeros(4), 1e-5)):
+        assert out.dtype == np.float32

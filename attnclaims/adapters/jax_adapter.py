@@ -62,11 +62,12 @@ def _enable_x64(jax, jnp) -> None:
                            f"(set JAX_ENABLE_X64=1 before importing jax)")
 
 
-def _functions() -> dict:
-    if _FUNCTIONS:
-        return _FUNCTIONS
+def _functions(dtype: str = "float64") -> dict:
+    """The jitted library calls with modules built in ``dtype`` (one set per dtype)."""
+    if dtype in _FUNCTIONS:
+        return _FUNCTIONS[dtype]
     jax, jnp, nnx = _import_jax()
-    f64 = jnp.float64
+    f64 = getattr(jnp, dtype)  # the modules' dtype and param_dtype
 
     @jax.jit
     def attention(q, k, v, mask, scale):
@@ -99,18 +100,23 @@ def _functions() -> dict:
         linear2.kernel[...], linear2.bias[...] = w2, b2
         return linear2(jax.nn.relu(linear1(x)))
 
-    _FUNCTIONS.update(
+    _FUNCTIONS[dtype] = dict(
         softmax=jax.jit(jax.nn.softmax, static_argnames=("axis",)),
         attention=attention,
         multi_head_attention=jax.jit(mha, static_argnames=("num_heads",)),
         layer_norm=layer_norm,
         feed_forward=feed_forward,
     )
-    return _FUNCTIONS
+    return _FUNCTIONS[dtype]
 
 
 def _f64(a) -> np.ndarray:
     return np.asarray(a, dtype=np.float64)
+
+
+def _cast(a, dtype) -> np.ndarray:
+    """An input in the implementation's dtype (through float64: a float64 input is rounded once)."""
+    return _f64(a).astype(dtype)
 
 
 def _numpy(out) -> np.ndarray:
@@ -118,10 +124,10 @@ def _numpy(out) -> np.ndarray:
     return np.array(out)
 
 
-def _heads_layout(a, batch: tuple[int, ...]) -> np.ndarray:
+def _heads_layout(a, batch: tuple[int, ...], dtype) -> np.ndarray:
     """Our (..., n, d) broadcast to batch + (n, d) -> jax's (B, n, N, d): the last batch axis is
     the head axis N (1 if there is none), the ones before it are flattened into B."""
-    a = np.broadcast_to(_f64(a), batch + np.shape(a)[-2:])
+    a = np.broadcast_to(_cast(a, dtype), batch + np.shape(a)[-2:])
     heads = batch[-1] if batch else 1
     a = a.reshape((-1, heads) + a.shape[-2:])  # (B, N, n, d)
     return a.transpose(0, 2, 1, 3)  # (B, n, N, d)
@@ -161,11 +167,11 @@ class JaxImplementation:
             self.versions["jaxlib"] = jaxlib.__version__
         except (ImportError, AttributeError):  # pragma: no cover - jaxlib always comes with jax
             pass
-        self._fn = _functions()
+        self._fn = _functions(self.dtype.name)
 
     def softmax(self, x, axis=-1):
         """``jax.nn.softmax(x, axis=axis)``."""
-        return _numpy(self._fn["softmax"](_f64(x), axis=int(axis)))
+        return _numpy(self._fn["softmax"](_cast(x, self.dtype), axis=int(axis)))
 
     def attention(self, q, k, v, mask=None, scale=None):
         """``jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale)`` in layout (B, T, N, H).
@@ -183,14 +189,14 @@ class JaxImplementation:
         q_shape, k_shape, v_shape = np.shape(q), np.shape(k), np.shape(v)
         batch = tuple(np.broadcast_shapes(q_shape[:-2], k_shape[:-2], v_shape[:-2]))
         n_q, n_k, d_k, d_v = q_shape[-2], k_shape[-2], q_shape[-1], v_shape[-1]
-        q4, k4, v4 = (_heads_layout(a, batch) for a in (q, k, v))  # (B, n, N, d)
+        q4, k4, v4 = (_heads_layout(a, batch, self.dtype) for a in (q, k, v))  # (B, n, N, d)
         b, heads = q4.shape[0], q4.shape[2]
         mask4 = None
         if mask is not None:
             mask4 = np.broadcast_to(np.asarray(mask), batch + (n_q, n_k)).reshape(b, heads, n_q, n_k)
         blocks = -(-d_v // d_k)  # ⌈d_v / d_k⌉
         if d_v != d_k:
-            v4 = np.concatenate([v4, np.zeros(v4.shape[:-1] + (blocks * d_k - d_v,))], axis=-1)  # (B, n_k, N, c·d_k)
+            v4 = np.concatenate([v4, np.zeros(v4.shape[:-1] + (blocks * d_k - d_v,), v4.dtype)], axis=-1)  # (B, n_k, N, c·d_k)
             v4 = v4.reshape(b, n_k, heads * blocks, d_k)  # (B, n_k, N·c, d_k): head n·c + j = block j of head n
             q4, k4 = np.repeat(q4, blocks, axis=2), np.repeat(k4, blocks, axis=2)  # (B, n, N·c, d_k)
             mask4 = None if mask4 is None else np.repeat(mask4, blocks, axis=1)  # (B, N·c, n_q, n_k)
@@ -205,25 +211,38 @@ class JaxImplementation:
         x_q and x_kv are broadcast to a common batch shape (flax needs equal batch axes)."""
         batch = tuple(np.broadcast_shapes(np.shape(x_q)[:-2], np.shape(x_kv)[:-2]))
         n_q, n_k = np.shape(x_q)[-2], np.shape(x_kv)[-2]
-        x_q = np.broadcast_to(_f64(x_q), batch + np.shape(x_q)[-2:])
-        x_kv = np.broadcast_to(_f64(x_kv), batch + np.shape(x_kv)[-2:])
+        x_q = np.broadcast_to(_cast(x_q, self.dtype), batch + np.shape(x_q)[-2:])
+        x_kv = np.broadcast_to(_cast(x_kv, self.dtype), batch + np.shape(x_kv)[-2:])
         if mask is not None:
             mask = np.broadcast_to(np.asarray(mask), batch + (n_q, n_k))[..., None, :, :]  # (..., 1, n_q, n_k)
         p = params
-        out = self._fn["multi_head_attention"](x_q, x_kv, mask, *(_f64(a) for a in (
+        out = self._fn["multi_head_attention"](x_q, x_kv, mask, *(_cast(a, self.dtype) for a in (
             p.w_q, p.b_q, p.w_k, p.b_k, p.w_v, p.b_v, p.w_o, p.b_o)), num_heads=p.num_heads)
         return _numpy(out)
 
     def layer_norm(self, x, gamma, beta, eps):
         """``flax.nnx.LayerNorm(d, epsilon=eps, dtype=float64, param_dtype=float64)`` with
         ``scale = gamma``, ``bias = beta`` and flax's other defaults (``use_fast_variance=True``)."""
-        return _numpy(self._fn["layer_norm"](_f64(x), _f64(gamma), _f64(beta), float(eps)))
+        c = lambda a: _cast(a, self.dtype)  # noqa: E731
+        return _numpy(self._fn["layer_norm"](c(x), c(gamma), c(beta), float(eps)))
 
     def feed_forward(self, x, params):
         """``nnx.Linear(d_model, d_ff)`` → ``jax.nn.relu`` → ``nnx.Linear(d_ff, d_model)``, kernels = w1, w2."""
         p = params
-        return _numpy(self._fn["feed_forward"](_f64(x), _f64(p.w1), _f64(p.b1), _f64(p.w2), _f64(p.b2)))
+        return _numpy(self._fn["feed_forward"](*(_cast(a, self.dtype) for a in (x, p.w1, p.b1, p.w2, p.b2))))
 
     def __repr__(self) -> str:
         return "JaxImplementation()"
+
+
+class JaxFloat32Implementation(JaxImplementation):
+    """:class:`JaxImplementation` in float32 — jax's default dtype, the one jax models run in:
+    inputs rounded to float32 once, flax modules with ``dtype=param_dtype=float32``, and every
+    check at the float32 tolerance (u = 2⁻²⁴)."""
+
+    name = "jax-float32"
+    dtype = np.dtype(np.float32)
+
+    def __repr__(self) -> str:
+        return "JaxFloat32Implementation()"
 
