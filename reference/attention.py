@@ -57,7 +57,17 @@ def _softmax(x: np.ndarray, axis: int, allowed: np.ndarray | None, name: str) ->
     # correctly rounded value of exp(-1.8e308) anyway, so the overflow is harmless and silenced.
     with np.errstate(over="ignore", invalid="ignore"):
         shifted = np.where(allowed, x - row_max, -np.inf)
+        # The subtraction rounds, by up to u·|x − max|, which exp turns into a relative error of the
+        # same size: 1e-13 for a score 1e3 below the max, where exp(x)/Σexp itself is exact to u. Its
+        # rounding error is recovered exactly (Knuth's TwoSum: x + (−max) = shifted + lo) and carried
+        # along, exp(shifted + lo) = exp(shifted)·(1 + lo) to O(lo²), so a wide row is as accurate as
+        # a narrow one. Where the difference is not finite (masked, −inf, or beyond the float range),
+        # lo is 0: those weights are exactly 0 anyway.
+        back = shifted - x
+        lo = (x - (shifted - back)) + (-row_max - back)
+        lo = np.where(np.isfinite(lo), lo, 0.0)
     e = np.exp(shifted)  # masked and -inf entries: exp(-inf) = 0 exactly
+    e = e + e * lo
     denom = e.sum(axis=axis, keepdims=True)
     # denom = 0 only for rows with no allowed entry: they stay all zero (FULLY_MASKED_ROW).
     return np.divide(e, denom, out=np.zeros_like(e), where=denom > 0)

@@ -179,6 +179,29 @@ def test_softmax_is_a_distribution_for_any_finite_input(x):
     assert p[np.argmax(x)] == p.max()  # order preserving at the top
 
 
+@pytest.mark.parametrize("n", [2, 16, 64])
+def test_softmax_of_wide_rows_is_accurate_to_a_few_ulps(n):
+    """Scores spread over [−600, 0] (weights down to e⁻⁶⁰⁰, still normal numbers): every weight is
+    within (n/8 + log₂ n + 4)·u of its exact value *relative to itself* (mpmath, 40 digits). The bound:
+    exp rounds once (u), the denominator is numpy's sum — blocks of up to 8 partial sums added
+    sequentially, then pairwise — (n/8 + log₂ n)·u, the division u, and the shift x − max, which alone
+    would cost |x − max|·u (hundreds of u here), is carried exactly (TwoSum)."""
+    rng = np.random.default_rng(n)
+    u = 2.0 ** -53
+    bound = (n / 8 + math.log2(n) + 4) * u
+    for _ in range(20):
+        x = -rng.uniform(0.0, 600.0, n) + rng.uniform(-1e3, 1e3)  # an arbitrary offset: only x − max matters
+        a = softmax(x)
+        with mpmath.workdps(40):
+            xs = [mpmath.mpf(float(v)) for v in x]
+            top = max(xs)
+            e = [mpmath.exp(v - top) for v in xs]
+            total = mpmath.fsum(e)
+            exact = np.array([float(t / total) for t in e])
+        rel = np.abs(a - exact) / exact
+        assert rel.max() <= bound, f"relative error {rel.max() / u:.3g} u > {bound / u:.3g} u at n={n}"
+
+
 def test_softmax_masked_entries_are_exactly_zero():
     x = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]])
     mask = np.array([[True, False, True], [False, True, True]])
