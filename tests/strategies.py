@@ -96,10 +96,13 @@ def followed():
 
 @pytest.fixture(autouse=True)
 def follow_implementation(request):
-    """Autouse: for tests that take ``impl``, the strategies draw in its dtype and shapes."""
+    """Autouse: for tests that take ``impl``, the strategies draw in its dtype and shapes — during that test
+    only (a later test without ``impl`` in the same process draws float64 and free shapes again)."""
     if "impl" in request.fixturenames:
-        follow(request.getfixturevalue("impl"))
-    yield
+        with following(request.getfixturevalue("impl")):
+            yield
+    else:
+        yield
 
 
 def _dtype() -> np.dtype:
@@ -208,10 +211,10 @@ def dims(draw, *, min_seq: int = 1, max_seq: int | None = None, square: bool = F
     n_k = n_q if square else draw(seq_lengths(min_seq, max_seq))
     d_k = draw(st.integers(min_d_k, max(top_dim, min_d_k)))
     d_v = draw(st.integers(1, top_dim))
-    num_heads = draw(st.integers(1, max_heads))
+    num_heads = draw(st.integers(1, max(1, min(max_heads, top_dim))))  # at most max_dim heads: d_model ≤ max_dim
     d_head = draw(st.integers(1, max(1, top_dim // num_heads)))
-    if even_d_model and (num_heads * d_head) % 2:  # both odd: an even d_head makes d_model even
-        d_head += 1
+    if even_d_model and (num_heads * d_head) % 2:  # both odd: an even d_head makes d_model even (one up, or one
+        d_head += 1 if d_head == 1 or num_heads * (d_head + 1) <= top_dim else -1  # down not to pass max_dim)
     while num_heads * d_head < min_d_model:
         d_head += 2 if even_d_model and num_heads % 2 else 1
     d_model = num_heads * d_head
@@ -230,6 +233,7 @@ ELEMENTWISE_LIMIT = 256
 
 
 def seeds() -> st.SearchStrategy[int]:
+    """Seeds for ``np.random.default_rng``: any 32-bit unsigned integer, 0 … 2³² − 1."""
     return st.integers(0, 2**32 - 1)
 
 
@@ -334,6 +338,8 @@ def epsilons() -> st.SearchStrategy[float]:
 
 @st.composite
 def multi_head_params(draw, d_model: int, num_heads: int, *, bias_scale: float | None = None) -> MultiHeadParams:
+    """Seeded Xavier weights; biases U[−b, b] with b drawn from 0.1, 0 (no bias) and 0.5 unless ``bias_scale``
+    is given. The note carries the seed and sizes (``init_multi_head`` rebuilds the draw)."""
     seed = draw(seeds())
     b = draw(st.sampled_from([0.1, 0.0, 0.5])) if bias_scale is None else bias_scale
     note(f"multi_head_params(seed={seed}, d_model={d_model}, num_heads={num_heads}, bias_scale={b})")
@@ -357,7 +363,7 @@ def layer_norm_params(draw, d_model: int) -> LayerNormParams:
 @st.composite
 def encoder_layer_params(draw, d_model: int, num_heads: int, d_ff: int, *, norm_first=None) -> EncoderLayerParams:
     """Post-LN or Pre-LN (drawn unless given), norm parameters perturbed (spread 0.3) so that a layer
-    that reuses norm1 for norm2 shows, ε drawn."""
+    that reuses norm1 for norm2 shows, ε drawn (1e-5 or 1e-6)."""
     seed = draw(seeds())
     nf = draw(st.booleans()) if norm_first is None else norm_first
     eps = draw(st.sampled_from([1e-5, 1e-6]))
@@ -404,7 +410,8 @@ class AttentionCase:
 
     def cast(self, dtype) -> "AttentionCase":
         """Arrays in ``dtype``; an explicit scale clamped to what ``dtype`` can hold (the huge-scores edge
-        case asks for 1e300, which float32 turns into inf: it gets ~max/(16·d_k) instead, still huge)."""
+        case asks for 1e300, which float32 turns into inf: it gets max/(16·d_k) instead, still huge; the
+        tiny-scores one 1e-300, which float32 turns into 0: it gets 2^30 times the smallest normal)."""
         case = _cast_fields(self, dtype)
         s = self.scale
         if s:
@@ -444,7 +451,9 @@ def attention_cases(draw, *, mask: bool | None = None, explicit_scale: bool | No
 
     The score scale is controlled: q and k entries are U[−1, 1]·2^e with e drawn so that scores range
     from tiny to large (|S| up to ~d_k·4); ``explicit_scale`` draws a scale argument as well
-    (True: always; None: sometimes; False: never), and ``score_scale`` fixes the q, k factor."""
+    (True: always; None: sometimes; False: never) — 1, 0.5, 0.125, 2, −1, 0 (uniform weights), 10⁶, and
+    the huge and tiny 10³⁰⁰ and 10⁻³⁰⁰ — and ``score_scale`` fixes the q, k factor. A mask likewise (True:
+    always; None: sometimes; False: never), in one of the forms of :func:`mask_forms`."""
     d = draw(dims(min_seq=min_seq, max_seq=max_seq, square=square, batch_ndim=batch_ndim, max_dim=max_dim))
     qk = draw(scales(-4, 1)) if score_scale is None else score_scale
     q = draw(arrays(d.batch + (d.n_q, d.d_k), scale=qk))
@@ -494,8 +503,9 @@ def model_cases(draw, *, min_seq: int = 1, max_seq: int | None = None, square: b
 
 @st.composite
 def layer_norm_inputs(draw, *, max_seq: int | None = None) -> np.ndarray:
-    """Rows x = μ + σ·U[−1, 1] with σ from 1e-4 (where ε = 1e-5 matters: σ² ~ ε) to 16 and an offset
-    μ up to 10⁶·σ (where the one-pass variance E[x²] − μ² cancels catastrophically)."""
+    """Rows x = μ + σ·U[−1, 1] with σ from 1e-4 (where ε = 1e-5 matters: σ² ~ ε) to 16 (σ ∈ {1, 1e-2, 3e-3,
+    1e-4, 16}) and an offset μ = r·σ up to 10⁶·σ (r ∈ {0, 1, 10², 10⁴, 10⁶}; where the one-pass variance
+    E[x²] − μ² cancels catastrophically). The note gives the shape, σ and r."""
     batch = draw(batch_shapes(0, 2))
     n = draw(seq_lengths(1, max_seq))
     d = draw(st.integers(1, limits().max_dim))
