@@ -436,9 +436,10 @@ def test_attention_weights_of_a_shifted_row():
 @pytest.mark.parametrize("dtype, u", [(np.float32, U32), (np.float64, U64)])
 def test_hull_slack_follows_its_docstring(dtype, u):
     rng = _rng(13)
-    v = rng.normal(size=(2, 5, 3)) * 0.5  # |v| < 1 mostly: a masked entry counted as 1 would show
-    for mask, n_q in ((None, 4), (_mask(rng, (2, 4, 5)), 4), (_mask(rng, (4, 5), single=False), 4),
-                      (_mask(rng, (3, 2, 2, 5)), 2)):
+    v3 = rng.normal(size=(2, 5, 3)) * 0.5  # |v| < 1 mostly: a masked entry counted as 1 would show
+    v4 = rng.normal(size=(3, 2, 5, 3)) * 0.5  # two batch axes of different sizes
+    for v, mask, n_q in ((v3, None, 4), (v3, _mask(rng, (2, 4, 5)), 4), (v3, _mask(rng, (4, 5), single=False), 4),
+                         (v3, _mask(rng, (3, 2, 2, 5)), 2), (v4, None, 4), (v4, _mask(rng, (2, 4, 5)), 4)):
         got = T.hull_slack(v, mask, n_q, dtype=dtype)
         assert got.tol == u
         allowed = np.ones((n_q, 5), bool) if mask is None else np.asarray(mask)
