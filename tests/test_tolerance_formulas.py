@@ -671,9 +671,16 @@ def test_softmax_jacobian_step_follows_its_docstring(dtype, u):
 @pytest.mark.parametrize("dtype, u", [(np.float32, U32), (np.float64, U64)])
 def test_softmax_jacobian_bound_follows_its_docstring(dtype, u):
     rng = _rng(53)
-    for n in (1, 2, 3, 5):
+    steps = {n: T.softmax_jacobian_step(n, dtype) for n in (1, 2, 3, 5)}
+    rows = [np.round(rng.uniform(-5, 5, n) / h) * h for n, h in steps.items()]
+    # n = 70 with the float64 u: fl(1 + u·η) − 1 moves in steps of 2u, and η = c + 2|t| of a key 25 h below the
+    # top crosses a step that the top's η = c = 584.99 does not; its bound then beats the top's, and the row
+    # that maximises it lowers a third key (the −h perturbations matter).
+    h70 = T.softmax_jacobian_step(70, dtype)
+    rows.append(np.concatenate([[0.0, -25 * h70], np.full(68, -1000 * h70)]))
+    for x in rows:
+        n = len(x)
         h = T.softmax_jacobian_step(n, dtype)
-        x = np.round(rng.uniform(-5, 5, n) / h) * h
         worst = largest = 0.0
         for j in range(n):
             for sign in (1.0, -1.0):
