@@ -361,6 +361,21 @@ def test_small_masks_reach_all_and_one_key_per_query():
     assert _reach(S.masks((1, 1)), lambda m: m.shape == (1, 1) and m.all())
 
 
+@pytest.mark.parametrize("shape", [(5,), (3, 4), (2, 3, 4), (2, 1, 3, 4)])
+def test_single_key_masks_have_the_asked_shape_and_any_key(shape):
+    drawn = _sample(S.single_key_masks(shape), 20)
+    for m in drawn:
+        assert m.shape == shape and m.dtype == np.bool_ and (m.sum(axis=-1) == 1).all()
+    assert {int(i) for m in drawn for i in np.argmax(m, axis=-1).ravel()} == set(range(shape[-1]))
+
+
+def test_padding_masks_reach_a_single_real_key_and_a_full_sequence():
+    strategy = S.padding_masks(3, 4)
+    assert _reach(strategy, lambda m: (m[:, 0].sum(axis=-1) == 1).any())
+    assert _reach(strategy, lambda m: (m[:, 0].sum(axis=-1) == 4).any())
+    assert _reach(strategy, lambda m: len({int(n) for n in m[:, 0].sum(axis=-1)}) == 3), "lengths differ per sequence"
+
+
 @pytest.mark.parametrize("batch", [(), (2,), (2, 3)])
 def test_mask_forms_are_the_documented_broadcastable_forms(batch):
     forms = {(4, 5), batch + (4, 5), batch + (1, 5)} | ({(1,) * len(batch) + (4, 5)} if batch else set())
