@@ -39,38 +39,47 @@ MASKED_VALUES_LEAK = False
 
 def _softmax(x: np.ndarray, axis: int, allowed: np.ndarray | None, name: str) -> np.ndarray:
     """Masked, overflow-free softmax of the float64 array ``x`` (see :func:`softmax`)."""
-    if allowed is None:
-        allowed = np.ones(x.shape, dtype=bool)
-    bad = allowed & (np.isnan(x) | (x == np.inf))
-    if bad.any():
-        raise ValueError(f"{name} has {int(bad.sum())} NaN or +inf entries at unmasked positions, "
-                         f"but should be finite there (-inf is allowed and gets weight 0)")
-    # A -inf score is a key with weight 0, exactly like a masked one.
-    allowed = allowed & (x > -np.inf)
     # softmax(z) = softmax(z - c) for any c; c = the row's max makes every exponent <= 0, so exp never
     # overflows, and the largest term is exp(0) = 1, so the denominator lies in [1, n] (no 0/0).
-    row_max = np.max(x, axis=axis, keepdims=True, initial=-np.inf, where=allowed)
-    # A row with nothing allowed has row_max = -inf; any finite shift will do, its weights are all 0.
-    row_max = np.where(row_max == -np.inf, 0.0, row_max)
+    # The max propagates NaN and +inf, so one reduction also tells whether every row is ordinary: then
+    # no elementwise finiteness pass is needed (they cost more than the softmax itself at n = 1024).
+    with np.errstate(invalid="ignore"):
+        row_max = np.max(x, axis=axis, keepdims=True, initial=-np.inf,
+                         where=True if allowed is None else allowed)
+    if not np.isfinite(row_max).all():
+        # NaN or +inf at an allowed position (an error), or a row whose allowed scores are all -inf or
+        # that has nothing allowed (all weights 0).
+        full = np.ones(x.shape, dtype=bool) if allowed is None else allowed
+        bad = full & (np.isnan(x) | (x == np.inf))
+        if bad.any():
+            raise ValueError(f"{name} has {int(bad.sum())} NaN or +inf entries at unmasked positions, "
+                             f"but should be finite there (-inf is allowed and gets weight 0)")
+        # Such a row has row_max = -inf; any finite shift will do, its weights are all 0.
+        row_max = np.where(row_max == -np.inf, 0.0, row_max)
     # For finite x the difference x - row_max <= 0 overflows only when it is below about -1.8e308
     # (e.g. x = -1e308 next to a max of 1e308). It then rounds to -inf and exp gives 0, which is the
     # correctly rounded value of exp(-1.8e308) anyway, so the overflow is harmless and silenced.
     with np.errstate(over="ignore", invalid="ignore"):
-        shifted = np.where(allowed, x - row_max, -np.inf)
+        shifted = np.subtract(x, row_max)
+        if allowed is not None:
+            np.copyto(shifted, -np.inf, where=~allowed)  # masked keys: exp(-inf) = 0 exactly
         # The subtraction rounds, by up to u·|x − max|, which exp turns into a relative error of the
         # same size: 1e-13 for a score 1e3 below the max, where exp(x)/Σexp itself is exact to u. Its
         # rounding error is recovered exactly (Knuth's TwoSum: x + (−max) = shifted + lo) and carried
         # along, exp(shifted + lo) = exp(shifted)·(1 + lo) to O(lo²), so a wide row is as accurate as
-        # a narrow one. Where the difference is not finite (masked, −inf, or beyond the float range),
-        # lo is 0: those weights are exactly 0 anyway.
-        back = shifted - x
-        lo = (x - (shifted - back)) + (-row_max - back)
-        lo = np.where(np.isfinite(lo), lo, 0.0)
-    e = np.exp(shifted)  # masked and -inf entries: exp(-inf) = 0 exactly
-    e = e + e * lo
+        # a narrow one. In place, to spare the allocations of n² temporaries.
+        back = np.subtract(shifted, x)
+        lo = np.subtract(shifted, back)
+        np.subtract(x, lo, out=lo)
+        np.add(back, row_max, out=back)
+        np.subtract(lo, back, out=lo)  # lo = (x − (shifted − back)) + (−max − back)
+        e = np.exp(shifted, out=shifted)  # masked, -inf and overflowed entries: exactly 0
+        # Where e = 0 (masked, -inf, beyond the float range) lo may be NaN or inf; the weight stays 0.
+        np.multiply(e, lo, out=lo)
+        np.add(e, lo, out=e, where=e > 0)
     denom = e.sum(axis=axis, keepdims=True)
     # denom = 0 only for rows with no allowed entry: they stay all zero (FULLY_MASKED_ROW).
-    return np.divide(e, denom, out=np.zeros_like(e), where=denom > 0)
+    return np.divide(e, denom, out=e, where=denom > 0)
 
 
 def softmax(x, axis: int = -1, mask=None) -> np.ndarray:
