@@ -101,11 +101,13 @@ restore() {
 start=$(date +%s)
 rc=0
 stall="${MUTATION_STALL:-180}"
+# mutmut's time limit per mutant: TIMEOUT_BASE + 4 x the baseline run (a busy machine can need a larger base).
+TIMEOUT_BASE="${MUTATION_TIMEOUT_BASE:-30}"
 left_prev=""
 attempts=50
 [ "${MUTATION_RECHECK_ONLY:-0}" = 1 ] && attempts=0
 for attempt in $(seq 1 $attempts); do
-    "$MUTMUT_VENV/bin/mutmut" run --paths-to-mutate "$KEEP" --tests-dir tests --runner "$RUNNER" -b 30 -m 4 \
+    "$MUTMUT_VENV/bin/mutmut" run --paths-to-mutate "$KEEP" --tests-dir tests --runner "$RUNNER" -b "$TIMEOUT_BASE" -m 4 \
         --simple-output --no-progress >> "$WORK/mutmut.log" 2>&1 &
     MUTMUT=$!
     last="$(untested)"; quiet=0
@@ -135,13 +137,16 @@ done
 # Re-check every survivor on its own (mutmut run ID): a survivor recorded by a worker that died, or
 # before the latest tests were copied in, is tested once more against the current tests, and under the
 # full profile (a survivor of a fast-profile route is a survivor only if the full tests pass too).
+# MUTATION_RECHECK_TIMEOUTS=1 re-checks the timed-out mutants as well (a timeout counts as killed; on a
+# loaded machine a surviving mutant's tests can run past the limit).
 survivor_ids() {
     "$MUTMUT_VENV/bin/python" -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); \
-print(' '.join(str(r[0]) for r in c.execute(\"select id from Mutant where status = 'bad_survived' order by id\")))" \
-        "$WORK/.mutmut-cache"
+statuses = ('bad_survived', 'bad_timeout') if sys.argv[2] == '1' else ('bad_survived', 'bad_survived'); \
+print(' '.join(str(r[0]) for r in c.execute('select id from Mutant where status in (?, ?) order by id', statuses)))" \
+        "$WORK/.mutmut-cache" "${MUTATION_RECHECK_TIMEOUTS:-0}"
 }
 for id in $(survivor_ids); do
-    "$MUTMUT_VENV/bin/mutmut" run "$id" --paths-to-mutate "$KEEP" --tests-dir tests --runner "$RUNNER_FULL" -b 30 -m 4 \
+    "$MUTMUT_VENV/bin/mutmut" run "$id" --paths-to-mutate "$KEEP" --tests-dir tests --runner "$RUNNER_FULL" -b "$TIMEOUT_BASE" -m 4 \
         --simple-output --no-progress >> "$WORK/mutmut.log" 2>&1 || true
     restore
 done
