@@ -28,6 +28,7 @@ REASONS: list[tuple[str, str, str]] = [
     ("reference/attention.py", "(x >= -np.inf)", "A −inf score stays 'allowed', but exp(−inf − max) = 0 gives it weight 0 anyway; a row of only −inf gets max −inf, shift 0, weights 0 — as before."),
     ("reference/attention.py", "row_max == +np.inf", "row_max is never +inf (+inf at an allowed position is rejected above); a fully masked row keeps max −inf, its shifted entries are set to −inf by the where(), exp gives 0: the same zero row."),
     ("reference/attention.py", "row_max == -np.inf, 1.0", "Any finite shift serves a fully masked row: all its shifted entries are −inf and every weight is 0."),
+    ("reference/attention.py", "where=denom > 1)", "The row's max term is exp(0)·(1 + 0) = 1 exactly (x − max is exact there, so its TwoSum remainder is 0), so a row with anything allowed has denom ≥ 1; where denom = 1 the division by 1 is the identity, and denom = 0 rows are left as they are either way."),
     ("reference/attention.py", '"XXscoresXX"), v', "The name appears only in the NaN/+inf message of `_softmax`, which cannot be raised here: `_attention_weights` checks the scores' finiteness at unmasked positions, with its own message, just before."),
     ("reference/_validate.py", "copy=True", "A copy instead of the very array when the input is already float64: the reference never writes into it, so only memory use differs."),
     ("reference/_validate.py", "ok = None", "None is falsy like False; only `if not ok` reads it."),
