@@ -561,7 +561,11 @@ def softmax_inputs(draw, *, huge: bool = False, max_len: int | None = None, low:
 def edge_attention_case(name: str) -> AttentionCase:
     """The named edge case: ``one-key``, ``one-query``, ``d_k=1``, ``single-allowed-key``, ``huge-scores``,
     ``tiny-scores``, ``long-sequence`` (n_k = the profile's ``long_seq``: 128 in ci, 512 in thorough),
-    ``one-query-masked``, ``batched-masks``."""
+    ``one-query-masked``, ``batched-masks``.
+
+    In each, the sizes n_q, n_k, d_k, d_v that the name does not set to 1 are pairwise different, so
+    an implementation that confuses two axes (Q Kᵀ for K Qᵀ, d_v for d_k) gets a wrong shape or a
+    wrong broadcast rather than a lucky match."""
     rng = np.random.default_rng(sum(map(ord, name)))
     u = lambda *shape: rng.uniform(-1.0, 1.0, size=shape)  # noqa: E731
     if name == "one-key":
@@ -575,13 +579,13 @@ def edge_attention_case(name: str) -> AttentionCase:
         mask[np.arange(4), [5, 0, 3, 3]] = True
         return AttentionCase(u(4, 3), u(6, 3), u(6, 2), mask=mask, label=name)
     if name == "huge-scores":  # |S| ~ 1e300: no overflow allowed
-        return AttentionCase(u(3, 2), u(4, 2), u(4, 3), mask=np.array([[True, False, True, True]] * 3), scale=1e300,
+        return AttentionCase(u(3, 2), u(4, 2), u(4, 5), mask=np.array([[True, False, True, True]] * 3), scale=1e300,
                              label=name)
     if name == "tiny-scores":  # |S| ~ 1e-300: weights uniform to the last bit
-        return AttentionCase(u(3, 2), u(4, 2), u(4, 3), scale=1e-300, label=name)
+        return AttentionCase(u(3, 2), u(4, 2), u(4, 5), scale=1e-300, label=name)
     if name == "long-sequence":
         n = limits().long_seq
-        return AttentionCase(u(2, 3), u(n, 3), u(n, 2), label=name)
+        return AttentionCase(u(2, 3), u(n, 3), u(n, 4), label=name)
     if name == "one-query-masked":
         return AttentionCase(u(1, 2), u(5, 2), u(5, 3), mask=np.array([[False, True, False, False, True]]),
                              label=name)
@@ -590,7 +594,7 @@ def edge_attention_case(name: str) -> AttentionCase:
         mask[0, :, 0] = False
         mask[1, :, 1:] = False
         mask[2, 1, 2] = False
-        return AttentionCase(u(3, 2, 2), u(3, 4, 2), u(3, 4, 3), mask=mask, label=name)
+        return AttentionCase(u(3, 2, 5), u(3, 4, 5), u(3, 4, 3), mask=mask, label=name)
     raise ValueError(f"unknown edge case {name!r}")
 
 

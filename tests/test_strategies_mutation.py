@@ -665,3 +665,14 @@ def test_an_unknown_edge_case_is_refused():
 
 def test_layer_max_seq_lies_between_the_ci_and_thorough_lengths():
     assert isinstance(S.LAYER_MAX_SEQ, int) and CI.max_seq <= S.LAYER_MAX_SEQ < _LIMITS["thorough"].max_seq
+
+
+def test_edge_cases_keep_their_sizes_pairwise_different():
+    """n_q, n_k, d_k, d_v of every edge case differ pairwise, except those its name sets to 1
+    (edge_attention_case's docstring: axis confusions must not match by luck)."""
+    for name in S.EDGE:
+        c = S.edge_attention_case(name)
+        sizes = {"n_q": c.q.shape[-2], "n_k": c.k.shape[-2], "d_k": c.q.shape[-1], "d_v": c.v.shape[-1]}
+        assert c.k.shape[-1] == sizes["d_k"] and c.v.shape[-2] == sizes["n_k"], name
+        free = [v for v in sizes.values() if v != 1]
+        assert len(set(free)) == len(free), f"{name}: sizes {sizes} repeat"
