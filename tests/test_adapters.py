@@ -318,39 +318,31 @@ def test_adapter_modules_import_without_their_library(monkeypatch):
         importlib.import_module(module)  # lazy: the library is imported by the constructor only
 
 
-def test_torch_float32_computes_in_float32():
-    """``torch-float32`` rounds its inputs to float32 once and returns float32 (a float64 computation
-    under a float32 name would be judged against tolerances 2²⁹ times too loose)."""
-    pytest.importorskip("torch")
-    from attnclaims.adapters.torch_adapter import TorchFloat32Implementation
+@pytest.mark.parametrize("name, twin, libraries", [
+    ("torch-float32", "torch", ["torch"]),
+    ("jax-float32", "jax", ["jax", "flax"]),
+])
+def test_float32_adapters_compute_in_float32(name, twin, libraries):
+    """The float32 adapters round their inputs to float32 once, build their modules in float32 and
+    return float32 from every capability (a float64 computation under a float32 name would be judged
+    against tolerances 2²⁹ times too loose), and differ from their float64 twin."""
+    for library in libraries:
+        pytest.importorskip(library)
     from attnclaims.reference.params import init_encoder_layer
 
-    impl = resolve("torch-float32")
-    assert isinstance(impl, TorchFloat32Implementation) and impl.name == "torch-float32"
-    assert impl.dtype == np.float32
+    impl = resolve(name)
+    assert impl.name == name and impl.dtype == np.float32
     rng = np.random.default_rng(0)
     x = rng.normal(size=(2, 3, 4))
-    p = init_encoder_layer(rng, 4, 2, 8)
-    for out in (impl.softmax(x), impl.attention(x, x, x), impl.encoder_layer(x, p),
-                impl.layer_norm(x, np.ones(4), np.zeros(4), 1e-5)):
-        assert out.dtype == np.float32
+    layer = init_encoder_layer(rng, 4, 2, 8)
+    calls = {"softmax": lambda: impl.softmax(x), "attention": lambda: impl.attention(x, x, x),
+             "multi_head_attention": lambda: impl.multi_head_attention(x, x, layer.self_attn),
+             "layer_norm": lambda: impl.layer_norm(x, np.ones(4), np.zeros(4), 1e-5),
+             "feed_forward": lambda: impl.feed_forward(x, layer.ffn),
+             "encoder_layer": lambda: impl.encoder_layer(x, layer)}
+    for capability, call in calls.items():
+        if hasattr(impl, capability):
+            assert call().dtype == np.float32, capability
     x32 = x.astype(np.float32).astype(np.float64)
     np.testing.assert_array_equal(impl.softmax(x), impl.softmax(x32))  # the same float32 input either way
-    assert not np.array_equal(impl.softmax(x).astype(np.float64), resolve("torch").softmax(x32))
-
-
-def test_jax_float32_computes_in_float32():
-    """``jax-float32`` builds its flax modules in float32 and returns float32."""
-    pytest.importorskip("jax")
-    pytest.importorskip("flax")
-    from attnclaims.adapters.jax_adapter import JaxFloat32Implementation
-
-    impl = resolve("jax-float32")
-    assert isinstance(impl, JaxFloat32Implementation) and impl.name == "jax-float32"
-    assert impl.dtype == np.float32
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(2, 3, 4))
-    p = P.init_multi_head(rng, 4, 2)
-    for out in (impl.softmax(x), impl.attention(x, x, x), impl.multi_head_attention(x, x, p),
-                impl.layer_norm(x, np.ones(4), np.zeros(4), 1e-5)):
-        assert out.dtype == np.float32
+    assert not np.array_equal(impl.softmax(x).astype(np.float64), resolve(twin).softmax(x32))
