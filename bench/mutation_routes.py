@@ -32,7 +32,8 @@ routes = {
     "reference/baselines.py": exists("tests/test_baselines.py") + extra,
     # Not tests/test_reference_mutation.py: it never imports tests/strategies.py (checked: after a run of it,
     # no strategies module is loaded), so it cannot fail on a mutant of it and only costs ~0.7 s a mutant.
-    "tests/strategies.py": exists("tests/test_strategies.py", "tests/test_strategies_mutation.py"),
+    "tests/strategies.py": exists("tests/test_strategies.py", "tests/test_strategies_mutation.py",
+                                  "tests/test_documented_inputs.py"),  # docs/adapters.md tables vs the code
     "tests/tolerances.py": exists("tests/test_tolerance_formulas.py") + tolerance_meta + extra,
     # The strategies' meta-tests draw many examples: their mutants run under the fast "mutation" profile
     # (bench/mutation_server.py), and bench/mutation.sh re-checks every survivor under the full ci profile.

@@ -120,7 +120,9 @@ def _raw(impl):
 #: error bound at n = 320 costs seconds per example.
 LAYER_MAX_SEQ = 64
 
-#: The built-in shape menu for ``fixed_shapes = True`` (d_v = d_k, num_heads divides d_model).
+#: The built-in shape menu for ``fixed_shapes = True`` (d_v = d_k, num_heads divides d_model). Users
+#: build compiled implementations for these shapes: docs/adapters.md publishes them ("What the tests
+#: feed your implementation"), and tests/test_documented_inputs.py keeps the two in agreement.
 FIXED_SHAPES: tuple[dict, ...] = (
     dict(batch=(2,), n_q=5, n_k=7, d_k=4, d_v=4, d_model=8, num_heads=2, d_ff=16),
     dict(batch=(1,), n_q=1, n_k=3, d_k=2, d_v=2, d_model=4, num_heads=1, d_ff=8),
@@ -173,12 +175,18 @@ class Dims:
         return self.d_model // self.num_heads
 
 
+#: Upper end of the short branch of :func:`seq_lengths`: a counterexample of up to 8 positions
+#: shrinks fast and stays readable by hand (docs/adapters.md).
+SHORT_SEQ = 8
+
+
 def seq_lengths(min_value: int = 1, max_value: int | None = None) -> st.SearchStrategy[int]:
-    """Sequence lengths: mostly short (≤ 8, where shrinking is fast) and sometimes up to the profile's
-    ``max_seq`` (320 in ``thorough``)."""
+    """Sequence lengths: the mixture ``integers(min, SHORT_SEQ) | integers(min, max_seq)`` — short
+    lengths (≤ :data:`SHORT_SEQ`, where shrinking is fast) and lengths up to the profile's ``max_seq``
+    (320 in ``thorough``); the short branch is widened to ``min_value`` and capped by ``max_value``."""
     top = limits().max_seq if max_value is None else max_value
     top = max(top, min_value)
-    return st.integers(min_value, min(top, max(8, min_value))) | st.integers(min_value, top)
+    return st.integers(min_value, min(top, max(SHORT_SEQ, min_value))) | st.integers(min_value, top)
 
 
 def batch_shapes(min_ndim: int = 0, max_ndim: int = 2, max_size: int | None = None) -> st.SearchStrategy:
@@ -191,8 +199,9 @@ def dims(draw, *, min_seq: int = 1, max_seq: int | None = None, square: bool = F
          max_dim: int | None = None, min_d_k: int = 1, max_heads: int = 4, min_d_model: int = 1,
          even_d_model: bool = False) -> Dims:
     """Dimensions first (STYLE.md): batch axes (``batch_ndim`` = (min, max) count), n_q, n_k (= n_q when
-    ``square``), d_k, d_v (independent, so d_v ≠ d_k is common), num_heads dividing d_model, d_ff.
-    From the implementation's shape menu when it declares one (module docstring)."""
+    ``square``), d_k, d_v (independent, so d_v ≠ d_k is common), num_heads (1 … min(max_heads,
+    max_dim)) dividing d_model ≤ max_dim, d_ff in 1 … 2·max_dim. From the implementation's shape menu
+    when it declares one (module docstring)."""
     lim = limits()
     top_dim = lim.max_dim if max_dim is None else max_dim
     menu = _shape_menu()
@@ -243,6 +252,9 @@ def scales(low: int = -3, high: int = 3) -> st.SearchStrategy[float]:
 
 
 def _unit_floats(dtype) -> st.SearchStrategy[float]:
+    """Entries of U[−1, 1] for entry-by-entry draws, representable in ``dtype``'s width and never
+    subnormal: backends that flush subnormals to zero (XLA on CPU, most GPU kernels) differ on them by
+    the smallest normal number — a convention of the hardware, not an error the claims are about."""
     width = 32 if np.dtype(dtype).itemsize <= 4 else 64
     return st.floats(-1.0, 1.0, allow_nan=False, allow_infinity=False, allow_subnormal=False, width=width)
 
@@ -277,7 +289,10 @@ def random_arrays(draw, shape, *, scale: float = 1.0, dtype=None) -> np.ndarray:
 
 @st.composite
 def masks(draw, shape) -> np.ndarray:
-    """Random masks of ``shape`` (…, n_q, n_k) with at least one allowed key in every row."""
+    """Random masks of ``shape`` (…, n_q, n_k) with at least one allowed key in every row. Up to
+    4·ELEMENTWISE_LIMIT (1024) entries drawn entry by entry by hypothesis, so a failing mask shrinks to
+    the fewest masked entries; larger ones from a drawn seed with density 0.1, 0.5 or 0.9 (a bool
+    takes far less of hypothesis' buffer than a float, hence a larger limit than for arrays)."""
     shape = tuple(shape)
     size = math.prod(shape)
     if size <= 4 * ELEMENTWISE_LIMIT:
@@ -565,7 +580,9 @@ def edge_attention_case(name: str) -> AttentionCase:
 
     In each, the sizes n_q, n_k, d_k, d_v that the name does not set to 1 are pairwise different, so
     an implementation that confuses two axes (Q Kᵀ for K Qᵀ, d_v for d_k) gets a wrong shape or a
-    wrong broadcast rather than a lucky match."""
+    wrong broadcast rather than a lucky match. docs/adapters.md lists every case exactly (shapes,
+    mask, scale, the bug it is for); tests/test_documented_inputs.py keeps that table and this code
+    in agreement."""
     rng = np.random.default_rng(sum(map(ord, name)))
     u = lambda *shape: rng.uniform(-1.0, 1.0, size=shape)  # noqa: E731
     if name == "one-key":

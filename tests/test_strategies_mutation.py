@@ -270,6 +270,24 @@ def test_seq_lengths_and_batch_shapes_cover_their_ranges():
     assert all(isinstance(b, tuple) for b in shapes)
 
 
+def test_seq_lengths_are_the_documented_mixture():
+    """``integers(min, SHORT_SEQ) | integers(min, max_seq)`` (docs/adapters.md: "a mixture of short lengths
+    1 … 8 and lengths 1 … max_seq"), the short branch widened to a larger minimum and capped by a smaller
+    maximum. Which branch a length came from cannot be seen in a draw, so the composition is compared."""
+    assert S.SHORT_SEQ == 8
+    for args, short, top in [((), (1, 8), (1, CI.max_seq)), ((1, 64), (1, 8), (1, 64)), ((1, 5), (1, 5), (1, 5)),
+                             ((10, 30), (10, 10), (10, 30)), ((20,), (20, 20), (20, 20))]:
+        assert repr(S.seq_lengths(*args)) == repr(st.integers(*short) | st.integers(*top)), args
+
+
+def test_d_ff_spans_one_to_twice_max_dim():
+    """docs/adapters.md and dims' docstring: d_ff in 1 … 2·max_dim (the paper's d_ff = 4·d_model, kept small)."""
+    for top in (2, 3):
+        _never(S.dims(max_dim=top), lambda d: not 1 <= d.d_ff <= 2 * top, 200)
+        assert _reach(S.dims(max_dim=top), lambda d: d.d_ff == 2 * top, 200)
+    assert max(d.d_ff for d in _sample(S.dims(), 100)) <= 2 * CI.max_dim
+
+
 def test_seeds_span_every_32_bit_seed():
     _never(S.seeds(), lambda s: not 0 <= s < 2**32, 300)
     assert _reach(S.seeds(), lambda s: s == 0) and _reach(S.seeds(), lambda s: s == 2**32 - 1)
@@ -298,6 +316,16 @@ def test_arrays_default_to_unit_scale_without_subnormals(dtype):
         _never(strategy, lambda a: a.dtype != dtype or a.shape != shape or np.abs(a).max() > 1 or _subnormal(a),
                100)
         assert _reach(strategy, lambda a: a.min() < -0.5 and a.max() > 0.5)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_entry_by_entry_floats_are_never_subnormal(dtype):
+    """The element strategy itself, searched 1000 times: with subnormals allowed, hypothesis offers the smallest
+    subnormal of the width within 300 derandomized draws (float32: 1.4e-45, float64: 1.1e-308), which the
+    array-level test above, with few entries per draw, does not reach."""
+    smallest_normal = np.finfo(dtype).smallest_normal
+    _never(S._unit_floats(dtype), lambda x: x != 0 and abs(x) < smallest_normal, 1000)
+    _never(S._unit_floats(dtype), lambda x: not -1 <= x <= 1 or np.asarray(x, dtype) != x, 300)
 
 
 def test_arrays_scale_and_offset():
@@ -344,6 +372,25 @@ def test_large_masks_leave_every_query_a_key_at_every_density():
     _never(strategy, lambda m: m.shape != shape or m.dtype != np.bool_ or not m.any(axis=-1).all(), 60)
     for lo, hi in [(0.05, 0.2), (0.4, 0.6), (0.8, 0.95)]:
         assert _reach(strategy, lambda m: lo < m.mean() < hi, 60)
+
+
+def test_masks_are_drawn_entry_by_entry_up_to_1024_entries_and_seeded_above(monkeypatch):
+    """The documented switch (docs/adapters.md, masks' docstring): 4·ELEMENTWISE_LIMIT = 1024 entries still
+    element-wise (hypothesis shrinks them), 1025 from a seed. Seen through the calls to ``seeds``, which only
+    the seeded branch makes."""
+    assert 4 * S.ELEMENTWISE_LIMIT == 1024
+    calls = []
+
+    def recording_seeds():
+        calls.append(1)
+        return st.integers(0, 2**32 - 1)
+
+    monkeypatch.setattr(S, "seeds", recording_seeds)
+    for shape, seeded in [((32, 32), False), ((2, 16, 32), False), ((5, 205), True), ((1, 1025), True)]:
+        calls.clear()
+        drawn = _sample(S.masks(shape), 3)
+        assert all(m.shape == shape and m.any(axis=-1).all() for m in drawn)
+        assert bool(calls) == seeded, f"{shape}: {math.prod(shape)} entries {'not ' if seeded else ''}seeded"
 
 
 def test_dims_are_frozen_and_hashable():
