@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Mutation testing of the reference and the test helpers (issue 8) — one command, not part of CI.
 #
-#   bash bench/mutation.sh                 # everything: reference/, tests/strategies.py, tests/tolerances.py
+#   bash bench/mutation.sh                 # everything: reference/ and the test helpers tests/strategies.py,
+#                                          # tests/tolerances.py, tests/same_precision.py
 #   bash bench/mutation.sh reference/masks.py   # only these paths (comma-separated, mutmut syntax)
 #
 # mutmut 2.5.1 (pinned) is installed into its own virtual environment ($MUTMUT_VENV). mutmut 3
@@ -24,7 +25,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 MUTMUT_VENV="${MUTMUT_VENV:-$HOME/.cache/attnclaims-mutmut}"
 WORK="${MUTATION_WORKDIR:-$(mktemp -d "${TMPDIR:-/tmp}/attnclaims-mutation.XXXXXX")}"
-PATHS="${1:-reference/,tests/strategies.py,tests/tolerances.py}"
+PATHS="${1:-reference/,tests/strategies.py,tests/tolerances.py,tests/same_precision.py}"
 
 if [ ! -x "$MUTMUT_VENV/bin/mutmut" ]; then
     python3 -m venv "$MUTMUT_VENV"
