@@ -53,10 +53,12 @@ import numpy as np
 
 from attnclaims.tests import tolerances as T
 
-#: the factor on the worst same-precision error (module docstring: FlashAttention's 2, times the
-#: 5× that torch float32 reached in calibration, rounded up to a power of two)
+#: the factor on the worst same-precision error (module docstring): the smallest power of two above the
+#: 5.0× that torch float32 reached in calibration — a power of two, so that τ is C_SAME times the measured
+#: error exactly (FlashAttention's tests use 2)
 C_SAME = 8.0
-#: evaluation orders of the naive computation (the given one and ORDERS − 1 random ones)
+#: evaluation orders of the naive computation (the given one and ORDERS − 1 random ones; docs/adapters.md
+#: states the number)
 ORDERS = 16
 
 

@@ -206,3 +206,56 @@ def test_a_float64_layer_off_by_1e_minus_12_is_caught_only_by_the_measured_bound
     with pytest.raises(AssertionError, match="vs the measured bound"):
         T.assert_close(off, golden, SP.encoder_layer_bound(derived, golden, x, p, None, np.float64),
                        "1e-12 off vs the measured bound")
+
+
+@pytest.mark.parametrize("lead", [(), (2,), (2, 3)], ids=["no-batch", "one-batch-axis", "two-batch-axes"])
+def test_the_naive_multi_head_is_the_reference_for_any_leading_axes(lead):
+    """The naive multi-head attention (in the given order, float64) is the reference's for inputs with no,
+    one or two leading axes and n_q ≠ n_kv ≠ d_k: the heads' split and merge swap the right axes whatever
+    the batch rank (the layers only pass one batch axis, where swapping axis 2 and axis −2 coincide)."""
+    from attnclaims.reference import multi_head_attention
+    from attnclaims.reference.params import init_multi_head
+
+    rng = np.random.default_rng(7)
+    p = init_multi_head(rng, 6, 2)
+    x_q, x_kv = rng.normal(size=lead + (4, 6)), rng.normal(size=lead + (5, 6))
+    mask = rng.random(lead + (4, 5)) < 0.6
+    mask[..., 0] = True
+    o = SP._Order(None, 6, 1, 4)
+    for m in (None, mask):
+        naive = SP._multi_head(x_q, x_kv, o.mha(p, np.float64), m)
+        want = multi_head_attention(x_q, x_kv, p, m)
+        assert naive.shape == want.shape == lead + (4, 6)
+        np.testing.assert_allclose(naive, want, rtol=1e-12, atol=1e-12)
+
+
+def test_an_order_permutes_a_mask_only_along_its_full_axes():
+    """A mask broadcast along queries (…, 1, n_k) or keys (…, n_q, 1) keeps its size-1 axis; the other axis is
+    permuted like the tokens."""
+    o = SP._Order(np.random.default_rng(3), 2, 2, 4, 5)
+    rows, cols = o.tau, o.rho
+    full = np.random.default_rng(0).random((2, 4, 5)) < 0.5
+    assert np.array_equal(o.mask(full, rows, cols), full[:, rows][..., cols])
+    keys = full[:, :1, :]  # (2, 1, 5): one key mask per sequence
+    assert np.array_equal(o.mask(keys, rows, cols), keys[..., cols])
+    queries = full[:, :, :1]  # (2, 4, 1): broadcast along the keys
+    assert np.array_equal(o.mask(queries, rows, cols), queries[:, rows])
+    assert o.mask(None, rows, cols) is None
+
+
+def test_the_constants_are_those_the_documentation_states():
+    """C_SAME is the smallest power of two above the worst torch/naive ratio the module docstring reports from
+    calibration (a power of two: τ is then C_SAME × the measured error exactly); ORDERS is the number of
+    evaluation orders docs/adapters.md states."""
+    import math
+    import re
+    from pathlib import Path
+
+    worst = float(re.search(r"reached (\d+(?:\.\d+)?)× the worst of the naive orders", SP.__doc__).group(1))
+    assert SP.C_SAME == 2.0 ** math.ceil(math.log2(worst)) and SP.C_SAME / worst >= 1.5
+    page = next((p / "docs" / "adapters.md" for p in Path(__file__).resolve().parents
+                 if (p / "docs" / "adapters.md").is_file()), None)
+    if page is None:
+        pytest.skip("docs/adapters.md ships with the repository, not with the installed tests")
+    assert [int(n) for n in re.findall(r"in (\d+) evaluation orders", page.read_text(encoding="utf-8"))] == [
+        SP.ORDERS]
