@@ -83,6 +83,8 @@ REASONS: list[tuple[str, str, str]] = [
     ("tests/tolerances.py", "w_round = np.where(a >= 0", "Equivalent: at a = 0, r_score = r_round = 0, so the product is 0·1·0 = 0."),
     ("tests/tolerances.py", "xs[j] -= sign * h", "Equivalent: the loop visits sign = +1 and −1, so the same 2n rows x ± h e_j are evaluated (in another order), and their maximum is the same."),
     # tests/same_precision.py (docs/mutation.md)
+    ("tests/same_precision.py", "if u > GOLDEN_MARGIN", "Equivalent: the two sides are equal only for a dtype with u = 2¹¹ · 2⁻⁵³ = 2⁻⁴²; numpy's float dtypes have u = 2⁻¹¹, 2⁻²⁴, 2⁻⁵³ and (long double) 2⁻⁵³, 2⁻⁶⁴ or 2⁻¹¹³, so every comparison has the same outcome."),
+    ("tests/same_precision.py", "float(np.finfo(np.longdouble).eps) / 3", "Equivalent on every platform numpy runs on: long double is float64 (2⁻⁵³ ≥ 2¹¹·2⁻⁵²/3 is false, as 2⁻⁵³ ≥ 2¹¹·2⁻⁵³ is), x86's 80-bit (both true: 2⁻⁵³ ≥ 2¹¹·2⁻⁶⁴ and ≥ 2¹¹·2⁻⁶³/3) or IEEE quad (both true); only a long double between those would tell them apart."),
     ("tests/same_precision.py", "n_mem=1):", "Equivalent: n_mem is passed explicitly for decoders; for encoders the memory permutation ρ is never used, and `rng.permutation(1)` draws nothing from the generator (checked), so the later orders are the same."),
 ]
 

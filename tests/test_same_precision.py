@@ -259,3 +259,112 @@ def test_the_constants_are_those_the_documentation_states():
         pytest.skip("docs/adapters.md ships with the repository, not with the installed tests")
     assert [int(n) for n in re.findall(r"in (\d+) evaluation orders", page.read_text(encoding="utf-8"))] == [
         SP.ORDERS]
+
+
+def _small_layers(seed=11):
+    from attnclaims.reference.params import init_decoder_layer, init_encoder_layer
+
+    rng = np.random.default_rng(seed)
+    enc = [init_encoder_layer(rng, 6, 2, 10, norm_spread=0.5) for _ in range(2)]
+    dec = init_decoder_layer(rng, 6, 2, 10, norm_spread=0.5)
+    return rng, enc, dec
+
+
+def test_orders_stack_only_when_more_than_one_is_asked_and_default_to_seed_0():
+    """``orders`` = 1 gives the layer's output, ``orders`` = k > 1 a stack (k, ...) whose first entry is the
+    given order; the random orders come from ``seed`` (default 0), so a reported bound can be recomputed."""
+    rng, enc, dec = _small_layers()
+    x, memory = rng.normal(size=(2, 4, 6)).astype(F32), rng.normal(size=(2, 3, 6)).astype(F32)
+    calls = {
+        "encoder_layer": lambda **kw: SP.encoder_layer(x, enc[0], None, F32, **kw),
+        "encoder_stack": lambda **kw: SP.encoder_stack(x, enc, None, F32, **kw),
+        "decoder_layer": lambda **kw: SP.decoder_layer(x, memory, dec, None, None, F32, **kw),
+    }
+    for name, call in calls.items():
+        one, two, three = call(), call(orders=2), call(orders=3)
+        assert one.shape == x.shape and two.shape == (2,) + x.shape and three.shape == (3,) + x.shape, name
+        assert np.array_equal(two[0], one) and np.array_equal(three[:2], two), name
+        assert np.array_equal(call(orders=3, seed=0), three), f"{name}: the default seed is 0"
+        assert not np.array_equal(call(orders=3, seed=1), three), f"{name}: the seed chooses the orders"
+
+
+def test_a_stack_of_one_layer_is_that_layer_and_the_decoder_broadcasts_its_batch_axes():
+    """The stack reads its sizes from its layers (one layer works), and the naive decoder takes the batch
+    axes the reference takes: two of them, and y and memory broadcasting (1 against 2)."""
+    from attnclaims.reference import decoder_layer as ref
+
+    rng, enc, dec = _small_layers()
+    x = rng.normal(size=(2, 4, 6))
+    assert np.array_equal(SP.encoder_stack(x, enc[:1], None, F32, orders=3),
+                          SP.encoder_layer(x, enc[0], None, F32, orders=3))
+    for y_batch, m_batch in [((2, 3), (2, 3)), ((1,), (2,)), ((2,), (1,))]:
+        y, memory = rng.normal(size=y_batch + (4, 6)), rng.normal(size=m_batch + (5, 6))
+        want = ref(y, memory, dec)
+        naive = SP.decoder_layer(y, memory, dec, None, None, np.float64)
+        assert naive.shape == want.shape
+        np.testing.assert_allclose(naive, want, rtol=1e-12, atol=1e-12)
+
+
+def test_the_tolerance_is_per_row_for_batched_outputs():
+    """τ is taken per output row (the last axis) also with batch axes: (batch, n, d) outputs, one row with
+    a large error must not widen the others, and rows of other batch elements keep their own τ."""
+    u = T.unit_roundoff(F32)
+    golden = np.array([[[1.0, 2.0, 0.5], [0.25, 1.0, 1.0]], [[4.0, 1.0, 1.0], [1.0, 1.0, 0.5]]])  # (2, 2, 3)
+    diff = np.zeros((1,) + golden.shape)
+    diff[0, 0, 0, 1] = 1e-6
+    diff[0, 1, 1, 2] = 2e-7
+    b = SP.measured(T.Bound(np.full(golden.shape, np.inf), u), golden + diff, golden, F32, n_floor=2)
+    err = np.abs(diff[0]).max(axis=-1, keepdims=True)
+    want = SP.C_SAME * (err + 2 * u * np.abs(golden).max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(b.abs, np.broadcast_to(want, golden.shape), rtol=1e-8)
+
+
+def test_the_golden_result_is_the_reference_for_float32_and_long_double_for_float64():
+    reference = np.ones((1, 2, 3))
+    golden, ref = SP._golden(lambda g: np.zeros((1, 2, 3), dtype=g), reference, F32)
+    assert golden is reference and ref is None
+    if SP.applies(np.float64):
+        golden, ref = SP._golden(lambda g: np.zeros((1, 2, 3), dtype=g), reference, np.float64)
+        assert golden.dtype == np.longdouble and not golden.any() and ref is reference
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_each_layer_bound_is_the_formula_with_one_rounding_per_sub_layer(dtype):
+    """encoder_layer_bound, encoder_stack_bound and decoder_layer_bound are :func:`measured` of ``ORDERS`` naive
+    orders against the golden result, with n_floor = the sub-layers whose rounded output is fed on: 2 per
+    encoder layer, 3 for a decoder layer."""
+    if not SP.applies(dtype):
+        pytest.skip(f"no golden result for {np.dtype(dtype).name} here")
+    from attnclaims.reference import decoder_layer as ref_dec
+    from attnclaims.reference import encoder as ref_stack
+
+    rng, enc, dec = _small_layers(5)
+    x, memory = rng.normal(size=(2, 4, 6)).astype(dtype), rng.normal(size=(2, 3, 6)).astype(dtype)
+    free = T.Bound(np.full(x.shape, np.inf), T.unit_roundoff(dtype))  # no cap from a derived bound
+    g = SP.golden_dtype(dtype)
+    extra = lambda r: None if g == np.float64 else r  # noqa: E731  (the reference's own error, float64 only)
+
+    def golden(evaluate, r):
+        return r if g == np.float64 else evaluate(g)
+
+    r = ref_encoder_layer(x, enc[0])
+    want = SP.measured(free, SP.encoder_layer(x, enc[0], None, dtype, orders=SP.ORDERS),
+                       golden(lambda d: SP.encoder_layer(x, enc[0], None, d), r), dtype, n_floor=2, reference=extra(r))
+    assert np.array_equal(SP.encoder_layer_bound(free, r, x, enc[0], None, dtype).abs, want.abs)
+    r = ref_stack(x, enc)
+    want = SP.measured(free, SP.encoder_stack(x, enc, None, dtype, orders=SP.ORDERS),
+                       golden(lambda d: SP.encoder_stack(x, enc, None, d), r), dtype, n_floor=4, reference=extra(r))
+    assert np.array_equal(SP.encoder_stack_bound(free, r, x, enc, None, dtype).abs, want.abs)
+    r = ref_dec(x, memory, dec)
+    want = SP.measured(free, SP.decoder_layer(x, memory, dec, None, None, dtype, orders=SP.ORDERS),
+                       golden(lambda d: SP.decoder_layer(x, memory, dec, None, None, d), r), dtype, n_floor=3,
+                       reference=extra(r))
+    assert np.array_equal(SP.decoder_layer_bound(free, r, x, memory, dec, None, None, dtype).abs, want.abs)
+
+
+def test_the_golden_margin_is_the_documented_2_to_the_11():
+    """The module docstring: a golden result at least 2¹¹ times more precise, exactly what x86's 80-bit long
+    double gives over float64 (so float64 qualifies there, and a long double that is float64 does not)."""
+    assert SP.GOLDEN_MARGIN == 2.0 ** 11 and "2¹¹" in SP.__doc__
+    if np.finfo(np.longdouble).nmant == 63:  # x86 extended precision
+        assert T.unit_roundoff(np.float64) / (float(np.finfo(np.longdouble).eps) / 2) == SP.GOLDEN_MARGIN
