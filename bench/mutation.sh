@@ -20,6 +20,11 @@
 # examples, no shrinking; bench/mutation_server.py) and every survivor is re-checked under `ci` at
 # the end (`run-full`). The score and the classified survivors are in docs/mutation.md and
 # docs/mutation_strategies.md.
+#
+# The whole script is one { … } group that ends in `exit`: bash parses it completely before running it, so
+# editing this file while a run (an hour or more) is going cannot make that run execute a shifted line
+# (it once did: "line 129: e: command not found", and the run stopped before its re-check).
+{
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
@@ -183,3 +188,5 @@ print(f"{len(ids)} survivors written to {work / 'survivors.diff'}")
 EOF
 echo "mutation.sh: mutmut exit status $rc after ${elapsed} s; results in $WORK/results.txt"
 tail -n 20 "$WORK/results.txt" | head -n 5 || true
+exit 0
+}

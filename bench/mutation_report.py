@@ -1,6 +1,6 @@
 """Summarise mutmut runs of bench/mutation.sh into the tables of docs/mutation.md.
 
-    python bench/mutation_report.py WORKDIR[:FILE,FILE] [WORKDIR ...] > /tmp/mutation-tables.md
+    ~/.cache/attnclaims-mutmut/bin/python bench/mutation_report.py WORKDIR[:FILE,FILE] [WORKDIR ...] > /tmp/mutation-tables.md
 
 A WORKDIR may be limited to some of its files (when another run covers the rest).
 
@@ -9,10 +9,14 @@ mutated file, the number of mutants killed, surviving, timed out, suspicious
 and untested, the score killed / (total − untested), and every surviving
 mutant as its source line before and after, with the reason it survives when
 :data:`REASONS` knows it (matched on the file and the mutated line's text, so
-it stays valid when mutant ids change).
+it stays valid when mutant ids change). The mutants of repeated lines that mutmut
+leaves untested and ``bench/mutation_untested.py`` tests by hand at the end of a run
+(the run's ``untested.txt``) count as mutmut's own results would. Timeouts count as
+killed. Run it with mutmut's python (``~/.cache/attnclaims-mutmut/bin/python``).
 """
 from __future__ import annotations
 
+import re
 import sqlite3
 import subprocess
 import sys
@@ -123,15 +127,41 @@ def counts(work: Path) -> dict[str, Counter]:
     return per
 
 
+def by_hand(work: Path, files: set[str] | None = None) -> list[tuple[str, str, int, str]]:
+    """(status, file, line number, mutated line) of the mutants bench/mutation_untested.py tested by hand
+    (the "untested" ones of repeated lines), from the run's untested.txt; [] when it has none."""
+    out = []
+    path = work / "untested.txt"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        m = re.match(r"(killed|SURVIVED) +([^:]+):(\d+): (.*)$", line)
+        if m and (files is None or m.group(2) in files):
+            out.append((m.group(1), m.group(2), int(m.group(3)), m.group(4)))
+    return out
+
+
 def main(argv: list[str]) -> int:
     per: dict[str, Counter] = {}
     found = []
     for arg in argv:
         path, _, only = arg.partition(":")
         work, files = Path(path), set(only.split(",")) if only else None
-        for filename, c in counts(work).items():
-            if files is None or filename in files:
-                per.setdefault(filename, Counter()).update(c)
+        run = {filename: c for filename, c in counts(work).items() if files is None or filename in files}
+        # Mutants of repeated lines stay "untested" in mutmut's cache; bench/mutation_untested.py tests them by
+        # hand at the end of a run: their results count here like mutmut's own.
+        for status, filename, number, after in by_hand(work, files):
+            c = run.get(filename)
+            if c is None or c["untested"] == 0:
+                continue
+            c["untested"] -= 1
+            if status == "killed":
+                c["ok_killed"] += 1
+            else:
+                c["bad_survived"] += 1
+                lines = (work / filename).read_text().splitlines()
+                before = lines[number - 1].strip() if number <= len(lines) else "?"
+                found.append((0, filename, number, before, after))
+        for filename, c in run.items():
+            per.setdefault(filename, Counter()).update(c)
         found += survivors(work, files)
     print("| file | mutants | killed | survived | timeout | suspicious | untested | score |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
