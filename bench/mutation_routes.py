@@ -35,9 +35,10 @@ routes = {
     "tests/strategies.py": exists("tests/test_strategies.py", "tests/test_strategies_mutation.py",
                                   "tests/test_documented_inputs.py"),  # docs/adapters.md tables vs the code
     "tests/tolerances.py": exists("tests/test_tolerance_formulas.py") + tolerance_meta + extra,
-    # The per-case measured bound of whole layers: its calibration and power tests (the layer tests of
-    # tests/test_s7_architecture.py use it too, but take minutes; these take seconds).
-    "tests/same_precision.py": exists("tests/test_same_precision.py"),
+    # The per-case measured bound of whole layers: its calibration and power tests, and the check of the
+    # ORDERS that docs/adapters.md states (the layer tests of tests/test_s7_architecture.py use it too, but
+    # take minutes; these take seconds).
+    "tests/same_precision.py": exists("tests/test_same_precision.py", "tests/test_documented_inputs.py"),
     # The strategies' meta-tests draw many examples: their mutants run under the fast "mutation" profile
     # (bench/mutation_server.py), and bench/mutation.sh re-checks every survivor under the full ci profile.
     "profiles": {"tests/strategies.py": "mutation"} if os.path.exists("tests/strategies.py") else {},
