@@ -214,7 +214,7 @@ def _explain_derivations(claim_id: str, check: bool) -> None:
     except KeyError:
         print("  (none: this claim has no sympy derivation)")
         return
-    except Exception as exc:  # noqa: BLE001 - a broken proof module is reported, not raised
+    except Exception as exc:
         print(f"  (the derivations could not be loaded: {type(exc).__name__}: {exc})")
         return
     from attnclaims.report.model import render_derivation
@@ -226,7 +226,7 @@ def _explain_derivations(claim_id: str, check: bool) -> None:
             with _spinner(f"checking {d.name} with sympy…"):
                 try:
                     proof = d.check().to_dict()
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     proof = {"outcome": "failed", "reason": f"check() raised {type(exc).__name__}: {exc}",
                              "steps": []}
         r = render_derivation(d, proof)
@@ -541,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
         return EXIT_OK
-    except Exception as exc:  # noqa: BLE001 - no traceback escapes; ATTNCLAIMS_DEBUG=1 shows it
+    except Exception as exc:
         if os.environ.get("ATTNCLAIMS_DEBUG"):
             raise
         line = " ".join(str(exc).split())

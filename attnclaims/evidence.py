@@ -32,6 +32,9 @@ class Evidence:
     measured: float | None = None       # measured error of a tolerance check that failed
     bound: float | None = None          # the bound it had to meet
     capability: str | None = None
+    #: the variant the check extends the claim to ("RMSNorm", "rotary embeddings", "Pre-LN", ...),
+    #: None when it checks the claim as the article states it. Shown as a label, never a verdict.
+    extension: str | None = None
     data: dict[str, Any] = field(default_factory=dict)  # proof steps, measurement arrays, decisions
     figures: list[str] = field(default_factory=list)    # paths of SVG files
 

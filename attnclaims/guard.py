@@ -72,7 +72,7 @@ class _Worker:
             fn, box, done = self._jobs.get()
             try:
                 box.append((True, fn()))
-            except BaseException as exc:  # noqa: BLE001 - reported to the caller
+            except BaseException as exc:
                 box.append((False, exc))
             done.set()
 
@@ -191,7 +191,7 @@ class GuardedImplementation:
         elif self._worker is None:
             try:
                 return fn(*args, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - any exception from the implementation is a finding
+            except Exception as exc:
                 problem, cause = f"raised {type(exc).__name__}: {exc}", exc
         else:
             try:
@@ -200,7 +200,7 @@ class GuardedImplementation:
                 self._hung.add(capability)
                 self._worker = _Worker()  # the old thread stays blocked; it is a daemon
                 problem = f"did not return within {self.timeout:g} s"
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 problem, cause = f"raised {type(exc).__name__}: {exc}", exc
         raise self._fail(capability, problem) from cause
 

@@ -41,7 +41,7 @@ def _import_target(spec: str):
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ImplementationError(f"implementation {spec!r}: cannot import {module_name!r}: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - a module that fails on import is the user's bug, shown in one line
+    except Exception as exc:
         raise ImplementationError(f"implementation {spec!r}: importing {module_name!r} raised "
                                   f"{type(exc).__name__}: {exc}") from None
     obj = module
@@ -72,7 +72,7 @@ def resolve(spec: str):
             obj = obj()
         except ImportError as exc:
             raise ImplementationError(f"implementation {spec!r} is unavailable: {exc}") from None
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise ImplementationError(f"implementation {spec!r}: its factory raised {type(exc).__name__}: {exc}") from None
         if not _is_implementation(obj):
             raise ImplementationError(f"implementation {spec!r}: the factory returned a {type(obj).__name__}, "

@@ -1,12 +1,12 @@
 """The kill matrix: run the property tests against every mutant of the zoo (issue 8).
 
-The zoo (:mod:`attnclaims.tests.implementations.mutants`) holds correct
+The zoo (:mod:`attnclaims.zoo.mutants`) holds correct
 implementations with one realistic bug each, every one declaring the claims
 whose tests should catch it. For each mutant this module runs the
 implementation tests in a pytest subprocess::
 
     python -m pytest --pyargs attnclaims.tests -p attnclaims.mutants
-           --attn-impl attnclaims.tests.implementations.mutants:<name> --attn-results <out>/runs/<name>.json
+           --attn-impl attnclaims.zoo.mutants:<name> --attn-results <out>/runs/<name>.json
            --hypothesis-profile ci --mutant-log <out>/runs/<name>.jsonl [--mutant-claims a,b] [--mutant-first]
 
 and collects, per mutant and claim, whether a test tagged with the claim
@@ -43,13 +43,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
-ZOO_MODULE = "attnclaims.tests.implementations.mutants"
+ZOO_MODULE = "attnclaims.zoo.mutants"
 TESTS_PACKAGE = "attnclaims.tests"
 #: Correct implementations that must pass every implementation test (zero false alarms).
 CONTROLS: dict[str, str] = {
-    "einsum": "attnclaims.tests.implementations.einsum_impl:einsum_impl",
-    "loops": "attnclaims.tests.implementations.loops_impl:loops_impl",
-    "logsumexp": "attnclaims.tests.implementations.logsumexp_impl:logsumexp_impl",
+    "einsum": "attnclaims.zoo.einsum_impl:einsum_impl",
+    "loops": "attnclaims.zoo.loops_impl:loops_impl",
+    "logsumexp": "attnclaims.zoo.logsumexp_impl:logsumexp_impl",
     "composed": f"{ZOO_MODULE}:composed",
 }
 #: Per-mutant limit, seconds: a run that takes longer is reported as an error, not waited for.
@@ -441,7 +441,7 @@ def _worker_main() -> None:
             os.dup2(fh.fileno(), 2)
             try:
                 code = int(pytest.main(job["args"]))
-            except BaseException:  # noqa: BLE001 - a crash of one session is that target's problem
+            except BaseException:
                 code = 3
             finally:
                 sys.stdout.flush()

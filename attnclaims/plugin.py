@@ -25,13 +25,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
-try:
-    BaseExceptionGroup
-except NameError:  # Python 3.10: hypothesis depends on the backport
+if sys.version_info < (3, 11):  # Python 3.10: hypothesis depends on the backport
     from exceptiongroup import BaseExceptionGroup
 
 import attnclaims.profiles as profiles
@@ -55,7 +54,8 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "claim(*ids, kind='property', role='support'): the claim ids this test backs")
+    config.addinivalue_line("markers", "claim(*ids, kind='property', role='support', extension=None): the claim ids this test backs"
+                            " (extension: the variant it extends them to)")
     config.addinivalue_line("markers", "requires(*capabilities): capabilities of the implementation the test needs")
     config.addinivalue_line("markers", "impl_test: the test exercises the implementation under test (set automatically)")
     if not config.getoption("hypothesis_profile", default=None):
@@ -92,6 +92,15 @@ def claim_tags(item) -> dict[str, tuple[str, str]]:
         for cid in mark.args:
             tags.setdefault(cid, (kind, role))
     return tags
+
+
+def claim_extension(item) -> str | None:
+    """The ``extension=`` of the closest ``claim`` marker that has one: the variant (RMSNorm, rotary
+    embeddings, Pre-LN, ...) the test extends its claims to; None = the claim as the article states it."""
+    for mark in item.iter_markers("claim"):
+        if mark.kwargs.get("extension"):
+            return str(mark.kwargs["extension"])
+    return None
 
 
 def _claim_marks(item):
@@ -217,6 +226,7 @@ def pytest_runtest_makereport(item, call):
         "test": item.nodeid, "claims": ids, "kind": kind, "role": role,
         "tags": {cid: list(tag) for cid, tag in claim_tags(item).items()},
         "implementation": guard.name if guard is not None else None,
+        "extension": claim_extension(item),
         "seconds": round(rep.duration, 4), "message": "",
     }
     if rep.passed:
@@ -306,7 +316,7 @@ def evidence_from_entry(entry: dict) -> list[Evidence]:
             seconds=entry.get("seconds", 0.0), calls=entry.get("calls"), examples=entry.get("examples"),
             counterexample=entry.get("counterexample"), repro=entry.get("repro"), measured=entry.get("measured"),
             bound=entry.get("bound"), capability=entry.get("capability"), data=entry.get("data", {}),
-            figures=entry.get("figures", []),
+            figures=entry.get("figures", []), extension=entry.get("extension"),
         ))
     return out
 

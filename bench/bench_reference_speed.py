@@ -55,14 +55,15 @@ def _threads_from_argv() -> int | None:
 
 THREADS = _threads_from_argv()
 
+# The imports below come after the thread count is set: numpy and torch read it when imported.
 import numpy as np  # noqa: E402 - after the thread count is set
-import torch  # noqa: E402
-import torch.nn.functional as F
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import torch  # noqa: E402 - after the thread count is set
+import torch.nn.functional as F  # noqa: E402 - after the thread count is set
+from rich.console import Console  # noqa: E402 - after the thread count is set
+from rich.table import Table  # noqa: E402 - after the thread count is set
 
-from attnclaims.reference import attention, init_multi_head, multi_head_attention
-from _common import jsonable, machine  # bench/ is sys.path[0] when a script runs
+from attnclaims.reference import attention, init_multi_head, multi_head_attention  # noqa: E402 - after the thread count is set
+from _common import jsonable, machine  # noqa: E402 - bench/ is sys.path[0] when a script runs
 
 RESULTS = Path(__file__).resolve().parent / "results" / "reference_speed.json"
 TARGET_RATIO = 2.0
@@ -150,7 +151,7 @@ def profile(fn, top: int = 6) -> list[dict]:
     stats = pstats.Stats(prof)
     total = stats.total_tt
     rows = []
-    for (path, line, func), (_cc, _nc, tottime, cumtime, _callers) in stats.stats.items():
+    for (path, _line, func), (_cc, _nc, tottime, cumtime, _callers) in stats.stats.items():
         where = f"{Path(path).name}:{func}" if path != "~" else func
         rows.append({"function": where, "own_s": tottime, "cum_s": cumtime, "own_pct": 100 * tottime / total})
     return sorted(rows, key=lambda r: r["own_s"], reverse=True)[:top]

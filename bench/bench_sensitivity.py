@@ -5,7 +5,7 @@ float64 output of a correct implementation, out′ = out ⊙ (1 + ε·s) with ra
 signs s = ±1 per element, and compared with the reference's output by three
 checks in the same run:
 
-* the suite: ``tests/tolerances.py`` ``assert_close`` with the derived
+* the suite: ``attnclaims/checks/tolerances.py`` ``assert_close`` with the derived
   ``conformance`` bound (implementation's rounding + the reference's), exactly
   as the property tests and the adapter tests call it;
 * ``numpy.testing.assert_allclose`` at its defaults (rtol = 1e-7, atol = 0);
@@ -50,9 +50,9 @@ from rich.table import Table
 from attnclaims.guard import CheckFailure
 from attnclaims.impls import ImplementationError, resolve
 from attnclaims.reference import causal_mask, init_encoder_layer, init_multi_head, padding_mask
-from attnclaims.tests import same_precision as SP
+from attnclaims.checks import same_precision as SP
 from attnclaims.reference.impl import Reference
-from attnclaims.tests import tolerances as T
+from attnclaims.checks import tolerances as T
 from _common import jsonable, machine  # bench/ is sys.path[0] when a script runs
 
 RESULTS = Path(__file__).resolve().parent / "results" / "sensitivity.json"
@@ -63,9 +63,9 @@ REF = Reference()
 #: test-only correct implementations (different styles) whose outputs are perturbed
 BASES = {
     "reference": "reference",
-    "einsum": "attnclaims.tests.implementations.einsum_impl:einsum_impl",
-    "loops": "attnclaims.tests.implementations.loops_impl:loops_impl",
-    "logsumexp": "attnclaims.tests.implementations.logsumexp_impl:logsumexp_impl",
+    "einsum": "attnclaims.zoo.einsum_impl:einsum_impl",
+    "loops": "attnclaims.zoo.loops_impl:loops_impl",
+    "logsumexp": "attnclaims.zoo.logsumexp_impl:logsumexp_impl",
 }
 #: library adapters: compared unperturbed only (a library may legitimately be less accurate than float64)
 LIBRARIES = {"torch": "torch", "jax": "jax"}
@@ -81,7 +81,7 @@ class Case:
         self.op, self.name, self.call, self.error, self.args = op, name, call, error, args
         self.sweep = sweep  # False: a random draw for the false-alarm check only (no perturbation sweep)
         # (derived bound, reference output) -> the bound the suite's test uses; whole layers cap the
-        # derived bound by the per-case measured one (tests/same_precision.py), as the tests do
+        # derived bound by the per-case measured one (attnclaims/checks/same_precision.py), as the tests do
         self.refine = refine
 
     def run(self, impl) -> np.ndarray:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Mutation testing of the reference and the test helpers (issue 8) — one command, not part of CI.
 #
-#   bash bench/mutation.sh                 # everything: reference/ and the test helpers tests/strategies.py,
-#                                          # tests/tolerances.py, tests/same_precision.py
+#   bash bench/mutation.sh                 # everything: reference/ and the test helpers attnclaims/checks/strategies.py,
+#                                          # attnclaims/checks/tolerances.py, attnclaims/checks/same_precision.py
 #   bash bench/mutation.sh reference/masks.py   # only these paths (comma-separated, mutmut syntax)
 #
 # mutmut 2.5.1 (pinned) is installed into its own virtual environment ($MUTMUT_VENV). mutmut 3
@@ -14,9 +14,9 @@
 # mapping the editable install makes).
 #
 # The test command for each mutant (~0.5 s): the reference's own tests, the baselines' tests,
-# tests/test_reference_mutation.py (tests added for survivors of this run), and the meta-tests of
+# tests/meta/test_reference_edges.py (tests added for survivors of this run), and the meta-tests of
 # the strategies and tolerances when they exist, under the hypothesis `ci` profile, stopping at
-# the first failure. Mutants of tests/strategies.py run under the fast `mutation` profile (10
+# the first failure. Mutants of attnclaims/checks/strategies.py run under the fast `mutation` profile (10
 # examples, no shrinking; bench/mutation_server.py) and every survivor is re-checked under `ci` at
 # the end (`run-full`). The score and the classified survivors are in docs/mutation.md and
 # docs/mutation_strategies.md.
@@ -30,7 +30,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 MUTMUT_VENV="${MUTMUT_VENV:-$HOME/.cache/attnclaims-mutmut}"
 WORK="${MUTATION_WORKDIR:-$(mktemp -d "${TMPDIR:-/tmp}/attnclaims-mutation.XXXXXX")}"
-PATHS="${1:-reference/,tests/strategies.py,tests/tolerances.py,tests/same_precision.py}"
+PATHS="${1:-reference/,attnclaims/checks/strategies.py,attnclaims/checks/tolerances.py,attnclaims/checks/same_precision.py}"
 
 if [ ! -x "$MUTMUT_VENV/bin/mutmut" ]; then
     python3 -m venv "$MUTMUT_VENV"
@@ -56,7 +56,7 @@ done
 
 # Which tests run for a mutant of which file (bench/mutation_server.py picks them per run): the
 # baselines have their own tests; the strategies and tolerances their meta-tests; everything else in
-# reference/ is covered by the reference's tests and tests/test_reference_mutation.py.
+# reference/ is covered by the reference's tests and tests/meta/test_reference_edges.py.
 ROUTES="$(cd "$WORK" && "$PY" "$ROOT/bench/mutation_routes.py")"
 # Drop mutated paths that do not exist in this checkout (the helpers land with the property tests).
 KEEP=""

@@ -57,39 +57,39 @@ REASONS: list[tuple[str, str, str]] = [
     ("reference/baselines.py", "-((window - 1) / 2)", "Offsets are integers: j − i ≥ −(r − 1)/2 ⟺ j − i ≥ −⌊(r − 1)/2⌋."),
     ("reference/baselines.py", "if mask is  None:", "l2_attention validates the mask with as_mask only as a courtesy: attention_from_scores validates it again under the same name against the same shape, so the result and the message are the same either way."),
     ("reference/baselines.py", "(offset <= window / 2)", "Offsets are integers: j − i ≤ r/2 ⟺ j − i ≤ ⌊r/2⌋."),
-    ("tests/tolerances.py", "_target(", "Only the value handed to hypothesis.target() changes: it steers the search towards large errors, no verdict depends on it."),
-    ("tests/tolerances.py", 'detail = "XXXX"', "Never shown: a failing check always has an index (or a single element), which replaces the empty detail."),
-    ("tests/tolerances.py", "detail = None", "Never shown: a failing check always has an index (or a single element), which replaces the empty detail."),
-    ("tests/tolerances.py", "np.where(scale >= 0, scale, 1.0)", "Equivalent: the outer where() discards the inner quotient wherever scale ≤ 0; only a division-by-zero warning (suppressed) differs."),
-    ("tests/tolerances.py", "np.where(scale > 0, scale, 2.0)", "Equivalent: the outer where() discards the inner quotient wherever scale ≤ 0."),
-    # tests/strategies.py (docs/mutation_strategies.md)
-    ("tests/strategies.py", "d_head == 2 or", "Equivalent: the branch is entered only with d_head odd, and for d_head = 1 the other branch gives d_head = 0, which the `while` loop below raises to 2 — the guard's value — for every min_d_model ≥ 1."),
-    ("tests/strategies.py", "d_head == 1 and num_heads", "Equivalent in what can be drawn: an odd head width is rounded down instead of up when it would fit; every even width up to max_dim // heads is still drawn directly, so the same Dims can come, only how often differs."),
-    ("tests/strategies.py", "(d_head + 2) <= top_dim", "Equivalent in what can be drawn: an odd head width is rounded down instead of up when it would fit; every even width up to max_dim // heads is still drawn directly, so the same Dims can come, only how often differs."),
-    ("tests/strategies.py", "(d_head + 1) < top_dim", "Equivalent in what can be drawn: an odd head width is rounded down instead of up when it would fit; every even width up to max_dim // heads is still drawn directly, so the same Dims can come, only how often differs."),
-    ("tests/strategies.py", "itemsize <= 5", "Equivalent: no numpy floating dtype has an itemsize of 5 (2, 4, 8, and 10–16 for long double), so the same width is chosen for every dtype."),
-    ("tests/strategies.py", "(offset - scale * base)", "Equivalent as a strategy: −U[−1, 1] is U[−1, 1] and the element-wise draw's domain [−1, 1] is symmetric, so the same arrays can be drawn with the same probabilities; only which seed or choice sequence gives which array changes, and arrays() reports no seed."),
-    ("tests/strategies.py", "random(shape) <= draw(", "Equivalent in practice: `random()` returns a multiple of 2⁻⁵³, equal to 0.1, 0.5 or 0.9 with probability ~2⁻⁵³ per entry; no seed of the 2³² is known to hit one."),
-    ("tests/strategies.py", "np.ndarray & None", "Equivalent: `from __future__ import annotations` keeps annotations as strings that nothing evaluates."),
-    ("tests/strategies.py", "float & None", "Equivalent: `from __future__ import annotations` keeps annotations as strings that nothing evaluates."),
-    ("tests/strategies.py", "] = None", "Equivalent: numpy stores None as False in a bool array, the value assigned before."),
-    ("tests/strategies.py", "/ 17))", "Equivalent: ⌊log₁₀(max/17)⌋ = ⌊log₁₀(max/16)⌋ = 37 for float32 (2.0·10³⁷ vs 2.1·10³⁷); float64 takes the other branch."),
-    ("tests/strategies.py", "if x.size else 1", "Equivalent: x is never empty (n ≥ 1 and batch sizes ≥ 1), so the else is never taken."),
-    ("tests/strategies.py", "1.0, 1e2, 1e4, 1e6])", "Equivalent in what can be drawn: the offsets {0, 1, 10², 10⁴, 10⁶} stay the same set; only how often μ = 0 comes changes."),
-    ("tests/tolerances.py", "m = np.where(np.isfinite(m), m, 1.0)", "Equivalent. The row maximum is non-finite only for a row with no allowed key (every t is then set to −inf by the next line whatever m is) or when an allowed score overflowed (the row's total is inf or NaN either way, and the shifted scores that differ are read only where a > 0, which no entry of that row is): docs/mutation_tolerances.md."),
-    ("tests/tolerances.py", "np.where(allowed, t, 1.0)", "Equivalent. The shifts of masked entries are read only through `r_round = np.where(a > 0, u·η(t), 0)`, and a masked entry has a = 0."),
-    ("tests/tolerances.py", "r_score = np.where(a >= 0", "Equivalent. Every use of r_score is itself under `np.where(a > 0, …, 0)` (a is never negative; a NaN weight fails both tests)."),
-    ("tests/tolerances.py", "np.expm1(ds + e_row), 1.0)", "Equivalent: the value of r_score at a = 0 is never read (every use is under `np.where(a > 0, …)`)."),
-    ("tests/tolerances.py", "r_round = np.where(a >= 0", "Equivalent: r_round, like r_score, is read only under `np.where(a > 0, …)`."),
-    ("tests/tolerances.py", "a.shape[-1]), 1.0)", "Equivalent: the value of r_round at a = 0 is never read (every use is under `np.where(a > 0, …)`)."),
-    ("tests/tolerances.py", "return np.where(a >= 0, np.minimum(a * r, 1.0), 0.0)", "Equivalent. The entries that change branch have a = 0, where r_score = r_round = 0, so r = 0 and min(0·0, 1) = 0, the value of the other branch."),
-    ("tests/tolerances.py", "w_score = np.where(a >= 0", "Equivalent: at a = 0, r_score = 0, so min(0·0, 1) = 0."),
-    ("tests/tolerances.py", "w_round = np.where(a >= 0", "Equivalent: at a = 0, r_score = r_round = 0, so the product is 0·1·0 = 0."),
-    ("tests/tolerances.py", "xs[j] -= sign * h", "Equivalent: the loop visits sign = +1 and −1, so the same 2n rows x ± h e_j are evaluated (in another order), and their maximum is the same."),
-    # tests/same_precision.py (docs/mutation.md)
-    ("tests/same_precision.py", "if u > GOLDEN_MARGIN", "Equivalent: the two sides are equal only for a dtype with u = 2¹¹ · 2⁻⁵³ = 2⁻⁴²; numpy's float dtypes have u = 2⁻¹¹, 2⁻²⁴, 2⁻⁵³ and (long double) 2⁻⁵³, 2⁻⁶⁴ or 2⁻¹¹³, so every comparison has the same outcome."),
-    ("tests/same_precision.py", "float(np.finfo(np.longdouble).eps) / 3", "Equivalent on every platform numpy runs on: long double is float64 (2⁻⁵³ ≥ 2¹¹·2⁻⁵²/3 is false, as 2⁻⁵³ ≥ 2¹¹·2⁻⁵³ is), x86's 80-bit (both true: 2⁻⁵³ ≥ 2¹¹·2⁻⁶⁴ and ≥ 2¹¹·2⁻⁶³/3) or IEEE quad (both true); only a long double between those would tell them apart."),
-    ("tests/same_precision.py", "n_mem=1):", "Equivalent: n_mem is passed explicitly for decoders; for encoders the memory permutation ρ is never used, and `rng.permutation(1)` draws nothing from the generator (checked), so the later orders are the same."),
+    ("attnclaims/checks/tolerances.py", "_target(", "Only the value handed to hypothesis.target() changes: it steers the search towards large errors, no verdict depends on it."),
+    ("attnclaims/checks/tolerances.py", 'detail = "XXXX"', "Never shown: a failing check always has an index (or a single element), which replaces the empty detail."),
+    ("attnclaims/checks/tolerances.py", "detail = None", "Never shown: a failing check always has an index (or a single element), which replaces the empty detail."),
+    ("attnclaims/checks/tolerances.py", "np.where(scale >= 0, scale, 1.0)", "Equivalent: the outer where() discards the inner quotient wherever scale ≤ 0; only a division-by-zero warning (suppressed) differs."),
+    ("attnclaims/checks/tolerances.py", "np.where(scale > 0, scale, 2.0)", "Equivalent: the outer where() discards the inner quotient wherever scale ≤ 0."),
+    # attnclaims/checks/strategies.py (docs/mutation_strategies.md)
+    ("attnclaims/checks/strategies.py", "d_head == 2 or", "Equivalent: the branch is entered only with d_head odd, and for d_head = 1 the other branch gives d_head = 0, which the `while` loop below raises to 2 — the guard's value — for every min_d_model ≥ 1."),
+    ("attnclaims/checks/strategies.py", "d_head == 1 and num_heads", "Equivalent in what can be drawn: an odd head width is rounded down instead of up when it would fit; every even width up to max_dim // heads is still drawn directly, so the same Dims can come, only how often differs."),
+    ("attnclaims/checks/strategies.py", "(d_head + 2) <= top_dim", "Equivalent in what can be drawn: an odd head width is rounded down instead of up when it would fit; every even width up to max_dim // heads is still drawn directly, so the same Dims can come, only how often differs."),
+    ("attnclaims/checks/strategies.py", "(d_head + 1) < top_dim", "Equivalent in what can be drawn: an odd head width is rounded down instead of up when it would fit; every even width up to max_dim // heads is still drawn directly, so the same Dims can come, only how often differs."),
+    ("attnclaims/checks/strategies.py", "itemsize <= 5", "Equivalent: no numpy floating dtype has an itemsize of 5 (2, 4, 8, and 10–16 for long double), so the same width is chosen for every dtype."),
+    ("attnclaims/checks/strategies.py", "(offset - scale * base)", "Equivalent as a strategy: −U[−1, 1] is U[−1, 1] and the element-wise draw's domain [−1, 1] is symmetric, so the same arrays can be drawn with the same probabilities; only which seed or choice sequence gives which array changes, and arrays() reports no seed."),
+    ("attnclaims/checks/strategies.py", "random(shape) <= draw(", "Equivalent in practice: `random()` returns a multiple of 2⁻⁵³, equal to 0.1, 0.5 or 0.9 with probability ~2⁻⁵³ per entry; no seed of the 2³² is known to hit one."),
+    ("attnclaims/checks/strategies.py", "np.ndarray & None", "Equivalent: `from __future__ import annotations` keeps annotations as strings that nothing evaluates."),
+    ("attnclaims/checks/strategies.py", "float & None", "Equivalent: `from __future__ import annotations` keeps annotations as strings that nothing evaluates."),
+    ("attnclaims/checks/strategies.py", "] = None", "Equivalent: numpy stores None as False in a bool array, the value assigned before."),
+    ("attnclaims/checks/strategies.py", "/ 17))", "Equivalent: ⌊log₁₀(max/17)⌋ = ⌊log₁₀(max/16)⌋ = 37 for float32 (2.0·10³⁷ vs 2.1·10³⁷); float64 takes the other branch."),
+    ("attnclaims/checks/strategies.py", "if x.size else 1", "Equivalent: x is never empty (n ≥ 1 and batch sizes ≥ 1), so the else is never taken."),
+    ("attnclaims/checks/strategies.py", "1.0, 1e2, 1e4, 1e6])", "Equivalent in what can be drawn: the offsets {0, 1, 10², 10⁴, 10⁶} stay the same set; only how often μ = 0 comes changes."),
+    ("attnclaims/checks/tolerances.py", "m = np.where(np.isfinite(m), m, 1.0)", "Equivalent. The row maximum is non-finite only for a row with no allowed key (every t is then set to −inf by the next line whatever m is) or when an allowed score overflowed (the row's total is inf or NaN either way, and the shifted scores that differ are read only where a > 0, which no entry of that row is): docs/mutation_tolerances.md."),
+    ("attnclaims/checks/tolerances.py", "np.where(allowed, t, 1.0)", "Equivalent. The shifts of masked entries are read only through `r_round = np.where(a > 0, u·η(t), 0)`, and a masked entry has a = 0."),
+    ("attnclaims/checks/tolerances.py", "r_score = np.where(a >= 0", "Equivalent. Every use of r_score is itself under `np.where(a > 0, …, 0)` (a is never negative; a NaN weight fails both tests)."),
+    ("attnclaims/checks/tolerances.py", "np.expm1(ds + e_row), 1.0)", "Equivalent: the value of r_score at a = 0 is never read (every use is under `np.where(a > 0, …)`)."),
+    ("attnclaims/checks/tolerances.py", "r_round = np.where(a >= 0", "Equivalent: r_round, like r_score, is read only under `np.where(a > 0, …)`."),
+    ("attnclaims/checks/tolerances.py", "a.shape[-1]), 1.0)", "Equivalent: the value of r_round at a = 0 is never read (every use is under `np.where(a > 0, …)`)."),
+    ("attnclaims/checks/tolerances.py", "return np.where(a >= 0, np.minimum(a * r, 1.0), 0.0)", "Equivalent. The entries that change branch have a = 0, where r_score = r_round = 0, so r = 0 and min(0·0, 1) = 0, the value of the other branch."),
+    ("attnclaims/checks/tolerances.py", "w_score = np.where(a >= 0", "Equivalent: at a = 0, r_score = 0, so min(0·0, 1) = 0."),
+    ("attnclaims/checks/tolerances.py", "w_round = np.where(a >= 0", "Equivalent: at a = 0, r_score = r_round = 0, so the product is 0·1·0 = 0."),
+    ("attnclaims/checks/tolerances.py", "xs[j] -= sign * h", "Equivalent: the loop visits sign = +1 and −1, so the same 2n rows x ± h e_j are evaluated (in another order), and their maximum is the same."),
+    # attnclaims/checks/same_precision.py (docs/mutation.md)
+    ("attnclaims/checks/same_precision.py", "if u > GOLDEN_MARGIN", "Equivalent: the two sides are equal only for a dtype with u = 2¹¹ · 2⁻⁵³ = 2⁻⁴²; numpy's float dtypes have u = 2⁻¹¹, 2⁻²⁴, 2⁻⁵³ and (long double) 2⁻⁵³, 2⁻⁶⁴ or 2⁻¹¹³, so every comparison has the same outcome."),
+    ("attnclaims/checks/same_precision.py", "float(np.finfo(np.longdouble).eps) / 3", "Equivalent on every platform numpy runs on: long double is float64 (2⁻⁵³ ≥ 2¹¹·2⁻⁵²/3 is false, as 2⁻⁵³ ≥ 2¹¹·2⁻⁵³ is), x86's 80-bit (both true: 2⁻⁵³ ≥ 2¹¹·2⁻⁶⁴ and ≥ 2¹¹·2⁻⁶³/3) or IEEE quad (both true); only a long double between those would tell them apart."),
+    ("attnclaims/checks/same_precision.py", "n_mem=1):", "Equivalent: n_mem is passed explicitly for decoders; for encoders the memory permutation ρ is never used, and `rng.permutation(1)` draws nothing from the generator (checked), so the later orders are the same."),
 ]
 
 
@@ -181,7 +181,7 @@ def main(argv: list[str]) -> int:
     print()
     print("| file:line | original | mutant | why it survives |")
     print("|---|---|---|---|")
-    for mid, filename, number, before, after in found:
+    for _mid, filename, number, before, after in found:
         esc = lambda s: s.replace("|", "\\|")  # noqa: E731
         print(f"| `{filename}:{number}` | `{esc(before)}` | `{esc(after)}` | {reason_for(filename, before, after) or '**?**'} |")
     return 0

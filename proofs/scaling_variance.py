@@ -100,7 +100,7 @@ def _moment_algebra(scale, target, name, title) -> Derivation:
     )
 
 
-def variance_of_dot(scale=sp.Integer(1), target=None) -> Derivation:
+def variance_of_dot(scale=sp.S.One, target=None) -> Derivation:
     """The moment-algebra derivation for Var[scale · q·k] = target (default: the true value)."""
     target = d * scale**2 if target is None else target
     return _moment_algebra(scale, target, "dot-product-variance", "E[q·k] = 0, Var[q·k] = d_k")

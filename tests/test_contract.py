@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from attnclaims.tests import strategies as S
-from attnclaims.tests import tolerances as T
-from attnclaims.tests.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
+from attnclaims.checks import strategies as S
+from attnclaims.checks import tolerances as T
+from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
 
 #: the claim each capability's contract checks back
 CLAIM_OF = {

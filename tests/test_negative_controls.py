@@ -6,18 +6,18 @@ arguments of its parametrisation, and an implementation with one bug that the
 test must reject: the test is run — search, shrinking and all, under the active
 profile — against that implementation wrapped in
 :class:`~attnclaims.guard.GuardedImplementation`, and must raise a failed check.
-The bugs are either from the mutant zoo (:mod:`attnclaims.tests.implementations.mutants`,
+The bugs are either from the mutant zoo (:mod:`attnclaims.zoo.mutants`,
 by name) or defined below as small subclasses of its correct ``Composed`` base,
 so that a bug in attention travels up into multi-head attention and the layers.
 
-The zoo's own run (``tests/test_mutant_zoo.py``) checks the converse: every zoo
+The zoo's own run (``tests/meta/test_zoo.py``) checks the converse: every zoo
 mutant is caught by some test of its declared claims. Here the unit is the test.
 """
 from __future__ import annotations
 
-try:
-    BaseExceptionGroup
-except NameError:  # Python 3.10: hypothesis depends on the backport
+import sys
+
+if sys.version_info < (3, 11):  # Python 3.10: hypothesis depends on the backport
     from exceptiongroup import BaseExceptionGroup
 
 import functools
@@ -29,7 +29,7 @@ from hypothesis import Phase, given, settings
 from attnclaims.guard import GuardedImplementation
 from attnclaims.plugin import unwrap_check
 from attnclaims.reference.masks import causal_mask
-from attnclaims.tests import strategies as S
+from attnclaims.checks import strategies as S
 from attnclaims.tests import test_contract as contract
 from attnclaims.tests import test_s31_attention as s31
 from attnclaims.tests import test_s32_self_attention as s32
@@ -38,7 +38,7 @@ from attnclaims.tests import test_s62_positional as s62
 from attnclaims.tests import test_s63_layer_norm as s63
 from attnclaims.tests import test_s64_ffn as s64
 from attnclaims.tests import test_s7_architecture as s7
-from attnclaims.tests.implementations.mutants import MUTANTS, Composed
+from attnclaims.zoo.mutants import MUTANTS, Composed
 from attnclaims.reference.positional import sinusoidal_encoding
 
 

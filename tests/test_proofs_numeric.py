@@ -3,10 +3,10 @@ with is ``lambdify``-ed and compared with the float64 reference on hypothesis-dr
 
 The closed forms are taken from the proof modules themselves (the same sympy
 expressions the derivations check), so a proof and the reference cannot drift
-apart silently. Tolerances come from ``tests/tolerances.py`` where it has the
+apart silently. Tolerances come from ``attnclaims/checks/tolerances.py`` where it has the
 bound; the few bounds specific to these comparisons are derived in the
 docstrings of the helpers below (first-order forward error in the unit
-roundoff u, as in ``tests/tolerances.py``; both sides compute in float64).
+roundoff u, as in ``attnclaims/checks/tolerances.py``; both sides compute in float64).
 """
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ from attnclaims.reference.baselines import linear_rnn_sequential, rnn_input_jaco
 from attnclaims.reference.layers import layer_norm
 from attnclaims.reference.params import init_multi_head
 from attnclaims.reference.positional import frequencies, sinusoidal_encoding
-from attnclaims.tests.strategies import arrays, epsilons, seeds
-from attnclaims.tests.tolerances import (
+from attnclaims.checks.strategies import arrays, epsilons, seeds
+from attnclaims.checks.tolerances import (
     U64, Bound, assert_close, attention_error, conformance, layer_norm_error, layer_norm_moments_bound,
     linear_error, positional_encoding_error, softmax_error,
 )

@@ -20,7 +20,7 @@ import scipy.linalg
 from hypothesis import example, given, note
 from hypothesis import strategies as st
 
-from attnclaims.tests import tolerances as T
+from attnclaims.checks import tolerances as T
 
 _TOKENS = ("我", "爱", "中国")
 

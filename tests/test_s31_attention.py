@@ -8,8 +8,8 @@
 Claims: ``softmax-distribution`` (③), ``convex-combination`` (④), ``score-functions`` (①),
 ``softmax-saturation`` (②, the implementation's side: its default scale and its
 softmax Jacobian). Weights of ``attention`` are read by calling it with V = I
-(:func:`~attnclaims.tests.strategies.weights_probe`). Every tolerance comes from
-:mod:`attnclaims.tests.tolerances`.
+(:func:`~attnclaims.checks.strategies.weights_probe`). Every tolerance comes from
+:mod:`attnclaims.checks.tolerances`.
 """
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from attnclaims.reference import additive_scores, attention_from_scores
 from attnclaims.reference import attention as ref_attention
 from attnclaims.reference import attention_weights as ref_weights
 from attnclaims.reference import softmax as ref_softmax
-from attnclaims.tests import strategies as S
-from attnclaims.tests import tolerances as T
-from attnclaims.tests.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
+from attnclaims.checks import strategies as S
+from attnclaims.checks import tolerances as T
+from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
 
 EDGE = {name: S.edge_attention_case(name) for name in S.EDGE}
 
@@ -45,7 +45,7 @@ def read_weights(impl, q, k, mask=None, scale=None) -> np.ndarray:
 
 def check_distribution(a, mask, n_k: int, dtype, what: str) -> None:
     """Rows of a (…, n_q, n_k) are probability distributions: a ≥ 0, Σ_j a_ij = 1 within
-    :func:`~attnclaims.tests.tolerances.row_sum_bound`, masked entries exactly 0."""
+    :func:`~attnclaims.checks.tolerances.row_sum_bound`, masked entries exactly 0."""
     a = np.asarray(a, dtype=np.float64)
     negative = a < 0
     if negative.any():
@@ -376,7 +376,7 @@ def _softmax_via(impl, capability: str):
 @example(x=np.array([4.0, -4.0, 0.5]))
 def test_softmax_jacobian_is_diag_p_minus_ppT(impl, capability, x):
     """Central differences of the implementation's softmax match J = diag(p) − ppᵀ (p the exact softmax),
-    within the truncation + rounding bound of :func:`~attnclaims.tests.tolerances.softmax_jacobian_bound`."""
+    within the truncation + rounding bound of :func:`~attnclaims.checks.tolerances.softmax_jacobian_bound`."""
     n = x.shape[0]
     h = T.softmax_jacobian_step(n, impl.dtype)
     x = S.cast(np.round(x.astype(np.float64) / h) * h, impl.dtype)  # on the grid hℤ: x ± h e_j is exact

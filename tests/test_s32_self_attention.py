@@ -19,9 +19,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from attnclaims.reference import MultiHeadParams, self_attention as ref_self_attention
-from attnclaims.tests import strategies as S
-from attnclaims.tests import tolerances as T
-from attnclaims.tests.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
+from attnclaims.checks import strategies as S
+from attnclaims.checks import tolerances as T
+from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
 
 
 def single_head(params: MultiHeadParams) -> MultiHeadParams:

@@ -24,10 +24,10 @@ from attnclaims.profiles import limits
 from attnclaims.reference import decoder_layer as ref_decoder_layer
 from attnclaims.reference import encoder as ref_encoder
 from attnclaims.reference import encoder_layer as ref_encoder_layer
-from attnclaims.tests import same_precision as SP
-from attnclaims.tests import strategies as S
-from attnclaims.tests import tolerances as T
-from attnclaims.tests.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
+from attnclaims.checks import same_precision as SP
+from attnclaims.checks import strategies as S
+from attnclaims.checks import tolerances as T
+from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
 from attnclaims.tests.test_s31_attention import read_weights
 
 
@@ -76,7 +76,7 @@ def test_encoder_layer_matches_reference(impl, data):
     out = impl.encoder_layer(x, p, mask)
     assert out.shape == x.shape, f"out.shape={out.shape}, but should be {x.shape} [encoder_layer]"
     golden = ref_encoder_layer(x, p, mask)
-    # Coarser than float64: the derived bound capped by the per-case measured one (tests/same_precision.py)
+    # Coarser than float64: the derived bound capped by the per-case measured one (attnclaims/checks/same_precision.py)
     bound = SP.encoder_layer_bound(T.conformance(T.encoder_layer_error, x, p, mask, dtype=impl.dtype), golden,
                                    x, p, mask, impl.dtype)
     T.assert_close(out, golden, bound, f"encoder_layer(x{x.shape}, norm_first={p.norm_first}) vs reference")

@@ -107,7 +107,7 @@ def _sublayers(p: EncoderLayerParams):
 def layer_forward(x, p: EncoderLayerParams, kind: str):
     """One encoder layer of the given kind (see the module docstring); -> (y, caches)."""
     caches = []
-    for name, fwd, _, sub, norm in _sublayers(p):
+    for _name, fwd, _, sub, norm in _sublayers(p):
         if kind == "plain":
             x, c = fwd(x, sub)
             caches.append((c, None))

@@ -164,7 +164,7 @@ def multihead_expressivity(profile: str, out_dir, seed: int = CI_SEED + 1, heads
     d_k = d // heads
     # smallest score gap of each head between its target and the others, in units of β/√d_k
     gaps = []
-    for hd, (target, sl) in enumerate(((a, slice(0, 4)), (b, slice(4, 8))) if heads == 2 else ((a, slice(0, 8)),)):
+    for _hd, (target, sl) in enumerate(((a, slice(0, 4)), (b, slice(4, 8))) if heads == 2 else ((a, slice(0, 8)),)):
         proj = x[:, sl] @ u[sl]
         gaps.append(proj[target] - np.max(np.delete(proj, target)))
     beta = math.sqrt(d_k) * math.log(1e3 * n) / min(gaps)  # each head's weight on its target ≥ 1 − n·e^{−gap·β/√d_k}

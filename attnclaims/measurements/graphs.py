@@ -176,7 +176,7 @@ def attention_graph(n: int, causal: bool = False, autoregressive: bool = False, 
     x0 = g.add(1, op=False)
     qkv_ids = []
     for t in range(n):
-        x_t = x0 if t == 0 else g.add(1, [out_prev])  # embed the previous output
+        x_t = x0 if t == 0 else g.add(1, [out_prev])  # noqa: F821 - out_prev is set at the end of iteration t - 1
         qkv_t = g.add(1, [x_t])
         qkv_ids.append(qkv_t[0])
         keys = np.array(qkv_ids)

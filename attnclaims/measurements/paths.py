@@ -282,7 +282,8 @@ def vaswani_table1(profile: str, out_dir, seed: int = CI_SEED, attention_window:
         w = r.standard_normal((k, d, d)) / math.sqrt(k * d)
         deps = []
         while not (deps and _stack_connects(deps, causal=True)[0]):
-            deps.append(dependency_matrix(lambda xx, dil=k ** len(deps): conv1d(xx, w, dilation=dil), x, r))
+            dil = k ** len(deps)
+            deps.append(dependency_matrix(lambda xx, dil=dil: conv1d(xx, w, dilation=dil), x, r))
         k_sweep.append({"layer": "dilated convolution", "size": k, "path": len(deps),
                         "closed_form": math.ceil(math.log(n_k, k) - 1e-12)})
     wq, wk, wv = (r.standard_normal((d, d)) / math.sqrt(d) for _ in range(3))

@@ -40,7 +40,7 @@ _ALLOWED_TAGS = {
     "radialGradient", "stop", "pattern", "marker", "filter", "feGaussianBlur", "feOffset", "feBlend",
     "feFlood", "feComposite", "feMerge", "feMergeNode", "feColorMatrix",
     # metadata children matplotlib writes (RDF / Dublin Core); harmless text
-    "RDF", "Work", "type", "date", "format", "creator", "agent", "title",
+    "RDF", "Work", "type", "date", "format", "creator", "agent",
 }
 _SAFE_STYLE = re.compile(r"^\s*\*\s*\{((?:\s*stroke-[a-z]+\s*:\s*[a-z0-9.]+\s*;?)*)\s*\}\s*$")
 _URL_RE = re.compile(r"url\(\s*['\"]?#([^'\")\s]+)['\"]?\s*\)")

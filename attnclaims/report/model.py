@@ -37,7 +37,7 @@ def _pretty(expr) -> str:
 
     try:
         return sp.pretty(expr, use_unicode=True, wrap_line=False)
-    except Exception:  # noqa: BLE001 - a printer failure must not cost the report; fall back to sstr
+    except Exception:
         return sp.sstr(expr)
 
 
@@ -58,7 +58,7 @@ def _pretty_relation(lhs, rel: str, rhs, first: bool) -> str:
         else:
             form = prettyForm(*stringPict.next(sym.lstrip(), right))
         return form.render(wrap_line=False)
-    except Exception:  # noqa: BLE001 - the private printer API changed: join plain pretty strings
+    except Exception:
         left = "" if lhs is None else _pretty(lhs) + " "
         middle = "" if (lhs is None and first) else f"{_REL_TEXT.get(rel, rel)} "
         return f"{left}{middle}{_pretty(rhs)}"
@@ -72,7 +72,7 @@ def _one_line(lhs, rel: str, rhs, first: bool) -> str:
         left = "" if lhs is None else sp.sstr(lhs) + " "
         middle = "" if (lhs is None and first) else f"{_REL_TEXT.get(rel, rel)} "
         return f"{left}{middle}{sp.sstr(rhs)}"
-    except Exception:  # noqa: BLE001
+    except Exception:
         return ""
 
 
@@ -95,7 +95,7 @@ def render_static(derivation) -> dict:
         })
     try:
         symbols = derivation.symbols_declared()
-    except Exception:  # noqa: BLE001
+    except Exception:
         symbols = []
     return {
         "name": derivation.name, "title": derivation.title, "statement": derivation.statement,
@@ -144,14 +144,14 @@ def prerender(claim_id: str) -> tuple[list[dict], str]:
             return _STATIC_CACHE[claim_id]
     try:
         from attnclaims.proofs import derivations_for
-    except Exception as exc:  # noqa: BLE001 - the proofs package itself is broken
+    except Exception as exc:
         result = [], f"the proofs could not be imported: {type(exc).__name__}: {exc}"
     else:
         try:
             derivations = derivations_for(claim_id)
         except KeyError:
             derivations, note = [], ""
-        except Exception as exc:  # noqa: BLE001 - one broken proof module must not cost the report
+        except Exception as exc:
             derivations, note = [], f"derivations_for({claim_id!r}) raised {type(exc).__name__}: {exc}"
         else:
             note = ""
@@ -159,7 +159,7 @@ def prerender(claim_id: str) -> tuple[list[dict], str]:
         for d in derivations:
             try:
                 rendered.append(render_static(d))
-            except Exception as exc:  # noqa: BLE001 - one malformed derivation must not cost the report
+            except Exception as exc:
                 notes.append(f"a derivation could not be rendered: {type(exc).__name__}: {exc}")
         result = rendered, "; ".join(notes)
     with _CACHE_LOCK:

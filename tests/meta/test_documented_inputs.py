@@ -4,9 +4,9 @@ these tests keep those tables and the strategies in agreement.
 The sizes of the built-in shape menu and of the edge cases are choices, but once published they are promises:
 an implementer prepares a fixed-shape build for the menu, and a reviewer reads a failure on ``huge-scores``
 by looking its input up in the table. A change to either side without the other fails here (issue 8: the
-mutation run of tests/strategies.py showed that nothing else noticed a changed menu size or mask pattern).
+mutation run of attnclaims/checks/strategies.py showed that nothing else noticed a changed menu size or mask pattern).
 Behaviour behind the prose numbers (the d_ff range, the mask switch, no subnormals, the length mixture) is
-tested in tests/test_strategies_mutation.py; here only that the numbers the page states are the code's.
+tested in tests/meta/test_strategies_draws.py; here only that the numbers the page states are the code's.
 About the suite, not the article: no claim marker.
 """
 from __future__ import annotations
@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from attnclaims.profiles import _LIMITS
-from attnclaims.tests import same_precision as SP
-from attnclaims.tests import strategies as S
+from attnclaims.checks import same_precision as SP
+from attnclaims.checks import strategies as S
 
 
 def _docs_page() -> str:

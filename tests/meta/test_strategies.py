@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from attnclaims.guard import CheckFailure, GuardedImplementation
 from attnclaims.profiles import _LIMITS
 from attnclaims.reference import attention_weights, reference
-from attnclaims.tests import strategies as S
-from attnclaims.tests import tolerances as T
+from attnclaims.checks import strategies as S
+from attnclaims.checks import tolerances as T
 
 
 class _Float32:
@@ -121,7 +121,7 @@ def test_dims_come_from_the_shape_menu(stub, menu):
 
 def test_the_thorough_profile_reaches_long_sequences(monkeypatch):
     """Under ``thorough`` limits the sequence-length strategy reaches n >= 256 (DESIGN.md)."""
-    monkeypatch.setattr("attnclaims.tests.strategies.limits", lambda: _LIMITS["thorough"])
+    monkeypatch.setattr("attnclaims.checks.strategies.limits", lambda: _LIMITS["thorough"])
     assert _LIMITS["thorough"].max_seq >= 256
     n = find(S.seq_lengths(), lambda n: n >= 256, settings=settings(max_examples=2000, database=None))
     assert n >= 256

@@ -12,7 +12,7 @@ and changes one thing in it.
 ``MUTANTS`` maps a name to a :class:`Mutant`: its one-line description, the
 capability that holds the bug, the claim ids whose tests should catch it, and
 its factory. Each mutant is also a module attribute under its name, so the
-harness resolves it as ``attnclaims.tests.implementations.mutants:<name>``.
+harness resolves it as ``attnclaims.zoo.mutants:<name>``.
 ``python -m attnclaims mutants`` (see :mod:`attnclaims.mutants`) runs the
 property tests against each one and prints the kill matrix.
 

@@ -121,7 +121,7 @@ def test_plugin_is_registered_as_an_entry_point():
     assert names.get("attnclaims") == "attnclaims.plugin"
 
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "adapters.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "adapters.md"
 
 
 @pytest.mark.skipif(not DOCS.exists(), reason="docs/adapters.md is only in a checkout, not in the installed package")

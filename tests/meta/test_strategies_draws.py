@@ -1,6 +1,6 @@
-"""Tests that kill mutants of ``tests/strategies.py`` its meta-tests let survive (issue 8, bench/mutation.sh).
+"""Tests that kill mutants of ``attnclaims/checks/strategies.py`` its meta-tests let survive (issue 8, bench/mutation.sh).
 
-``tests/test_strategies.py`` checks the main promises of the strategies; the
+``tests/meta/test_strategies.py`` checks the main promises of the strategies; the
 mutation run (docs/mutation_strategies.md) showed which changes to them it does
 not notice. Each test here checks a documented promise — a bound that holds for
 every draw, or an edge case the strategy must reach (every mask leaves a key to
@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from attnclaims.guard import GuardedImplementation
 from attnclaims.profiles import _LIMITS
-from attnclaims.tests import strategies as S
-from attnclaims.tests.strategies import follow_implementation  # noqa: F401  (autouse, checked below)
+from attnclaims.checks import strategies as S
+from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse, checked below)
 
 CI = _LIMITS["ci"]
 
@@ -63,7 +63,7 @@ def _never(strategy, predicate, n: int = 200) -> None:
 @pytest.fixture(autouse=True)
 def ci_limits(monkeypatch):
     """Sizes of the ``ci`` profile whatever profile runs this module."""
-    monkeypatch.setattr("attnclaims.tests.strategies.limits", lambda: CI)
+    monkeypatch.setattr("attnclaims.checks.strategies.limits", lambda: CI)
 
 
 class _Float32:
@@ -445,7 +445,7 @@ def _noted(monkeypatch):
 def _call(note: str, name: str) -> dict:
     """The keyword arguments of a note ``name(k=v, …)``."""
     assert note.startswith(name + "(") and note.endswith(")"), note
-    return eval(f"dict({note[len(name) + 1:-1]})")  # noqa: S307 - our own note
+    return eval(f"dict({note[len(name) + 1:-1]})")
 
 
 def test_epsilons_are_the_documented_four():
@@ -613,7 +613,7 @@ def test_layer_norm_inputs_follow_their_note_and_cover_the_documented_sigmas_and
     for x, note in _sample(S.layer_norm_inputs(), 200, notes):
         head, sigma, ratio = note.removeprefix("layer_norm_inputs: shape=").rsplit(", ", 2)
         sigma, ratio = float(sigma.removeprefix("sigma=")), float(ratio.removeprefix("offset=").removesuffix("·sigma"))
-        assert eval(head) == x.shape and 2 <= x.ndim <= 4  # noqa: S307
+        assert eval(head) == x.shape and 2 <= x.ndim <= 4
         # |x − offset| ≤ σ, up to the rounding of offset + σ·noise and of the subtraction (a few ulps
         # of the offset, 1e6·16 at most: 4e-9 absolute, far above σ·1e-12 when the offset is large)
         assert np.all(np.abs(x - ratio * sigma) <= sigma * (1 + 1e-12) + 4 * np.spacing(abs(ratio * sigma) + sigma))

@@ -149,7 +149,7 @@ def test_scan_depth_is_logarithmic(n):
     assert scan.depth == 2 * levels + 1
     assert scan.combines == 2 * (size - 1) + n
     assert len(scan.rounds) == scan.depth
-    for level, pairs in enumerate(scan.rounds[:levels]):  # every combine of a round touches its own positions
+    for _level, pairs in enumerate(scan.rounds[:levels]):  # every combine of a round touches its own positions
         assert len(np.unique(pairs[:, 1])) == len(pairs)
 
 

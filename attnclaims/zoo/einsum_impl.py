@@ -13,7 +13,7 @@ they are not judged): a query whose keys are all masked gets NaN (the 0/0 of
 an empty softmax), and NaN in a masked-out value row reaches the output
 (0 · NaN = NaN in the contraction).
 
-Use: ``pytest --attn-impl attnclaims.tests.implementations.einsum_impl:EinsumImplementation``.
+Use: ``pytest --attn-impl attnclaims.zoo.einsum_impl:EinsumImplementation``.
 """
 from __future__ import annotations
 

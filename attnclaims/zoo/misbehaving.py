@@ -20,7 +20,7 @@ Nondeterministic   adds +1e-9 and -1e-9 on alternate calls               differe
 Hangs              sleeps for an hour                                    did not return within
 =================  ====================================================  ============================
 
-Use them as ``--attn-impl attnclaims.tests.implementations.misbehaving:Hangs`` (the class is the
+Use them as ``--attn-impl attnclaims.zoo.misbehaving:Hangs`` (the class is the
 factory); :data:`MISBEHAVING` lists them all.
 """
 from __future__ import annotations
@@ -60,7 +60,7 @@ class Raises(_Misbehaving):
     expected = "raised RuntimeError: deliberate failure"
 
     def _misbehave(self, compute, q, k, v):
-        raise RuntimeError("deliberate failure (tests/implementations/misbehaving.py: Raises)")
+        raise RuntimeError("deliberate failure (attnclaims/zoo/misbehaving.py: Raises)")
 
 
 class WrongShape(_Misbehaving):

@@ -1,4 +1,4 @@
-"""The per-case measured tolerance of whole layers (tests/same_precision.py): its naive evaluations are
+"""The per-case measured tolerance of whole layers (attnclaims/checks/same_precision.py): its naive evaluations are
 the reference's layers, it raises no false alarm on torch in float32, it is within 10³ of the observed
 error, and it catches a float32 layer whose output went through half precision, which the derived
 bound alone lets pass."""
@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from attnclaims.reference import decoder_layer as ref_decoder_layer
 from attnclaims.reference import encoder as ref_encoder
 from attnclaims.reference import encoder_layer as ref_encoder_layer
-from attnclaims.tests import same_precision as SP
-from attnclaims.tests import tolerances as T
+from attnclaims.checks import same_precision as SP
+from attnclaims.checks import tolerances as T
 from attnclaims.tests.test_s7_architecture import decoder_cases, encoder_cases
 
 F32 = np.dtype(np.float32)
@@ -246,7 +246,7 @@ def test_an_order_permutes_a_mask_only_along_its_full_axes():
 def test_c_same_is_the_smallest_power_of_two_above_the_calibrated_ratio():
     """C_SAME is the smallest power of two above the worst torch/naive ratio the module docstring reports from
     calibration (a power of two: τ is then C_SAME × the measured error exactly). ORDERS is checked against
-    docs/adapters.md in tests/test_documented_inputs.py."""
+    docs/adapters.md in tests/meta/test_documented_inputs.py."""
     import math
     import re
 

@@ -1,8 +1,8 @@
-"""Formula tests for ``tests/tolerances.py`` (issue 8): every bound is what its docstring says.
+"""Formula tests for ``attnclaims/checks/tolerances.py`` (issue 8): every bound is what its docstring says.
 
-The soundness and tightness tests (``tests/test_reference_mutation.py``) only ask that a bound covers a
+The soundness and tightness tests (``tests/meta/test_reference_edges.py``) only ask that a bound covers a
 float32 evaluation and is not absurdly loose; a changed term or constant that keeps it within that window
-goes unnoticed (the mutation run over ``tests/tolerances.py`` showed ~120 such survivors). Here each bound
+goes unnoticed (the mutation run over ``attnclaims/checks/tolerances.py`` showed ~120 such survivors). Here each bound
 function is recomputed from the formula its docstring states, by an independent implementation: explicit
 Python loops, one row / one output element at a time, with ``math`` functions and exactly rounded sums
 (``math.fsum``) instead of the module's vectorised numpy code; the helper values (``_mha_value``,
@@ -45,7 +45,7 @@ from attnclaims.reference.multihead import head_outputs, merge_heads, multi_head
 from attnclaims.reference.params import (
     LayerNormParams, init_decoder_layer, init_encoder_layer, init_feed_forward, init_multi_head,
 )
-from attnclaims.tests import tolerances as T
+from attnclaims.checks import tolerances as T
 
 U32, U64 = 2.0 ** -24, 2.0 ** -53
 US = pytest.mark.parametrize("u", [U32, U64], ids=["u32", "u64"])

@@ -1,11 +1,11 @@
 """A run survives every kind of misbehaving implementation (DESIGN.md, "Calls into an implementation
-are guarded"; ``tests/implementations/misbehaving.py``).
+are guarded"; ``attnclaims/zoo/misbehaving.py``).
 
 For each misbehaving implementation a few property tests run in a fresh pytest process, exactly as
 a user's CI would run them::
 
     python -m pytest --pyargs attnclaims.tests.test_s31_attention -k "<three tests>"
-        --attn-impl attnclaims.tests.implementations.misbehaving:Hangs --attn-call-timeout 1
+        --attn-impl attnclaims.zoo.misbehaving:Hangs --attn-call-timeout 1
         --attn-results out.json -p no:cacheprovider
 
 and the test asserts: the run finished (pytest's exit status 1: tests failed, nothing crashed), the
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from attnclaims.tests.implementations.misbehaving import MISBEHAVING
+from attnclaims.zoo.misbehaving import MISBEHAVING
 
 MODULE = "attnclaims.tests.test_s31_attention"
 #: tests that call ``attention`` (each has explicit ``@example`` cases, which fail at once, without shrinking)
@@ -44,7 +44,7 @@ def runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess | str,
         results = folder / f"{name}.json"
         cmd = [sys.executable, "-m", "pytest", "--pyargs", MODULE, "-q", "-p", "no:cacheprovider",
                "-k", " or ".join(AFFECTED + UNAFFECTED),
-               "--attn-impl", f"attnclaims.tests.implementations.misbehaving:{name}",
+               "--attn-impl", f"attnclaims.zoo.misbehaving:{name}",
                "--attn-call-timeout", str(TIMEOUT_S), "--attn-results", str(results)]
         proc = subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         started[name] = (proc, cmd, results)

@@ -1,6 +1,6 @@
 """The suite catches bugs: every mutant of the zoo is detected, no correct implementation is (issue 8).
 
-The zoo (:mod:`attnclaims.tests.implementations.mutants`) holds implementations
+The zoo (:mod:`attnclaims.zoo.mutants`) holds implementations
 with one realistic bug each, every one naming the claims whose tests should
 catch it. Under the ``ci`` profile each mutant must fail at least one test
 tagged with one of its declared claims, and the correct implementations (einsum,
@@ -12,7 +12,6 @@ claim marker and are not claim evidence.
 """
 from __future__ import annotations
 
-import dataclasses
 import inspect
 
 import numpy as np
@@ -24,7 +23,7 @@ from attnclaims.protocol import CAPABILITIES
 from attnclaims.reference import causal_mask, init_decoder_layer, init_encoder_layer, init_multi_head, padding_mask
 from attnclaims.reference.impl import Reference
 from attnclaims.registry import load_registry
-from attnclaims.tests.implementations.mutants import MUTANTS, Composed
+from attnclaims.zoo.mutants import MUTANTS, Composed
 
 #: the correct implementations in three styles that must pass every implementation test
 REQUIRED_CONTROLS = {"einsum", "loops", "logsumexp"}
