@@ -1,7 +1,7 @@
 """attnclaims: verify the claims of "从注意力机制到 Transformer" and validate
 attention implementations against them.
 
-Layout (see DESIGN.md): ``attnclaims.spec`` holds the claim registry,
+Layout (see docs/design.md): ``attnclaims.spec`` holds the claim registry,
 ``attnclaims.reference`` the numpy float64 reference implementation,
 ``attnclaims.proofs`` the sympy derivations, ``attnclaims.tests`` the
 hypothesis property tests, and this package the harness (registry loader,

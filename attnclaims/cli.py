@@ -487,7 +487,7 @@ register("report", "run everything and write the claim report (Markdown, HTML, J
          _configure_report, _run_report)
 
 
-def _configure_mutants(parser):  # the kill-matrix engine lives in attnclaims.mutants (issue 8)
+def _configure_mutants(parser):  # the kill-matrix engine lives in attnclaims.mutants
     from attnclaims.mutants import add_arguments
 
     add_arguments(parser)

@@ -1,4 +1,4 @@
-"""The kill matrix: run the property tests against every mutant of the zoo (issue 8).
+"""The kill matrix: run the property tests against every mutant of the zoo.
 
 The zoo (:mod:`attnclaims.zoo.mutants`) holds correct
 implementations with one realistic bug each, every one declaring the claims

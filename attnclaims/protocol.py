@@ -1,4 +1,4 @@
-"""The implementation protocol (DESIGN.md): capability names and the output each must return.
+"""The implementation protocol (docs/design.md): capability names and the output each must return.
 
 An implementation is any object with a ``name``, a ``dtype`` and some of the
 capability methods below. Arrays in and out are numpy arrays. A capability it

@@ -50,7 +50,7 @@ from typing import Iterable, Mapping, Sequence
 
 from attnclaims.evidence import Evidence
 
-#: The six verdict words of CLAIMS.md.
+#: The six verdict words (docs/design.md, "Verdicts").
 VERDICT_WORDS = ("proven", "verified", "qualified", "illustrative", "historical", "refuted")
 #: Verdicts the engine adds when the evidence cannot support one of the six words.
 OTHER_VERDICTS = ("error", "no evidence", "not applicable")

@@ -1,4 +1,4 @@
-"""Reference accuracy against exact arithmetic (issue #9, part 3).
+"""Reference accuracy against exact arithmetic.
 
 Softmax, attention and layer norm of the numpy float64 reference are compared
 with a 50-digit mpmath "golden" result, on ordinary and adversarial inputs, next

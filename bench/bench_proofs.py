@@ -1,4 +1,4 @@
-"""Time every sympy derivation of ``proofs/`` (issue 3: each < 5 s, all < 60 s on 2 cores).
+"""Time every sympy derivation of ``proofs/`` (each < 5 s, all < 60 s on 2 cores).
 
     python bench/bench_proofs.py [--claim ID ...] [--out bench/results/proofs.json]
 

@@ -1,4 +1,4 @@
-"""Reference speed against torch CPU float64 (issue #9, part 4).
+"""Reference speed against torch CPU float64.
 
 Scaled dot-product attention and multi-head self-attention of the numpy
 reference, timed side by side with torch float64 on the same inputs and the

@@ -1,4 +1,4 @@
-"""Detection sensitivity of the suite's conformance check against the usual assertion defaults (issue #9, part 2).
+"""Detection sensitivity of the suite's conformance check against the usual assertion defaults.
 
 A relative perturbation of size ε = 10⁻ᵏ (k = 3 … 15) is injected into the
 float64 output of a correct implementation, out′ = out ⊙ (1 + ε·s) with random

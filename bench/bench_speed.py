@@ -1,4 +1,4 @@
-"""Speed of a verdict: wall time of ``attnclaims check`` and ``attnclaims report`` (issue #9, part 1).
+"""Speed of a verdict: wall time of ``attnclaims check`` and ``attnclaims report``.
 
 Each configuration is run once, as a user would run it, in a fresh temporary
 working folder, and timed with a wall clock around the subprocess:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mutation testing of the reference and the test helpers (issue 8) — one command, not part of CI.
+# Mutation testing of the reference and the test helpers — one command, not part of CI.
 #
 #   bash bench/mutation.sh                 # everything: reference/ and the test helpers attnclaims/checks/strategies.py,
 #                                          # attnclaims/checks/tolerances.py, attnclaims/checks/same_precision.py

@@ -1,4 +1,4 @@
-"""Time the tests of a sample of mutants, as bench/mutation.sh's fork server runs them (issue 8).
+"""Time the tests of a sample of mutants, as bench/mutation.sh's fork server runs them.
 
     MUTATION_WORKDIR=... python bench/mutation_timing.py WORKDIR FILE [--every K] [--request run|run-full]
 

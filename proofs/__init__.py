@@ -1,4 +1,4 @@
-"""Sympy derivations, one module per claim (DESIGN.md data flow step 2).
+"""Sympy derivations, one module per claim (docs/design.md, "Data flow").
 
 Every module has ``CLAIM = "<claim id>"`` and ``derivations()`` returning its
 :class:`~attnclaims.proofs.core.Derivation` objects; ``check()`` on each gives

@@ -1,4 +1,4 @@
-"""Derivations checked step by step by sympy (DESIGN.md data flow step 2, STYLE.md rule 5).
+"""Derivations checked step by step by sympy (docs/design.md, "Data flow" and "How we write" rule 5).
 
 A derivation is a list of steps. The first step is the starting expression;
 each following step states ``previous REL expr`` (REL one of ``= <= < >= > ~``)

@@ -6,7 +6,7 @@ q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v) -> (..., n_q, d_v); the
 batch axes ``...`` of q, k and v broadcast against each other. A mask is bool,
 broadcastable to (..., n_q, n_k), True = the query may attend to the key.
 
-Conventions (the article is silent on them; DESIGN.md reports them per
+Conventions (the article is silent on them; docs/design.md reports them per
 implementation):
 
 * A masked key gets weight exactly 0: the mask is applied with ``where``, never

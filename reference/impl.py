@@ -1,4 +1,4 @@
-"""The reference as an implementation object, per the protocol in DESIGN.md.
+"""The reference as an implementation object, per the protocol in docs/design.md.
 
 ``Reference`` delegates each capability to the functions of this package and
 states the conventions it follows where the article is silent, so the report

@@ -1,4 +1,4 @@
-"""The implementation contract (DESIGN.md, "The implementation protocol"), for every capability.
+"""The implementation contract (docs/design.md, "The implementation protocol"), for every capability.
 
 Not a section of the article but what every claim test silently relies on:
 batch elements are computed independently (a batch of 3 equals three batches of

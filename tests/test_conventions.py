@@ -1,6 +1,6 @@
 """Conventions the article is silent on: probed and recorded per implementation, never judged.
 
-DESIGN.md ("Conventions are reported, not judged"): the output for a query whose
+docs/design.md ("Conventions are reported, not judged"): the output for a query whose
 keys are all masked (NaN, zeros, the mean of V — all three exist in PyTorch,
 ONNX and onnxruntime), whether NaN in a masked-out value row leaks into the
 output, and causal alignment when n_q ≠ n_k (top-left or bottom-right). Each

@@ -1,4 +1,4 @@
-"""Measured claims (issue 5): statistics, growth classes and the paper's tables, each with a figure.
+"""Measured claims: statistics, growth classes and the paper's tables, each with a figure.
 
 One test per measurement of :mod:`attnclaims.measurements` runs it at the
 active profile's sizes (``dev`` / ``ci`` / ``thorough``, the hypothesis profile

@@ -1,6 +1,6 @@
 """Negative controls: every property test rejects at least one deliberately broken implementation.
 
-A property test that no broken implementation fails is a defect (issue 4). Each
+A property test that no broken implementation fails is a defect. Each
 row of :data:`CONTROLS` names a test function of the section modules, the
 arguments of its parametrisation, and an implementation with one bug that the
 test must reject: the test is run — search, shrinking and all, under the active

@@ -1,4 +1,4 @@
-"""The sympy derivations of ``proofs/`` (DESIGN.md data flow step 2; STYLE.md rule 5).
+"""The sympy derivations of ``proofs/`` (docs/design.md, "Data flow" and "How we write" rule 5).
 
 Every derivation is checked step by step; its :class:`ProofResult` goes into the
 test's evidence (``attn_record(proof=…)``), tagged with the claim it backs,

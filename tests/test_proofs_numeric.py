@@ -1,4 +1,4 @@
-"""Symbolic meets numeric (STYLE.md rule 6): each closed form a derivation of ``proofs/`` ends
+"""Symbolic meets numeric (docs/design.md "How we write" rule 6): each closed form a derivation of ``proofs/`` ends
 with is ``lambdify``-ed and compared with the float64 reference on hypothesis-drawn inputs.
 
 The closed forms are taken from the proof modules themselves (the same sympy

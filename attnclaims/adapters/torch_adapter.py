@@ -16,7 +16,7 @@ Two implementations, because torch has two code paths that can differ:
 
 Modules are built per call from the protocol's numpy parameters and loaded with
 ``load_state_dict(strict=True)``, so every parameter is set and none is left at its random
-initialisation. Layout (DESIGN.md): our ``Q = x @ w_q + b_q``; torch's Linear computes
+initialisation. Layout (docs/design.md): our ``Q = x @ w_q + b_q``; torch's Linear computes
 ``x @ weight.T + bias``, so ``in_proj_weight = [w_qᵀ; w_kᵀ; w_vᵀ]`` (3·d_model, d_model),
 ``in_proj_bias = [b_q; b_k; b_v]``, ``out_proj.weight = w_oᵀ``; FFN ``linear1.weight = w1ᵀ``,
 ``linear2.weight = w2ᵀ``. Torch's heads take the same contiguous blocks of d_k columns as ours.

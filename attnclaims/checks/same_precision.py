@@ -1,4 +1,4 @@
-"""Per-case measured tolerances for whole layers (DESIGN.md, Numerics: "measured per case as
+"""Per-case measured tolerances for whole layers (docs/design.md, Numerics: "measured per case as
 FlashAttention and PyTorch do").
 
 Why. The derived bounds of :mod:`attnclaims.checks.tolerances` are worst cases, each within

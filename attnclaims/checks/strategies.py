@@ -1,4 +1,4 @@
-"""Every hypothesis strategy of the suite, in one module (STYLE.md §7).
+"""Every hypothesis strategy of the suite, in one module (docs/design.md "How we write" rule 7).
 
 Dimensions are drawn first (:func:`dims`), then arrays of those shapes with a
 controlled scale (:func:`arrays`, bounded and finite), masks that leave at
@@ -198,7 +198,7 @@ def batch_shapes(min_ndim: int = 0, max_ndim: int = 2, max_size: int | None = No
 def dims(draw, *, min_seq: int = 1, max_seq: int | None = None, square: bool = False, batch_ndim=(0, 2),
          max_dim: int | None = None, min_d_k: int = 1, max_heads: int = 4, min_d_model: int = 1,
          even_d_model: bool = False) -> Dims:
-    """Dimensions first (STYLE.md): batch axes (``batch_ndim`` = (min, max) count), n_q, n_k (= n_q when
+    """Dimensions first (docs/design.md, "How we write"): batch axes (``batch_ndim`` = (min, max) count), n_q, n_k (= n_q when
     ``square``), d_k, d_v (independent, so d_v ≠ d_k is common), num_heads (1 … min(max_heads,
     max_dim)) dividing d_model ≤ max_dim, d_ff in 1 … 2·max_dim. From the implementation's shape menu
     when it declares one (module docstring)."""

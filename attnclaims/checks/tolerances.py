@@ -1,4 +1,4 @@
-"""Tolerances of the property tests: each one derived, none guessed (DESIGN.md, "Numerics").
+"""Tolerances of the property tests: each one derived, none guessed (docs/design.md, "Numerics").
 
 Every bound here is an a-priori forward error bound, to first order in the unit
 roundoff u = eps/2 of the dtype an implementation computes in, for *any*
@@ -27,7 +27,7 @@ elementwise condition factor. :func:`assert_close` fails when
 ``max |out − ref| / scale > tol``, raising
 :class:`~attnclaims.guard.CheckFailure` with ``measured`` (the smallest ``tol``
 that would have passed) and ``bound`` — in the one message format of
-STYLE.md: ``max |out - ref| / scale = 3.1e-12 > 2.2e-14 [attention(mask=causal)]``.
+docs/design.md: ``max |out - ref| / scale = 3.1e-12 > 2.2e-14 [attention(mask=causal)]``.
 
 Comparisons of an implementation with the float64 reference add the two bounds
 (:func:`conformance`: tol = u_impl + u_float64); comparisons of an
@@ -37,7 +37,7 @@ implementation (:func:`self_consistency`: tol = 2·u_impl).
 Calibration: the three test-only implementations (einsum, loops, logsumexp)
 pass every test under the ``thorough`` profile; the bounds are worst-case, so
 the observed errors sit one to two orders of magnitude below them, which is the
-detection threshold DESIGN.md asks for (``target()`` pushes the ratio up during
+detection threshold docs/design.md asks for (``target()`` pushes the ratio up during
 the search).
 """
 from __future__ import annotations

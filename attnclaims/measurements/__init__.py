@@ -1,4 +1,4 @@
-"""Measured claims: statistics, growth-class fits and the paper's tables, each with a figure (issue 5).
+"""Measured claims: statistics, growth-class fits and the paper's tables, each with a figure.
 
 ``MEASUREMENTS`` maps a measurement's name to its function and claim id;
 ``CONTROLS`` maps a negative control's name to the measurement and options

@@ -1,7 +1,7 @@
 """A correct implementation of the whole protocol written with ``np.einsum`` (test-only).
 
 One of the three independent implementations that calibrate the tolerances of
-the property tests (DESIGN.md, "Numerics"): written from the equations of the
+the property tests (docs/design.md, "Numerics"): written from the equations of the
 article and of Vaswani et al. 2017, without the reference's functions (only
 its parameter containers). Its style: every contraction is an ``einsum``
 (numpy's unoptimised einsum sums in its own loop order, not through BLAS),

@@ -1,4 +1,4 @@
-"""Implementations that misbehave on purpose, to show that a run survives them (DESIGN.md, "Calls
+"""Implementations that misbehave on purpose, to show that a run survives them (docs/design.md, "Calls
 into an implementation are guarded").
 
 Each class is the numpy reference with exactly one misbehaviour, in the capabilities listed in

@@ -1,4 +1,4 @@
-"""The mutant zoo: correct implementations with exactly one realistic bug each (issue 8).
+"""The mutant zoo: correct implementations with exactly one realistic bug each.
 
 Every mutant is a small subclass of :class:`Composed`, which is the reference
 (:class:`attnclaims.reference.impl.Reference`) rebuilt so that each capability

@@ -1,4 +1,4 @@
-"""Smoke test of the benchmarks in bench/ (issue #9): each one runs with ``--quick`` and writes its JSON.
+"""Smoke test of the benchmarks in bench/: each one runs with ``--quick`` and writes its JSON.
 
 Only that they run and what the JSON holds is checked, never a time or a speed ratio: the
 targets are measured by the benchmarks themselves (bench/README.md), not asserted by tests.

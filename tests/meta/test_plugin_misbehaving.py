@@ -1,4 +1,4 @@
-"""A run survives every kind of misbehaving implementation (DESIGN.md, "Calls into an implementation
+"""A run survives every kind of misbehaving implementation (docs/design.md, "Calls into an implementation
 are guarded"; ``attnclaims/zoo/misbehaving.py``).
 
 For each misbehaving implementation a few property tests run in a fresh pytest process, exactly as

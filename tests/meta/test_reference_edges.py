@@ -1,4 +1,4 @@
-"""Tests that kill mutants of the reference which its own tests let survive (issue 8, bench/mutation.sh).
+"""Tests that kill mutants of the reference which its own tests let survive (bench/mutation.sh).
 
 mutmut (``bash bench/mutation.sh``) changes one thing at a time in ``reference/``
 and runs the reference's tests; a change they do not notice is a *survivor*.
@@ -255,7 +255,7 @@ W, B = np.ones((4, 4)), np.zeros(4)
     pytest.param(lambda: check_count("n", 1, minimum=2), 'n=1, but should be >= 2', id="check-count"),
 ])
 def test_invalid_input_gets_exactly_this_message(call, message):
-    """STYLE.md §4: the message says what came and what was expected, in one format — whole, so that a
+    """docs/design.md "How we write" rule 4: the message says what came and what was expected, in one format — whole, so that a
     changed name, value or wording (a survivor of every ``raise`` in reference/) is caught."""
     with pytest.raises(ValueError) as info:
         call()
@@ -312,7 +312,7 @@ def test_integer_eps_and_counts_are_accepted():
 # ---------------------------------------------------------------------------------------------
 # A float32 evaluation of each operation (a correct implementation computing with u = 2⁻²⁴) must
 # lie within the tolerance module's conformance bound of the float64 reference (sound), and the
-# bound may not exceed the error actually observed by more than TIGHTNESS (DESIGN.md asks for a
+# bound may not exceed the error actually observed by more than TIGHTNESS (docs/design.md asks for a
 # detection threshold within about two orders of magnitude of the rounding floor; the worst-case
 # bounds over the observed errors on these inputs sit at 10–5000). Mutants of attnclaims/checks/tolerances.py
 # that shrink a bound below the real error, or inflate it by orders of magnitude, fail here.
@@ -624,7 +624,7 @@ def test_more_messages(call, message):
 
 @pytest.mark.parametrize("params", [_mh, _enc.ffn, _enc.norm1, _enc, _dec], ids=lambda p: type(p).__name__)
 def test_parameter_containers_are_frozen(params):
-    """STYLE.md §2: parameters in frozen dataclasses (the guard's in-place check relies on it too)."""
+    """docs/design.md "How we write" rule 2: parameters in frozen dataclasses (the guard's in-place check relies on it too)."""
     import dataclasses
 
     name = dataclasses.fields(params)[0].name

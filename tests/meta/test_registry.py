@@ -1,6 +1,6 @@
 """The claim registry (``spec/claims.toml``) and its loader (``attnclaims.registry``).
 
-Two halves: the shipped registry matches the claims catalogue (CLAIMS.md) —
+Two halves: the shipped registry matches the claims catalogue (written out below) —
 ids, order, verdicts, verbatim quotes, dependency graph, integrity notes — and
 the loader rejects each kind of bad registry with one line naming the file,
 the claim and the field. These tests are about the harness, not evidence for
@@ -17,7 +17,7 @@ import pytest
 from attnclaims.registry import METHODS, VERDICTS, RegistryError, load_registry, parse_registry
 from attnclaims.spec import ARTICLE_PATH, CLAIMS_PATH
 
-# The catalogue (CLAIMS.md): every claim id in article order, with the verdict
+# The catalogue: every claim id in article order, with the verdict
 # the catalogue expects. The registry must match it exactly.
 CATALOGUE = {
     "seq2seq-bottleneck": "qualified",

@@ -1,4 +1,4 @@
-"""Traceability (DESIGN.md "Consistency is checked by tests"): the registry, the proofs and the
+"""Traceability (docs/design.md "Consistency is checked by tests"): the registry, the proofs and the
 tests name the same claims, and each claim has the kind of evidence its ``methods`` promise.
 
 Keyed by claim id only (never by text): every claim has a proof or a test (or is historical);

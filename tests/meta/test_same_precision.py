@@ -16,7 +16,7 @@ from attnclaims.checks import tolerances as T
 from attnclaims.tests.test_s7_architecture import decoder_cases, encoder_cases
 
 F32 = np.dtype(np.float32)
-#: no ordinary case may have a bound above 10³ times torch's error (the median must meet DESIGN.md's 10²)
+#: no ordinary case may have a bound above 10³ times torch's error (the median must meet docs/design.md's 10²)
 TIGHT = 1e3
 
 
@@ -151,7 +151,7 @@ def test_torch_float32_decoder_layer_is_inside_the_measured_bound(torch32, data)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
 def test_the_measured_bound_is_within_two_orders_of_the_error_torch_makes(dtype):
     """Tightness, over ordinary cases (seeded; sizes, masks, Post-LN and Pre-LN vary): the median of
-    bound / (torch's error) is at most 10² — DESIGN.md's goal — and no case exceeds TIGHT. Per case it
+    bound / (torch's error) is at most 10² — docs/design.md's goal — and no case exceeds TIGHT. Per case it
     can be larger: on an input where torch happens to be exact (a constant row before a layer norm)
     other correct orders are not, and the bound must allow them. float64 needs an extended long double."""
     pytest.importorskip("torch")

@@ -120,7 +120,7 @@ def test_dims_come_from_the_shape_menu(stub, menu):
 
 
 def test_the_thorough_profile_reaches_long_sequences(monkeypatch):
-    """Under ``thorough`` limits the sequence-length strategy reaches n >= 256 (DESIGN.md)."""
+    """Under ``thorough`` limits the sequence-length strategy reaches n >= 256 (docs/design.md)."""
     monkeypatch.setattr("attnclaims.checks.strategies.limits", lambda: _LIMITS["thorough"])
     assert _LIMITS["thorough"].max_seq >= 256
     n = find(S.seq_lengths(), lambda n: n >= 256, settings=settings(max_examples=2000, database=None))

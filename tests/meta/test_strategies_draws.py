@@ -1,4 +1,4 @@
-"""Tests that kill mutants of ``attnclaims/checks/strategies.py`` its meta-tests let survive (issue 8, bench/mutation.sh).
+"""Tests that kill mutants of ``attnclaims/checks/strategies.py`` its meta-tests let survive (bench/mutation.sh).
 
 ``tests/meta/test_strategies.py`` checks the main promises of the strategies; the
 mutation run (docs/mutation_strategies.md) showed which changes to them it does

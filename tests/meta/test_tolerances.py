@@ -1,4 +1,4 @@
-"""Formula tests for ``attnclaims/checks/tolerances.py`` (issue 8): every bound is what its docstring says.
+"""Formula tests for ``attnclaims/checks/tolerances.py``: every bound is what its docstring says.
 
 The soundness and tightness tests (``tests/meta/test_reference_edges.py``) only ask that a bound covers a
 float32 evaluation and is not absurdly loose; a changed term or constant that keeps it within that window

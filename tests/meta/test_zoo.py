@@ -1,4 +1,4 @@
-"""The suite catches bugs: every mutant of the zoo is detected, no correct implementation is (issue 8).
+"""The suite catches bugs: every mutant of the zoo is detected, no correct implementation is.
 
 The zoo (:mod:`attnclaims.zoo.mutants`) holds implementations
 with one realistic bug each, every one naming the claims whose tests should
