@@ -7,8 +7,8 @@ test must reject: the test is run — search, shrinking and all, under the activ
 profile — against that implementation wrapped in
 :class:`~attnclaims.guard.GuardedImplementation`, and must raise a failed check.
 The bugs are either from the mutant zoo (:mod:`attnclaims.zoo.mutants`,
-by name) or defined below as small subclasses of its correct ``Composed`` base,
-so that a bug in attention travels up into multi-head attention and the layers.
+by name) or the smallest changes of :mod:`attnclaims.zoo.broken`, subclasses of the zoo's correct
+``Composed`` base, so that a bug in attention travels up into multi-head attention and the layers.
 
 The zoo's own run (``tests/meta/test_zoo.py``) checks the converse: every zoo
 mutant is caught by some test of its declared claims. Here the unit is the test.
@@ -22,13 +22,11 @@ if sys.version_info < (3, 11):  # Python 3.10: hypothesis depends on the backpor
 
 import functools
 
-import numpy as np
 import pytest
 from hypothesis import Phase, given, settings
 
 from attnclaims.guard import GuardedImplementation
 from attnclaims.plugin import unwrap_check
-from attnclaims.reference.masks import causal_mask
 from attnclaims.checks import strategies as S
 from attnclaims.tests import test_contract as contract
 from attnclaims.tests import test_s31_attention as s31
@@ -38,161 +36,8 @@ from attnclaims.tests import test_s62_positional as s62
 from attnclaims.tests import test_s63_layer_norm as s63
 from attnclaims.tests import test_s64_ffn as s64
 from attnclaims.tests import test_s7_architecture as s7
-from attnclaims.zoo.mutants import MUTANTS, Composed
-from attnclaims.reference.positional import sinusoidal_encoding
-
-
-# ---------------------------------------------------------------------------------------------
-# Broken implementations not in the zoo (one change each)
-# ---------------------------------------------------------------------------------------------
-
-class SoftmaxMeanTemperature(Composed):
-    """softmax(x / (1 + |mean x|)): a distribution, order preserving, but not shift invariant."""
-
-    def softmax(self, x, axis=-1):
-        x = np.asarray(x, dtype=np.float64)
-        return super().softmax(x / (1.0 + np.abs(x.mean(axis=axis, keepdims=True))), axis=axis)
-
-
-class SoftmaxReversed(Composed):
-    """softmax(−x): a distribution that reverses the order of the scores."""
-
-    def softmax(self, x, axis=-1):
-        return super().softmax(-np.asarray(x, dtype=np.float64), axis=axis)
-
-
-class SoftmaxHalfTemperature(Composed):
-    """softmax(x/2): a valid distribution whose Jacobian is ½(diag p − ppᵀ) of another p."""
-
-    def softmax(self, x, axis=-1):
-        return super().softmax(np.asarray(x, dtype=np.float64) / 2, axis=axis)
-
-
-class DividesByKeyCount(Composed):
-    """Σ_j exp(s_j − m) v_j / n_k: normalises by the number of keys instead of Σ exp."""
-
-    def _weights(self, s, allowed):
-        e = np.exp(s - s.max(axis=-1, keepdims=True))
-        if allowed is not None:
-            e = np.where(allowed, e, 0.0)
-        return e / s.shape[-1]
-
-
-class ReluValues(Composed):
-    """softmax(S) relu(V): not linear in V."""
-
-    def _weighted_sum(self, a, v):
-        return super()._weighted_sum(a, np.maximum(v, 0.0))
-
-
-class PositionBias(Composed):
-    """Scores get a distance bias −0.5·|i − j| (ALiBi-like) without being asked: position-aware."""
-
-    def _scores(self, q, k, scale):
-        s = super()._scores(q, k, scale)
-        i, j = np.arange(s.shape[-2])[:, None], np.arange(s.shape[-1])[None, :]
-        return s - 0.5 * np.abs(i - j)
-
-
-class EncoderAddsPositions(Composed):
-    """The encoder layer adds the sinusoidal encoding to its input itself."""
-
-    def encoder_layer(self, x, params, mask=None):
-        x = np.asarray(x, dtype=np.float64)
-        return super().encoder_layer(x + sinusoidal_encoding(x.shape[-2], x.shape[-1]), params, mask)
-
-
-class PeConstant(Composed):
-    """Every position gets PE(0): the encoding forgets the position."""
-
-    def positional_encoding(self, n_positions, d_model):
-        return np.repeat(sinusoidal_encoding(1, d_model), n_positions, axis=0)
-
-
-class PeSinTwice(Composed):
-    """sin on both columns of each pair: norm ≠ d_model/2."""
-
-    def positional_encoding(self, n_positions, d_model):
-        pe = sinusoidal_encoding(n_positions, d_model)
-        pe[:, 1::2] = pe[:, 0::2][:, : d_model // 2]
-        return pe
-
-
-class MhaIgnoresInput(Composed):
-    """Multi-head attention returns b_O whatever the input (so it is trivially equivariant)."""
-
-    def multi_head_attention(self, x_q, x_kv, params, mask=None):
-        return np.broadcast_to(np.asarray(params.b_o, dtype=np.float64), np.shape(x_q)).copy()
-
-
-class LnNotCentred(Composed):
-    """x / √(σ² + ε): the mean is not subtracted."""
-
-    def layer_norm(self, x, gamma, beta, eps):
-        x = np.asarray(x, dtype=np.float64)
-        return gamma * x / np.sqrt(x.var(axis=-1, keepdims=True) + eps) + beta
-
-
-class FfnScaledByPosition(Composed):
-    """Position i's output is scaled by (1 + i/n): the same weights are not used at every position."""
-
-    def feed_forward(self, x, params):
-        out = super().feed_forward(x, params)
-        n = out.shape[-2]
-        return out * (1.0 + np.arange(n) / n)[:, None]
-
-
-class FfnMixesNeighbours(Composed):
-    """A kernel-3 smoothing over positions before the FFN (a convolution mistaken for position-wise)."""
-
-    def feed_forward(self, x, params):
-        x = np.asarray(x, dtype=np.float64)
-        padded = np.concatenate([x[..., :1, :], x, x[..., -1:, :]], axis=-2)
-        return super().feed_forward((padded[..., :-2, :] + 2 * x + padded[..., 2:, :]) / 4, params)
-
-
-class CrossAttentionCausal(Composed):
-    """The decoder applies the causal mask to the cross-attention too (memory positions become ordered)."""
-
-    def _cross_source(self, y, memory):
-        return memory
-
-    def decoder_layer(self, y, memory, params, self_mask=None, memory_mask=None):
-        n_t, n_s = np.shape(y)[-2], np.shape(memory)[-2]
-        causal = causal_mask(n_t, n_s)
-        mm = causal if memory_mask is None else np.asarray(memory_mask) & causal
-        return super().decoder_layer(y, memory, params, self_mask, np.where(causal.any(-1, keepdims=True), mm, True))
-
-
-class MaskDroppedWhenShared(Composed):
-    """A mask with fewer axes than the scores (shared by the batch) is silently skipped."""
-
-    def _allowed(self, mask, target):
-        if mask is not None and np.ndim(mask) < len(target):
-            return None
-        return super()._allowed(mask, target)
-
-
-class PeRelativeToLength(Composed):
-    """Positions divided by the sequence length (pos/n·1000): a position's encoding depends on n."""
-
-    def positional_encoding(self, n_positions, d_model):
-        two_i = np.arange(0, d_model, 2, dtype=np.float64)
-        angles = (np.arange(n_positions)[:, None] * 1000.0 / n_positions) * 10000.0 ** (-two_i / d_model)
-        pe = np.empty((n_positions, d_model))
-        pe[:, 0::2] = np.sin(angles)
-        pe[:, 1::2] = np.cos(angles[:, : d_model // 2])
-        return pe
-
-
-class NondeterministicOnce(Composed):
-    """The second attention call of the process is off in the last bit, every other call is exact: a
-    failure that does not replay, which hypothesis reports as FlakyFailure (an exception group)."""
-
-    def _weighted_sum(self, a, v):
-        self.calls = getattr(self, "calls", 0) + 1
-        out = super()._weighted_sum(a, v)
-        return np.nextafter(out, np.inf) if self.calls == 2 else out
+from attnclaims.zoo import broken as B
+from attnclaims.zoo.mutants import MUTANTS
 
 
 def zoo(name: str):
@@ -208,22 +53,22 @@ CONTROLS = [
     (s31.test_softmax_is_a_distribution, {}, zoo("softmax_ignores_axis")),
     (s31.test_softmax_is_a_distribution, {}, zoo("softmax_eps_denominator")),
     (s31.test_softmax_is_finite_for_huge_scores, {}, zoo("softmax_no_max_subtraction")),
-    (s31.test_softmax_is_shift_invariant, {}, SoftmaxMeanTemperature),
-    (s31.test_softmax_preserves_order, {}, SoftmaxReversed),
+    (s31.test_softmax_is_shift_invariant, {}, B.SoftmaxMeanTemperature),
+    (s31.test_softmax_preserves_order, {}, B.SoftmaxReversed),
     (s31.test_attention_weights_are_a_distribution, {}, zoo("mask_after_softmax")),
     (s31.test_attention_weights_are_a_distribution, {}, zoo("softmax_over_queries")),
     (s31.test_masked_keys_get_exactly_zero_weight, {}, zoo("mask_additive_minus_1e4")),
     (s31.test_output_is_in_the_convex_hull_of_allowed_values, {}, zoo("values_from_keys")),
     (s31.test_one_hot_weights_pick_a_value_row, {}, zoo("mask_inverted")),
-    (s31.test_identical_value_rows_are_returned, {}, DividesByKeyCount),
-    (s31.test_output_is_linear_in_values, {}, ReluValues),
+    (s31.test_identical_value_rows_are_returned, {}, B.DividesByKeyCount),
+    (s31.test_output_is_linear_in_values, {}, B.ReluValues),
     (s31.test_scores_of_either_function_give_distribution_and_convex_combination, {"score_function": "dot-product"},
      zoo("scale_argument_ignored")),
     (s31.test_scores_of_either_function_give_distribution_and_convex_combination, {"score_function": "additive"},
-     DividesByKeyCount),
+     B.DividesByKeyCount),
     (s31.test_default_scale_is_one_over_sqrt_dk, {}, zoo("scale_uses_d_v")),
     (s31.test_weights_do_not_saturate_as_d_k_grows, {}, zoo("scale_missing")),
-    (s31.test_softmax_jacobian_is_diag_p_minus_ppT, {"capability": "softmax"}, SoftmaxHalfTemperature),
+    (s31.test_softmax_jacobian_is_diag_p_minus_ppT, {"capability": "softmax"}, B.SoftmaxHalfTemperature),
     (s31.test_softmax_jacobian_is_diag_p_minus_ppT, {"capability": "attention"}, zoo("scale_argument_ignored")),
     # §3.2
     (s32.test_self_attention_is_attention_of_projections, {}, zoo("shared_kv_weight")),
@@ -235,30 +80,30 @@ CONTROLS = [
     (s61.test_one_head_is_attention_with_projections, {}, zoo("output_projection_transposed")),
     (s61.test_changing_one_heads_weights_changes_only_its_term, {}, zoo("heads_split_strided")),
     # §6.2
-    (s62.test_attention_is_permutation_equivariant, {}, PositionBias),
+    (s62.test_attention_is_permutation_equivariant, {}, B.PositionBias),
     (s62.test_multi_head_self_attention_is_permutation_equivariant, {}, zoo("heads_merged_without_transpose")),
-    (s62.test_encoder_layer_is_permutation_equivariant, {}, EncoderAddsPositions),
-    (s62.test_encoder_stack_is_equivariant_and_its_pooled_output_invariant, {}, PositionBias),
+    (s62.test_encoder_layer_is_permutation_equivariant, {}, zoo("encoder_adds_positions")),
+    (s62.test_encoder_stack_is_equivariant_and_its_pooled_output_invariant, {}, B.PositionBias),
     (s62.test_causal_attention_without_positions_recovers_position, {}, zoo("mask_inverted")),
     (s62.test_encoding_equals_the_definition, {}, zoo("pe_sin_cos_swapped")),
     (s62.test_encoding_equals_the_definition, {}, zoo("pe_positions_from_one")),
-    (s62.test_values_lie_in_minus_one_one_and_norm_is_half_d_model, {}, PeSinTwice),
-    (s62.test_distinct_positions_get_distinct_encodings, {}, PeConstant),
+    (s62.test_values_lie_in_minus_one_one_and_norm_is_half_d_model, {}, B.PeSinTwice),
+    (s62.test_distinct_positions_get_distinct_encodings, {}, B.PeConstant),
     (s62.test_shift_by_k_is_a_rotation_and_dot_products_depend_on_k_only, {}, zoo("pe_wrong_base")),
-    (s62.test_adding_an_encoding_breaks_equivariance, {"kind": "sinusoidal"}, PeConstant),
-    (s62.test_adding_an_encoding_breaks_equivariance, {"kind": "learned"}, MhaIgnoresInput),
+    (s62.test_adding_an_encoding_breaks_equivariance, {"kind": "sinusoidal"}, B.PeConstant),
+    (s62.test_adding_an_encoding_breaks_equivariance, {"kind": "learned"}, B.MhaIgnoresInput),
     # §6.3
     (s63.test_layer_norm_matches_reference, {}, zoo("ln_eps_outside_sqrt")),
     (s63.test_layer_norm_matches_reference, {}, zoo("ln_naive_variance")),
     (s63.test_each_position_has_mean_zero_and_variance_ratio, {}, zoo("ln_unbiased_variance")),
-    (s63.test_invariant_to_positive_affine_maps_when_eps_is_zero, {}, LnNotCentred),
+    (s63.test_invariant_to_positive_affine_maps_when_eps_is_zero, {}, B.LnNotCentred),
     # §6.4
     (s64.test_feed_forward_matches_reference, {}, zoo("ffn_relu_after_output")),
-    (s64.test_each_position_is_transformed_alone, {}, FfnMixesNeighbours),
+    (s64.test_each_position_is_transformed_alone, {}, B.FfnMixesNeighbours),
     (s64.test_jacobian_is_block_diagonal, {}, zoo("ffn_mixes_positions")),
-    (s64.test_commutes_with_permutations, {}, FfnScaledByPosition),
+    (s64.test_commutes_with_permutations, {}, B.FfnScaledByPosition),
     (s64.test_is_not_additive, {}, zoo("ffn_no_activation")),
-    (s64.test_equals_two_kernel_one_convolutions, {}, FfnMixesNeighbours),
+    (s64.test_equals_two_kernel_one_convolutions, {}, B.FfnMixesNeighbours),
     # §7
     (s7.test_encoder_layer_matches_reference, {}, zoo("pre_ln_always")),
     (s7.test_encoder_layer_matches_reference, {}, zoo("norm1_reused")),
@@ -269,25 +114,25 @@ CONTROLS = [
     (s7.test_cross_attention_depends_on_memory_through_unmasked_rows, {}, zoo("keys_from_queries")),
     (s7.test_decoder_output_has_target_length_and_ignores_masked_memory_rows, {}, zoo("decoder_memory_mask_ignored")),
     (s7.test_decoder_layer_matches_reference, {}, zoo("decoder_cross_on_self")),
-    (s7.test_invariant_to_permuting_memory_rows, {"capability": "decoder_layer"}, CrossAttentionCausal),
-    (s7.test_invariant_to_permuting_memory_rows, {"capability": "multi_head_attention"}, PositionBias),
+    (s7.test_invariant_to_permuting_memory_rows, {"capability": "decoder_layer"}, B.CrossAttentionCausal),
+    (s7.test_invariant_to_permuting_memory_rows, {"capability": "multi_head_attention"}, B.PositionBias),
     (s7.test_one_parallel_pass_equals_decoding_on_growing_prefixes, {}, zoo("decoder_not_causal")),
-    (s7.test_causal_attention_pass_equals_attention_on_prefixes, {}, DividesByKeyCount),
+    (s7.test_causal_attention_pass_equals_attention_on_prefixes, {}, B.DividesByKeyCount),
     (s7.test_every_output_depends_on_every_input_after_one_layer, {"capability": "attention", "causal": True},
      zoo("mask_inverted")),
     (s7.test_every_output_depends_on_every_input_after_one_layer,
      {"capability": "multi_head_attention", "causal": True}, zoo("mha_mask_dropped")),
     # the contract
     (contract.test_batch_elements_are_independent, {"capability": "attention"}, zoo("batch_uses_first_values")),
-    (contract.test_masks_broadcast, {"capability": "attention"}, MaskDroppedWhenShared),
+    (contract.test_masks_broadcast, {"capability": "attention"}, B.MaskDroppedWhenShared),
     (contract.test_batch_elements_are_independent, {"capability": "attention"}, zoo("mask_first_batch_only")),
     (contract.test_inputs_are_not_modified, {"capability": "attention"}, zoo("mutates_input")),
     (contract.test_calls_are_deterministic_and_keep_the_declared_dtype, {"capability": "attention"},
      zoo("nondeterministic")),
     (contract.test_calls_are_deterministic_and_keep_the_declared_dtype, {"capability": "attention"},
-     NondeterministicOnce),
+     B.NondeterministicOnce),
     (contract.test_positional_encoding_of_fewer_positions_is_a_prefix, {"capability": "positional_encoding"},
-     PeRelativeToLength),
+     B.PeRelativeToLength),
 ]
 
 #: the claim each section test backs, read from its marker (the control is evidence for that claim)
