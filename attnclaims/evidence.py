@@ -2,17 +2,33 @@
 
 Evidence is plain data so that it crosses process boundaries (pytest-xdist
 workers, the runner's pytest subprocess) as JSON.
+
+Texts that come from an implementation or a failing test are capped when an
+item is made (:func:`cap_text`): a message at :data:`MESSAGE_CAP` characters, a
+counterexample or repro at :data:`LONG_TEXT_CAP`, each cut text ending in a note
+with the full text's size, so one 5 MB exception message cannot make every
+report file megabytes long.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-OUTCOMES = ("passed", "failed", "not-applicable", "error")
-KINDS = ("proof", "property", "statistical", "measurement", "conformance", "citation")
-#: support: backs the statement; qualification: demonstrates where the sentence as written is
-#: imprecise; illustration: a constructed example; control: shows a check can fail (negative control).
-ROLES = ("support", "qualification", "illustration", "control")
+from attnclaims.vocab import KINDS, OUTCOMES, ROLES
+
+__all__ = ["Evidence", "cap_text", "MESSAGE_CAP", "LONG_TEXT_CAP", "OUTCOMES", "KINDS", "ROLES"]
+
+#: The most characters of a message stored in evidence (4 kB of ASCII).
+MESSAGE_CAP = 4096
+#: The most characters of a counterexample or a repro stored in evidence.
+LONG_TEXT_CAP = 65536
+
+
+def cap_text(text: str | None, limit: int = MESSAGE_CAP) -> str | None:
+    """``text`` cut to ``limit`` characters, with a note of the full size when it was cut."""
+    if text is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [cut: {len(text):,} characters in all, the first {limit:,} shown]"
 
 
 @dataclass
@@ -45,6 +61,9 @@ class Evidence:
             raise ValueError(f"kind={self.kind!r}, but should be one of {KINDS}")
         if self.role not in ROLES:
             raise ValueError(f"role={self.role!r}, but should be one of {ROLES}")
+        self.message = cap_text(str(self.message or ""))
+        self.counterexample = cap_text(self.counterexample, LONG_TEXT_CAP)
+        self.repro = cap_text(self.repro, LONG_TEXT_CAP)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

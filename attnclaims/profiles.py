@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from hypothesis import HealthCheck, Phase, settings
 
-PROFILES = ("dev", "ci", "thorough")
-DEFAULT_PROFILE = "ci"
+from attnclaims.vocab import DEFAULT_PROFILE, PROFILES
+
+__all__ = ["PROFILES", "DEFAULT_PROFILE", "Limits", "current_profile", "limits"]
 
 # report_multiple_bugs=False: a test reports its one minimal failure, never an ExceptionGroup.
 _common = dict(deadline=None, print_blob=True, report_multiple_bugs=False,

@@ -2,10 +2,17 @@
 
 Every problem is reported as one :class:`RegistryError` line naming the file,
 the claim id and the field, e.g.
-``claims.toml: claim 'softmax-saturation': field 'methods': unknown method 'magic' (expected one of ...)``.
+``claims.toml: claim 'softmax-saturation': field 'methods': unknown method 'magic' (expected one of ...)``;
+a file that cannot be read or is not UTF-8 text is one line naming the file too.
+
+The environment variable ``ATTNCLAIMS_REGISTRY`` (:data:`REGISTRY_ENV`) points the loader at
+another registry file (for a catalogue of one's own, and for tests of broken registries); it is
+read on every :func:`load_registry` call, so the pytest child started by the command line uses
+the same file.
 """
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
@@ -18,12 +25,15 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 from graphlib import CycleError, TopologicalSorter
 
-VERDICTS = ("proven", "verified", "qualified", "illustrative", "historical", "refuted")
-METHODS = ("sympy", "property", "statistical", "measurement", "conformance", "citation")
+from attnclaims.vocab import METHODS, VERDICT_WORDS
+
+VERDICTS = VERDICT_WORDS  # the words an expected_verdict may take
 REQUIRED_FIELDS = (
     "id", "section", "title", "quote", "statement", "precise",
     "methods", "expected_verdict", "citations", "depends_on",
 )
+#: The environment variable naming a registry file to load instead of the shipped one.
+REGISTRY_ENV = "ATTNCLAIMS_REGISTRY"
 _STRING_FIELDS = ("id", "section", "title", "quote", "statement", "precise", "expected_verdict")
 _LIST_FIELDS = ("methods", "citations", "depends_on", "assumptions")
 
@@ -177,19 +187,31 @@ def parse_registry(text: str, path: Path) -> Registry:
 
 
 def load_registry(path: str | Path | None = None) -> Registry:
-    """Load the registry at ``path`` (default: the one shipped in ``attnclaims.spec``)."""
+    """Load the registry at ``path`` (default: ``$ATTNCLAIMS_REGISTRY`` if set, else the one shipped
+    in ``attnclaims.spec``). Parsed once per file version (path, size, modification time)."""
     if path is None:
-        return _default_registry()
+        from attnclaims.spec import CLAIMS_PATH
+
+        path = os.environ.get(REGISTRY_ENV) or CLAIMS_PATH
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        st = path.stat()
     except OSError as exc:
         raise RegistryError(f"{path}: cannot read the registry: {exc.strerror or exc}") from None
+    return _load(str(path), st.st_size, st.st_mtime_ns)
+
+
+@lru_cache(maxsize=8)
+def _load(path_text: str, size: int, mtime_ns: int) -> Registry:
+    path = Path(path_text)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise RegistryError(f"{path}: cannot read the registry: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise RegistryError(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line}, "
+                            f"offset {exc.start}); the registry must be UTF-8") from None
     return parse_registry(text, path)
-
-
-@lru_cache(maxsize=1)
-def _default_registry() -> Registry:
-    from attnclaims.spec import CLAIMS_PATH
-
-    return load_registry(CLAIMS_PATH)

@@ -1,30 +1,47 @@
-"""The verdict engine: from the evidence of one run to one verdict per (claim, implementation).
+"""The verdict engine: from the evidence of one run to one verdict per (claim, column).
 
 Nothing here looks at a claim's ``expected_verdict``: the verdict is computed
 from what the run found, and the report shows the expected verdict beside it
 and flags any disagreement (the evidence wins).
 
-The evidence of a claim *for an implementation* is every item recorded for the
-claim whose ``implementation`` is that implementation or ``None`` (proofs,
-measurements, citations: checks that do not depend on the implementation
-under test). The rules, applied in this order — the first that matches decides:
+**Columns.** A claim that some check *of an implementation* touches (a test that
+calls the implementation under test: its evidence has ``implementation`` set)
+gets one verdict per implementation, and that column speaks only of that
+implementation. A claim that no implementation check touches (derivations,
+measurements on the reference, citations: every item has ``implementation``
+``None``) gets its verdict once, in the column :data:`INDEPENDENT`
+("independent of the implementation"), never copied into the implementations'
+columns.
+
+**The evidence of a claim for implementation X** is X's own items plus the
+claim's implementation-independent items; the independent items can refute a
+claim or make it an error for X (a failed derivation step is a counterexample
+whoever runs it), but they count towards a positive verdict only together
+with X's own passing checks: when none of X's checks of the claim ran, the
+verdict is **not applicable** (naming what X lacks) or **no evidence**,
+whatever the proofs say. The rules, applied in this order — the first that
+matches decides:
 
 1. **refuted** — some check *failed* (a counterexample, a violated bound, a
-   failed derivation step). If a claim
-   this one depends on (``depends_on``, transitively, nearest first) is itself
-   refuted for the same implementation, the verdict is **blocked by <id>**
-   instead, naming the root cause (the nearest dependency refuted on its own
-   account): the failure is a consequence, not a second finding. A claim whose
-   own checks all pass keeps its own verdict even when a dependency is refuted.
+   failed derivation step). If a claim this one depends on (``depends_on``,
+   transitively, nearest first) is itself refuted in the same column (or, for
+   a dependency with an independent column, there), the verdict is
+   **blocked by <id>** instead (category ``blocked``, :attr:`Verdict.blocked_by`
+   names the root cause: the nearest dependency refuted on its own account):
+   the failure is a consequence, not a second finding. A claim whose own checks
+   all pass keeps its own verdict even when a dependency is refuted.
 2. **error** — some check crashed (an exception in the test or the harness, a
-   pytest subprocess that died), or a negative control did not fail (the check
-   it guards could not tell a broken system from a working one, so its passes
-   prove nothing). Neither is a counterexample to the claim, neither is a
-   pass; both are shown, never hidden.
-3. **no evidence** — nothing was recorded for the claim (or only negative
-   controls, which cannot support a claim on their own);
-   **not applicable** — every check was not applicable (the implementation
-   lacks the capability the checks need).
+   pytest subprocess that died or a run that stopped before the claim's tests
+   ran), or a negative control did not fail (the check it guards could not
+   tell a broken system from a working one, so its passes prove nothing).
+   Neither is a counterexample to the claim, neither is a pass; both are
+   shown, never hidden.
+3. **not applicable** — every one of X's own checks of the claim was not
+   applicable (X lacks a capability, or does not support the variant the
+   check needs); the reason names what is missing.
+   **no evidence** — nothing was recorded for the claim in this column (in
+   X's column: none of the claim's implementation checks ran for X), or only
+   negative controls ran, which cannot support a claim on their own.
 4. **historical** — the only evidence is citations (a statement of history).
 5. **qualified** — a passing check with ``role="qualification"`` demonstrates
    where the sentence as written is imprecise; the registry's
@@ -41,6 +58,10 @@ show that a check *can* fail (for example an RNN must fail the permutation
 test). A control that passes is listed as such; one that fails makes the claim
 an ``error`` (rule 2), not ``refuted``: it says the check is blind, not that
 the claim is false. Controls alone never make a claim verified.
+
+The exit status (:func:`exit_status`) is 1 when any column of any selected
+claim is refuted, blocked or an error, the independent column included;
+``not applicable`` and ``no evidence`` are shown but do not fail a run.
 """
 from __future__ import annotations
 
@@ -49,22 +70,20 @@ from graphlib import TopologicalSorter
 from typing import Iterable, Mapping, Sequence
 
 from attnclaims.evidence import Evidence
+from attnclaims.vocab import (BLOCKED, BLOCKED_PREFIX, INDEPENDENT, NUMERIC_KINDS, OTHER_VERDICTS,
+                              PROBLEM_CATEGORIES, VERDICT_WORDS)
 
-#: The six verdict words (docs/design.md, "Verdicts").
-VERDICT_WORDS = ("proven", "verified", "qualified", "illustrative", "historical", "refuted")
-#: Verdicts the engine adds when the evidence cannot support one of the six words.
-OTHER_VERDICTS = ("error", "no evidence", "not applicable")
-BLOCKED_PREFIX = "blocked by "
-NUMERIC_KINDS = ("property", "statistical", "measurement", "conformance")
+__all__ = ["Verdict", "compute_verdicts", "exit_status", "evidence_for", "implementation_tested", "HOW_TO_READ",
+           "INDEPENDENT", "VERDICT_WORDS", "OTHER_VERDICTS", "BLOCKED_PREFIX", "NUMERIC_KINDS"]
 
 
 @dataclass
 class Verdict:
-    """The verdict of one claim for one implementation, with the reason in one line."""
+    """The verdict of one claim in one column (an implementation, or :data:`INDEPENDENT`)."""
 
     claim: str
-    implementation: str
-    verdict: str                     # one of VERDICT_WORDS, OTHER_VERDICTS, or "blocked by <id>"
+    implementation: str              # the column: an implementation's name, or INDEPENDENT
+    verdict: str                     # the text shown: a verdict word, an other verdict, or "blocked by <id>"
     reason: str = ""
     blocked_by: str | None = None
     expected: str | None = None      # the registry's expected verdict, for display only
@@ -72,9 +91,14 @@ class Verdict:
     counts: dict = field(default_factory=dict)  # outcome -> number of items
 
     @property
+    def category(self) -> str:
+        """The verdict's category (:data:`attnclaims.vocab.CATEGORIES`): ``blocked`` for "blocked by <id>"."""
+        return BLOCKED if self.blocked_by is not None else self.verdict
+
+    @property
     def word(self) -> str:
-        """The verdict's category: "blocked" for "blocked by <id>"."""
-        return "blocked" if self.verdict.startswith(BLOCKED_PREFIX) else self.verdict
+        """Alias of :attr:`category`."""
+        return self.category
 
     @property
     def agrees(self) -> bool | None:
@@ -85,18 +109,31 @@ class Verdict:
 
     @property
     def is_failure(self) -> bool:
-        return self.verdict == "refuted" or self.verdict.startswith(BLOCKED_PREFIX)
+        """Refuted or blocked: a counterexample was found."""
+        return self.category in ("refuted", BLOCKED)
+
+    @property
+    def is_problem(self) -> bool:
+        """Refuted, blocked or error: what makes the exit status 1."""
+        return self.category in PROBLEM_CATEGORIES
 
     def to_dict(self) -> dict:
         return {
-            "verdict": self.verdict, "reason": self.reason, "blocked_by": self.blocked_by,
+            "verdict": self.verdict, "category": self.category, "status": self.verdict,
+            "problem": self.is_problem, "reason": self.reason, "blocked_by": self.blocked_by,
             "expected": self.expected, "agrees_with_expected": self.agrees,
             "qualification": self.qualification, "counts": dict(self.counts),
         }
 
 
+def implementation_tested(evidence: Iterable[Evidence], claim: str) -> bool:
+    """Whether some check of an implementation (an item with ``implementation`` set) backs ``claim``."""
+    return any(e.claim == claim and e.implementation is not None for e in evidence)
+
+
 def evidence_for(evidence: Iterable[Evidence], claim: str, implementation: str) -> list[Evidence]:
-    """The items that speak about ``claim`` for ``implementation`` (its own and implementation-independent)."""
+    """The items of ``claim`` in ``implementation``'s column: its own and the implementation-independent
+    ones (for :data:`INDEPENDENT`: the independent ones only)."""
     return [e for e in evidence if e.claim == claim and e.implementation in (None, implementation)]
 
 
@@ -105,33 +142,40 @@ def _first_line(text: str | None) -> str:
     return text.splitlines()[0] if text else ""
 
 
-def _own_verdict(claim: str, items: Sequence[Evidence]) -> tuple[str, str]:
-    """Rules 1–8 without the dependency step: (verdict, reason)."""
+def _more(items: Sequence) -> str:
+    return f" (and {len(items) - 1} more)" if len(items) > 1 else ""
+
+
+def _problems(items: Sequence[Evidence]) -> tuple[str, str] | None:
+    """Rules 1 and 2 (refuted, error), or None when nothing failed or crashed."""
     failed = [e for e in items if e.outcome == "failed" and e.role != "control"]
     if failed:
         e = failed[0]
-        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        return "refuted", f"{e.name} failed{more}: {_first_line(e.message)}".rstrip(": ")
+        return "refuted", f"{e.name} failed{_more(failed)}: {_first_line(e.message)}".rstrip(": ")
     blind = [e for e in items if e.outcome == "failed" and e.role == "control"]
     if blind:
         e = blind[0]
-        more = f" (and {len(blind) - 1} more)" if len(blind) > 1 else ""
-        return "error", (f"negative control {e.name} did not fail{more}, so the check it guards cannot be "
+        return "error", (f"negative control {e.name} did not fail{_more(blind)}, so the check it guards cannot be "
                          f"trusted: {_first_line(e.message)}").rstrip(": ")
     errors = [e for e in items if e.outcome == "error"]
     if errors:
         e = errors[0]
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        return "error", f"{e.name} errored{more}: {_first_line(e.message)}".rstrip(": ")
-    if not items:
-        return "no evidence", "no proof, test or measurement recorded anything for this claim"
-    ran = [e for e in items if e.outcome == "passed"]
-    if not ran:
-        e = items[0]
-        return "not applicable", _first_line(e.message) or "every check was not applicable"
-    support = [e for e in ran if e.role != "control"]
-    if not support:
-        return "no evidence", f"only negative controls ran ({len(ran)}); they cannot support the claim on their own"
+        return "error", f"{e.name} errored{_more(errors)}: {_first_line(e.message)}".rstrip(": ")
+    return None
+
+
+def _not_applicable(items: Sequence[Evidence]) -> tuple[str, str]:
+    """Rule 3 for items none of which ran: the distinct reasons, what is missing first."""
+    reasons = list(dict.fromkeys(_first_line(e.message) for e in items if _first_line(e.message)))
+    if not reasons:
+        return "not applicable", "every check was not applicable"
+    shown = "; ".join(reasons[:3])
+    return "not applicable", shown + (f" (and {len(reasons) - 3} more reasons)" if len(reasons) > 3 else "")
+
+
+def _positive(passed: Sequence[Evidence]) -> tuple[str, str]:
+    """Rules 4–8 on passing items (at least one of them not a control)."""
+    support = [e for e in passed if e.role != "control"]
     if all(e.kind == "citation" for e in support):
         return "historical", f"cited ({len(support)} citation{'s' if len(support) != 1 else ''})"
     quals = [e for e in support if e.role == "qualification"]
@@ -148,46 +192,96 @@ def _own_verdict(claim: str, items: Sequence[Evidence]) -> tuple[str, str]:
     return "verified", f"{what} pass, nothing failed"
 
 
+def _independent_verdict(items: Sequence[Evidence]) -> tuple[str, str]:
+    """Rules 1–8 for a claim no implementation check touches (its :data:`INDEPENDENT` column)."""
+    problem = _problems(items)
+    if problem:
+        return problem
+    if not items:
+        return "no evidence", "no proof, test or measurement recorded anything for this claim"
+    ran = [e for e in items if e.outcome == "passed"]
+    if not ran:
+        return _not_applicable(items)
+    if not any(e.role != "control" for e in ran):
+        return "no evidence", f"only negative controls ran ({len(ran)}); they cannot support the claim on their own"
+    return _positive(ran)
+
+
+def _implementation_verdict(own: Sequence[Evidence], independent: Sequence[Evidence],
+                            implementation: str) -> tuple[str, str]:
+    """Rules 1–8 for ``implementation``'s column: independent items refute or error, but support a
+    positive verdict only together with the implementation's own passing checks."""
+    problem = _problems([*own, *independent])
+    if problem:
+        return problem
+    if not own:
+        return "no evidence", f"none of this claim's implementation checks ran for {implementation}"
+    ran = [e for e in own if e.outcome == "passed"]
+    if not ran:
+        return _not_applicable(own)
+    if not any(e.role != "control" for e in ran):
+        return "no evidence", (f"only negative controls ran for {implementation} ({len(ran)}); they cannot "
+                               "support the claim on their own")
+    return _positive([*ran, *(e for e in independent if e.outcome == "passed")])
+
+
 def compute_verdicts(registry, evidence: Sequence[Evidence], implementations: Sequence[str],
                      claims: Sequence[str] | None = None) -> dict[str, dict[str, Verdict]]:
-    """``{claim id: {implementation: Verdict}}`` for the selected claims (default: all, registry order)."""
+    """``{claim id: {column: Verdict}}`` for the selected claims (default: all, registry order).
+
+    A claim with implementation checks has one column per implementation of ``implementations``; a
+    claim without has the single column :data:`INDEPENDENT`."""
     ids = list(claims) if claims is not None else registry.order()
+    by_claim: dict[str, list[Evidence]] = {cid: [] for cid in registry.order()}
+    for e in evidence:
+        if e.claim in by_claim:
+            by_claim[e.claim].append(e)
+    columns: dict[str, list[str]] = {}
     own: dict[tuple[str, str], tuple[str, str, dict]] = {}
     # Own verdicts of every claim (also unselected ones that have evidence), so dependencies resolve.
-    for cid in registry.order():
-        for impl in implementations:
-            items = evidence_for(evidence, cid, impl)
-            counts: dict[str, int] = {}
-            for e in items:
-                counts[e.outcome] = counts.get(e.outcome, 0) + 1
-            verdict, reason = _own_verdict(cid, items)
-            own[(cid, impl)] = (verdict, reason, counts)
+    for cid, items in by_claim.items():
+        independent = [e for e in items if e.implementation is None]
+        if any(e.implementation is not None for e in items):
+            columns[cid] = list(implementations)
+            for impl in implementations:
+                mine = [e for e in items if e.implementation == impl]
+                verdict, reason = _implementation_verdict(mine, independent, impl)
+                own[(cid, impl)] = (verdict, reason, _counts([*mine, *independent]))
+        else:
+            columns[cid] = [INDEPENDENT]
+            verdict, reason = _independent_verdict(independent)
+            own[(cid, INDEPENDENT)] = (verdict, reason, _counts(independent))
+
+    def column_of(cid: str, impl: str) -> str:
+        return impl if impl in columns[cid] else INDEPENDENT
+
     # Final verdicts in dependency order, so that "blocked by" names the root cause: the nearest
-    # dependency that is refuted on its own account (not itself blocked).
+    # dependency that is refuted on its own account (not itself blocked) in the same column.
     final: dict[tuple[str, str], str] = {}
-    order = TopologicalSorter({c.id: c.depends_on for c in registry}).static_order()
     blocked: dict[tuple[str, str], str] = {}
-    for cid in order:
-        for impl in implementations:
-            verdict = own[(cid, impl)][0]
+    for cid in TopologicalSorter({c.id: c.depends_on for c in registry}).static_order():
+        for col in columns[cid]:
+            verdict = own[(cid, col)][0]
             if verdict == "refuted":
-                root = next((d for d in registry.dependencies(cid) if final[(d, impl)] == "refuted"), None)
+                root = next((d for d in registry.dependencies(cid)
+                             if final.get((d, column_of(d, col))) == "refuted"), None)
                 if root is not None:
-                    blocked[(cid, impl)] = root
-                    verdict = BLOCKED_PREFIX + root
-            final[(cid, impl)] = verdict
+                    blocked[(cid, col)] = root
+                    verdict = BLOCKED
+            final[(cid, col)] = verdict
     out: dict[str, dict[str, Verdict]] = {}
     for cid in ids:
         claim = registry.get(cid)
         out[cid] = {}
-        for impl in implementations:
-            verdict, reason, counts = own[(cid, impl)]
-            blocked_by = blocked.get((cid, impl))
+        for col in columns[cid]:
+            verdict, reason, counts = own[(cid, col)]
+            blocked_by = blocked.get((cid, col))
             if blocked_by is not None:
                 verdict = BLOCKED_PREFIX + blocked_by
-                reason = f"{blocked_by} is refuted for {impl}; this claim's own failure: {reason}"
-            out[cid][impl] = Verdict(
-                claim=cid, implementation=impl, verdict=verdict, reason=reason, blocked_by=blocked_by,
+                where = "" if col == INDEPENDENT else f" for {col}"
+                reason = f"{blocked_by} is refuted{where}; this claim's own failure: {reason}"
+            out[cid][col] = Verdict(
+                claim=cid, implementation=col, verdict=verdict, reason=reason, blocked_by=blocked_by,
                 expected=claim.expected_verdict,
                 qualification=claim.qualification if verdict == "qualified" else "",
                 counts=counts,
@@ -195,13 +289,16 @@ def compute_verdicts(registry, evidence: Sequence[Evidence], implementations: Se
     return out
 
 
+def _counts(items: Iterable[Evidence]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for e in items:
+        counts[e.outcome] = counts.get(e.outcome, 0) + 1
+    return counts
+
+
 def exit_status(verdicts: Mapping[str, Mapping[str, Verdict]]) -> int:
-    """0 when no claim is refuted (or blocked) and nothing errored, else 1."""
-    for per_impl in verdicts.values():
-        for v in per_impl.values():
-            if v.is_failure or v.verdict == "error":
-                return 1
-    return 0
+    """0 when no column of any claim is refuted, blocked or an error, else 1."""
+    return int(any(v.is_problem for per_column in verdicts.values() for v in per_column.values()))
 
 
 HOW_TO_READ = [
@@ -210,14 +307,19 @@ HOW_TO_READ = [
                 "bound and a repro."),
     ("blocked by <id>", "a check failed, but a claim this one rests on is already refuted for the same "
                         "implementation: the failure is shown as a consequence, not a second finding."),
-    ("error", "a check crashed (an exception in a test or in the harness), or a negative control did not "
-              "fail (the check it guards is blind): neither a pass nor a counterexample."),
-    ("no evidence / not applicable", "nothing ran for the claim, or every check needed a capability the "
-                                     "implementation lacks. Such claims are listed, never dropped."),
+    ("error", "a check crashed (an exception in a test or in the harness, a run that stopped before the "
+              "claim's tests ran), or a negative control did not fail (the check it guards is blind): neither "
+              "a pass nor a counterexample."),
+    ("no evidence / not applicable", "nothing ran for the claim in this column, or every check of the "
+                                     "implementation needed a capability or variant it lacks (named). Proofs "
+                                     "and measurements never fill an implementation's column on their own. "
+                                     "Such claims are listed, never dropped."),
+    (INDEPENDENT, "the claim's evidence does not depend on any implementation (derivations, measurements on "
+                  "the reference, citations): its verdict is shown once, in this column."),
     ("historical", "a statement of history or attribution: cited, not tested."),
     ("qualified", "the precise statement holds, and a check demonstrates where the sentence as written is "
                   "imprecise; the correction is quoted from the registry."),
     ("illustrative", "shown on constructed examples only; the general form is not mechanically checkable."),
-    ("proven", "a sympy derivation checks step by step and numerical checks pass."),
+    ("proven", "a sympy derivation checks step by step and the implementation's numerical checks pass."),
     ("verified", "numerical checks (property, statistical, measurement, conformance) pass, nothing failed."),
 ]

@@ -18,7 +18,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-PROFILES = ("dev", "ci", "thorough")
+from attnclaims.vocab import PROFILES
+
 KINDS = ("measurement", "statistical")
 
 

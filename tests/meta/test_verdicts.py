@@ -6,6 +6,7 @@ harness, not evidence for any claim, so they carry no claim marker.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import attnclaims.verdicts as verdicts
 from attnclaims.evidence import Evidence
 from attnclaims.registry import parse_registry
 from attnclaims.verdicts import compute_verdicts, exit_status
+from attnclaims.vocab import INDEPENDENT
 
 IMPL, OTHER = "reference", "other"
 
@@ -129,7 +131,7 @@ def test_a_failure_outranks_an_error(registry):
 def test_a_claim_without_evidence_is_reported_not_dropped(registry):
     out = compute_verdicts(registry, [], [IMPL])
     assert set(out) == set(registry.order())
-    assert out["free"][IMPL].verdict == "no evidence"
+    assert out["free"][INDEPENDENT].verdict == "no evidence"
 
 
 def test_every_check_not_applicable_gives_not_applicable(registry):
@@ -143,14 +145,14 @@ def test_not_applicable_items_are_ignored_when_others_ran(registry):
 
 
 def test_negative_controls_alone_do_not_support_a_claim(registry):
-    v = verdict(registry, [ev("free", role="control", impl=None)], "free")
+    v = verdict(registry, [ev("free", role="control", impl=None)], "free", impl=INDEPENDENT)
     assert v.verdict == "no evidence" and "negative controls" in v.reason
 
 
 # -- rule 4: historical -------------------------------------------------------------------------
 
 def test_citation_evidence_alone_is_historical(registry):
-    v = verdict(registry, [ev("history", kind="citation", impl=None)], "history")
+    v = verdict(registry, [ev("history", kind="citation", impl=None)], "history", impl=INDEPENDENT)
     assert v.verdict == "historical"
 
 
@@ -189,7 +191,7 @@ def test_a_checked_derivation_and_numerical_checks_prove_a_claim(registry):
 
 
 def test_a_derivation_without_numerical_confirmation_is_verified_not_proven(registry):
-    v = verdict(registry, [ev("root", kind="proof", impl=None)], "root")
+    v = verdict(registry, [ev("root", kind="proof", impl=None)], "root", impl=INDEPENDENT)
     assert v.verdict == "verified"
 
 
@@ -207,10 +209,77 @@ def test_evidence_of_another_implementation_does_not_count(registry):
     assert out["free"][OTHER].verdict == "refuted"
 
 
-def test_implementation_independent_evidence_counts_for_every_implementation(registry):
+def test_implementation_independent_evidence_counts_together_with_each_implementations_own_checks(registry):
     evidence = [ev("root", kind="proof", impl=None), ev("root", impl=IMPL), ev("root", impl=OTHER)]
     out = compute_verdicts(registry, evidence, [IMPL, OTHER])
     assert out["root"][IMPL].verdict == out["root"][OTHER].verdict == "proven"
+    assert INDEPENDENT not in out["root"]
+
+
+# -- a column speaks only of its implementation -------------------------------------------------
+
+def test_proofs_do_not_fill_the_column_of_an_implementation_whose_checks_did_not_run(registry):
+    """The softmax-only case: OTHER's checks of root are all not applicable; the passing derivation
+    and IMPL's passing checks must not make root proven (or anything positive) for OTHER."""
+    na = "not applicable: other has no layer_norm"
+    evidence = [ev("root", kind="proof", impl=None), ev("root", impl=IMPL),
+                ev("root", "not-applicable", impl=OTHER, message=na),
+                ev("root", "not-applicable", impl=OTHER, name="test_b", message="not applicable: other has no encoder_layer")]
+    out = compute_verdicts(registry, evidence, [IMPL, OTHER])
+    assert out["root"][IMPL].verdict == "proven"
+    v = out["root"][OTHER]
+    assert v.verdict == "not applicable" and v.category == "not applicable"
+    assert "has no layer_norm" in v.reason and "has no encoder_layer" in v.reason
+    assert not v.is_problem and exit_status(out) == 0
+
+
+def test_an_implementation_none_of_whose_checks_ran_has_no_evidence_not_the_proofs_verdict(registry):
+    evidence = [ev("root", kind="proof", impl=None), ev("root", impl=IMPL)]
+    v = compute_verdicts(registry, evidence, [IMPL, OTHER])["root"][OTHER]
+    assert v.verdict == "no evidence" and OTHER in v.reason
+
+
+def test_a_stopped_run_is_an_error_in_that_implementations_column(registry):
+    evidence = [ev("root", kind="proof", impl=None), ev("root", impl=IMPL),
+                ev("root", "error", impl=OTHER, message="run stopped after 3 of 9 tests: killed")]
+    out = compute_verdicts(registry, evidence, [IMPL, OTHER])
+    assert out["root"][OTHER].verdict == "error" and "run stopped after 3 of 9" in out["root"][OTHER].reason
+    assert out["root"][IMPL].verdict == "proven" and exit_status(out) == 1
+
+
+def test_a_failed_derivation_refutes_the_claim_in_every_implementations_column(registry):
+    evidence = [ev("root", "failed", kind="proof", impl=None, message="step 3 does not follow"),
+                ev("root", impl=IMPL), ev("root", "not-applicable", impl=OTHER)]
+    out = compute_verdicts(registry, evidence, [IMPL, OTHER])
+    assert out["root"][IMPL].verdict == out["root"][OTHER].verdict == "refuted"
+
+
+def test_a_claim_no_implementation_check_touches_has_one_independent_column(registry):
+    evidence = [ev("root", kind="proof", impl=None), ev("root", kind="measurement", impl=None),
+                ev("free", impl=IMPL)]
+    out = compute_verdicts(registry, evidence, [IMPL, OTHER])
+    assert list(out["root"]) == [INDEPENDENT]
+    assert out["root"][INDEPENDENT].verdict == "proven"
+    assert out["root"][INDEPENDENT].implementation == INDEPENDENT
+    assert set(out["free"]) == {IMPL, OTHER}  # free has an implementation check: per-implementation columns
+
+
+def test_a_refuted_independent_claim_blocks_dependents_and_fails_the_run(registry):
+    evidence = [ev("root", "failed", kind="measurement", impl=None), ev("mid", "failed", impl=IMPL),
+                ev("mid", impl=OTHER)]
+    out = compute_verdicts(registry, evidence, [IMPL, OTHER])
+    assert out["root"][INDEPENDENT].verdict == "refuted"
+    assert out["mid"][IMPL].verdict == "blocked by root" and out["mid"][IMPL].blocked_by == "root"
+    assert out["mid"][OTHER].verdict == "verified"
+    assert exit_status({"root": out["root"]}) == 1
+
+
+def test_the_category_and_status_are_structured(registry):
+    out = compute_verdicts(registry, [ev("root", "failed"), ev("mid", "failed"), ev("free")], [IMPL])
+    d = out["mid"][IMPL].to_dict()
+    assert d["category"] == "blocked" and d["status"] == "blocked by root" and d["problem"] is True
+    d = out["free"][IMPL].to_dict()
+    assert d["category"] == d["status"] == "verified" and d["problem"] is False
 
 
 def test_verdicts_do_not_read_the_expected_verdict(registry):
@@ -236,6 +305,6 @@ def test_selected_claims_only(registry):
 def test_the_rules_are_documented_in_the_module_docstring():
     doc = verdicts.__doc__
     for word in ("refuted", "blocked by", "error", "no evidence", "not applicable", "historical", "qualified",
-                 "illustrative", "proven", "verified", "control"):
-        assert word in doc, word
+                 "illustrative", "proven", "verified", "control", "INDEPENDENT", "only together"):
+        assert re.search(word.replace(" ", r"\s+"), doc), word
     assert [row[0] for row in verdicts.HOW_TO_READ][:2] == ["refuted", "blocked by <id>"]

@@ -1,0 +1,51 @@
+"""The suite's vocabulary, defined once: every other module imports these names from here.
+
+* verdict words — what the catalogue may expect of a claim and the engine may conclude;
+* other verdicts — what the engine says when the evidence cannot support a verdict word;
+* ``blocked by <id>`` — a refutation that is a consequence of a refuted dependency
+  (recognised by :attr:`attnclaims.verdicts.Verdict.category`, never by parsing the text);
+* outcomes, kinds and roles of one piece of evidence;
+* the registry's methods and the evidence kind each one promises;
+* the hypothesis profiles;
+* :data:`INDEPENDENT` — the column of claims that no implementation check touches.
+"""
+from __future__ import annotations
+
+#: The six verdict words (a claim's ``expected_verdict`` is one of them).
+VERDICT_WORDS = ("proven", "verified", "qualified", "illustrative", "historical", "refuted")
+#: Verdicts the engine adds when the evidence cannot support one of the six words.
+OTHER_VERDICTS = ("error", "no evidence", "not applicable")
+#: The display text of a blocked verdict is ``BLOCKED_PREFIX + <root claim id>``; its category is
+#: :data:`BLOCKED`.
+BLOCKED_PREFIX = "blocked by "
+BLOCKED = "blocked"
+#: Every verdict category, in the order summaries list them.
+CATEGORIES = ("proven", "verified", "qualified", "illustrative", "historical", "refuted", BLOCKED,
+              "error", "no evidence", "not applicable")
+#: Categories that make the exit status 1: a counterexample, a consequence of one, or a crash.
+PROBLEM_CATEGORIES = ("refuted", BLOCKED, "error")
+
+#: The name of the column of claims whose evidence does not depend on any implementation (proofs,
+#: measurements on the reference, citations): their verdict is shown once, not copied into every
+#: implementation's column.
+INDEPENDENT = "independent of the implementation"
+
+#: Outcomes of one check.
+OUTCOMES = ("passed", "failed", "not-applicable", "error")
+#: Kinds of evidence.
+KINDS = ("proof", "property", "statistical", "measurement", "conformance", "citation")
+#: Kinds that count as numerical evidence (a derivation plus one of these makes a claim "proven").
+NUMERIC_KINDS = ("property", "statistical", "measurement", "conformance")
+#: support: backs the statement; qualification: demonstrates where the sentence as written is
+#: imprecise; illustration: a constructed example; control: shows a check can fail (negative control).
+ROLES = ("support", "qualification", "illustration", "control")
+
+#: The registry's ``methods`` and the evidence kind each promises (``sympy`` -> a derivation).
+METHOD_KIND = {"sympy": "proof", "property": "property", "statistical": "statistical",
+               "measurement": "measurement", "conformance": "conformance", "citation": "citation"}
+METHODS = tuple(METHOD_KIND)
+
+#: Hypothesis profiles: dev (quick), ci (derandomized, the default), thorough (many, large examples).
+PROFILES = ("dev", "ci", "thorough")
+DEFAULT_PROFILE = "ci"
+
