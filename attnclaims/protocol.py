@@ -21,6 +21,14 @@ CAPABILITIES: dict[str, str] = {
     "feed_forward": "feed_forward(x, params) -> same shape as x",
     "encoder_layer": "encoder_layer(x, params, mask=None) -> (batch, n, d_model)",
     "decoder_layer": "decoder_layer(y, memory, params, self_mask=None, memory_mask=None) -> (batch, n_t, d_model)",
+    # modern components (docs/adapters.md, "Modern components"); grouped-query attention is
+    # multi_head_attention with params.num_kv_heads < params.num_heads
+    "rms_norm": "rms_norm(x, gamma, eps) -> same shape as x",
+    "gated_feed_forward": "gated_feed_forward(x, params) -> same shape as x",
+    "rotary_embedding": "rotary_embedding(x, positions, base=10000.0, layout='interleaved') -> same shape as x",
+    "causal_attention": "causal_attention(q, k, v, alignment='top-left', window=None, scale=None) -> (..., n_q, d_v)",
+    "decoder_block": "decoder_block(x, params, mask=None) -> (batch, n, d_model)",
+    "decoder_block_decode": "decoder_block_decode(x, params, prompt_length, chunk=1) -> (batch, n, d_model)",
 }
 
 
@@ -38,6 +46,10 @@ def _shape(a) -> tuple[int, ...]:
 
 def expected_shape(capability: str, args: tuple, kwargs: dict) -> tuple[int, ...] | None:
     """The output shape the protocol requires for this call, or None when it cannot be stated."""
+    if capability in ("rms_norm", "gated_feed_forward", "rotary_embedding", "decoder_block", "decoder_block_decode"):
+        return _shape(_arg(args, kwargs, 0, "x"))
+    if capability == "causal_attention":
+        return expected_shape("attention", args[:3], {k: v for k, v in kwargs.items() if k in ("q", "k", "v")})
     if capability in ("softmax", "layer_norm", "feed_forward"):
         return _shape(_arg(args, kwargs, 0, "x"))
     if capability == "attention":
@@ -90,14 +102,45 @@ VARIANTS: dict[str, Variant] = {
                           choices=(False, True), multi=True),
     "cross_attention": Variant(True, "multi_head_attention accepts x_kv different from x_q (False: "
                                "self-attention only; it is called with x_kv is x_q)", choices=(True, False)),
-    "head_dim": Variant("any", "head dimensions d_k = d_model / num_heads it accepts", choices=("any", "even")),
+    "head_dim": Variant("any", "head dimensions d_model / num_heads of multi_head_attention and the layers: "
+                        "'any', or 'even' only", choices=("any", "even")),
+    "scale": Variant("any", "explicit attention scales it accepts: 'any' (0, negative and 1e300 included) or "
+                     "'positive' only (e.g. an operator that multiplies q and k by sqrt(scale) each)",
+                     choices=("any", "positive")),
+    "flush_to_zero": Variant(False, "True: subnormal intermediate results may be flushed to zero (XLA on CPU, "
+                             "most GPU kernels); the tolerances then allow the smallest normal number of the "
+                             "dtype times the problem's conditioning", choices=(False, True)),
+    # -- modern components. grouped_query is a key whose default is not the most general behaviour:
+    # num_kv_heads is new to the protocol, and an adapter written before it would be handed K/V weights
+    # of a shape it does not expect, so an implementation opts in.
+    "grouped_query": Variant(False, "multi_head_attention (and decoder blocks) accept params.num_kv_heads < "
+                             "num_heads: grouped-query / multi-query attention", choices=(False, True)),
+    "rope_layout": Variant(("interleaved", "half"), "pair layouts of rotary embeddings it supports: "
+                           "'interleaved' pairs (2i, 2i+1) (Su et al., GPT-J), 'half' pairs (i, i+d/2) "
+                           "(rotate_half: GPT-NeoX, Llama)", choices=("interleaved", "half"), multi=True),
+    "causal_alignment": Variant(("top-left", "bottom-right"), "causal_attention alignments it supports when "
+                                "n_q != n_k: 'top-left' (query i sees keys 0..i), 'bottom-right' (the queries "
+                                "are the last n_q key positions)", choices=("top-left", "bottom-right"), multi=True),
+    "sliding_window": Variant(True, "causal_attention accepts window=w (query at position p sees keys "
+                              "p-w+1..p)", choices=(True, False)),
+    "block_norm": Variant(("layer", "rms"), "norms decoder blocks support: LayerNormParams ('layer') and/or "
+                          "RMSNormParams ('rms')", choices=("layer", "rms"), multi=True),
+    "block_ffn": Variant(("relu", "silu", "gelu"), "FFNs decoder blocks support: FeedForwardParams ('relu'), "
+                         "GatedFeedForwardParams with activation 'silu' (SwiGLU) or 'gelu' (GeGLU)",
+                         choices=("relu", "silu", "gelu"), multi=True),
+    "block_rope": Variant((False, True), "decoder blocks without (False) and/or with (True) rotary embeddings "
+                          "(params.rope)", choices=(False, True), multi=True),
+    "block_norm_first": Variant((True, False), "norm placements decoder blocks support: True = Pre-LN "
+                                "(GPT-2, Llama), False = Post-LN", choices=(True, False), multi=True),
 }
 
 
 def declared_variants(impl) -> dict[str, Any]:
     """Every variant of :data:`VARIANTS` for ``impl``: its declaration, validated, or the default.
 
+    ``impl`` may be a protocol object or a GuardedImplementation (its ``impl`` is read).
     Raises ValueError (one line) for a key that is not a variant or a value it cannot take."""
+    impl = getattr(impl, "impl", impl)
     declared = getattr(impl, "variants", None) or {}
     if not isinstance(declared, dict):
         raise ValueError(f"variants={declared!r}, but should be a dict (keys: {', '.join(VARIANTS)})")
@@ -105,3 +148,25 @@ def declared_variants(impl) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"variants has unknown key(s) {unknown}; known: {', '.join(VARIANTS)}")
     return {k: (spec.validate(k, declared[k]) if k in declared else spec.default) for k, spec in VARIANTS.items()}
+
+
+def supports(impl, key: str, value: Any) -> bool:
+    """Whether ``impl`` supports ``value`` of variant ``key`` (a member of a tuple-valued variant, or
+    for ``head_dim``/``scale`` a concrete head dimension / scale)."""
+    have = declared_variants(impl)[key]
+    if VARIANTS[key].multi:
+        return value in have
+    if key == "head_dim" and isinstance(value, int) and not isinstance(value, bool):
+        return have == "any" or value % 2 == 0
+    if key == "scale" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return have == "any" or value > 0
+    if isinstance(VARIANTS[key].default, bool):  # a capability flag: True is what the test needs
+        return have or not value
+    return have == value or have == VARIANTS[key].default
+
+
+def unsupported_message(impl, key: str, value: Any) -> str:
+    """The one-line reason shown in the report: ``not applicable (variant norm_first=True): torch-bert
+    declares norm_first=(False,)``."""
+    name = getattr(impl, "name", type(impl).__name__)
+    return f"not applicable (variant {key}={value!r}): {name} declares {key}={declared_variants(impl)[key]!r}"

@@ -37,10 +37,30 @@ An implementation (the object behind ``--attn-impl``) may declare:
 
 Edge cases given with ``@example`` keep their own shapes, so a JIT-compiled
 implementation still compiles a few extra shapes.
+
+Declared variants
+-----------------
+An implementation may also declare ``variants`` (:data:`attnclaims.protocol.VARIANTS`): the
+strategies then draw only what it supports — Post-LN or Pre-LN layers (``norm_first``), cross- or
+only self-attention (``cross_attention``; self-attention is always called with ``x_kv is x_q``),
+even head dimensions (``head_dim``), positive explicit scales (``scale``). A test that needs a
+variant the implementation does not support says so with :func:`needs_variant` (checked before the
+test runs: "not applicable (variant …)"), and a strategy asked for an unsupported variant raises
+:class:`VariantNotApplicable` with the same message.
+
+No subnormal numbers
+--------------------
+Every array the strategies return — inputs, masks' companions, parameters — holds no subnormal
+number of the dtype it is returned in, *after* every transformation they apply (scaling by 2^e,
+offsets, the cast to the implementation's dtype): entries whose magnitude falls below the dtype's
+smallest normal number are set to 0 (:func:`flush_subnormals`). Backends that flush subnormals to
+zero would differ on them by the smallest normal number, a convention of the hardware, not an error
+in the claims' sense; ``tests/meta/test_strategies_draws.py`` searches every strategy for them.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -51,7 +71,9 @@ from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from attnclaims.guard import NotApplicable
 from attnclaims.profiles import limits
+from attnclaims.protocol import VARIANTS, declared_variants, supports, unsupported_message
 from attnclaims.reference.params import (
     DecoderLayerParams, EncoderLayerParams, FeedForwardParams, LayerNormParams, MultiHeadParams,
     init_decoder_layer, init_encoder_layer, init_feed_forward, init_layer_norm, init_multi_head,
@@ -65,6 +87,8 @@ __all__ = [
     "decoder_layer_params", "epsilons",
     "AttentionCase", "attention_cases", "ModelCase", "model_cases", "layer_norm_inputs",
     "weights_probe", "softmax_inputs", "cast", "EDGE", "edge_attention_case",
+    "variants", "require_variant", "needs_variant", "VariantNotApplicable", "norm_firsts", "cross_or_self",
+    "explicit_scales", "EXPLICIT_SCALES", "flush_subnormals", "finfo",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -96,13 +120,128 @@ def followed():
 
 @pytest.fixture(autouse=True)
 def follow_implementation(request):
-    """Autouse: for tests that take ``impl``, the strategies draw in its dtype and shapes — during that test
-    only (a later test without ``impl`` in the same process draws float64 and free shapes again)."""
+    """Autouse: for tests that take ``impl``, the strategies draw in its dtype, shapes and variants — during
+    that test only (a later test without ``impl`` in the same process draws float64 and free shapes again).
+    A test marked with :func:`needs_variant` that the implementation does not support is skipped here as
+    "not applicable (variant …)", before any example is drawn."""
     if "impl" in request.fixturenames:
-        with following(request.getfixturevalue("impl")):
+        impl = request.getfixturevalue("impl")
+        for key, value in _needed_variants(getattr(request, "function", None)).items():
+            if not supports(impl, key, value):
+                pytest.skip(unsupported_message(impl, key, value))
+        with following(impl):
             yield
     else:
         yield
+
+
+# ---------------------------------------------------------------------------------------------
+# Declared variants (attnclaims.protocol.VARIANTS)
+# ---------------------------------------------------------------------------------------------
+
+class VariantNotApplicable(NotApplicable):
+    """A check needs a variant the implementation does not declare: recorded as not applicable with the
+    message ``not applicable (variant norm_first=True): bert declares norm_first=(False,)``."""
+
+    def __init__(self, message: str, implementation: str = "", key: str = "", value: Any = None):
+        Exception.__init__(self, message)
+        self.implementation, self.capability, self.key, self.value = implementation, None, key, value
+
+
+_NEEDS_ATTR = "attnclaims_variants"
+
+
+def needs_variant(**required):
+    """Decorator: the test needs these variants (``@needs_variant(cross_attention=True)``); an implementation
+    that does not support one is "not applicable (variant …)" for it. Put it above or below ``@given``."""
+    for key in required:
+        if key not in VARIANTS:
+            raise ValueError(f"needs_variant({key}=...): unknown variant; known: {', '.join(VARIANTS)}")
+
+    def mark(fn):
+        setattr(fn, _NEEDS_ATTR, {**getattr(fn, _NEEDS_ATTR, {}), **required})
+        return fn
+    return mark
+
+
+def _needed_variants(fn) -> dict:
+    inner = getattr(getattr(fn, "hypothesis", None), "inner_test", None)
+    return {**getattr(inner, _NEEDS_ATTR, {}), **getattr(fn, _NEEDS_ATTR, {})}
+
+
+def variants() -> dict[str, Any]:
+    """The followed implementation's declared variants (every key; defaults outside a test)."""
+    impl = _FOLLOWED[0]
+    return declared_variants(impl) if impl is not None else {k: v.default for k, v in VARIANTS.items()}
+
+
+def require_variant(key: str, value: Any) -> None:
+    """Raise :class:`VariantNotApplicable` unless the followed implementation supports ``value`` of ``key``."""
+    impl = _FOLLOWED[0]
+    if impl is not None and not supports(impl, key, value):
+        raise VariantNotApplicable(unsupported_message(impl, key, value), getattr(impl, "name", ""), key, value)
+
+
+def norm_firsts() -> st.SearchStrategy[bool]:
+    """The layer-norm placements the followed implementation supports (False = Post-LN, True = Pre-LN)."""
+    supported = tuple(variants()["norm_first"])
+    return st.booleans() if len(supported) == 2 else st.just(supported[0])
+
+
+def cross_or_self() -> st.SearchStrategy[bool]:
+    """True (cross-attention: x_kv is another sequence) or False (self-attention: x_kv is x_q) — only
+    False for an implementation that declares ``cross_attention=False``."""
+    return st.booleans() if variants()["cross_attention"] else st.just(False)
+
+
+#: The explicit ``scale`` arguments the attention tests pass (docs/adapters.md): the default 1/√d_k's
+#: neighbours, 0 (uniform weights), −1 (reversed preferences), 10⁶, and the huge and tiny 10³⁰⁰ and
+#: 10⁻³⁰⁰ (clamped to the dtype's range by :meth:`AttentionCase.cast`).
+EXPLICIT_SCALES = (1.0, 0.5, 0.125, 2.0, -1.0, 0.0, 1e6, 1e300, 1e-300)
+
+
+def explicit_scales() -> st.SearchStrategy[float]:
+    """One of :data:`EXPLICIT_SCALES`; only the positive ones for an implementation that declares
+    ``scale='positive'``."""
+    values = EXPLICIT_SCALES if variants()["scale"] == "any" else tuple(s for s in EXPLICIT_SCALES if s > 0)
+    return st.sampled_from(values)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dtypes and subnormal numbers
+# ---------------------------------------------------------------------------------------------
+
+def finfo(dtype):
+    """``numpy.finfo`` that also knows ml_dtypes' bfloat16 (and other ml_dtypes floats)."""
+    dtype = np.dtype(dtype)
+    try:
+        return np.finfo(dtype)
+    except ValueError:
+        import ml_dtypes
+
+        return ml_dtypes.finfo(dtype)
+
+
+def flush_subnormals(a):
+    """``a`` with every subnormal entry (0 < |x| < the dtype's smallest normal) set to 0 (same sign
+    as the entry), in its own dtype; other arrays (bool, int) and non-arrays unchanged. Parameter
+    dataclasses (nested ones too) get the same treatment field by field."""
+    if dataclasses.is_dataclass(a) and not isinstance(a, type):
+        changes = {f.name: flush_subnormals(getattr(a, f.name)) for f in fields(a)}
+        return replace(a, **{k: v for k, v in changes.items() if v is not getattr(a, k)})
+    if not isinstance(a, np.ndarray) or a.dtype.kind not in "fV" or a.dtype == np.bool_:
+        return a
+    try:
+        tiny = float(finfo(a.dtype).smallest_normal)
+    except (ValueError, TypeError):  # not a float dtype
+        return a
+    mag = np.abs(a.astype(np.float64))
+    sub = (mag > 0) & (mag < tiny)
+    if not sub.any():
+        return a
+    out = a.copy()
+    out[sub] = np.copysign(0.0, a[sub].astype(np.float64)).astype(a.dtype)
+    return out
 
 
 def _dtype() -> np.dtype:
@@ -213,6 +352,8 @@ def dims(draw, *, min_seq: int = 1, max_seq: int | None = None, square: bool = F
         d_model = entry["d_model"] + (entry["d_model"] % 2 if even_d_model else 0)
         d_model = max(d_model, min_d_model + (min_d_model % 2 if even_d_model else 0))
         heads = entry["num_heads"] if d_model % entry["num_heads"] == 0 else 1
+        if variants()["head_dim"] == "even" and (d_model // heads) % 2:
+            d_model += heads  # one more column per head: d_model / heads becomes even
         return Dims(batch=batch, n_q=n_q, n_k=n_q if square else n_k, d_k=max(entry["d_k"], min_d_k),
                     d_v=entry["d_v"], d_model=d_model, num_heads=heads, d_ff=entry["d_ff"])
     batch = draw(batch_shapes(batch_ndim[0], batch_ndim[1]))
@@ -222,10 +363,12 @@ def dims(draw, *, min_seq: int = 1, max_seq: int | None = None, square: bool = F
     d_v = draw(st.integers(1, top_dim))
     num_heads = draw(st.integers(1, max(1, min(max_heads, top_dim))))  # at most max_dim heads: d_model ≤ max_dim
     d_head = draw(st.integers(1, max(1, top_dim // num_heads)))
+    if variants()["head_dim"] == "even" and d_head % 2:  # declared: even head dimensions only
+        d_head += 1 if d_head == 1 or num_heads * (d_head + 1) <= top_dim else -1
     if even_d_model and (num_heads * d_head) % 2:  # both odd: an even d_head makes d_model even (one up, or one
         d_head += 1 if d_head == 1 or num_heads * (d_head + 1) <= top_dim else -1  # down not to pass max_dim)
     while num_heads * d_head < min_d_model:
-        d_head += 2 if even_d_model and num_heads % 2 else 1
+        d_head += 2 if (even_d_model and num_heads % 2) or variants()["head_dim"] == "even" else 1
     d_model = num_heads * d_head
     d_ff = draw(st.integers(1, 2 * top_dim))
     return Dims(batch=batch, n_q=n_q, n_k=n_k, d_k=d_k, d_v=d_v, d_model=d_model, num_heads=num_heads, d_ff=d_ff)
@@ -255,7 +398,8 @@ def _unit_floats(dtype) -> st.SearchStrategy[float]:
     """Entries of U[−1, 1] for entry-by-entry draws, representable in ``dtype``'s width and never
     subnormal: backends that flush subnormals to zero (XLA on CPU, most GPU kernels) differ on them by
     the smallest normal number — a convention of the hardware, not an error the claims are about."""
-    width = 32 if np.dtype(dtype).itemsize <= 4 else 64
+    size = np.dtype(dtype).itemsize
+    width = 16 if size <= 2 and np.dtype(dtype) == np.float16 else 32 if size <= 4 else 64
     return st.floats(-1.0, 1.0, allow_nan=False, allow_infinity=False, allow_subnormal=False, width=width)
 
 
@@ -270,7 +414,7 @@ def arrays(draw, shape, *, scale: float = 1.0, offset: float = 0.0, dtype=None) 
         base = draw(hnp.arrays(np.float64, shape, elements=_unit_floats(dtype)))
     else:
         base = np.random.default_rng(draw(seeds())).uniform(-1.0, 1.0, size=shape)
-    return (offset + scale * base).astype(dtype)
+    return flush_subnormals((offset + scale * base).astype(dtype))
 
 
 @st.composite
@@ -280,7 +424,7 @@ def random_arrays(draw, shape, *, scale: float = 1.0, dtype=None) -> np.ndarray:
     dtype = np.dtype(dtype or _dtype())
     seed = draw(seeds())
     note(f"random_arrays seed={seed}")
-    return (scale * np.random.default_rng(seed).standard_normal(tuple(shape))).astype(dtype)
+    return flush_subnormals((scale * np.random.default_rng(seed).standard_normal(tuple(shape))).astype(dtype))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -358,45 +502,52 @@ def multi_head_params(draw, d_model: int, num_heads: int, *, bias_scale: float |
     seed = draw(seeds())
     b = draw(st.sampled_from([0.1, 0.0, 0.5])) if bias_scale is None else bias_scale
     note(f"multi_head_params(seed={seed}, d_model={d_model}, num_heads={num_heads}, bias_scale={b})")
-    return init_multi_head(seed, d_model, num_heads, bias_scale=b, dtype=_dtype())
+    if d_model % num_heads == 0:
+        require_variant("head_dim", d_model // num_heads)
+    return flush_subnormals(init_multi_head(seed, d_model, num_heads, bias_scale=b, dtype=_dtype()))
 
 
 @st.composite
 def feed_forward_params(draw, d_model: int, d_ff: int) -> FeedForwardParams:
     seed = draw(seeds())
     note(f"feed_forward_params(seed={seed}, d_model={d_model}, d_ff={d_ff})")
-    return init_feed_forward(seed, d_model, d_ff, dtype=_dtype())
+    return flush_subnormals(init_feed_forward(seed, d_model, d_ff, dtype=_dtype()))
 
 
 @st.composite
 def layer_norm_params(draw, d_model: int) -> LayerNormParams:
     """γ = 1, β = 0 (the usual initialisation), or both perturbed so that γ and β can be told apart."""
     spread = draw(st.sampled_from([0.5, 0.0]))
-    return init_layer_norm(d_model, draw(seeds()), spread=spread, dtype=_dtype())
+    return flush_subnormals(init_layer_norm(d_model, draw(seeds()), spread=spread, dtype=_dtype()))
 
 
 @st.composite
 def encoder_layer_params(draw, d_model: int, num_heads: int, d_ff: int, *, norm_first=None) -> EncoderLayerParams:
-    """Post-LN or Pre-LN (drawn unless given), norm parameters perturbed (spread 0.3) so that a layer
-    that reuses norm1 for norm2 shows, ε drawn (1e-5 or 1e-6)."""
+    """Post-LN or Pre-LN (drawn among the implementation's declared ``norm_first`` unless given; a given one
+    it does not support raises :class:`VariantNotApplicable`), norm parameters perturbed (spread 0.3) so
+    that a layer that reuses norm1 for norm2 shows, ε drawn (1e-5 or 1e-6)."""
     seed = draw(seeds())
-    nf = draw(st.booleans()) if norm_first is None else norm_first
+    nf = draw(norm_firsts()) if norm_first is None else norm_first
+    require_variant("norm_first", nf)
+    require_variant("head_dim", d_model // num_heads)
     eps = draw(st.sampled_from([1e-5, 1e-6]))
     note(f"encoder_layer_params(seed={seed}, d_model={d_model}, num_heads={num_heads}, d_ff={d_ff}, "
          f"norm_first={nf}, eps={eps})")
-    return init_encoder_layer(seed, d_model, num_heads, d_ff, norm_first=nf, eps=eps, norm_spread=0.3,
-                              dtype=_dtype())
+    return flush_subnormals(init_encoder_layer(seed, d_model, num_heads, d_ff, norm_first=nf, eps=eps,
+                                               norm_spread=0.3, dtype=_dtype()))
 
 
 @st.composite
 def decoder_layer_params(draw, d_model: int, num_heads: int, d_ff: int, *, norm_first=None) -> DecoderLayerParams:
     seed = draw(seeds())
-    nf = draw(st.booleans()) if norm_first is None else norm_first
+    nf = draw(norm_firsts()) if norm_first is None else norm_first
+    require_variant("norm_first", nf)
+    require_variant("head_dim", d_model // num_heads)
     eps = draw(st.sampled_from([1e-5, 1e-6]))
     note(f"decoder_layer_params(seed={seed}, d_model={d_model}, num_heads={num_heads}, d_ff={d_ff}, "
          f"norm_first={nf}, eps={eps})")
-    return init_decoder_layer(seed, d_model, num_heads, d_ff, norm_first=nf, eps=eps, norm_spread=0.3,
-                              dtype=_dtype())
+    return flush_subnormals(init_decoder_layer(seed, d_model, num_heads, d_ff, norm_first=nf, eps=eps,
+                                               norm_spread=0.3, dtype=_dtype()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -408,7 +559,7 @@ def _cast_fields(obj, dtype):
     for f in fields(obj):
         value = getattr(obj, f.name)
         if isinstance(value, np.ndarray) and value.dtype != np.bool_:
-            changes[f.name] = value.astype(dtype)
+            changes[f.name] = flush_subnormals(value.astype(dtype))
     return replace(obj, **changes)
 
 
@@ -430,9 +581,12 @@ class AttentionCase:
         case = _cast_fields(self, dtype)
         s = self.scale
         if s:
-            info = np.finfo(np.dtype(dtype))
+            info = finfo(dtype)
             top = float(info.max) / (16.0 * max(1, self.q.shape[-1]))
-            s = math.copysign(min(max(abs(s), float(info.smallest_normal) * 2**30), top), s)
+            # 2^30 above the smallest normal keeps tiny scores normal; float16/bfloat16 have too few
+            # exponent bits (float16: 2^30·6e-5 > max) and get 1/eps (2^10, 2^7) instead.
+            lift = 2.0**30 if np.dtype(dtype).itemsize >= 4 else 1.0 / float(info.eps)
+            s = math.copysign(min(max(abs(s), float(info.smallest_normal) * lift), top), s)
             case = replace(case, scale=s)
         return case
 
@@ -466,8 +620,9 @@ def attention_cases(draw, *, mask: bool | None = None, explicit_scale: bool | No
 
     The score scale is controlled: q and k entries are U[−1, 1]·2^e with e drawn so that scores range
     from tiny to large (|S| up to ~d_k·4); ``explicit_scale`` draws a scale argument as well
-    (True: always; None: sometimes; False: never) — 1, 0.5, 0.125, 2, −1, 0 (uniform weights), 10⁶, and
-    the huge and tiny 10³⁰⁰ and 10⁻³⁰⁰ — and ``score_scale`` fixes the q, k factor. A mask likewise (True:
+    (True: always; None: sometimes; False: never) — :data:`EXPLICIT_SCALES`: 1, 0.5, 0.125, 2, −1, 0 (uniform
+    weights), 10⁶, and the huge and tiny 10³⁰⁰ and 10⁻³⁰⁰, the positive ones only for an implementation
+    that declares ``scale='positive'`` — and ``score_scale`` fixes the q, k factor. A mask likewise (True:
     always; None: sometimes; False: never), in one of the forms of :func:`mask_forms`."""
     d = draw(dims(min_seq=min_seq, max_seq=max_seq, square=square, batch_ndim=batch_ndim, max_dim=max_dim))
     qk = draw(scales(-4, 1)) if score_scale is None else score_scale
@@ -480,7 +635,7 @@ def attention_cases(draw, *, mask: bool | None = None, explicit_scale: bool | No
         m = draw(mask_forms(d.batch, d.n_q, d.n_k))
     s = None
     if explicit_scale or (explicit_scale is None and draw(st.booleans())):
-        s = draw(st.sampled_from([1.0, 0.5, 0.125, 2.0, -1.0, 0.0, 1e6, 1e300, 1e-300]))
+        s = draw(explicit_scales())
     case = AttentionCase(q, k, v, m, s)
     note(case.describe())
     return case
@@ -495,7 +650,7 @@ class ModelCase:
     dims: Dims
 
     def cast(self, dtype) -> "ModelCase":
-        return replace(self, x=self.x.astype(dtype), memory=self.memory.astype(dtype))
+        return replace(self, x=flush_subnormals(self.x.astype(dtype)), memory=flush_subnormals(self.memory.astype(dtype)))
 
 
 @st.composite
@@ -525,7 +680,8 @@ def layer_norm_inputs(draw, *, max_seq: int | None = None) -> np.ndarray:
     n = draw(seq_lengths(1, max_seq))
     d = draw(st.integers(1, limits().max_dim))
     sigma = draw(st.sampled_from([1.0, 1e-2, 3e-3, 1e-4, 16.0]))
-    ratio = draw(st.sampled_from([0.0, 0.0, 1.0, 1e2, 1e4, 1e6]))
+    top = float(finfo(_dtype()).max) / 16.0  # float16 (max 65504) cannot hold 1e6: only the offsets it can
+    ratio = draw(st.sampled_from([r for r in (0.0, 0.0, 1.0, 1e2, 1e4, 1e6) if r * sigma + sigma <= top]))
     x = draw(arrays(batch + (n, d), scale=sigma, offset=ratio * sigma))
     note(f"layer_norm_inputs: shape={x.shape}, sigma={sigma}, offset={ratio}·sigma")
     return x
@@ -561,7 +717,7 @@ def softmax_inputs(draw, *, huge: bool = False, max_len: int | None = None, low:
     shape = tuple(batch[:pos] + [n] + batch[pos:])
     axis = pos if draw(st.booleans()) else pos - len(shape)
     if huge:
-        top = 1e300 if _dtype().itemsize >= 8 else 10.0 ** math.floor(math.log10(float(np.finfo(_dtype()).max) / 16))
+        top = 1e300 if _dtype().itemsize >= 8 else 10.0 ** math.floor(math.log10(float(finfo(_dtype()).max) / 16))
         x = draw(arrays(shape, scale=top))
     else:
         x = draw(arrays(shape, scale=draw(scales(low, high))))
