@@ -19,6 +19,14 @@ BUILTINS: dict[str, str] = {
     "torch-float32": "attnclaims.adapters.torch_adapter:TorchFloat32Implementation",
     "jax": "attnclaims.adapters.jax_adapter:JaxImplementation",
     "jax-float32": "attnclaims.adapters.jax_adapter:JaxFloat32Implementation",
+    "hf-bert": "attnclaims.adapters.hf_adapter:HFBert",
+    "hf-bert-float32": "attnclaims.adapters.hf_adapter:HFBertFloat32",
+    "hf-gpt2": "attnclaims.adapters.hf_adapter:HFGPT2",
+    "hf-gpt2-sdpa": "attnclaims.adapters.hf_adapter:HFGPT2Sdpa",
+    "hf-gpt2-float32": "attnclaims.adapters.hf_adapter:HFGPT2Float32",
+    "hf-llama": "attnclaims.adapters.hf_adapter:HFLlama",
+    "hf-llama-sdpa": "attnclaims.adapters.hf_adapter:HFLlamaSdpa",
+    "hf-llama-float32": "attnclaims.adapters.hf_adapter:HFLlamaFloat32",
 }
 
 
