@@ -11,9 +11,22 @@ message instead of a crash or a hang:
 * an input modified in place        -> ``modified its input 'q' in place``
 * different outputs for one input   -> ``returned different outputs for the same input``
 * no answer within the time limit   -> ``did not return within 20 s``
+* numpy, scipy or math functions replaced (a "fast exp" patched into ``np.exp``, a profiler's
+  wrappers), during a call or when the implementation was imported or constructed
+                                    -> ``replaced numpy.exp during the call (…); the originals are restored``
+
+The last one protects the golden results: the reference oracle runs in the same process, after
+the implementation's call, and would otherwise compute with the implementation's functions.
+:class:`LibraryGuard` snapshots the public callables of :data:`WATCHED_MODULES` when this module
+is imported (before any implementation is), compares after every call (a dictionary comparison,
+~15 µs), puts the originals back and fails the check, naming what was replaced.
+
 
 A capability the implementation lacks raises :class:`NotApplicable`, which
-the pytest plugin reports as "not applicable: <impl> has no <capability>".
+the pytest plugin reports as "not applicable: <impl> has no <capability>"; so does a method that
+raises ``NotImplementedError`` or :class:`NotApplicable` itself (with its message: a method may
+support only some inputs). Messages are capped at :data:`attnclaims.evidence.MESSAGE_CAP`
+characters, with the full size noted.
 """
 from __future__ import annotations
 
@@ -26,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from attnclaims.evidence import cap_text
 from attnclaims.protocol import CAPABILITIES, expected_shape
 
 DEFAULT_TIMEOUT = 20.0
@@ -48,12 +62,75 @@ class CheckFailure(AssertionError):
 
 
 class NotApplicable(Exception):
-    """The implementation lacks a capability the check needs."""
+    """The check does not apply to the implementation: it lacks a capability the check needs, or
+    (``reason=``, a free one-line message) a variant or input the check needs, e.g.
+    ``NotApplicable(name, reason="not applicable (variant norm_first=True): X declares norm_first=(False,)")``.
+    The message always starts with "not applicable"."""
 
-    def __init__(self, implementation: str, capability: str):
-        super().__init__(f"not applicable: {implementation} has no {capability}")
+    def __init__(self, implementation: str, capability: str | None = None, *, reason: str | None = None):
+        if reason is None:
+            message = f"not applicable: {implementation} has no {capability}"
+        else:
+            reason = " ".join(str(reason).split())
+            message = reason if reason.startswith("not applicable") else f"not applicable: {reason}"
+        super().__init__(cap_text(message))
         self.implementation = implementation
         self.capability = capability
+        self.reason = reason
+
+
+#: Modules whose public callables an implementation must not replace (the reference and the
+#: golden results use them). Only those that import are watched.
+WATCHED_MODULES = ("numpy", "numpy.linalg", "numpy.fft", "math", "cmath", "scipy.special", "scipy.linalg")
+
+
+class LibraryGuard:
+    """A snapshot of the public callables of :data:`WATCHED_MODULES`; :meth:`restore` puts back any
+    that were replaced and names them."""
+
+    def __init__(self):
+        import importlib
+
+        self._modules = {}
+        for name in WATCHED_MODULES:
+            try:
+                self._modules[name] = importlib.import_module(name)
+            except ImportError:  # scipy is a dependency, but a trimmed environment may lack a submodule
+                continue
+        self._callables = {name: {k: v for k, v in vars(mod).items() if not k.startswith("_") and callable(v)}
+                           for name, mod in self._modules.items()}
+        self._dicts = {name: dict(vars(mod)) for name, mod in self._modules.items()}
+
+    def _unchanged(self) -> bool:
+        try:
+            return all(vars(mod) == self._dicts[name] for name, mod in self._modules.items())
+        except Exception:  # a replacement whose == raises (an array): look closer
+            return False
+
+    def restore(self) -> list[str]:
+        """The replaced functions (``numpy.exp``, ...), each put back; [] when none was replaced."""
+        if self._unchanged():
+            return []
+        replaced = []
+        for name, mod in self._modules.items():
+            current = vars(mod)
+            for attr, original in self._callables[name].items():
+                if current.get(attr, original) is not original or attr not in current:
+                    replaced.append(f"{name}.{attr}")
+                    setattr(mod, attr, original)
+        if not replaced:  # a harmless change (a submodule loaded lazily): remember it, skip the slow path
+            self._dicts = {name: dict(vars(mod)) for name, mod in self._modules.items()}
+        return replaced
+
+
+def _replaced_message(replaced: list[str], when: str) -> str:
+    shown = ", ".join(replaced[:8]) + (f" and {len(replaced) - 8} more" if len(replaced) > 8 else "")
+    return (f"replaced {shown} {when}: an implementation must not patch numpy, scipy or math (the golden "
+            f"results computed in this process would use its functions); the originals are restored")
+
+
+#: The state of the watched modules before any implementation was imported.
+LIBRARIES = LibraryGuard()
 
 
 class _Timeout(Exception):
@@ -137,6 +214,10 @@ class GuardedImplementation:
         self._per_capability: dict[str, int] = {}
         self._hung: set[str] = set()
         self._worker = _Worker() if timeout else None
+        # An implementation that patched numpy/scipy/math when it was imported or constructed: the
+        # originals are back now, and every call fails with this message (its checks cannot be trusted).
+        replaced = LIBRARIES.restore()
+        self.patched = _replaced_message(replaced, "when it was imported or constructed") if replaced else ""
 
     def __repr__(self) -> str:
         return f"<implementation {self.name!r}>"
@@ -182,7 +263,32 @@ class GuardedImplementation:
     # -- the guarded call ---------------------------------------------------------------------
     def _fail(self, capability: str, msg: str, **extra) -> CheckFailure:
         where = f"{self.context} · " if self.context else ""
-        return CheckFailure(f"{where}{self.name} · {capability}: {msg}", capability=capability, **extra)
+        return CheckFailure(cap_text(f"{where}{self.name} · {capability}: {msg}"), capability=capability, **extra)
+
+    def _watched(self, capability: str, fn, args, kwargs):
+        """:meth:`_invoke`, then the library check (replaced numpy/scipy/math functions are put back
+        and fail the check); a method that raised NotImplementedError or NotApplicable is not applicable."""
+        if self.patched:
+            raise self._fail(capability, self.patched)
+        try:
+            out = self._invoke(capability, fn, args, kwargs)
+        except CheckFailure as exc:
+            replaced = LIBRARIES.restore()
+            if replaced:
+                raise self._fail(capability, _replaced_message(replaced, "during the call")) from None
+            cause = exc.__cause__
+            if isinstance(cause, NotApplicable):
+                raise NotApplicable(self.name, capability, reason=str(cause)) from None
+            if isinstance(cause, NotImplementedError):
+                detail = " ".join(str(cause).split())
+                raise NotApplicable(self.name, capability, reason=(
+                    f"not applicable: {self.name} · {capability} raised NotImplementedError"
+                    + (f": {detail}" if detail else ""))) from None
+            raise
+        replaced = LIBRARIES.restore()
+        if replaced:
+            raise self._fail(capability, _replaced_message(replaced, "during the call"))
+        return out
 
     def _invoke(self, capability: str, fn, args, kwargs):
         problem, cause = "", None
@@ -214,7 +320,7 @@ class GuardedImplementation:
                             tuple(b if isinstance(a, np.ndarray) else a for a, b in zip(args, before[0])),
                             {k: before[1][k] if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}))
 
-        out = self._invoke(capability, fn, args, kwargs)
+        out = self._watched(capability, fn, args, kwargs)
 
         names = list(kwargs)
         for i, (b, a) in enumerate(zip(before[0], args)):
@@ -226,7 +332,7 @@ class GuardedImplementation:
         self._check_output(capability, out, args, kwargs, finite)
 
         if count <= 2 or count % DETERMINISM_EVERY == 0:
-            again = self._invoke(capability, fn, args, kwargs)
+            again = self._watched(capability, fn, args, kwargs)
             if not (isinstance(again, np.ndarray) and again.shape == out.shape
                     and np.array_equal(again, out, equal_nan=True)):
                 diff = ""
