@@ -1,0 +1,514 @@
+"""Exact backward passes (vector-Jacobian products) of the reference, numpy float64.
+
+For a forward y = f(x) and an output gradient d (the cotangent, shaped like y), the
+vector-Jacobian product is x̄ = J_f(x)ᵀ d, i.e. the gradient of the loss L = Σ d ⊙ f(x).
+Every function below derives its formula in its docstring; ``tests/meta/test_reference_backward.py``
+checks each against central differences of the reference's own forward and the softmax one
+against the sympy derivation of its Jacobian (``proofs/softmax_saturation.py``, diag(p) − ppᵀ,
+lambdified).
+
+Conventions (those of the forward, :mod:`attnclaims.reference.attention`):
+
+* gradients have the shapes of the inputs; batch axes that were broadcast are summed back
+  (:func:`sum_to`), parameter gradients are summed over every batch axis and position;
+* a masked key has weight exactly 0 and so receives exactly zero gradient, through its score,
+  its key and its value; a query with no allowed key (a zero output row) has zero gradient;
+* ``dparams`` is the parameter container of the input's type with gradients in its array fields;
+  its non-array fields (``num_heads``, ``norm_first``, ``eps``) are copied, not differentiated.
+
+The core functions (``_…``) compute in the dtype of their float arrays, so the same formulas
+serve as the golden result in ``numpy.longdouble`` and as the naive same-precision evaluation
+of :mod:`attnclaims.checks.backward_precision`; the public ones validate and compute in float64.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from attnclaims.reference._validate import as_float64, as_mask, batch_shape, check_equal, check_scale
+from attnclaims.reference.masks import causal_mask, combine_masks
+from attnclaims.reference.params import (
+    DecoderLayerParams, EncoderLayerParams, FeedForwardParams, LayerNormParams, MultiHeadParams,
+)
+
+__all__ = [
+    "sum_to", "softmax_vjp", "attention_vjp", "layer_norm_vjp", "feed_forward_vjp",
+    "multi_head_attention_vjp", "encoder_layer_vjp", "decoder_layer_vjp",
+]
+
+
+def sum_to(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The gradient of an input of ``shape`` that was broadcast to g.shape: g summed over the added
+    leading axes and over the axes where ``shape`` has size 1 (the adjoint of broadcasting)."""
+    shape = tuple(shape)
+    lead = g.ndim - len(shape)
+    if lead:
+        g = g.sum(axis=tuple(range(lead)))
+    axes = tuple(i for i, (s, t) in enumerate(zip(shape, g.shape)) if s == 1 and t != 1)
+    if axes:
+        g = g.sum(axis=axes, keepdims=True)
+    return g
+
+
+# ---------------------------------------------------------------------------------------------
+# Softmax
+# ---------------------------------------------------------------------------------------------
+
+def _softmax(s: np.ndarray, allowed) -> np.ndarray:
+    """Row-wise softmax over the last axis in s.dtype, max shifted; masked entries and rows with no
+    allowed entry exactly 0."""
+    zero = s.dtype.type(0)
+    if allowed is not None:
+        s = np.where(allowed, s, s.dtype.type(-np.inf))
+    m = np.max(s, axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, zero)
+    e = np.exp(s - m)
+    total = e.sum(axis=-1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+
+
+def _softmax_backward(p: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Jᵀd over the last axis, J = diag(p) − ppᵀ: p ⊙ (d − ⟨p, d⟩). Where p = 0, d is not read."""
+    d = np.where(p > 0, d, d.dtype.type(0))
+    return p * (d - np.sum(p * d, axis=-1, keepdims=True))
+
+
+def softmax_vjp(x, d_out, axis: int = -1) -> np.ndarray:
+    """dx = Jᵀ d for p = softmax(x) along ``axis``.
+
+    p_i = e^{x_i} / Σ_k e^{x_k}, so ∂p_i/∂x_j = p_i δ_ij − p_i p_j: J = diag(p) − ppᵀ (proven in
+    proofs/softmax_saturation.py). J is symmetric, hence dx_j = Σ_i d_i (p_i δ_ij − p_i p_j)
+    = p_j (d_j − Σ_i p_i d_i) = p ⊙ (d − ⟨p, d⟩). Since Σ_j p_j = 1, Σ_j dx_j = ⟨p, d⟩ − ⟨p, d⟩ = 0
+    (Jᵀ1 = 0: a gradient along the scores has no component along 1, softmax-distribution).
+    x (...), d_out (same shape) -> dx (same shape).
+    """
+    from attnclaims.reference.attention import softmax
+
+    x = as_float64("x", x, min_ndim=1)
+    d = as_float64("d_out", d_out)
+    if d.shape != x.shape:
+        raise ValueError(f"d_out.shape={d.shape}, but should be x.shape={x.shape}")
+    p = np.moveaxis(softmax(x, axis=axis), axis, -1)
+    return np.moveaxis(_softmax_backward(p, np.moveaxis(d, axis, -1)), -1, axis)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scaled dot-product attention
+# ---------------------------------------------------------------------------------------------
+
+def _attention_backward(q, k, v, a, d, scale):
+    """(dq, dk, dv, ds) at the broadcast batch shape of a, in the arrays' dtype. See :func:`attention_vjp`."""
+    vt = np.swapaxes(v, -1, -2)
+    da = d @ vt  # (..., n_q, d_v) @ (..., d_v, n_k) -> (..., n_q, n_k)
+    ds = _softmax_backward(a, np.where(a > 0, da, da.dtype.type(0)))
+    dv = np.swapaxes(a, -1, -2) @ d  # (..., n_k, n_q) @ (..., n_q, d_v)
+    dq = (ds @ k) * scale  # (..., n_q, n_k) @ (..., n_k, d_k)
+    dk = (np.swapaxes(ds, -1, -2) @ q) * scale  # (..., n_k, n_q) @ (..., n_q, d_k)
+    return dq, dk, dv, ds
+
+
+def attention_vjp(q, k, v, d_out, mask=None, scale=None):
+    """(dq, dk, dv) of O = softmax(S) V, S = scale · Q Kᵀ (masked scores excluded), for dO = d_out.
+
+    With A = softmax(S) row-wise:
+    * O = A V:       dV = Aᵀ dO   (n_k, n_q)(n_q, d_v) — linear in dO, independent of V (convex-combination);
+                     dA = dO Vᵀ   (n_q, d_v)(d_v, n_k);
+    * A = softmax(S): dS_i = J_iᵀ dA_i = A_i ⊙ (dA_i − ⟨A_i, dA_i⟩) per row (:func:`softmax_vjp`); each row of
+                     dS sums to 0, and dS_ij = 0 where A_ij = 0 (masked keys, fully masked rows);
+    * S = c Q Kᵀ:    dQ = c dS K, dK = c dSᵀ Q.
+    q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), d_out (..., n_q, d_v) at the broadcast batch
+    shape -> dq, dk, dv with the shapes of q, k, v (broadcast batch axes summed back). scale None = 1/√d_k.
+    """
+    from attnclaims.reference.attention import attention_weights
+
+    q = as_float64("q", q, min_ndim=2)
+    k = as_float64("k", k, min_ndim=2)
+    v = as_float64("v", v, min_ndim=2)
+    check_equal("q.shape[-1]", q.shape[-1], "k.shape[-1]", k.shape[-1])
+    check_equal("k.shape[-2]", k.shape[-2], "v.shape[-2]", v.shape[-2])
+    batch = batch_shape(q=q, k=k, v=v)
+    d = as_float64("d_out", d_out, min_ndim=2)
+    want = batch + (q.shape[-2], v.shape[-1])
+    if d.shape != want:
+        raise ValueError(f"d_out.shape={d.shape}, but should be {want} (the output's shape)")
+    c = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_scale(scale)
+    target = batch + (q.shape[-2], k.shape[-2])
+    a = np.broadcast_to(attention_weights(q, k, mask=as_mask("mask", mask, target), scale=c), target)
+    qb, kb, vb = (np.broadcast_to(x, batch + x.shape[-2:]) for x in (q, k, v))
+    dq, dk, dv, _ = _attention_backward(qb, kb, vb, a, d, c)
+    return sum_to(dq, q.shape), sum_to(dk, k.shape), sum_to(dv, v.shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Layer norm
+# ---------------------------------------------------------------------------------------------
+
+def _normalized(x: np.ndarray, eps: float):
+    """(x̂, r·2^e, 2^−e): x̂ = (x − μ)·r, r = (σ² + ε)^(−1/2), in x.dtype; rows scaled by a power of two
+    first (exact) and shifted by their first entry, as the forward (:func:`attnclaims.reference.layers.layer_norm`)."""
+    _, e = np.frexp(np.max(np.abs(x), axis=-1, keepdims=True))
+    xs = np.ldexp(x, -e)
+    xs = xs - xs[..., :1]
+    xc = xs - xs.mean(axis=-1, keepdims=True)
+    var = np.mean(xc * xc, axis=-1, keepdims=True)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        r_s = 1 / np.sqrt(var + np.ldexp(x.dtype.type(eps), -2 * e))  # r in the scaled units
+        return xc * r_s, r_s, e
+
+
+def _layer_norm_backward(x, gamma, eps, d):
+    """(dx, dγ at every position, dβ at every position) in the arrays' dtype. See :func:`layer_norm_vjp`."""
+    xhat, r_s, e = _normalized(x, eps)
+    g = d * gamma
+    with np.errstate(over="ignore", invalid="ignore"):
+        inner = g - g.mean(axis=-1, keepdims=True) - xhat * np.mean(g * xhat, axis=-1, keepdims=True)
+        dx = np.ldexp(inner * r_s, -e)  # r = r_s·2^(−e)
+    return dx, d * xhat, d
+
+
+def layer_norm_vjp(x, gamma, beta, eps, d_out):
+    """(dx, dγ, dβ) of y = γ ⊙ x̂ + β, x̂ = (x − μ) r, r = (σ² + ε)^(−1/2), over the last axis (d features).
+
+    dβ = Σ_rows d, dγ = Σ_rows d ⊙ x̂. For dx let g = d ⊙ γ: ∂σ²/∂x_i = 2(x_i − μ)/d, so
+    ∂r/∂x_i = −r³(x_i − μ)/d = −r² x̂_i/d and ∂x̂_j/∂x_i = r(δ_ij − 1/d − x̂_i x̂_j/d); hence
+    dx_i = Σ_j g_j ∂x̂_j/∂x_i = r (g_i − mean(g) − x̂_i mean(g ⊙ x̂)) — ε enters only through r and x̂.
+    The mean term removes the component of g along 1 (μ is subtracted), the last one the component
+    along x̂ (σ divides). x (..., d), gamma, beta (d,), d_out like x -> dx (..., d), dγ (d,), dβ (d,).
+    """
+    from attnclaims.reference.layers import _check_eps
+
+    x = as_float64("x", x, min_ndim=1)
+    gamma = as_float64("gamma", gamma)
+    as_float64("beta", beta)
+    check_equal("x.shape[-1]", x.shape[-1], "gamma.shape[0]", gamma.shape[0] if gamma.ndim == 1 else -1)
+    d = as_float64("d_out", d_out)
+    if d.shape != x.shape:
+        raise ValueError(f"d_out.shape={d.shape}, but should be x.shape={x.shape}")
+    dx, dg, db = _layer_norm_backward(x, gamma, _check_eps(eps), d)
+    lead = tuple(range(x.ndim - 1))
+    return dx, dg.sum(axis=lead), db.sum(axis=lead)
+
+
+# ---------------------------------------------------------------------------------------------
+# Position-wise FFN
+# ---------------------------------------------------------------------------------------------
+
+def _rows(a: np.ndarray) -> np.ndarray:
+    return a.reshape(-1, a.shape[-1])
+
+
+def _feed_forward_backward(x, w1, b1, w2, d):
+    """(dx, dW1, db1, dW2, db2) in the arrays' dtype. See :func:`feed_forward_vjp`."""
+    pre = x @ w1 + b1
+    hidden = np.maximum(pre.dtype.type(0), pre)
+    dpre = (d @ w2.T) * (pre > 0)
+    return (dpre @ w1.T, _rows(x).T @ _rows(dpre), _rows(dpre).sum(axis=0),
+            _rows(hidden).T @ _rows(d), _rows(d).sum(axis=0))
+
+
+def feed_forward_vjp(x, params: FeedForwardParams, d_out):
+    """(dx, dparams) of FFN(x) = ReLU(x W₁ + b₁) W₂ + b₂ at every position.
+
+    With P = x W₁ + b₁ and H = max(0, P): dW₂ = Σ_pos Hᵀ d, db₂ = Σ_pos d, dH = d W₂ᵀ,
+    dP = dH ⊙ 1[P > 0] (ReLU's derivative, taken as 0 at P = 0), dW₁ = Σ_pos xᵀ dP, db₁ = Σ_pos dP,
+    dx = dP W₁ᵀ. x (..., n, d_model) -> dx like x, dparams: FeedForwardParams of the gradients.
+    """
+    if not isinstance(params, FeedForwardParams):
+        raise ValueError(f"params is {type(params).__name__}, but should be FeedForwardParams")
+    x = as_float64("x", x, min_ndim=1)
+    check_equal("x.shape[-1]", x.shape[-1], "params.d_model", params.d_model)
+    d = as_float64("d_out", d_out)
+    if d.shape != x.shape:
+        raise ValueError(f"d_out.shape={d.shape}, but should be x.shape={x.shape}")
+    w1, b1, w2 = (np.asarray(a, dtype=np.float64) for a in (params.w1, params.b1, params.w2))
+    dx, dw1, db1, dw2, db2 = _feed_forward_backward(x, w1, b1, w2, d)
+    return dx, FeedForwardParams(w1=dw1, b1=db1, w2=dw2, b2=db2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Multi-head attention
+# ---------------------------------------------------------------------------------------------
+
+def _split(x, h):  # (..., n, d_model) -> (..., h, n, d_k)
+    return np.swapaxes(x.reshape(x.shape[:-1] + (h, x.shape[-1] // h)), -2, -3)
+
+
+def _merge(x):  # (..., h, n, d_k) -> (..., n, h·d_k)
+    x = np.swapaxes(x, -2, -3)
+    return x.reshape(x.shape[:-2] + (x.shape[-2] * x.shape[-1],))
+
+
+def _mha_forward(x_q, x_kv, p: dict, mask):
+    """Forward in the arrays' dtype with what the backward needs; x_q, x_kv at a common batch shape,
+    mask (..., n_q, n_k) or None. p: w_q … b_o arrays and h."""
+    h = p["h"]
+    q = _split(x_q @ p["w_q"] + p["b_q"], h)
+    k = _split(x_kv @ p["w_k"] + p["b_k"], h)
+    v = _split(x_kv @ p["w_v"] + p["b_v"], h)
+    c = x_q.dtype.type(1 / math.sqrt(q.shape[-1]))
+    allowed = None if mask is None else mask[..., None, :, :]
+    a = _softmax((q @ np.swapaxes(k, -1, -2)) * c, allowed)  # (..., h, n_q, n_k)
+    merged = _merge(a @ v)
+    return merged @ p["w_o"] + p["b_o"], (q, k, v, a, merged, c)
+
+
+def _mha_backward(x_q, x_kv, p: dict, cache, d):
+    """(dx_q, dx_kv, {w_q: …}) in the arrays' dtype; x_q, x_kv, d at one common batch shape."""
+    q, k, v, a, merged, c = cache
+    h = p["h"]
+    grads = {"w_o": _rows(merged).T @ _rows(d), "b_o": _rows(d).sum(axis=0)}
+    dheads = _split(d @ p["w_o"].T, h)  # (..., h, n_q, d_k)
+    dq, dk, dv, _ = _attention_backward(q, k, v, a, dheads, c)
+    dx_q = np.zeros_like(x_q)
+    dx_kv = np.zeros_like(x_kv)
+    for name, g, x in (("q", dq, x_q), ("k", dk, x_kv), ("v", dv, x_kv)):
+        gm = _merge(g)
+        grads["w_" + name] = _rows(x).T @ _rows(gm)
+        grads["b_" + name] = _rows(gm).sum(axis=0)
+        if name == "q":
+            dx_q = dx_q + gm @ p["w_q"].T
+        else:
+            dx_kv = dx_kv + gm @ p["w_" + name].T
+    return dx_q, dx_kv, grads
+
+
+def _mha_dict(params: MultiHeadParams, dtype) -> dict:
+    out = {n: np.asarray(getattr(params, n), dtype=np.float64).astype(dtype)
+           for n in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")}
+    out["h"] = params.num_heads
+    return out
+
+
+def _mha_params(grads: dict, num_heads: int) -> MultiHeadParams:
+    return MultiHeadParams(**{n: grads[n] for n in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")},
+                           num_heads=num_heads)
+
+
+def multi_head_attention_vjp(x_q, x_kv, params: MultiHeadParams, d_out, mask=None):
+    """(dx_q, dx_kv, dparams) of MultiHead(x_q, x_kv) = Concat(head_1 … head_h) W_O + b_O.
+
+    Backwards through the forward's steps (:mod:`attnclaims.reference.multihead`): dW_O = Σ Mᵀ d,
+    db_O = Σ d (M the merged heads); d heads = split(d W_Oᵀ); each head's (dQ_i, dK_i, dV_i) by
+    :func:`attention_vjp` (scale 1/√d_k, the mask shared by the heads); merged back, dW_Q = Σ x_qᵀ dQ,
+    db_Q = Σ dQ, and likewise K, V from x_kv; dx_q = dQ W_Qᵀ, dx_kv = dK W_Kᵀ + dV W_Vᵀ. For
+    self-attention (x_q = x_kv = x) the gradient of x is dx_q + dx_kv.
+    x_q (..., n_q, d_model), x_kv (..., n_k, d_model), d_out (batch, n_q, d_model) -> dx_q, dx_kv with
+    their shapes, dparams: MultiHeadParams of the gradients (num_heads copied).
+    """
+    if not isinstance(params, MultiHeadParams):
+        raise ValueError(f"params is {type(params).__name__}, but should be MultiHeadParams")
+    x_q = as_float64("x_q", x_q, min_ndim=2)
+    x_kv = as_float64("x_kv", x_kv, min_ndim=2)
+    check_equal("x_q.shape[-1]", x_q.shape[-1], "params.d_model", params.d_model)
+    check_equal("x_kv.shape[-1]", x_kv.shape[-1], "params.d_model", params.d_model)
+    batch = batch_shape(x_q=x_q, x_kv=x_kv)
+    d = as_float64("d_out", d_out, min_ndim=2)
+    want = batch + x_q.shape[-2:]
+    if d.shape != want:
+        raise ValueError(f"d_out.shape={d.shape}, but should be {want} (the output's shape)")
+    mask = as_mask("mask", mask, batch + (x_q.shape[-2], x_kv.shape[-2]))
+    xq, xkv = np.broadcast_to(x_q, want), np.broadcast_to(x_kv, batch + x_kv.shape[-2:])
+    p = _mha_dict(params, np.float64)
+    _, cache = _mha_forward(xq, xkv, p, mask)
+    dx_q, dx_kv, grads = _mha_backward(xq, xkv, p, cache, d)
+    return sum_to(dx_q, x_q.shape), sum_to(dx_kv, x_kv.shape), _mha_params(grads, params.num_heads)
+
+
+# ---------------------------------------------------------------------------------------------
+# Layers: residual sub-layers composed
+# ---------------------------------------------------------------------------------------------
+
+def _ln_forward(x, norm: tuple, eps):
+    xhat, _, _ = _normalized(x, eps)
+    return norm[0] * xhat + norm[1]
+
+
+def _ln_backward(x, norm: tuple, eps, d, grads: dict, name: str):
+    dx, dg, db = _layer_norm_backward(x, norm[0], eps, d)
+    grads[name] = (_rows(dg).sum(axis=0), _rows(db).sum(axis=0))
+    return dx
+
+
+class _Sub:
+    """One residual sub-layer F with its norm: Post-LN y = LN(x + F(x)), Pre-LN y = x + F(LN(x)).
+
+    Backward of Post-LN: dz = LN'(z)ᵀ d at z = x + F(x), dx = dz + F'(x)ᵀ dz (the residual path
+    carries dz unchanged). Pre-LN: dh = F'(h)ᵀ d at h = LN(x), dx = d + LN'(x)ᵀ dh."""
+
+    def __init__(self, forward, backward, norm, name, eps, norm_first):
+        self.forward, self.backward, self.norm, self.name = forward, backward, norm, name
+        self.eps, self.norm_first = eps, norm_first
+
+    def run(self, x):
+        self.x = x
+        if self.norm_first:
+            self.h = _ln_forward(x, self.norm, self.eps)
+            return x + self.forward(self.h)
+        self.z = x + self.forward(x)
+        return _ln_forward(self.z, self.norm, self.eps)
+
+    def back(self, d, grads):
+        if self.norm_first:
+            dh = self.backward(d)
+            return d + _ln_backward(self.x, self.norm, self.eps, dh, grads, self.name)
+        dz = _ln_backward(self.z, self.norm, self.eps, d, grads, self.name)
+        return dz + self.backward(dz)
+
+
+def _ffn_dict(p: FeedForwardParams, dtype) -> dict:
+    return {n: np.asarray(getattr(p, n), dtype=np.float64).astype(dtype) for n in ("w1", "b1", "w2", "b2")}
+
+
+def _norm_tuple(n: LayerNormParams, dtype) -> tuple:
+    return tuple(np.asarray(a, dtype=np.float64).astype(dtype) for a in (n.gamma, n.beta))
+
+
+def _mha_sub(p: dict, mask, grads: dict, key: str, memory=None, dmemory: list | None = None):
+    """forward/backward closures of a self-attention (memory None) or cross-attention sub-layer."""
+    state = {}
+
+    def forward(h):
+        kv = h if memory is None else memory
+        out, state["cache"] = _mha_forward(h, kv, p, mask)
+        state["h"] = h
+        return out
+
+    def backward(d):
+        h = state["h"]
+        kv = h if memory is None else memory
+        dq, dkv, grads[key] = _mha_backward(h, kv, p, state["cache"], d)
+        if memory is None:
+            return dq + dkv
+        dmemory.append(dkv)
+        return dq
+
+    return forward, backward
+
+
+def _ffn_sub(p: dict, grads: dict, key: str):
+    state = {}
+
+    def forward(h):
+        state["h"] = h
+        pre = h @ p["w1"] + p["b1"]
+        return np.maximum(pre.dtype.type(0), pre) @ p["w2"] + p["b2"]
+
+    def backward(d):
+        dx, dw1, db1, dw2, db2 = _feed_forward_backward(state["h"], p["w1"], p["b1"], p["w2"], d)
+        grads[key] = {"w1": dw1, "b1": db1, "w2": dw2, "b2": db2}
+        return dx
+
+    return forward, backward
+
+
+def _encoder_layer_backward(x, params: EncoderLayerParams, mask, d, dtype):
+    """(dx, grads dict) of one encoder layer computed in ``dtype`` (x, d at x's full shape)."""
+    p = params
+    grads: dict = {}
+    subs = [_Sub(*_mha_sub(_mha_dict(p.self_attn, dtype), mask, grads, "self_attn"), _norm_tuple(p.norm1, dtype),
+                 "norm1", p.eps, p.norm_first),
+            _Sub(*_ffn_sub(_ffn_dict(p.ffn, dtype), grads, "ffn"), _norm_tuple(p.norm2, dtype), "norm2", p.eps,
+                 p.norm_first)]
+    y = x
+    for s in subs:
+        y = s.run(y)
+    g = d
+    for s in reversed(subs):
+        g = s.back(g, grads)
+    return g, grads
+
+
+def _encoder_params(grads: dict, p: EncoderLayerParams) -> EncoderLayerParams:
+    return EncoderLayerParams(
+        self_attn=_mha_params(grads["self_attn"], p.self_attn.num_heads), ffn=FeedForwardParams(**grads["ffn"]),
+        norm1=LayerNormParams(*grads["norm1"]), norm2=LayerNormParams(*grads["norm2"]),
+        norm_first=p.norm_first, eps=p.eps)
+
+
+def encoder_layer_vjp(x, params: EncoderLayerParams, d_out, mask=None):
+    """(dx, dparams) of one encoder layer (:func:`attnclaims.reference.layers.encoder_layer`).
+
+    The layer is two residual sub-layers (self-attention, FFN), each Post-LN  y = LN(x + F(x)) or
+    Pre-LN  y = x + F(LN(x)). By the chain rule, in reverse order of the sub-layers:
+    Post-LN  dz = LN'(z)ᵀ d (:func:`layer_norm_vjp`), dx = dz + F'(x)ᵀ dz;
+    Pre-LN   dx = d + LN'(x)ᵀ (F'(LN x)ᵀ d)
+    — the residual path adds the identity, the reason gradients survive depth (residual-gradient).
+    F'ᵀ of self-attention is dx_q + dx_kv of :func:`multi_head_attention_vjp` at x_q = x_kv; of the FFN
+    :func:`feed_forward_vjp`. x (..., n, d_model), d_out like x -> dx like x, dparams: EncoderLayerParams
+    of the gradients (norm_first and eps copied).
+    """
+    from attnclaims.reference.layers import _check_stream
+
+    x = _check_stream("x", x, "params", params, EncoderLayerParams)
+    d = as_float64("d_out", d_out)
+    if d.shape != x.shape:
+        raise ValueError(f"d_out.shape={d.shape}, but should be x.shape={x.shape}")
+    mask = as_mask("mask", mask, x.shape[:-2] + (x.shape[-2], x.shape[-2]))
+    dx, grads = _encoder_layer_backward(x, params, mask, d, np.float64)
+    return dx, _encoder_params(grads, params)
+
+
+def _decoder_layer_backward(y, memory, params: DecoderLayerParams, self_mask, memory_mask, d, dtype):
+    """(dy, dmemory, grads) of one decoder layer in ``dtype``; y, memory, d at the common batch shape,
+    self_mask already combined with the causal mask."""
+    p = params
+    grads: dict = {}
+    dmem: list = []
+    subs = [
+        _Sub(*_mha_sub(_mha_dict(p.self_attn, dtype), self_mask, grads, "self_attn"), _norm_tuple(p.norm1, dtype),
+             "norm1", p.eps, p.norm_first),
+        _Sub(*_mha_sub(_mha_dict(p.cross_attn, dtype), memory_mask, grads, "cross_attn", memory, dmem),
+             _norm_tuple(p.norm2, dtype), "norm2", p.eps, p.norm_first),
+        _Sub(*_ffn_sub(_ffn_dict(p.ffn, dtype), grads, "ffn"), _norm_tuple(p.norm3, dtype), "norm3", p.eps,
+             p.norm_first),
+    ]
+    h = y
+    for s in subs:
+        h = s.run(h)
+    g = d
+    for s in reversed(subs):
+        g = s.back(g, grads)
+    return g, dmem[0], grads
+
+
+def _decoder_params(grads: dict, p: DecoderLayerParams) -> DecoderLayerParams:
+    return DecoderLayerParams(
+        self_attn=_mha_params(grads["self_attn"], p.self_attn.num_heads),
+        cross_attn=_mha_params(grads["cross_attn"], p.cross_attn.num_heads), ffn=FeedForwardParams(**grads["ffn"]),
+        norm1=LayerNormParams(*grads["norm1"]), norm2=LayerNormParams(*grads["norm2"]),
+        norm3=LayerNormParams(*grads["norm3"]), norm_first=p.norm_first, eps=p.eps)
+
+
+def decoder_masks(n_t: int, n_s: int, batch: tuple[int, ...], self_mask, memory_mask):
+    """The decoder's self-attention mask causal ∧ self_mask and the memory mask, broadcast to the batch."""
+    own = combine_masks(causal_mask(n_t), as_mask("self_mask", self_mask, batch + (n_t, n_t)))
+    return np.broadcast_to(own, batch + (n_t, n_t)), as_mask("memory_mask", memory_mask, batch + (n_t, n_s))
+
+
+def decoder_layer_vjp(y, memory, params: DecoderLayerParams, d_out, self_mask=None, memory_mask=None):
+    """(dy, dmemory, dparams) of one decoder layer (:func:`attnclaims.reference.layers.decoder_layer`).
+
+    Three residual sub-layers (causal self-attention with causal ∧ self_mask, cross-attention to
+    memory with memory_mask, FFN), differentiated as in :func:`encoder_layer_vjp`. memory enters only
+    as the keys and values of the cross-attention, so dmemory = dx_kv of that sub-layer's
+    :func:`multi_head_attention_vjp`. Causality carries over exactly: output i depends on targets
+    0 … i only, so d_out at positions > j gives no gradient to target j … and a target j receives
+    gradient only from outputs i ≥ j. y (..., n_t, d_model), memory (..., n_s, d_model), d_out at the
+    broadcast batch shape -> dy, dmemory with the shapes of y and memory, dparams: DecoderLayerParams.
+    """
+    from attnclaims.reference.layers import _check_stream
+
+    y = _check_stream("y", y, "params", params, DecoderLayerParams)
+    memory = as_float64("memory", memory, min_ndim=2)
+    check_equal("memory.shape[-1]", memory.shape[-1], "params.d_model", params.d_model)
+    batch = batch_shape(y=y, memory=memory)
+    d = as_float64("d_out", d_out)
+    want = batch + y.shape[-2:]
+    if d.shape != want:
+        raise ValueError(f"d_out.shape={d.shape}, but should be {want} (the output's shape)")
+    n_t, n_s = y.shape[-2], memory.shape[-2]
+    own, mem_mask = decoder_masks(n_t, n_s, batch, self_mask, memory_mask)
+    yb, mb = np.broadcast_to(y, want), np.broadcast_to(memory, batch + memory.shape[-2:])
+    dy, dmem, grads = _decoder_layer_backward(yb, mb, params, own, mem_mask, d, np.float64)
+    return sum_to(dy, y.shape), sum_to(dmem, memory.shape), _decoder_params(grads, params)
