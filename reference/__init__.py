@@ -10,6 +10,9 @@ Small modules, functions first, read top to bottom:
 * :mod:`.params` — parameter containers in the paper's layout
 * :mod:`.impl` — :class:`Reference`, the reference as a protocol implementation
 * :mod:`.baselines` — RNN / convolution / restricted attention negative controls
+* :mod:`.rotary` — rotary position embeddings (both pair layouts)
+* :mod:`.modern` — grouped-query attention, RMSNorm, gated FFNs, causal alignment and sliding
+  windows, decoder-only blocks, KV-cache decoding
 
 Everything computes in float64 and returns float64; inputs are never modified.
 """
@@ -30,6 +33,16 @@ from attnclaims.reference.params import (
 from attnclaims.reference.positional import (
     add_positional_encoding, frequencies, learned_encoding, sinusoidal_encoding,
 )
+from attnclaims.reference.masks import sliding_window_mask
+from attnclaims.reference.params import (
+    DecoderBlockParams, GatedFeedForwardParams, RMSNormParams, RotaryParams, init_decoder_block,
+    init_gated_feed_forward, init_rms_norm,
+)
+from attnclaims.reference.rotary import rotary_angles, rotary_embedding, rotary_frequencies
+from attnclaims.reference.modern import (
+    KVCache, cached_decode, causal_attention, decoder_block, decoder_block_decode, decoder_block_step,
+    expand_kv, gated_feed_forward, repeat_kv, rms_norm,
+)
 
 __all__ = [
     "FULLY_MASKED_ROW", "MASKED_VALUES_LEAK",
@@ -43,4 +56,10 @@ __all__ = [
     "MultiHeadParams", "FeedForwardParams", "LayerNormParams", "EncoderLayerParams", "DecoderLayerParams",
     "xavier_uniform", "init_multi_head", "init_feed_forward", "init_layer_norm", "init_encoder_layer",
     "init_decoder_layer",
+    # modern components
+    "sliding_window_mask", "rotary_frequencies", "rotary_angles", "rotary_embedding",
+    "repeat_kv", "expand_kv", "rms_norm", "gated_feed_forward", "causal_attention", "decoder_block",
+    "KVCache", "decoder_block_step", "cached_decode", "decoder_block_decode",
+    "RMSNormParams", "GatedFeedForwardParams", "RotaryParams", "DecoderBlockParams",
+    "init_rms_norm", "init_gated_feed_forward", "init_decoder_block",
 ]

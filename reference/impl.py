@@ -14,6 +14,8 @@ from attnclaims.reference.attention import FULLY_MASKED_ROW, MASKED_VALUES_LEAK,
 from attnclaims.reference.layers import decoder_layer, encoder_layer, feed_forward, layer_norm
 from attnclaims.reference.multihead import multi_head_attention
 from attnclaims.reference.positional import sinusoidal_encoding
+from attnclaims.reference import modern as _modern
+from attnclaims.reference.rotary import rotary_embedding
 
 __all__ = ["Reference", "reference"]
 
@@ -56,6 +58,28 @@ class Reference:
 
     def decoder_layer(self, y, memory, params, self_mask=None, memory_mask=None):
         return decoder_layer(y, memory, params, self_mask=self_mask, memory_mask=memory_mask)
+
+    # -- modern components (attnclaims.reference.modern, .rotary); the reference supports every
+    # declared variant, grouped-query attention included (its default is opt-in).
+    variants = {"grouped_query": True}
+
+    def rms_norm(self, x, gamma, eps):
+        return _modern.rms_norm(x, gamma, eps)
+
+    def gated_feed_forward(self, x, params):
+        return _modern.gated_feed_forward(x, params)
+
+    def rotary_embedding(self, x, positions, base=10000.0, layout="interleaved"):
+        return rotary_embedding(x, positions, base, layout)
+
+    def causal_attention(self, q, k, v, alignment="top-left", window=None, scale=None):
+        return _modern.causal_attention(q, k, v, alignment=alignment, window=window, scale=scale)
+
+    def decoder_block(self, x, params, mask=None):
+        return _modern.decoder_block(x, params, mask=mask)
+
+    def decoder_block_decode(self, x, params, prompt_length, chunk=1):
+        return _modern.decoder_block_decode(x, params, prompt_length, chunk)
 
     def __repr__(self) -> str:
         return "Reference()"

@@ -11,7 +11,7 @@ import numpy as np
 
 from attnclaims.reference._validate import check_count
 
-__all__ = ["CAUSAL_ALIGNMENTS", "causal_mask", "padding_mask", "combine_masks"]
+__all__ = ["CAUSAL_ALIGNMENTS", "causal_mask", "padding_mask", "combine_masks", "sliding_window_mask"]
 
 #: Where the diagonal of a non-square causal mask sits.
 CAUSAL_ALIGNMENTS = ("top-left", "bottom-right")
@@ -86,3 +86,27 @@ def combine_masks(*masks) -> np.ndarray | None:
     for m in present:
         out &= m
     return out
+
+
+def sliding_window_mask(n_q: int, n_k: int | None = None, window: int | None = None,
+                        alignment: str = "top-left") -> np.ndarray:
+    """Causal sliding-window (local) attention: M_ij = (p_i − w < j <= p_i), p_i = i + offset the
+    position of query i (offset as in :func:`causal_mask`), w = ``window`` >= 1 (Beltagy et al. 2020,
+    Longformer; Mistral 7B's sliding window). ``window=None`` is the plain causal mask.
+
+    -> (n_q, n_k) bool. It is :func:`causal_mask` ∧ the band |j − p_i| <= w − 1, which is the
+    restricted-attention baseline's neighbourhood :func:`attnclaims.reference.baselines.window_mask` of
+    r = 2w − 1 positions, read at rows p_i and columns j (embedded in a square large enough for
+    negative positions).
+    """
+    from attnclaims.reference.baselines import window_mask  # baselines import the attention module
+
+    causal = causal_mask(n_q, n_k, alignment)
+    if window is None:
+        return causal
+    window = check_count("window", window, minimum=1)
+    n_q, n_k = causal.shape
+    offset = 0 if alignment == "top-left" else n_k - n_q
+    side = 2 * (n_q + n_k)  # rows p_i + n_q >= 1 and columns j + n_q both lie inside the square
+    band = window_mask(side, 2 * window - 1)[np.ix_(np.arange(n_q) + offset + n_q, np.arange(n_k) + n_q)]
+    return causal & band  # (n_q, n_k)

@@ -70,10 +70,12 @@ def _project(x: np.ndarray, w, b) -> np.ndarray:
 
 
 def _projected_heads(x_q, x_kv, params: MultiHeadParams):
-    h = params.num_heads
+    h, h_kv = params.num_heads, params.num_kv_heads
     q = split_heads(_project(x_q, params.w_q, params.b_q), h)  # (..., h, n_q, d_k)
-    k = split_heads(_project(x_kv, params.w_k, params.b_k), h)  # (..., h, n_k, d_k)
-    v = split_heads(_project(x_kv, params.w_v, params.b_v), h)  # (..., h, n_k, d_k)
+    k = split_heads(_project(x_kv, params.w_k, params.b_k), h_kv)  # (..., h_kv, n_k, d_k)
+    v = split_heads(_project(x_kv, params.w_v, params.b_v), h_kv)  # (..., h_kv, n_k, d_k)
+    if h_kv != h:  # grouped-query attention: K/V head g serves query heads g·r … g·r + r − 1
+        k, v = np.repeat(k, h // h_kv, axis=-3), np.repeat(v, h // h_kv, axis=-3)  # (..., h, n_k, d_k)
     return q, k, v
 
 
@@ -110,7 +112,9 @@ def multi_head_attention(x_q, x_kv, params: MultiHeadParams, mask=None) -> np.nd
 
     x_q (..., n_q, d_model) queries, x_kv (..., n_k, d_model) keys and values
     (cross-attention when they differ) -> (..., n_q, d_model). mask: bool,
-    broadcastable to (..., n_q, n_k), shared by all heads.
+    broadcastable to (..., n_q, n_k), shared by all heads. With ``params.num_kv_heads < num_heads``
+    (grouped-query attention) each key/value head serves num_heads / num_kv_heads consecutive query
+    heads (:func:`attnclaims.reference.modern.repeat_kv`).
     """
     heads = head_outputs(x_q, x_kv, params, mask)  # (..., h, n_q, d_k)
     return _project(merge_heads(heads), params.w_o, params.b_o)  # (..., n_q, d_model) @ (d_model, d_model)
