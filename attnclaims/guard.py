@@ -176,6 +176,18 @@ def _snapshot(value):
     return value
 
 
+def _same_vjp_output(a, b) -> bool:
+    """Equal outputs of a ``*_vjp`` call: arrays bit for bit (NaN = NaN), tuples and dataclasses field by field."""
+    if isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
+    if dataclasses.is_dataclass(b) and not isinstance(b, type):
+        return type(a) is type(b) and all(_same_vjp_output(getattr(a, f.name), getattr(b, f.name))
+                                          for f in dataclasses.fields(b))
+    if isinstance(b, (list, tuple)):
+        return isinstance(a, type(b)) and len(a) == len(b) and all(_same_vjp_output(x, y) for x, y in zip(a, b))
+    return a == b
+
+
 def _changed(before, value) -> bool:
     if isinstance(value, np.ndarray):
         return not (before.shape == value.shape and np.array_equal(before, value, equal_nan=value.dtype.kind in "fc"))
@@ -333,8 +345,9 @@ class GuardedImplementation:
 
         if count <= 2 or count % DETERMINISM_EVERY == 0:
             again = self._watched(capability, fn, args, kwargs)
-            if not (isinstance(again, np.ndarray) and again.shape == out.shape
-                    and np.array_equal(again, out, equal_nan=True)):
+            if not (_same_vjp_output(again, out) if capability.endswith("_vjp") else (
+                    isinstance(again, np.ndarray) and again.shape == out.shape
+                    and np.array_equal(again, out, equal_nan=True))):
                 diff = ""
                 if isinstance(again, np.ndarray) and again.shape == out.shape:
                     with np.errstate(invalid="ignore"):
@@ -342,7 +355,63 @@ class GuardedImplementation:
                 raise self._fail(capability, f"returned different outputs for the same input{diff}")
         return out
 
+    def _check_vjp_output(self, capability, out, args, kwargs, finite):
+        """The output of a ``*_vjp`` call (protocol.VJP_OUTPUTS): a tuple of the protocol's arity (dx
+        alone for softmax_vjp), each gradient an ndarray of the declared dtype, its input's shape and
+        finite, and dparams the params' dataclass with every array field of the field's shape and
+        dtype and finite, its other fields (num_heads, norm_first, eps) equal to the params'."""
+        from attnclaims.protocol import vjp_expected
+
+        try:
+            expected = vjp_expected(capability, args, kwargs)
+        except (TypeError, ValueError, IndexError):  # a malformed call the implementation accepted
+            return
+        parts = (out,) if len(expected) == 1 else out
+        if len(expected) > 1 and not (isinstance(out, tuple) and len(out) == len(expected)):
+            got = f"a tuple of {len(out)}" if isinstance(out, tuple) else f"{type(out).__module__}.{type(out).__qualname__}"
+            raise self._fail(capability, f"returned {got}, but should be a tuple of {len(expected)} "
+                                         f"({', '.join(n for n, _ in expected)})")
+        for (name, want), got in zip(expected, parts):
+            if name != "dparams":
+                self._check_gradient(capability, name, got, want, finite)
+                continue
+            if type(got) is not type(want) or not dataclasses.is_dataclass(got):
+                raise self._fail(capability, f"{name} is {type(got).__qualname__}, but should be "
+                                             f"{type(want).__qualname__} (the structure of params)")
+            self._check_params_gradient(capability, name, got, want, finite)
+
+    def _check_params_gradient(self, capability, prefix, got, want, finite):
+        for f in dataclasses.fields(want):
+            g, w = getattr(got, f.name), getattr(want, f.name)
+            label = f"{prefix}.{f.name}"
+            if isinstance(w, np.ndarray):
+                self._check_gradient(capability, label, g, w.shape, finite)
+            elif dataclasses.is_dataclass(w):
+                if type(g) is not type(w):
+                    raise self._fail(capability, f"{label} is {type(g).__qualname__}, but should be {type(w).__qualname__}")
+                self._check_params_gradient(capability, label, g, w, finite)
+            elif not (g == w or (g is None and w is None)):
+                raise self._fail(capability, f"{label}={g!r}, but should be {w!r} (copied from params)")
+
+    def _check_gradient(self, capability, name, got, shape, finite):
+        if not isinstance(got, np.ndarray):
+            raise self._fail(capability, f"{name} is {type(got).__module__}.{type(got).__qualname__}, "
+                                         "but should be numpy.ndarray")
+        if got.dtype != self.dtype:
+            raise self._fail(capability, f"{name}.dtype={got.dtype}, but should be {self.dtype} "
+                                         f"(the implementation's declared dtype)")
+        if got.shape != tuple(shape):
+            raise self._fail(capability, f"{name}.shape={got.shape}, but should be {tuple(shape)} (its input's shape)")
+        if finite and got.dtype.kind in "fc":
+            bad = ~np.isfinite(got)
+            if bad.any():
+                first = tuple(int(i) for i in np.argwhere(bad)[0])
+                raise self._fail(capability, f"{name} has {int(bad.sum())} non-finite values "
+                                             f"(first at index {first}: {got[first]!r})")
+
     def _check_output(self, capability, out, args, kwargs, finite):
+        if capability.endswith("_vjp"):
+            return self._check_vjp_output(capability, out, args, kwargs, finite)
         if not isinstance(out, np.ndarray):
             raise self._fail(capability, f"returned {type(out).__module__}.{type(out).__qualname__}, "
                                          "but should be numpy.ndarray")

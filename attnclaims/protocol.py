@@ -32,6 +32,43 @@ CAPABILITIES: dict[str, str] = {
 }
 
 
+#: Backward passes (vector-Jacobian products, docs/adapters.md "Backward passes"): numpy in and out;
+#: d_out has the forward output's shape; every gradient has the shape of its input (batch axes that
+#: were broadcast are summed back); dparams is the params container with gradients in its array
+#: fields and its other fields (num_heads, norm_first, eps) copied. Optional, like every capability.
+VJP_CAPABILITIES: dict[str, str] = {
+    "softmax_vjp": "softmax_vjp(x, d_out, axis=-1) -> dx",
+    "attention_vjp": "attention_vjp(q, k, v, d_out, mask=None, scale=None) -> (dq, dk, dv)",
+    "layer_norm_vjp": "layer_norm_vjp(x, gamma, beta, eps, d_out) -> (dx, dgamma, dbeta)",
+    "multi_head_attention_vjp": "multi_head_attention_vjp(x_q, x_kv, params, d_out, mask=None) -> (dx_q, dx_kv, dparams)",
+    "feed_forward_vjp": "feed_forward_vjp(x, params, d_out) -> (dx, dparams)",
+    "encoder_layer_vjp": "encoder_layer_vjp(x, params, d_out, mask=None) -> (dx, dparams)",
+    "decoder_layer_vjp": "decoder_layer_vjp(y, memory, params, d_out, self_mask=None, memory_mask=None) "
+                         "-> (dy, dmemory, dparams)",
+}
+CAPABILITIES.update(VJP_CAPABILITIES)
+
+#: capability -> the names of its outputs and the argument each one is the gradient of (a
+#: ``params`` entry: dparams, the structure of the params argument)
+VJP_OUTPUTS: dict[str, tuple[tuple[str, int, str], ...]] = {
+    "softmax_vjp": (("dx", 0, "x"),),
+    "attention_vjp": (("dq", 0, "q"), ("dk", 1, "k"), ("dv", 2, "v")),
+    "layer_norm_vjp": (("dx", 0, "x"), ("dgamma", 1, "gamma"), ("dbeta", 2, "beta")),
+    "multi_head_attention_vjp": (("dx_q", 0, "x_q"), ("dx_kv", 1, "x_kv"), ("dparams", 2, "params")),
+    "feed_forward_vjp": (("dx", 0, "x"), ("dparams", 1, "params")),
+    "encoder_layer_vjp": (("dx", 0, "x"), ("dparams", 1, "params")),
+    "decoder_layer_vjp": (("dy", 0, "y"), ("dmemory", 1, "memory"), ("dparams", 2, "params")),
+}
+
+
+def vjp_expected(capability: str, args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
+    """[(output name, what it must look like)] for a ``*_vjp`` call: the input's shape (a tuple) for an
+    array gradient, the params object itself for ``dparams`` (same dataclass, same array shapes, same
+    non-array fields). A tuple of this length is returned, except softmax_vjp which returns dx alone."""
+    return [(name, _arg(args, kwargs, index, arg) if name == "dparams" else _shape(_arg(args, kwargs, index, arg)))
+            for name, index, arg in VJP_OUTPUTS[capability]]
+
+
 def _arg(args: tuple, kwargs: dict, index: int, name: str):
     if name in kwargs:
         return kwargs[name]

@@ -10,6 +10,7 @@ import numpy as np
 
 # Functions are imported by name: the package re-exports the function ``attention``, which shadows the
 # submodule of the same name as an attribute of ``attnclaims.reference``.
+from attnclaims.reference import backward as _backward
 from attnclaims.reference.attention import FULLY_MASKED_ROW, MASKED_VALUES_LEAK, attention, softmax
 from attnclaims.reference.layers import decoder_layer, encoder_layer, feed_forward, layer_norm
 from attnclaims.reference.multihead import multi_head_attention
@@ -58,6 +59,50 @@ class Reference:
 
     def decoder_layer(self, y, memory, params, self_mask=None, memory_mask=None):
         return decoder_layer(y, memory, params, self_mask=self_mask, memory_mask=memory_mask)
+
+    # -- modern components (attnclaims.reference.modern, .rotary); the reference supports every
+    # declared variant, grouped-query attention included (its default is opt-in).
+    variants = {"grouped_query": True}
+
+    def rms_norm(self, x, gamma, eps):
+        return _modern.rms_norm(x, gamma, eps)
+
+    def gated_feed_forward(self, x, params):
+        return _modern.gated_feed_forward(x, params)
+
+    def rotary_embedding(self, x, positions, base=10000.0, layout="interleaved"):
+        return rotary_embedding(x, positions, base, layout)
+
+    def causal_attention(self, q, k, v, alignment="top-left", window=None, scale=None):
+        return _modern.causal_attention(q, k, v, alignment=alignment, window=window, scale=scale)
+
+    def decoder_block(self, x, params, mask=None):
+        return _modern.decoder_block(x, params, mask=mask)
+
+    def decoder_block_decode(self, x, params, prompt_length, chunk=1):
+        return _modern.decoder_block_decode(x, params, prompt_length, chunk)
+
+    # -- backward passes (vector-Jacobian products, attnclaims/reference/backward.py) ---------------
+    def softmax_vjp(self, x, d_out, axis=-1):
+        return _backward.softmax_vjp(x, d_out, axis=axis)
+
+    def attention_vjp(self, q, k, v, d_out, mask=None, scale=None):
+        return _backward.attention_vjp(q, k, v, d_out, mask=mask, scale=scale)
+
+    def layer_norm_vjp(self, x, gamma, beta, eps, d_out):
+        return _backward.layer_norm_vjp(x, gamma, beta, eps, d_out)
+
+    def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
+        return _backward.multi_head_attention_vjp(x_q, x_kv, params, d_out, mask=mask)
+
+    def feed_forward_vjp(self, x, params, d_out):
+        return _backward.feed_forward_vjp(x, params, d_out)
+
+    def encoder_layer_vjp(self, x, params, d_out, mask=None):
+        return _backward.encoder_layer_vjp(x, params, d_out, mask=mask)
+
+    def decoder_layer_vjp(self, y, memory, params, d_out, self_mask=None, memory_mask=None):
+        return _backward.decoder_layer_vjp(y, memory, params, d_out, self_mask=self_mask, memory_mask=memory_mask)
 
     # -- modern components (attnclaims.reference.modern, .rotary); the reference supports every
     # declared variant, grouped-query attention included (its default is opt-in).

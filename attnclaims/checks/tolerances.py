@@ -635,3 +635,177 @@ def softmax_jacobian_bound(x, h: float, *, dtype) -> Bound:
     rounding = (2.0 * worst.max()) / (2.0 * h)
     total = h * h / 48.0 + rounding + 2.0 * u + 3.0 * U64
     return Bound(np.full((n, n), total), u)
+
+
+# ---------------------------------------------------------------------------------------------
+# Backward passes (vector-Jacobian products)
+# ---------------------------------------------------------------------------------------------
+# The same model as above: every computed quantity carries an absolute error bound, propagated to
+# first order through each operation, plus that operation's own rounding. Two more facts are used.
+# (1) A backward pass of a product of matrices or a sum of n terms is itself such a product or sum:
+#     fl(A B) errs by ≤ γ_k |A||B| for inner dimension k, whatever the order (Higham §3.5).
+# (2) A quantity that exact arithmetic gives in two ways, computed either way by a correct
+#     implementation, gets the larger of the two bounds (the centering term of the softmax backward
+#     is Σ_j A_ij dA_ij or, FlashAttention's D_i, dO_i · O_i).
+# The "conditioning of the backward" enters through the absolute values: |d − ⟨p, d⟩| is bounded by
+# |d| + ⟨p, |d|⟩, so a cancelling centering term costs what its terms weigh, not what it leaves.
+# Inputs are the same arrays for the implementation and the reference (cast to the implementation's
+# dtype before both calls), so no input error enters.
+
+def _sum_to(e, shape):
+    """Bounds of gradients of broadcast inputs: the bounds summed like the gradients (sum_to)."""
+    from attnclaims.reference.backward import sum_to
+    return sum_to(_f64(e), tuple(shape))
+
+
+def _broadcast_count(full, shape) -> int:
+    """How many terms the adjoint of broadcasting ``shape`` to ``full`` adds per entry."""
+    return max(1, math.prod(full) // max(1, math.prod(shape)))
+
+
+def softmax_vjp_error(x, d, axis: int = -1, *, u: float) -> np.ndarray:
+    """Absolute error bound of dx = p ⊙ (d − ⟨p, d⟩), p = softmax(x) along ``axis``.
+
+    p carries Δp (:func:`softmax_error`); c = ⟨p, d⟩ carries Δc ≤ Σ_i Δp_i|d_i| + u(n + 2) c̄ with
+    c̄ = Σ_i p_i|d_i| ≥ |c| (an n-term sum); the subtraction and the product (or the two products
+    p_j d_j − p_j c) round by ≤ 3u p_j(|d_j| + c̄). To first order
+    Δdx_j ≤ Δp_j(|d_j| + c̄) + p_j Δc + 3u p_j(|d_j| + c̄).  x, d (...) -> (...).
+    """
+    dp = np.moveaxis(softmax_error(x, axis, u=u), axis, -1)
+    xs = np.moveaxis(_f64(x), axis, -1)
+    ad = np.abs(np.moveaxis(_f64(d), axis, -1))
+    n = xs.shape[-1]
+    with np.errstate(over="ignore", invalid="ignore"):
+        t = xs - np.max(xs, axis=-1, keepdims=True)
+        p = np.exp(t) / np.exp(t).sum(axis=-1, keepdims=True)
+    ad = np.where(p > 0, ad, 0.0)
+    c_bar = np.sum(p * ad, axis=-1, keepdims=True)
+    dc = np.sum(dp * ad, axis=-1, keepdims=True) + u * (n + 2) * c_bar
+    err = dp * (ad + c_bar) + p * dc + 3.0 * u * p * (ad + c_bar)
+    return np.moveaxis(err, -1, axis)
+
+
+def attention_vjp_error(q, k, v, d, mask=None, scale=None, *, u: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Absolute error bounds of (dq, dk, dv) for O = softmax(S) V, S = c Q Kᵀ (:func:`attention_vjp`).
+
+    With A and ΔA from :func:`attention_weights_error` (score errors and softmax rounding, the
+    weights recomputed from q and k as a backward pass does), |dA| ≤ |dO||V|ᵀ =: M:
+    * dA = dO Vᵀ:               ΔdA ≤ u(d_v + 2) M;
+    * c_i = Σ_j A_ij dA_ij:     Δc ≤ Σ_j(ΔA M + A ΔdA) + u(n_k + 2) c̄, c̄ = Σ_j A M; or as
+                                D_i = dO_i · O_i: Δc ≤ |dO| ΔO + u(d_v + 2)|dO||O| (ΔO: :func:`attention_error`);
+                                the larger of the two;
+    * dS = A ⊙ (dA − c):        ΔdS ≤ ΔA(M + c̄) + A(ΔdA + Δc) + 3u A(M + c̄), zero where A = 0;
+    * dQ = c dS K, dK = c dSᵀ Q: |c|(ΔdS|K| + u(n_k + 3)|dS̄||K|) and |c|(ΔdSᵀ|Q| + u(n_q + 3)|dS̄|ᵀ|Q|),
+                                |dS̄| = A(M + c̄) (the scale's rounding and one multiply in the +3);
+    * dV = Aᵀ dO:               ΔAᵀ|dO| + u(n_q + 2) Aᵀ|dO|;
+    and inputs broadcast over B batch entries add the B-term sums of the adjoint: u·B·(their magnitudes).
+    q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), d (batch, n_q, d_v) -> bounds shaped like q, k, v.
+    """
+    q, k, v, d = _f64(q), _f64(k), _f64(v), _f64(d)
+    batch = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+    qb, kb, vb = (np.broadcast_to(a, batch + a.shape[-2:]) for a in (q, k, v))
+    target = batch + (q.shape[-2], k.shape[-2])
+    m = None if mask is None else np.broadcast_to(np.asarray(mask, bool), target)
+    a, r_score, r_round = _weight_parts(qb, kb, m, scale, u, None, None)
+    with np.errstate(over="ignore", invalid="ignore"):
+        da_w = np.where(a > 0, np.minimum(a * ((1.0 + r_score) * (1.0 + r_round) - 1.0), 1.0), 0.0)
+    n_q, n_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
+    t = lambda x: np.swapaxes(x, -1, -2)  # noqa: E731
+    ad, av, aq, ak = np.abs(d), np.abs(vb), np.abs(qb), np.abs(kb)
+    big_m = np.where(a > 0, ad @ t(av), 0.0)  # (..., n_q, n_k)
+    e_da = u * (d_v + 2) * big_m
+    c_bar = np.sum(a * big_m, axis=-1, keepdims=True)
+    dc_sum = np.sum(da_w * big_m + a * e_da, axis=-1, keepdims=True) + u * (n_k + 2) * c_bar
+    out = np.abs(a @ vb)
+    e_out = attention_error(qb, kb, vb, m, scale, u=u)
+    dc_flash = np.sum(ad * e_out + u * (d_v + 2) * ad * out, axis=-1, keepdims=True)
+    dc = np.maximum(dc_sum, dc_flash)
+    e_ds = da_w * (big_m + c_bar) + a * (e_da + dc) + 3.0 * u * a * (big_m + c_bar)
+    ds_bar = a * (big_m + c_bar)
+    s = abs(_default_scale(q.shape[-1], scale))
+    e_dq = s * (e_ds @ ak + u * (n_k + 3) * (ds_bar @ ak))
+    e_dk = s * (t(e_ds) @ aq + u * (n_q + 3) * (t(ds_bar) @ aq))
+    e_dv = t(da_w) @ ad + u * (n_q + 2) * (t(a) @ ad)
+    mags = (s * (ds_bar @ ak), s * (t(ds_bar) @ aq), t(a) @ ad)
+    return tuple(_sum_to(e + u * _broadcast_count(e.shape, x.shape) * mag, x.shape)
+                 for e, mag, x in zip((e_dq, e_dk, e_dv), mags, (q, k, v)))
+
+
+def layer_norm_vjp_error(x, gamma, eps, d, *, u: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Absolute error bounds of (dx, dγ, dβ) for y = γ x̂ + β (:func:`attnclaims.reference.backward.layer_norm_vjp`).
+
+    From :func:`layer_norm_error`'s model: the centred values c carry Δc, r = (σ² + ε)^(−1/2) the
+    relative ρ; so x̂ = c r carries Δx̂ ≤ r(Δc + |c|ρ) + u|x̂|. With g = d ⊙ γ (Δg ≤ u|g|), m₁ = mean g
+    (Δm₁ ≤ mean Δg + (d + 1)u mean|g|), m₂ = mean(g x̂) (Δm₂ ≤ mean(Δg|x̂| + |g|Δx̂) + (d + 2)u mean|g x̂|),
+    i = g − m₁ − x̂ m₂ with |ī| = |g| + mean|g| + |x̂| mean|g x̂|:
+    Δi ≤ Δg + Δm₁ + Δx̂ mean|g x̂| + |x̂|Δm₂ + 3u|ī|, and dx = r i: Δdx ≤ r(Δi + (ρ + u)|ī|).
+    dγ = Σ_rows d x̂: Σ|d|Δx̂ + u(R + 1)Σ|d x̂|; dβ = Σ_rows d: u R Σ|d| (R rows).
+    x (..., d) -> bounds shaped like x, γ, γ.
+    """
+    x, gamma, d = _f64(x), _f64(gamma), _f64(d)
+    dim = x.shape[-1]
+    mu = x.mean(axis=-1, keepdims=True)
+    c = x - mu
+    var = np.mean(c * c, axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        r = 1.0 / np.sqrt(var + eps)
+        mean_err = 2.0 * (dim + 1) + 4.0 * math.log(dim) + 4.0
+        dc = u * (np.abs(c) + mean_err * np.max(np.abs(x), axis=-1, keepdims=True))
+        dvar = 2.0 * np.mean(np.abs(c) * dc, axis=-1, keepdims=True) + u * 3.0 * (dim + 2) * var
+        rho = 0.5 * dvar / (var + eps) + 4.0 * u
+        xhat = c * r
+        axh = np.abs(xhat)
+        e_xhat = r * (dc + np.abs(c) * rho) + u * axh
+        g = np.abs(d * gamma)
+        e_g = u * g
+        mg = g.mean(axis=-1, keepdims=True)
+        mgx = (g * axh).mean(axis=-1, keepdims=True)
+        e_m1 = e_g.mean(axis=-1, keepdims=True) + (dim + 1) * u * mg
+        e_m2 = (e_g * axh + g * e_xhat).mean(axis=-1, keepdims=True) + (dim + 2) * u * mgx
+        i_bar = g + mg + axh * mgx
+        e_i = e_g + e_m1 + e_xhat * mgx + axh * e_m2 + 3.0 * u * i_bar
+        e_dx = r * (e_i + (rho + u) * i_bar)
+    rows = math.prod(x.shape[:-1])
+    lead = tuple(range(x.ndim - 1))
+    ad = np.abs(d)
+    e_dg = (ad * e_xhat).sum(axis=lead) + u * (rows + 1) * (ad * axh).sum(axis=lead)
+    e_db = u * rows * ad.sum(axis=lead)
+    return e_dx, e_dg, e_db
+
+
+def feed_forward_vjp_error(x, params, d, *, u: float) -> tuple[np.ndarray, dict]:
+    """Absolute error bounds of (dx, {w1, b1, w2, b2}) for FFN = ReLU(x W₁ + b₁) W₂ + b₂.
+
+    P = x W₁ + b₁ carries ΔP (:func:`linear_error`); where |P| ≤ ΔP the implementation may fall on
+    either side of the ReLU's kink ("uncertain" units), so there dP may be dH or 0: the bound adds |dH̄|
+    there (|dH̄| = |d||W₂|ᵀ), and the magnitudes count such units as active.
+    dH = d W₂ᵀ: ΔdH ≤ u(d_model + 1)|dH̄|; dP = dH ⊙ 1[P > 0]: ΔdP ≤ ΔdH ⊙ active + |dH̄| ⊙ uncertain;
+    dx = dP W₁ᵀ: ΔdP|W₁|ᵀ + u(d_ff + 1)|dP̄||W₁|ᵀ; dW₁ = Σ xᵀ dP: Σ|x|ᵀΔdP + u(R + 1)Σ|x|ᵀ|dP̄|;
+    db₁ = Σ dP: ΣΔdP + uRΣ|dP̄|; H = ReLU(P) is 1-Lipschitz: ΔH ≤ ΔP; dW₂ = Σ Hᵀ d:
+    ΣΔHᵀ|d| + u(R + 1)Σ(|H| + ΔH)ᵀ|d|; db₂ = Σ d: uRΣ|d|. R = the number of positions.
+    """
+    p = params
+    x, d = _f64(x), _f64(d)
+    w1, b1, w2 = _f64(p.w1), _f64(p.b1), _f64(p.w2)
+    pre = x @ w1 + b1
+    e_pre = linear_error(x, w1, b1, u=u)
+    uncertain = np.abs(pre) <= e_pre
+    active = (pre > 0) | uncertain
+    dh_bar = np.abs(d) @ np.abs(w2).T
+    e_dh = u * (w2.shape[1] + 1) * dh_bar
+    e_dpre = e_dh * active + dh_bar * uncertain
+    dpre_bar = dh_bar * active
+    rows_x = x.reshape(-1, x.shape[-1])
+    r = rows_x.shape[0]
+    flat = lambda a: a.reshape(-1, a.shape[-1])  # noqa: E731
+    h = np.maximum(pre, 0.0)
+    e_h = e_pre * active
+    ad = np.abs(d)
+    e_dx = e_dpre @ np.abs(w1).T + u * (w1.shape[1] + 1) * (dpre_bar @ np.abs(w1).T)
+    grads = {
+        "w1": np.abs(rows_x).T @ flat(e_dpre) + u * (r + 1) * (np.abs(rows_x).T @ flat(dpre_bar)),
+        "b1": flat(e_dpre).sum(axis=0) + u * r * flat(dpre_bar).sum(axis=0),
+        "w2": flat(e_h).T @ flat(ad) + u * (r + 1) * (flat(np.abs(h) + e_h).T @ flat(ad)),
+        "b2": u * r * flat(ad).sum(axis=0),
+    }
+    return e_dx, grads
