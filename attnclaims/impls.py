@@ -2,7 +2,13 @@
 
 ``module:attr`` names an object that follows the protocol, or a factory (a
 class or a function taking no arguments) that returns one. Problems raise
-:class:`ImplementationError` with a one-line message.
+:class:`ImplementationError` with a one-line message — also ``SystemExit`` or
+``KeyboardInterrupt`` raised while importing the module or calling the factory.
+
+:func:`resolve` imports and runs the implementation's code, so it is called only
+in child processes (the pytest child, the orchestrator's short-lived probe); the
+command line uses :func:`expand` and :func:`installed`, which import nothing of
+an implementation (a built-in's library is looked up with ``find_spec``).
 """
 from __future__ import annotations
 
@@ -27,7 +33,23 @@ BUILTINS: dict[str, str] = {
     "hf-llama": "attnclaims.adapters.hf_adapter:HFLlama",
     "hf-llama-sdpa": "attnclaims.adapters.hf_adapter:HFLlamaSdpa",
     "hf-llama-float32": "attnclaims.adapters.hf_adapter:HFLlamaFloat32",
+    "keras": "attnclaims.adapters.keras_adapter:KerasImplementation",
+    "keras-float32": "attnclaims.adapters.keras_adapter:KerasFloat32Implementation",
+    "onnxruntime": "attnclaims.adapters.onnx_adapter:OnnxRuntimeImplementation",
+    "onnxruntime-float32": "attnclaims.adapters.onnx_adapter:OnnxRuntimeFloat32Implementation",
+    "onnxruntime-attention-op": "attnclaims.adapters.onnx_adapter:OnnxRuntimeAttentionOpImplementation",
+    "onnx-reference": "attnclaims.adapters.onnx_adapter:OnnxReferenceImplementation",
 }
+
+
+#: The libraries a built-in needs, looked up without importing them (a built-in not listed here is
+#: taken as installed; its pytest child says otherwise with one line).
+REQUIRES: dict[str, tuple[str, ...]] = {
+    "torch": ("torch",), "torch-fastpath": ("torch",), "torch-float32": ("torch",),
+    "jax": ("jax", "flax"), "jax-float32": ("jax", "flax"),
+}
+#: What a raised exception that is not an Exception is reported as (the implementation's, never ours).
+_FATAL = (SystemExit, KeyboardInterrupt)
 
 
 class ImplementationError(ValueError):
@@ -49,7 +71,7 @@ def _import_target(spec: str):
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ImplementationError(f"implementation {spec!r}: cannot import {module_name!r}: {exc}") from None
-    except Exception as exc:
+    except (Exception, *_FATAL) as exc:
         raise ImplementationError(f"implementation {spec!r}: importing {module_name!r} raised "
                                   f"{type(exc).__name__}: {exc}") from None
     obj = module
@@ -58,6 +80,9 @@ def _import_target(spec: str):
             obj = getattr(obj, part)
         except AttributeError:
             raise ImplementationError(f"implementation {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+        except (Exception, *_FATAL) as exc:  # a module __getattr__ or property that raises
+            raise ImplementationError(f"implementation {spec!r}: looking up {attr!r} raised "
+                                      f"{type(exc).__name__}: {exc}") from None
     return obj
 
 
@@ -80,7 +105,7 @@ def resolve(spec: str):
             obj = obj()
         except ImportError as exc:
             raise ImplementationError(f"implementation {spec!r} is unavailable: {exc}") from None
-        except Exception as exc:
+        except (Exception, *_FATAL) as exc:
             raise ImplementationError(f"implementation {spec!r}: its factory raised {type(exc).__name__}: {exc}") from None
         if not _is_implementation(obj):
             raise ImplementationError(f"implementation {spec!r}: the factory returned a {type(obj).__name__}, "
@@ -94,6 +119,7 @@ def resolve(spec: str):
 
 
 def availability(spec: str) -> Availability:
+    """Whether ``spec`` resolves (it imports and constructs the implementation: children only)."""
     try:
         resolve(spec)
     except ImplementationError as exc:
@@ -101,14 +127,30 @@ def availability(spec: str) -> Availability:
     return Availability(spec, True)
 
 
+def installed(spec: str) -> Availability:
+    """Whether a built-in's libraries are installed, without importing them (or the adapter)."""
+    import importlib.util
+
+    for lib in REQUIRES.get(spec, ()):
+        try:
+            found = importlib.util.find_spec(lib) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return Availability(spec, False, f"implementation {spec!r} is unavailable: {lib} is not installed "
+                                             f"(pip install 'attnclaims[{spec.split('-')[0]}]')")
+    return Availability(spec, True)
+
+
 def expand(specs: list[str] | tuple[str, ...]) -> tuple[list[str], list[Availability]]:
-    """Expand ``all`` into every built-in that is installed. Returns (names, unavailable built-ins)."""
+    """Expand ``all`` into every built-in that is installed. Returns (names, unavailable built-ins).
+    Imports nothing of an implementation (see :func:`installed`)."""
     names: list[str] = []
     skipped: list[Availability] = []
     for spec in specs or ["reference"]:
         if spec == "all":
             for builtin in BUILTINS:
-                a = availability(builtin)
+                a = installed(builtin)
                 if a.available:
                     names.append(builtin)
                 else:

@@ -1,0 +1,159 @@
+"""The Keras 3 adapter, torch backend: keras.ops and keras.layers with their defaults.
+
+* ``softmax``              ``keras.ops.softmax``
+* ``attention``            ``keras.ops.dot_product_attention`` (layout (B, T, N, H), like jax's)
+* ``multi_head_attention`` ``keras.layers.MultiHeadAttention`` (its ``_compute_attention`` calls
+                           ``keras.ops.dot_product_attention`` when there is no dropout)
+* ``layer_norm``           ``keras.layers.LayerNormalization`` (``keras.ops.layer_normalization``)
+* ``feed_forward``         ``keras.layers.Dense(d_ff, activation="relu")`` → ``keras.layers.Dense(d_model)``
+
+Keras has no sinusoidal positional encoding and no Transformer encoder / decoder layer (those are
+in keras_hub, a separate package), so those capabilities are absent rather than re-implemented.
+
+The backend: ``KERAS_BACKEND=torch`` is set before keras is imported; if keras was already
+imported with another backend the implementation is unavailable with that reason. Layers are built
+with ``dtype=`` the implementation's dtype (float64, or float32 for ``keras-float32``) and
+``keras.config.set_floatx`` is left alone (it does not change what the ops below compute: see
+docs/findings.md). Results are returned in the dtype keras produced, never cast, so a silent
+fall-back to float32 shows as a dtype failure naming the keras function.
+
+Layouts: Keras' ``EinsumDense`` kernels of ``MultiHeadAttention`` are the paper's matrices reshaped:
+``query kernel = w_q.reshape(d_model, heads, d_k)``, bias ``(heads, d_k)``, ``output kernel =
+w_o.reshape(heads, d_k, d_model)``; ``Dense.kernel`` is (in, out), the paper's layout. Masks:
+keras' bool masks mean True = may attend, like ours.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+__all__ = ["KerasImplementation", "KerasFloat32Implementation", "INSTALL_HINT"]
+
+INSTALL_HINT = "keras is not installed: pip install 'attnclaims[keras]' (after torch==2.13.0)"
+
+
+def _import_keras():
+    os.environ.setdefault("KERAS_BACKEND", "torch")
+    try:
+        import keras
+    except ImportError:
+        raise ImportError(INSTALL_HINT) from None
+    if keras.backend.backend() != "torch":
+        raise ImportError(f"keras runs on the {keras.backend.backend()!r} backend, but this adapter needs 'torch' "
+                          f"(set KERAS_BACKEND=torch before keras is imported)")
+    return keras
+
+
+def _cast(a, dtype) -> np.ndarray:
+    return np.asarray(a, dtype=np.float64).astype(dtype)
+
+
+class KerasImplementation:
+    """Keras 3 on torch, float64: keras.ops and keras.layers (module docstring for which function
+    does what). No positional_encoding, encoder_layer or decoder_layer: keras has none."""
+
+    name = "keras"
+    dtype = np.dtype(np.float64)
+    responsible = {
+        "softmax": "keras.ops.softmax",
+        "attention": "keras.ops.dot_product_attention",
+        "multi_head_attention": "keras.layers.MultiHeadAttention (keras.ops.dot_product_attention)",
+        "layer_norm": "keras.layers.LayerNormalization (keras.ops.layer_normalization)",
+        "feed_forward": "keras.layers.Dense (activation='relu') + keras.layers.Dense",
+    }
+    conventions = {
+        "fully masked rows": "as torch's scaled_dot_product_attention (keras.ops.dot_product_attention calls it)",
+    }
+
+    def __init__(self):
+        self._keras = keras = _import_keras()
+        import torch
+
+        torch.set_num_threads(1)  # tiny tensors; see torch_adapter._TorchBase.__init__
+        self.versions = {"keras": keras.__version__, "torch": torch.__version__, "keras backend": "torch"}
+
+    def _np(self, out) -> np.ndarray:
+        """A keras tensor as a fresh numpy array of the dtype keras computed in."""
+        return np.array(self._keras.ops.convert_to_numpy(out))
+
+    def _c(self, a):
+        return _cast(a, self.dtype)
+
+    def softmax(self, x, axis=-1):
+        """``keras.ops.softmax(x, axis=axis)``."""
+        return self._np(self._keras.ops.softmax(self._c(x), axis=int(axis)))
+
+    def attention(self, q, k, v, mask=None, scale=None):
+        """``keras.ops.dot_product_attention(q, k, v, mask=mask, scale=scale)`` in layout (B, T, N, H):
+        our batch axes broadcast and flattened into B, one head (N = 1); the mask (True = attend)
+        broadcast to (B, 1, n_q, n_k)."""
+        q_shape, k_shape, v_shape = np.shape(q), np.shape(k), np.shape(v)
+        batch = tuple(np.broadcast_shapes(q_shape[:-2], k_shape[:-2], v_shape[:-2]))
+        n_q, n_k, d_v = q_shape[-2], k_shape[-2], v_shape[-1]
+
+        def four(a):  # (..., n, d) -> (B, n, 1, d)
+            a = np.broadcast_to(self._c(a), batch + np.shape(a)[-2:])
+            return np.ascontiguousarray(a.reshape((-1,) + a.shape[-2:])[:, :, None, :])
+
+        m = None
+        if mask is not None:
+            m = np.ascontiguousarray(np.broadcast_to(np.asarray(mask, dtype=bool), batch + (n_q, n_k))
+                                     .reshape(-1, 1, n_q, n_k))
+        out = self._keras.ops.dot_product_attention(four(q), four(k), four(v), mask=m,
+                                                    scale=None if scale is None else float(scale))
+        return self._np(out).reshape(batch + (n_q, d_v))
+
+    def multi_head_attention(self, x_q, x_kv, params, mask=None):
+        """``keras.layers.MultiHeadAttention(num_heads, key_dim=d_k, dtype=...)(x_q, x_kv,
+        attention_mask=mask)`` with its kernels set from the params (module docstring)."""
+        keras, p = self._keras, params
+        batch = tuple(np.broadcast_shapes(np.shape(x_q)[:-2], np.shape(x_kv)[:-2]))
+        n_q, n_k = np.shape(x_q)[-2], np.shape(x_kv)[-2]
+        d, h, d_k = p.d_model, p.num_heads, p.d_k
+        xq = np.broadcast_to(self._c(x_q), batch + (n_q, d)).reshape(-1, n_q, d)
+        xkv = np.broadcast_to(self._c(x_kv), batch + (n_k, d)).reshape(-1, n_k, d)
+        m = None if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool), batch + (n_q, n_k)).reshape(-1, n_q, n_k)
+        layer = keras.layers.MultiHeadAttention(num_heads=h, key_dim=d_k, dtype=self.dtype.name)
+        layer.build(xq.shape, xkv.shape)
+        for dense, w, b in ((layer._query_dense, p.w_q, p.b_q), (layer._key_dense, p.w_k, p.b_k),
+                            (layer._value_dense, p.w_v, p.b_v)):
+            dense.kernel.assign(self._c(w).reshape(d, h, d_k))  # (d_model, heads, d_k)
+            dense.bias.assign(self._c(b).reshape(h, d_k))
+        layer._output_dense.kernel.assign(self._c(p.w_o).reshape(h, d_k, d))  # (heads, d_k, d_model)
+        layer._output_dense.bias.assign(self._c(p.b_o))
+        out = layer(xq, xkv, attention_mask=m, training=False)
+        return self._np(out).reshape(batch + (n_q, d))
+
+    def layer_norm(self, x, gamma, beta, eps):
+        """``keras.layers.LayerNormalization(epsilon=eps, dtype=...)`` with ``gamma``, ``beta`` set."""
+        x = self._c(x)
+        layer = self._keras.layers.LayerNormalization(epsilon=float(eps), dtype=self.dtype.name)
+        layer.build(x.shape)
+        layer.gamma.assign(self._c(gamma))
+        layer.beta.assign(self._c(beta))
+        return self._np(layer(x))
+
+    def feed_forward(self, x, params):
+        """``Dense(d_ff, activation="relu")`` then ``Dense(d_model)``, kernels = w1, w2 (in, out)."""
+        keras, p = self._keras, params
+        x = self._c(x)
+        first = keras.layers.Dense(p.d_ff, activation="relu", dtype=self.dtype.name)
+        second = keras.layers.Dense(p.d_model, dtype=self.dtype.name)
+        first.build(x.shape)
+        second.build(x.shape[:-1] + (p.d_ff,))
+        first.kernel.assign(self._c(p.w1))
+        first.bias.assign(self._c(p.b1))
+        second.kernel.assign(self._c(p.w2))
+        second.bias.assign(self._c(p.b2))
+        return self._np(second(first(x)))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class KerasFloat32Implementation(KerasImplementation):
+    """:class:`KerasImplementation` in float32, Keras' default dtype (float32 tolerances)."""
+
+    name = "keras-float32"
+    dtype = np.dtype(np.float32)
