@@ -50,8 +50,15 @@ class Call:
     masks: tuple[int, ...] = ()  # positions of the mask arguments (for the broadcasting check)
 
     def slice(self, b: int) -> tuple:
-        return tuple(np.ascontiguousarray(a[b : b + 1]) if i in self.batched and a is not None else a
-                     for i, a in enumerate(self.args))
+        """Batch element b of every batched argument; one array passed twice (self-attention: x_kv is x_q)
+        stays one array."""
+        cut: dict[int, np.ndarray] = {}
+        out = []
+        for i, a in enumerate(self.args):
+            if i in self.batched and a is not None:
+                a = cut.setdefault(id(a), np.ascontiguousarray(a[b : b + 1]))
+            out.append(a)
+        return tuple(out)
 
 
 @st.composite
@@ -70,9 +77,11 @@ def calls(draw, capability: str, *, generic: bool = False) -> Call:
         return Call((q, k, v, mask), (0, 1, 2, 3), lambda a, u: T.attention_error(*a, u=u), masks=(3,))
     if capability == "multi_head_attention":
         p = draw(S.multi_head_params(d.d_model, d.num_heads))
-        mask = draw(S.masks(b + (d.n_q, d.n_k)))
-        return Call((arr(b + (d.n_q, d.d_model)), arr(b + (d.n_k, d.d_model)), p, mask), (0, 1, 3),
-                    lambda a, u: T.multi_head_error(*a, u=u), masks=(3,))
+        cross = draw(S.cross_or_self())  # self-attention (x_kv is x_q) only, for a self-attention-only impl
+        mask = draw(S.masks(b + (d.n_q, d.n_k if cross else d.n_q)))
+        x_q = arr(b + (d.n_q, d.d_model))
+        x_kv = arr(b + (d.n_k, d.d_model)) if cross else x_q
+        return Call((x_q, x_kv, p, mask), (0, 1, 3), lambda a, u: T.multi_head_error(*a, u=u), masks=(3,))
     if capability == "positional_encoding":
         return Call((d.n_q + d.n_k, 2 * d.d_head), (), lambda a, u: T.positional_encoding_error(*a, u=u))
     if capability == "layer_norm":
@@ -152,10 +161,15 @@ def test_masks_broadcast(impl, capability, data):
                    names=("shared mask", "broadcast mask"))
 
 
-def _read_only(value):
+def _read_only(value, copies: dict | None = None):
+    """A read-only copy of an array (one copy per array object: x_kv is x_q stays so); others unchanged."""
     if isinstance(value, np.ndarray):
-        value = value.copy()
-        value.setflags(write=False)
+        copies = {} if copies is None else copies
+        if id(value) not in copies:
+            copy = value.copy()
+            copy.setflags(write=False)
+            copies[id(value)] = copy
+        value = copies[id(value)]
     return value
 
 
@@ -168,7 +182,8 @@ def test_inputs_are_not_modified(impl, capability, data):
     call = data.draw(calls(capability), label="call")
     originals = [a.copy() if isinstance(a, np.ndarray) else a for a in call.args]
     impl.call(capability, *call.args)
-    impl.call(capability, *[_read_only(a) for a in call.args])
+    copies: dict = {}
+    impl.call(capability, *[_read_only(a, copies) for a in call.args])
     for i, (before, after) in enumerate(zip(originals, call.args)):
         if isinstance(before, np.ndarray):
             assert np.array_equal(before, after), f"{capability} modified its input #{i + 1}"

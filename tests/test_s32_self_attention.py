@@ -69,6 +69,7 @@ def test_self_attention_is_attention_of_projections(impl, data):
 
 @pytest.mark.claim("self-attention")
 @pytest.mark.requires("multi_head_attention", "attention")
+@S.needs_variant(cross_attention=True)
 @given(data=_inputs(cross=True))
 def test_separate_inputs_give_cross_attention(impl, data):
     """With queries from X and keys and values from another sequence M (lengths may differ), the same layer

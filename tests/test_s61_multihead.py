@@ -47,7 +47,7 @@ def head_terms(impl, x_q, x_kv, params: MultiHeadParams, mask):
 
 @st.composite
 def _mha_inputs(draw, *, heads=None, cross=None):
-    is_cross = draw(st.booleans()) if cross is None else cross
+    is_cross = draw(S.cross_or_self()) if cross is None else cross  # only self for a self-attention-only impl
     case = draw(S.model_cases(square=not is_cross))
     d = case.dims
     h = d.num_heads if heads is None else heads

@@ -32,11 +32,13 @@ from attnclaims.tests.test_s31_attention import read_weights
 
 
 @st.composite
-def encoder_cases(draw, *, mask=None, generic=False, max_seq=None, min_d_model=1, scale=None):
+def encoder_cases(draw, *, mask=None, generic=False, max_seq=None, min_d_model=1, scale=None, norm_first=None):
+    """x (batch, n, d_model), encoder-layer params (Post-LN or Pre-LN: ``norm_first``, drawn among the
+    implementation's declared placements when None), and a padding or general mask (``mask``)."""
     max_seq = max_seq or min(limits().max_seq, S.LAYER_MAX_SEQ)
     case = draw(S.model_cases(square=True, generic=generic, max_seq=max_seq, min_d_model=min_d_model, scale=scale))
     d = case.dims
-    params = draw(S.encoder_layer_params(d.d_model, d.num_heads, d.d_ff))
+    params = draw(S.encoder_layer_params(d.d_model, d.num_heads, d.d_ff, norm_first=norm_first))
     m = None
     if mask or (mask is None and draw(st.booleans())):
         m = draw(S.padding_masks(d.batch[0], d.n_q) | S.mask_forms(d.batch, d.n_q, d.n_q))
@@ -65,12 +67,7 @@ def _u(impl) -> float:
 # encoder-structure
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.claim("encoder-structure", kind="conformance")
-@pytest.mark.requires("encoder_layer")
-@given(data=encoder_cases())
-def test_encoder_layer_matches_reference(impl, data):
-    """Self-attention and FFN sub-layers, each in residual + LN, Post-LN (the article's) or Pre-LN, with a
-    padding or general mask: equal to the reference's layer; the shape (batch, n, d_model) is kept."""
+def check_encoder_layer(impl, data):
     case, p, mask = data
     x = case.cast(impl.dtype).x
     out = impl.encoder_layer(x, p, mask)
@@ -82,16 +79,35 @@ def test_encoder_layer_matches_reference(impl, data):
     T.assert_close(out, golden, bound, f"encoder_layer(x{x.shape}, norm_first={p.norm_first}) vs reference")
 
 
+# The article's layer (and Vaswani's) is Post-LN, LN(x + Sublayer(x)): that is the claim. Pre-LN,
+# x + Sublayer(LN(x)) (GPT-2 and most models since), is the same structure with the norm moved: tested
+# as an extension. An implementation declares the placements it has (variants={"norm_first": ...}).
+
 @pytest.mark.claim("encoder-structure", kind="conformance")
 @pytest.mark.requires("encoder_layer")
-@given(data=encoder_cases(mask=False), more=st.data(), n_layers=st.integers(2, 3))
-def test_a_stack_of_layers_composes(impl, data, more, n_layers):
-    """Because the shape is preserved, N layers stack: applying the implementation's layer N times equals
-    the reference encoder of N layers."""
+@S.needs_variant(norm_first=False)
+@given(data=encoder_cases(norm_first=False))
+def test_encoder_layer_matches_reference(impl, data):
+    """Self-attention and FFN sub-layers, each in residual + LN, Post-LN (the article's), with a padding or
+    general mask: equal to the reference's layer; the shape (batch, n, d_model) is kept."""
+    check_encoder_layer(impl, data)
+
+
+@pytest.mark.claim("encoder-structure", kind="conformance", extension="Pre-LN")
+@pytest.mark.requires("encoder_layer")
+@S.needs_variant(norm_first=True)
+@given(data=encoder_cases(norm_first=True))
+def test_pre_ln_encoder_layer_matches_reference(impl, data):
+    """The same layer with Pre-LN placement x + Sublayer(LN(x)): equal to the reference's Pre-LN layer."""
+    check_encoder_layer(impl, data)
+
+
+def check_stack(impl, data, more, n_layers):
     case, first, mask = data
     x = case.cast(impl.dtype).x
     d = case.dims
-    layers = [first] + [more.draw(S.encoder_layer_params(d.d_model, d.num_heads, d.d_ff), label=f"layer {i}")
+    layers = [first] + [more.draw(S.encoder_layer_params(d.d_model, d.num_heads, d.d_ff, norm_first=first.norm_first),
+                                  label=f"layer {i}")
                         for i in range(1, n_layers)]
     out = x
     for layer in layers:
@@ -100,6 +116,25 @@ def test_a_stack_of_layers_composes(impl, data, more, n_layers):
     bound = SP.encoder_stack_bound(T.conformance(T.encoder_stack_error, x, layers, mask, dtype=impl.dtype), golden,
                                    x, layers, mask, impl.dtype)
     T.assert_close(out, golden, bound, f"stack of {n_layers} encoder layers vs reference encoder")
+
+
+@pytest.mark.claim("encoder-structure", kind="conformance")
+@pytest.mark.requires("encoder_layer")
+@S.needs_variant(norm_first=False)
+@given(data=encoder_cases(mask=False, norm_first=False), more=st.data(), n_layers=st.integers(2, 3))
+def test_a_stack_of_layers_composes(impl, data, more, n_layers):
+    """Because the shape is preserved, N layers stack: applying the implementation's (Post-LN) layer N times
+    equals the reference encoder of N layers."""
+    check_stack(impl, data, more, n_layers)
+
+
+@pytest.mark.claim("encoder-structure", kind="conformance", extension="Pre-LN")
+@pytest.mark.requires("encoder_layer")
+@S.needs_variant(norm_first=True)
+@given(data=encoder_cases(mask=False, norm_first=True), more=st.data(), n_layers=st.integers(2, 3))
+def test_a_stack_of_pre_ln_layers_composes(impl, data, more, n_layers):
+    """N Pre-LN layers stack likewise."""
+    check_stack(impl, data, more, n_layers)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,6 +197,7 @@ def test_causal_weights_on_future_positions_are_exactly_zero(impl, case):
 
 @pytest.mark.claim("cross-attention")
 @pytest.mark.requires("multi_head_attention")
+@S.needs_variant(cross_attention=True)
 @given(data=decoder_cases(generic=True, masks=True), pick=st.data())
 def test_cross_attention_depends_on_memory_through_unmasked_rows(impl, data, pick):
     """MultiHead(y, memory): the output has the target's length n_t (not the memory's n_s); it changes when
@@ -233,6 +269,7 @@ def test_invariant_to_permuting_memory_rows(impl, capability, data, pick):
         out_p = impl.decoder_layer(c.x, m_p, p, self_mask, mm_p)
         bound = 2 * T.Bound(T.decoder_layer_error(c.x, c.memory, p, self_mask, memory_mask, u=u), u)
     else:
+        S.require_variant("cross_attention", True)  # a self-attention-only module: not applicable
         out = impl.multi_head_attention(c.x, c.memory, p.cross_attn, memory_mask)
         out_p = impl.multi_head_attention(c.x, m_p, p.cross_attn, mm_p)
         bound = 2 * T.Bound(T.multi_head_error(c.x, c.memory, p.cross_attn, memory_mask, u=u), u)

@@ -1,0 +1,250 @@
+"""Declared variants: correct implementations restricted like real libraries come out clean.
+
+Small correct adapters of the kinds shipped libraries are — a Post-LN-only encoder layer (BERT's
+``BertLayer``), a Pre-LN-only one (GPT-2's ``GPT2Block``), a self-attention-only module (every
+HuggingFace attention module takes one ``hidden_states``), an even-head-dimension-only module (rotary
+embeddings, many fused kernels) — each run through the claim tests of the claims concerned, in a
+fresh pytest process as a user runs them. Declaring the restriction (``variants = {...}``), each must
+come out with no failed check (so no claim refuted or blocked), the tests that need what it lacks
+reported as "not applicable (variant …)". The same adapters with the restriction *not* declared must
+come out with failed checks: the suite really draws those configurations, so the declaration is what
+makes the difference (the test can fail).
+
+The adapters compute as the libraries do: the layer-norm placement is fixed whatever
+``params.norm_first`` says, the self-attention module reads only its first input, the even-head one
+rejects odd head dimensions with an exception (HuggingFace's config check). A torch adapter restricted
+the same way (``nn.TransformerEncoderLayer`` built Post-LN only) is checked too.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnclaims.protocol import declared_variants, supports, unsupported_message
+from attnclaims.reference.attention import attention as ref_attention
+from attnclaims.reference.layers import decoder_layer as ref_decoder_layer
+from attnclaims.reference.layers import encoder_layer as ref_encoder_layer
+from attnclaims.reference.multihead import multi_head_attention as ref_mha
+
+HERE = Path(__file__).resolve().parent
+
+
+# ---------------------------------------------------------------------------------------------
+# The restricted adapters (resolved in the subprocess as ``test_variants:<Class>``)
+# ---------------------------------------------------------------------------------------------
+
+class _Fixed:
+    """Encoder and decoder layers whose layer-norm placement is fixed (``norm_first`` ignored)."""
+
+    dtype = np.dtype(np.float64)
+    placement = False
+
+    def encoder_layer(self, x, params, mask=None):
+        return ref_encoder_layer(x, dataclasses.replace(params, norm_first=self.placement), mask=mask)
+
+    def decoder_layer(self, y, memory, params, self_mask=None, memory_mask=None):
+        return ref_decoder_layer(y, memory, dataclasses.replace(params, norm_first=self.placement),
+                                 self_mask=self_mask, memory_mask=memory_mask)
+
+
+class PostLNOnly(_Fixed):
+    """BERT-like: Post-LN layers only, declared."""
+
+    name = "post-ln-only"
+    placement = False
+    variants = {"norm_first": (False,)}
+
+
+class PreLNOnly(_Fixed):
+    """GPT-2-like: Pre-LN layers only, declared."""
+
+    name = "pre-ln-only"
+    placement = True
+    variants = {"norm_first": (True,)}
+
+
+class PostLNUndeclared(PostLNOnly):
+    name = "post-ln-undeclared"
+    variants = {}
+
+
+class PreLNUndeclared(PreLNOnly):
+    name = "pre-ln-undeclared"
+    variants = {}
+
+
+class SelfAttentionOnly:
+    """A module that takes one sequence (``hidden_states``): keys and values come from x_q, always."""
+
+    name = "self-attention-only"
+    dtype = np.dtype(np.float64)
+    variants = {"cross_attention": False}
+
+    def attention(self, q, k, v, mask=None, scale=None):
+        return ref_attention(q, k, v, mask=mask, scale=scale)
+
+    def multi_head_attention(self, x_q, x_kv, params, mask=None):
+        return ref_mha(x_q, x_q, params, mask=mask)
+
+
+class SelfAttentionUndeclared(SelfAttentionOnly):
+    name = "self-attention-undeclared"
+    variants = {}
+
+
+class EvenHeadDimOnly:
+    """Rejects odd head dimensions, as HuggingFace's configs and rotary embeddings do."""
+
+    name = "even-head-dim-only"
+    dtype = np.dtype(np.float64)
+    variants = {"head_dim": "even"}
+
+    @staticmethod
+    def _check(p):
+        d_head = p.d_model // p.num_heads
+        if d_head % 2:
+            raise ValueError(f"head_dim={d_head} must be even")
+
+    def attention(self, q, k, v, mask=None, scale=None):
+        return ref_attention(q, k, v, mask=mask, scale=scale)
+
+    def multi_head_attention(self, x_q, x_kv, params, mask=None):
+        self._check(params)
+        return ref_mha(x_q, x_kv, params, mask=mask)
+
+    def encoder_layer(self, x, params, mask=None):
+        self._check(params.self_attn)
+        return ref_encoder_layer(x, params, mask=mask)
+
+
+class EvenHeadDimUndeclared(EvenHeadDimOnly):
+    name = "even-head-dim-undeclared"
+    variants = {}
+
+
+class TorchPostLNOnly:
+    """``torch.nn.TransformerEncoderLayer`` as a BERT-style library ships it: built Post-LN
+    (``norm_first=False``) whatever the parameters ask for, the placement declared."""
+
+    name = "torch-post-ln-only"
+    dtype = np.dtype(np.float64)
+    variants = {"norm_first": (False,)}
+
+    def __init__(self):
+        from attnclaims.adapters.torch_adapter import TorchImplementation
+
+        self._torch = TorchImplementation()
+
+    def encoder_layer(self, x, params, mask=None):
+        return self._torch.encoder_layer(x, dataclasses.replace(params, norm_first=False), mask)
+
+
+class TorchPostLNUndeclared(TorchPostLNOnly):
+    name = "torch-post-ln-undeclared"
+    variants = {}
+
+
+# ---------------------------------------------------------------------------------------------
+# The declarations themselves
+# ---------------------------------------------------------------------------------------------
+
+def test_declared_variants_and_their_messages():
+    """The declaration is read with defaults for what is not declared, and the message names the variant."""
+    v = declared_variants(PostLNOnly())
+    assert v["norm_first"] == (False,) and v["cross_attention"] is True and v["head_dim"] == "any"
+    assert not supports(PostLNOnly(), "norm_first", True) and supports(PostLNOnly(), "norm_first", False)
+    assert not supports(SelfAttentionOnly(), "cross_attention", True)
+    assert supports(EvenHeadDimOnly(), "head_dim", 4) and not supports(EvenHeadDimOnly(), "head_dim", 3)
+    assert (unsupported_message(PreLNOnly(), "norm_first", False)
+            == "not applicable (variant norm_first=False): pre-ln-only declares norm_first=(True,)")
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"norm_first": (None,)}, "variants['norm_first']=(None,), but should be a non-empty tuple of (False, True)"),
+    ({"norm_first": ()}, "variants['norm_first']=(), but should be a non-empty tuple of (False, True)"),
+    ({"head_dim": "odd"}, "variants['head_dim']='odd', but should be one of ('any', 'even')"),
+    ({"scale": "negative"}, "variants['scale']='negative', but should be one of ('any', 'positive')"),
+    ({"colour": 1}, "variants has unknown key(s) ['colour']"),
+    ([("norm_first", (False,))], "variants=[('norm_first', (False,))], but should be a dict"),
+])
+def test_a_bad_declaration_is_one_line(bad, message):
+    impl = type("Bad", (), {"name": "bad", "variants": bad})()
+    with pytest.raises(ValueError) as info:
+        declared_variants(impl)
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Through the claim suite
+# ---------------------------------------------------------------------------------------------
+
+def _suite(tmp_path: Path, adapter: str, modules: list[str], select: str | None = None) -> list[dict]:
+    """Run the claim tests of ``modules`` (-k ``select``) against ``test_variants:<adapter>``; the evidence."""
+    results = tmp_path / f"{adapter}.json"
+    env = dict(os.environ, PYTHONPATH=str(HERE), PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTEST_ADDOPTS", None)
+    env.pop("PYTEST_XDIST_WORKER", None)
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-c", os.devnull,
+           "--rootdir", str(tmp_path), "-m", "impl_test", "--attn-impl", f"test_variants:{adapter}",
+           "--attn-results", str(results), "--pyargs", *[f"attnclaims.tests.{m}" for m in modules]]
+    if select:
+        cmd += ["-k", select]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=540)
+    assert results.exists(), f"no results from {adapter}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+    return json.loads(results.read_text())["evidence"]
+
+
+def _name(e: dict) -> str:
+    return str(e.get("name") or e.get("test") or "")
+
+
+def _failures(evidence) -> list[str]:
+    return [f"{_name(e)}: {e['message'][:300]}" for e in evidence if e["outcome"] in ("failed", "error")]
+
+
+LAYERS = ["test_s7_architecture", "test_s62_positional", "test_contract"]
+LAYER_TESTS = "encoder or decoder or parallel"
+MHA = ["test_s61_multihead", "test_s32_self_attention", "test_s7_architecture", "test_contract"]
+MHA_TESTS = "multi or self_attention or cross or head or permuting_memory"
+
+CASES = {  # declared adapter, its undeclared twin, modules, -k, the tests that must be not applicable
+    "post-ln": ("PostLNOnly", "PostLNUndeclared", LAYERS, LAYER_TESTS, "pre_ln"),
+    "pre-ln": ("PreLNOnly", "PreLNUndeclared", LAYERS, LAYER_TESTS, "test_encoder_layer_matches_reference"),
+    "self-only": ("SelfAttentionOnly", "SelfAttentionUndeclared", MHA, MHA_TESTS, "separate_inputs"),
+    "even-head": ("EvenHeadDimOnly", "EvenHeadDimUndeclared", MHA, MHA_TESTS + " or encoder_layer", None),
+    "torch-post-ln": ("TorchPostLNOnly", "TorchPostLNUndeclared", ["test_s7_architecture", "test_contract"],
+                      "encoder", "pre_ln"),
+}
+
+
+@pytest.mark.parametrize("kind", list(CASES))
+def test_a_restricted_correct_adapter_passes_when_it_declares_its_restriction(kind, tmp_path):
+    """Declared: every check of the claims concerned passes or is not applicable by its variant's name."""
+    declared, _, modules, select, not_applicable = CASES[kind]
+    if kind.startswith("torch"):
+        pytest.importorskip("torch")
+    evidence = _suite(tmp_path, declared, modules, select)
+    assert not _failures(evidence), "\n".join(_failures(evidence))
+    assert sum(e["outcome"] == "passed" for e in evidence) >= 5, [_name(e) for e in evidence]
+    skipped = [e for e in evidence if e["outcome"] == "not-applicable" and "variant" in e["message"]]
+    if not_applicable:
+        assert any(not_applicable in _name(e) for e in skipped), [(_name(e), e["message"]) for e in evidence
+                                                                  if e["outcome"] == "not-applicable"]
+        assert all(e["message"].startswith("not applicable (variant ") for e in skipped)
+
+
+@pytest.mark.parametrize("kind", list(CASES))
+def test_the_same_adapter_fails_when_the_restriction_is_not_declared(kind, tmp_path):
+    """Undeclared: the suite draws the configurations the adapter gets wrong or rejects, and checks fail."""
+    _, undeclared, modules, select, _ = CASES[kind]
+    if kind.startswith("torch"):
+        pytest.importorskip("torch")
+    evidence = _suite(tmp_path, undeclared, modules, select)
+    assert _failures(evidence), "no check failed for an adapter that computes or rejects other variants"
