@@ -22,6 +22,7 @@ import shutil
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,7 +249,7 @@ def _explain_derivations(claim_id: str, check: bool) -> None:
 
 
 def _explain_tests(claim_id: str) -> None:
-    from attnclaims.runner import RunError, collect_tests
+    from attnclaims.orchestrator import RunError, collect_tests
 
     try:
         with _spinner("collecting the tests…"):
@@ -286,7 +287,11 @@ def _configure_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", metavar="S", type=int, default=None,
                    help="hypothesis seed for the dev and thorough profiles (default: random, recorded)")
     p.add_argument("--timeout", metavar="SECONDS", type=float, default=None,
-                   help="stop an implementation's run after this many seconds (its claims become 'error')")
+                   help="stop an implementation's run after this many seconds (its claims become 'error'; "
+                        "default: 600 s + 3 × the call limit per test, at least 60 s per test)")
+    p.add_argument("--call-timeout", metavar="SECONDS", type=float, default=None,
+                   help="time limit of one call into the implementation (default 20); a call that holds "
+                        "the interpreter past it ends that implementation's run, which names the call")
 
 
 def _configure_check(p: argparse.ArgumentParser) -> None:
@@ -301,18 +306,20 @@ def _configure_report(p: argparse.ArgumentParser) -> None:
 
 
 def _options(args, artifacts: Path | None):
-    from attnclaims.runner import RunOptions, default_workers
+    from attnclaims.orchestrator import RunOptions, default_workers
 
     workers = default_workers() if args.workers is None else args.workers
     return RunOptions(implementations=list(args.impl or ["reference"]), claims=args.claim, profile=args.profile,
-                      workers=workers, seed=args.seed, artifacts=artifacts, timeout=args.timeout)
+                      workers=workers, seed=args.seed, artifacts=artifacts, timeout=args.timeout,
+                      call_timeout=getattr(args, "call_timeout", None))
 
 
-def _validate(options, registry) -> None:
-    from attnclaims.runner import RunError, validate
+def _validate(options, registry):
+    """(specs, unavailable built-ins): the implementations are resolved in a child, never here."""
+    from attnclaims.orchestrator import RunError, validate
 
     try:
-        validate(options, registry)
+        return validate(options, registry)
     except RunError as exc:
         raise UsageError(str(exc)) from None
 
@@ -421,21 +428,19 @@ def print_verdicts(report: dict) -> None:
 
 
 def _execute(args, artifacts: Path | None, out_dir: Path | None):
-    from attnclaims.report.model import from_run
-    from attnclaims.runner import RunError, run
-
-    from attnclaims.report.model import prerender_in_background
+    from attnclaims.orchestrator import RunError, run
+    from attnclaims.report.model import from_run, prerender_in_background
 
     registry = _registry()
     options = _options(args, artifacts)
-    _validate(options, registry)
+    validated = _validate(options, registry)
     # sympy's pretty printer is slow: render the derivations while the tests run.
     ids = options.claims or registry.order()
     prerender_in_background([cid for cid in ids if "sympy" in registry.get(cid).methods])
     command = "attnclaims " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0] else ""
     try:
         with _Progress() as progress:
-            result = run(options, registry, progress=progress)
+            result = run(options, registry, progress=progress, validated=validated)
     except RunError as exc:
         raise UsageError(str(exc)) from None
     return from_run(result, registry, out_dir=out_dir, command=command)
@@ -466,7 +471,7 @@ def _run_report(args) -> int:
     if unknown or not formats:
         raise UsageError(f"--format {args.format!r}: unknown format {unknown[0] if unknown else '(none)'!r} "
                          f"(expected a comma-separated list of {', '.join(FORMATS)})")
-    out_dir = _writable_dir(Path(args.out))
+    out_dir = _writable_dir(Path(args.out).resolve())  # absolute before any child runs (or chdirs)
     t0 = time.perf_counter()
     report = _execute(args, artifacts=out_dir / "figures", out_dir=out_dir)
     try:
@@ -522,6 +527,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from attnclaims.orchestrator import Terminated, install_signal_handlers
+
+    if threading.current_thread() is threading.main_thread():
+        install_signal_handlers()  # SIGTERM/SIGHUP unwind like Ctrl-C: children killed, temporary folders removed
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -535,6 +544,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("attnclaims: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Terminated as exc:
+        print(f"attnclaims: terminated ({exc})", file=sys.stderr)
+        return 128 + exc.signum
     except BrokenPipeError:  # `attnclaims list | head`
         try:
             sys.stdout = open(os.devnull, "w")

@@ -10,7 +10,9 @@ message instead of a crash or a hang:
 * NaN or inf where finite is needed -> ``out has 3 non-finite values (first at index (0, 1))``
 * an input modified in place        -> ``modified its input 'q' in place``
 * different outputs for one input   -> ``returned different outputs for the same input``
-* no answer within the time limit   -> ``did not return within 20 s``
+* no answer within the time limit   -> ``did not return within 20 s`` (a call that holds the GIL
+  past it ends the process: :class:`Watchdog`)
+* a capability whose lookup raises  -> ``looking up the capability raised ValueError: ...``
 * numpy, scipy or math functions replaced (a "fast exp" patched into ``np.exp``, a profiler's
   wrappers), during a call or when the implementation was imported or constructed
                                     -> ``replaced numpy.exp during the call (…); the originals are restored``
@@ -31,6 +33,8 @@ characters, with the full size noted.
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
+import os
 import queue
 import sys
 import threading
@@ -137,6 +141,59 @@ class _Timeout(Exception):
     pass
 
 
+class Watchdog:
+    """Ends the process when one call runs past its limit while holding the interpreter.
+
+    The thread-based time limit (:class:`_Worker`) needs the GIL to notice that a call is late; a
+    call into code that never releases it (a C/C++/Rust extension, ``sum(itertools.repeat(1))``)
+    would keep it waiting for ever. So each guarded call also arms
+    ``faulthandler.dump_traceback_later(limit + grace, exit=True)``, a C-level timer that needs no
+    GIL: when it fires it writes the tracebacks and exits the process with status 1. Before arming,
+    the call's label (test, implementation, capability) is written at the start of ``path``, so
+    whoever reads the file afterwards (the orchestrator) can say which call it was; the timer is
+    cancelled as soon as the call returns. ``path=None`` writes the tracebacks to stderr, without a
+    label (a plain ``pytest --attn-impl`` run).
+    """
+
+    def __init__(self, path: str | None, grace: float):
+        self.path = path
+        self.grace = grace
+        # kept open for the life of the process: faulthandler writes to its descriptor when it fires
+        self._file = open(path, "w+b", buffering=0) if path else sys.stderr
+
+    @staticmethod
+    def grace_for(timeout: float) -> float:
+        """Seconds past the limit before the watchdog fires: the thread-based limit answers first
+        whenever the GIL is free (it is checked every 5 ms), so this only needs to cover a busy machine."""
+        return 2.0 + 0.5 * timeout
+
+    def arm(self, label: str, timeout: float) -> None:
+        if self.path:
+            fd = self._file.fileno()
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, f"call: {label}\nlimit: {timeout:g}\n".encode("utf-8", "replace"))
+        faulthandler.dump_traceback_later(timeout + self.grace, exit=True, file=self._file)
+
+    @staticmethod
+    def disarm() -> None:
+        faulthandler.cancel_dump_traceback_later()
+
+    @staticmethod
+    def read(path: str) -> dict | None:
+        """``{"call", "limit", "traceback"}`` when the watchdog fired into ``path``, else None."""
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        except OSError:
+            return None
+        if "Timeout (" not in text:
+            return None
+        head, _, tb = text.partition("Timeout (")
+        fields = dict(line.split(": ", 1) for line in head.splitlines() if ": " in line)
+        return {"call": fields.get("call", ""), "limit": fields.get("limit", ""), "traceback": "Timeout (" + tb}
+
+
 class _Worker:
     """One daemon thread that runs calls, so that a call that never returns can be abandoned."""
 
@@ -153,12 +210,18 @@ class _Worker:
                 box.append((False, exc))
             done.set()
 
-    def run(self, fn, timeout: float):
+    def run(self, fn, timeout: float, label: str = "", watchdog: Watchdog | None = None):
         box: list = []
         done = threading.Event()
-        self._jobs.put((fn, box, done))
-        if not done.wait(timeout):
-            raise _Timeout
+        if watchdog is not None:
+            watchdog.arm(label, timeout)
+        try:
+            self._jobs.put((fn, box, done))
+            if not done.wait(timeout):
+                raise _Timeout
+        finally:
+            if watchdog is not None:
+                watchdog.disarm()
         ok, value = box[0]
         if ok:
             return value
@@ -238,7 +301,10 @@ class GuardedImplementation:
     def has(self, capability: str) -> bool:
         if capability not in CAPABILITIES:
             raise ValueError(f"unknown capability {capability!r} (expected one of {', '.join(CAPABILITIES)})")
-        return callable(getattr(self.impl, capability, None))
+        try:
+            return callable(getattr(self.impl, capability, None))
+        except Exception:  # a property that raises: the capability is declared; calling it fails the check
+            return True
 
     def require(self, *capabilities: str) -> None:
         for cap in capabilities:
@@ -313,7 +379,9 @@ class GuardedImplementation:
                 problem, cause = f"raised {type(exc).__name__}: {exc}", exc
         else:
             try:
-                return self._worker.run(lambda: fn(*args, **kwargs), self.timeout)
+                return self._worker.run(lambda: fn(*args, **kwargs), self.timeout,
+                                        label=f"{self.context} · {self.name} · {capability}".lstrip(" ·"),
+                                        watchdog=getattr(self, "watchdog", None))
             except _Timeout:
                 self._hung.add(capability)
                 self._worker = _Worker()  # the old thread stays blocked; it is a daemon
@@ -324,7 +392,10 @@ class GuardedImplementation:
 
     def call(self, capability: str, *args, finite: bool = True, **kwargs) -> np.ndarray:
         self.require(capability)
-        fn = getattr(self.impl, capability)
+        try:
+            fn = getattr(self.impl, capability)
+        except Exception as exc:  # a capability defined as a property that raises
+            raise self._fail(capability, f"looking up the capability raised {type(exc).__name__}: {exc}") from exc
         self.calls += 1
         count = self._per_capability[capability] = self._per_capability.get(capability, 0) + 1
         before = [_snapshot(a) for a in args], {k: _snapshot(v) for k, v in kwargs.items()}

@@ -3,37 +3,37 @@
 The zoo (:mod:`attnclaims.zoo.mutants`) holds correct
 implementations with one realistic bug each, every one declaring the claims
 whose tests should catch it. For each mutant this module runs the
-implementation tests in a pytest subprocess::
+implementation tests in a pytest child, through the orchestrator
+(:func:`attnclaims.orchestrator.run_session`), with the plugin's kill-matrix
+options::
 
-    python -m pytest --pyargs attnclaims.tests -p attnclaims.mutants
-           --attn-impl attnclaims.zoo.mutants:<name> --attn-results <out>/runs/<name>.json
-           --hypothesis-profile ci --mutant-log <out>/runs/<name>.jsonl [--mutant-claims a,b] [--mutant-first]
+    pytest <test files> --attn-impl attnclaims.zoo.mutants:<name> --hypothesis-profile ci
+           --attn-kill [--attn-kill-claims a,b --attn-kill-first] [--attn-kill-shrink]
 
-and collects, per mutant and claim, whether a test tagged with the claim
-failed. Two modes:
+and reads, from the child's event stream, per mutant and claim whether a test
+tagged with the claim failed. Two modes:
 
 * default (first detection): only the tests tagged with the mutant's declared
   claims run, and once a declared claim has a failing test its remaining tests
-  are not run (``--mutant-first``). This answers "is every mutant detected by
+  are not run (``--attn-kill-first``). This answers "is every mutant detected by
   one of its declared claims, and how soon?" cheaply.
 * ``full``: every implementation test runs to the end, giving the complete
   mutant × claim matrix (which claims catch the bug, declared or not).
 
-Hypothesis' shrink phase is skipped by default (``shrink=False``): the examples
-are generated exactly as the profile says (``ci`` is derandomized), so whether
-and when a test fails is unchanged; only the counterexample is not minimised.
+Hypothesis' shrink phase is skipped by default: the examples are generated
+exactly as the profile says (``ci`` is derandomized), so whether and when a
+test fails is unchanged; only the counterexample is not minimised.
 
-Correct implementations ("controls") run every implementation test in both
-modes and must have no failure at all.
-
-This module is also the pytest plugin loaded into those subprocesses
-(``-p attnclaims.mutants``); its hooks only act when ``--mutant-log`` is given.
+The correct implementations (:data:`CORRECT`) run every implementation test in
+both modes and must have no failure at all. By default the children are forked
+from long-lived fork servers (:class:`attnclaims.orchestrator.ForkServer`) that
+have imported the libraries once; ``--isolated`` starts a fresh interpreter for
+each target.
 """
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -43,10 +43,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
+from attnclaims import orchestrator
+
 ZOO_MODULE = "attnclaims.zoo.mutants"
 TESTS_PACKAGE = "attnclaims.tests"
-#: Correct implementations that must pass every implementation test (zero false alarms).
-CONTROLS: dict[str, str] = {
+#: The correct implementations, which must pass every implementation test (zero false alarms).
+CORRECT: dict[str, str] = {
     "einsum": "attnclaims.zoo.einsum_impl:einsum_impl",
     "loops": "attnclaims.zoo.loops_impl:loops_impl",
     "logsumexp": "attnclaims.zoo.logsumexp_impl:logsumexp_impl",
@@ -54,8 +56,9 @@ CONTROLS: dict[str, str] = {
 }
 #: Per-mutant limit, seconds: a run that takes longer is reported as an error, not waited for.
 DEFAULT_TIMEOUT = 900.0
-#: Set in the worker processes, which run one pytest session per target (see :class:`_Worker`).
-WORKER_ENV = "ATTNCLAIMS_MUTANTS_WORKER"
+#: What the fork servers import once (libraries and harness modules every target's session needs).
+PRELOAD = ("scipy.special", "scipy.linalg", "hypothesis.extra.numpy", "attnclaims.registry", "attnclaims.guard",
+           "attnclaims.reference", "attnclaims.checks.strategies", "attnclaims.checks.tolerances", ZOO_MODULE)
 
 
 class MutantsError(ValueError):
@@ -63,159 +66,7 @@ class MutantsError(ValueError):
 
 
 # ---------------------------------------------------------------------------------------------
-# The in-subprocess half: a pytest plugin (active only with --mutant-log)
-# ---------------------------------------------------------------------------------------------
-
-def pytest_addoption(parser):
-    group = parser.getgroup("attnclaims-mutants", "attnclaims: kill-matrix runs (internal)")
-    group.addoption("--mutant-log", default=None, help="append one JSON line per finished test to this file")
-    group.addoption("--mutant-claims", default=None,
-                    help="run only implementation tests tagged with one of these claim ids (comma-separated)")
-    group.addoption("--mutant-first", action="store_true", default=False,
-                    help="stop running a claim's tests once one of them failed")
-    group.addoption("--mutant-shrink", action="store_true", default=False,
-                    help="keep hypothesis' shrink phase (default: skip it; detection is unchanged)")
-    group.addoption("--mutant-collect", default=None,
-                    help="write the implementation tests and their claim ids to this JSON file")
-
-
-_STATE: dict = {"active": False, "log": None, "claims": None, "first": False, "t0": 0.0, "detected": set()}
-
-
-def _item_claims(item) -> list[str]:
-    ids: list[str] = []
-    for mark in item.iter_markers("claim"):
-        ids.extend(mark.args)
-    return list(dict.fromkeys(ids))
-
-
-def pytest_configure(config):
-    if os.environ.get(WORKER_ENV):
-        # Several pytest sessions run in one worker process: the attnclaims plugin keeps the evidence of
-        # a session in a module-level list, which must start empty for each --attn-results file.
-        import attnclaims.plugin as attn_plugin
-
-        attn_plugin._STATE["evidence"] = []
-        attn_plugin._STATE["current"] = None
-    log = config.getoption("mutant_log", default=None)
-    collect = config.getoption("mutant_collect", default=None)
-    _STATE.update(active=bool(log or collect), log=log, first=config.getoption("mutant_first", default=False),
-                  detected=set(), t0=time.perf_counter())
-    _STATE.pop("t_tests", None)
-    claims = config.getoption("mutant_claims", default=None)
-    _STATE["claims"] = set(claims.split(",")) if claims else None
-    if log and not config.getoption("mutant_shrink", default=False):
-        _drop_shrink_phase()
-
-
-def _drop_shrink_phase() -> None:
-    """Re-register the active profile under its own name without the shrink and explain phases."""
-    from hypothesis import Phase, settings
-
-    name = settings.get_current_profile_name()
-    current = settings.get_profile(name)
-    phases = tuple(p for p in current.phases if p not in (Phase.shrink, Phase.explain))
-    settings.register_profile(name, parent=current, phases=phases)
-    settings.load_profile(name)
-
-
-def pytest_sessionstart(session):
-    _STATE["t0"] = time.perf_counter()
-
-
-def pytest_collection_modifyitems(session, config, items):
-    if not _STATE["active"]:
-        return
-    keep, drop = [], []
-    for item in items:
-        # the attnclaims plugin marks tests that use the implementation; this hook runs after it (trylast)
-        is_impl = item.get_closest_marker("impl_test") is not None
-        claims = _item_claims(item)
-        wanted = _STATE["claims"]
-        if is_impl and claims and (wanted is None or wanted & set(claims)):
-            keep.append(item)
-        else:
-            drop.append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        items[:] = keep
-    path = config.getoption("mutant_collect", default=None)
-    if path:
-        Path(path).write_text(json.dumps([{"test": i.nodeid, "claims": _item_claims(i), "module": _module(i)}
-                                          for i in keep]), encoding="utf-8")
-
-
-pytest_collection_modifyitems.trylast = True  # after the attnclaims plugin has added impl_test
-
-
-def _module(item) -> str:
-    """The importable name of the test's module inside the tests package (``attnclaims.tests.test_s31_attention``)."""
-    return f"{TESTS_PACKAGE}.{Path(str(item.path)).stem}"
-
-
-def pytest_runtest_logstart(nodeid, location):
-    if _STATE["active"] and "t_tests" not in _STATE:
-        _STATE["t_tests"] = time.perf_counter()  # collection is over: test time starts here
-
-
-def _relevant(item) -> set[str]:
-    claims = set(_item_claims(item))
-    return claims & _STATE["claims"] if _STATE["claims"] is not None else claims
-
-
-_SKIP_REASON = "not run: every claim of this test was already detected (attnclaims mutants, first-detection mode)"
-
-
-def pytest_runtest_setup(item):
-    """With --mutant-first, skip a test whose claims have all been detected already. Skipping at setup (not
-    by short-circuiting the run protocol) keeps pytest's fixture teardown in order for the tests after it."""
-    import pytest
-
-    if _STATE["active"] and _STATE["first"] and _relevant(item) <= _STATE["detected"]:
-        pytest.skip(_SKIP_REASON)
-
-
-pytest_runtest_setup.tryfirst = True
-
-
-def pytest_runtest_logreport(report):
-    if not _STATE["log"]:
-        return
-    if report.skipped and _SKIP_REASON in str(report.longrepr):
-        return  # not run: the matrix cell stays as the tests that did run left it
-    final = report.when == "call" or (report.when == "setup" and not report.passed)
-    if not final:
-        return
-    if report.passed:
-        outcome = "passed"
-    elif report.skipped:
-        outcome = "not-applicable"
-    else:
-        outcome = "failed" if report.when == "call" else "error"
-    claims = []
-    for key, value in report.user_properties:
-        if key == "attnclaims":
-            entry = json.loads(value)
-            claims = entry.get("claims", [])
-            if outcome == "failed" and entry.get("outcome") == "error":
-                outcome = "error"  # the test itself broke (not an AssertionError from a check)
-            message = entry.get("message", "")
-            break
-    else:
-        message = ""
-    if outcome == "failed":
-        _STATE["detected"].update(claims)
-    now = time.perf_counter()
-    record = {"test": report.nodeid, "claims": claims, "outcome": outcome,
-              "t": round(now - _STATE["t0"], 3), "t_tests": round(now - _STATE.get("t_tests", _STATE["t0"]), 3),
-              "seconds": round(report.duration, 3),
-              "message": message.splitlines()[0][:300] if message else ""}
-    with open(_STATE["log"], "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(record) + "\n")
-
-
-# ---------------------------------------------------------------------------------------------
-# The parent half
+# Targets and their results
 # ---------------------------------------------------------------------------------------------
 
 @dataclass
@@ -321,12 +172,13 @@ def mutant_targets(only: Iterable[str] | None = None) -> list[Target]:
 
 
 def control_targets(names: Iterable[str] | None = None) -> list[Target]:
-    """The correct implementations that exist (a control whose module is missing is left out)."""
+    """The correct implementations that exist (one whose module is missing is left out). In the matrix they
+    are the rows that must not fail (``control=True``: "control" in the sense of a baseline)."""
     import importlib.util
 
     out = []
-    for name in names if names is not None else CONTROLS:
-        spec = CONTROLS[name]
+    for name in names if names is not None else CORRECT:
+        spec = CORRECT[name]
         module = spec.partition(":")[0]
         try:
             found = importlib.util.find_spec(module) is not None
@@ -337,20 +189,22 @@ def control_targets(names: Iterable[str] | None = None) -> list[Target]:
     return out
 
 
-def _command(target: Target, *, profile: str, full: bool, shrink: bool, log: Path, results: Path, ini: Path,
+def _command(target: Target, work: Path, *, profile: str, full: bool, shrink: bool,
              call_timeout: float | None) -> list[str]:
-    cmd = ["--pyargs", *(target.modules or (TESTS_PACKAGE,)), "-p", "attnclaims.mutants",
-           "--attn-impl", target.spec, "--attn-results", str(results), "--mutant-log", str(log),
-           "--hypothesis-profile", profile, "-q", "--no-header", "-p", "no:cacheprovider", "-p", "no:randomly",
-           "-c", str(ini), "--rootdir", _tests_dir() or str(ini.parent), "--import-mode=importlib", "--strict-markers",
-           "-W", "ignore::pytest.PytestAssertRewriteWarning", "-o", "console_output_style=classic"]
+    """The pytest arguments of one target: its test files (or the whole tests package) in kill-matrix mode."""
+    if target.modules:
+        args = orchestrator.base_args(list(target.modules), work, rootdir=_tests_dir(), pyargs=False)
+    else:
+        args = orchestrator.base_args([TESTS_PACKAGE], work, rootdir=_tests_dir())
+    args += ["--attn-impl", target.spec, "--hypothesis-profile", profile, "--attn-kill", "-p", "no:randomly",
+             "-o", "console_output_style=classic"]
     if not full and not target.control:
-        cmd += ["--mutant-claims", ",".join(target.claims), "--mutant-first"]
+        args += ["--attn-kill-claims", ",".join(target.claims), "--attn-kill-first"]
     if shrink:
-        cmd += ["--mutant-shrink"]
+        args += ["--attn-kill-shrink"]
     if call_timeout is not None:
-        cmd += ["--attn-call-timeout", str(call_timeout)]
-    return cmd
+        args += ["--attn-call-timeout", str(call_timeout)]
+    return args
 
 
 def _tests_dir() -> str | None:
@@ -363,140 +217,52 @@ def _tests_dir() -> str | None:
 
 
 def _env() -> dict:
-    env = dict(os.environ)
-    # Each subprocess is one CPU's worth of work; BLAS threads would only fight over the cores.
+    # Each child is one CPU's worth of work; BLAS threads would only fight over the cores.
+    env = orchestrator.child_env()
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env[var] = "1"
-    env["PYTHONUNBUFFERED"] = "1"
-    env.pop("PYTEST_ADDOPTS", None)
-    env.pop("PYTEST_XDIST_WORKER", None)
     return env
 
 
-class _Worker:
-    """A long-lived subprocess that runs one pytest session per target (``pytest.main`` in a loop).
-
-    Starting Python and importing numpy, hypothesis, pytest and the test modules costs a few seconds,
-    more than many mutants need to be caught; a worker pays it once. Each session gets a fresh pytest
-    config, so a fresh guarded implementation; hypothesis' ``ci`` profile draws the same examples in
-    every session (derandomized). A worker that does not answer within the time limit is killed and
-    replaced.
-    """
-
-    def __init__(self, work: Path):
-        self.work = work
-        self.proc: subprocess.Popen | None = None
-
-    def _start(self) -> subprocess.Popen:
-        code = "from attnclaims.mutants import _worker_main; _worker_main()"
-        env = dict(_env(), **{WORKER_ENV: "1"})
-        return subprocess.Popen([sys.executable, "-c", code], cwd=self.work, env=env, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
-
-    def run(self, args: list[str], log: Path, timeout: float) -> int | None:
-        """pytest's exit status, or None when the worker died or ran out of time."""
-        import select
-
-        if self.proc is None or self.proc.poll() is not None:
-            self.proc = self._start()
-        self.proc.stdin.write(json.dumps({"args": args, "log": str(log)}) + "\n")
-        self.proc.stdin.flush()
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
-        if not line:
-            self.close(kill=True)
-            return None
-        return int(json.loads(line)["code"])
-
-    def close(self, kill: bool = False) -> None:
-        if self.proc is None:
-            return
-        if kill:
-            self.proc.kill()
-        else:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-
-
-def _worker_main() -> None:
-    """The worker's loop: one JSON job per line on stdin, one ``{"code": N}`` line back per job."""
-    import pytest
-
-    answer = os.fdopen(os.dup(1), "w", buffering=1)
-    for line in sys.stdin:
-        job = json.loads(line)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        saved = os.dup(1), os.dup(2)
-        with open(job["log"], "wb") as fh:
-            os.dup2(fh.fileno(), 1)
-            os.dup2(fh.fileno(), 2)
-            try:
-                code = int(pytest.main(job["args"]))
-            except BaseException:
-                code = 3
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os.dup2(saved[0], 1)
-                os.dup2(saved[1], 2)
-                os.close(saved[0])
-                os.close(saved[1])
-        answer.write(json.dumps({"code": code}) + "\n")
+def _records(session: orchestrator.Session) -> list[dict]:
+    """One record per test that ran (not those first-detection mode skipped): test, claims, outcome,
+    ``t`` (seconds since the session started) and ``t_tests`` (since its first test started)."""
+    first = session.first_started or 0.0
+    out = []
+    for ev in session.finished.values():
+        if ev.get("kill_skipped"):
+            continue
+        message = ev.get("message") or next((e.get("message", "") for e in ev.get("evidence", ())), "")
+        t = float(ev.get("t", 0.0))
+        out.append({"test": ev["test"], "claims": ev.get("claims", []), "outcome": ev.get("outcome", "error"),
+                    "t": round(t, 3), "t_tests": round(t - first, 3), "seconds": ev.get("seconds", 0.0),
+                    "message": message.splitlines()[0][:300] if message else ""})
+    return out
 
 
 def run_target(target: Target, work: Path, *, profile: str = "ci", full: bool = False, shrink: bool = False,
                timeout: float = DEFAULT_TIMEOUT, call_timeout: float | None = None,
-               worker: _Worker | None = None) -> TargetResult:
-    """Run the selected tests against one implementation (in ``worker``, or in a fresh subprocess);
-    never raises for what the implementation does."""
+               server: orchestrator.ForkServer | None = None) -> TargetResult:
+    """Run the selected tests against one implementation (forked from ``server``, or in a fresh
+    interpreter); never raises for what the implementation does."""
     runs = work / "runs"
     runs.mkdir(parents=True, exist_ok=True)
-    log, results, out = runs / f"{target.name}.jsonl", runs / f"{target.name}.json", runs / f"{target.name}.log"
-    for p in (log, results):
-        p.unlink(missing_ok=True)
-    ini = work / "pytest.ini"
-    if not ini.exists():
-        ini.write_text("[pytest]\n", encoding="utf-8")
-    args = _command(target, profile=profile, full=full, shrink=shrink, log=log, results=results, ini=ini,
-                    call_timeout=call_timeout)
+    args = _command(target, work, profile=profile, full=full, shrink=shrink, call_timeout=call_timeout)
     res = TargetResult(name=target.name, spec=target.spec, control=target.control, description=target.description,
                        capability=target.capability, declared=list(target.claims),
                        mode="full" if full or target.control else "first")
     t0 = time.perf_counter()
-    if worker is not None:
-        res.exitstatus = worker.run(args, out, timeout)
-        if res.exitstatus is None:
-            res.problem = f"the worker process died or did not finish within {timeout:g} s"
-    else:
-        with open(out, "wb") as fh:
-            try:
-                proc = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=work, env=_env(), stdout=fh,
-                                      stderr=subprocess.STDOUT, timeout=timeout)
-                res.exitstatus = proc.returncode
-            except subprocess.TimeoutExpired:
-                res.problem = f"did not finish within {timeout:g} s"
+    session = orchestrator.run_session(args, work=runs, name=target.name, env=_env(), server=server,
+                                       limits=orchestrator.Limits(overall=timeout), cwd=work)
     res.wall_s = round(time.perf_counter() - t0, 2)
-    records = []
-    if log.exists():
-        for line in log.read_text(encoding="utf-8").splitlines():
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                continue
-    _summarise(res, records, set(target.claims))
-    if res.exitstatus not in (0, 1, None) and not res.problem:
+    res.exitstatus = session.session.get("exitstatus") if session.session else session.returncode
+    _summarise(res, _records(session), set(target.claims))
+    if session.stopped:
+        res.problem = f"run stopped after {session.done} of {session.total} tests: {session.stopped}"
+    elif res.exitstatus not in (0, 1):
         # 2 interrupted, 3 internal error, 4 usage error, 5 no tests: the matrix row is incomplete
-        tail = out.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] if out.exists() else []
-        res.problem = f"pytest exit status {res.exitstatus}" + (f": {tail[0]}" if tail else "")
+        last = orchestrator._last_line(session.log_tail)
+        res.problem = f"pytest exit status {res.exitstatus}" + (f": {last}" if last else "")
     return res
 
 
@@ -522,20 +288,11 @@ def _summarise(res: TargetResult, records: list[dict], declared: set[str]) -> No
 
 
 def implementation_tests() -> list[dict]:
-    """The implementation tests (one collection-only subprocess): [{"test", "claims", "module"}, …]."""
-    with tempfile.TemporaryDirectory(prefix="attnclaims-collect-") as tmp:
-        tmp = Path(tmp)
-        ini = tmp / "pytest.ini"
-        ini.write_text("[pytest]\n", encoding="utf-8")
-        out = tmp / "collected.json"
-        cmd = [sys.executable, "-m", "pytest", "--pyargs", TESTS_PACKAGE, "-p", "attnclaims.mutants",
-               "--collect-only", "-q", "--mutant-collect", str(out), "-p", "no:cacheprovider",
-               "-c", str(ini), "--rootdir", str(tmp), "--import-mode=importlib", "--strict-markers"]
-        proc = subprocess.run(cmd, cwd=tmp, env=_env(), capture_output=True, text=True)
-        if not out.exists():
-            raise MutantsError(f"collecting the implementation tests failed (exit status {proc.returncode}): "
-                               + (proc.stdout.strip().splitlines() or [""])[-1])
-        return json.loads(out.read_text(encoding="utf-8"))
+    """The implementation tests (one collection-only child): [{"test", "claims", "path", ...}, …]."""
+    try:
+        return orchestrator.collect(TESTS_PACKAGE, extra=["--attn-kill"], marker="claim")
+    except orchestrator.RunError as exc:
+        raise MutantsError(f"collecting the implementation tests failed: {exc}") from None
 
 
 def implementation_claims() -> dict[str, list[str]]:
@@ -544,15 +301,15 @@ def implementation_claims() -> dict[str, list[str]]:
 
 
 def with_modules(targets: list[Target], tests: list[dict], full: bool = False) -> list[Target]:
-    """Each target with the test modules it needs: the modules holding a test of a declared claim (first-detection
-    mode), or every module with an implementation test (controls, ``full``)."""
-    every = tuple(dict.fromkeys(d["module"] for d in tests))
+    """Each target with the test files it needs: the files holding a test of a declared claim (first-detection
+    mode), or every file with an implementation test (controls, ``full``)."""
+    every = tuple(dict.fromkeys(d["path"] for d in tests))
     out = []
     for t in targets:
         if full or t.control:
             modules = every
         else:
-            modules = tuple(dict.fromkeys(d["module"] for d in tests if set(d["claims"]) & set(t.claims)))
+            modules = tuple(dict.fromkeys(d["path"] for d in tests if set(d["claims"]) & set(t.claims)))
         out.append(replace(t, modules=modules or every))
     return out
 
@@ -571,8 +328,8 @@ ProgressFn = Callable[[TargetResult, int, int], None]
 def run_matrix(targets: list[Target], *, profile: str = "ci", full: bool = False, workers: int | None = None,
                shrink: bool = False, out: Path | None = None, timeout: float = DEFAULT_TIMEOUT,
                progress: ProgressFn | None = None, batch: bool = True) -> MatrixResult:
-    """Run every target (mutants and controls) on ``workers`` parallel processes: long-lived workers that
-    run one pytest session per target (``batch``), or a fresh pytest subprocess per target."""
+    """Run every target (mutants and correct implementations) on ``workers`` parallel processes: children
+    forked from one fork server per worker (``batch``), or a fresh interpreter per target."""
     from attnclaims.profiles import PROFILES
 
     if profile not in PROFILES:
@@ -592,16 +349,16 @@ def run_matrix(targets: list[Target], *, profile: str = "ci", full: bool = False
     results: list[TargetResult | None] = [None] * len(targets)
     done = 0
     local = threading.local()
-    workers_made: list[_Worker] = []
+    servers: list[orchestrator.ForkServer] = []
     lock = threading.Lock()
 
     def one(i: int) -> TargetResult:
-        if not hasattr(local, "worker"):
-            local.worker = _Worker(work)
+        if batch and not hasattr(local, "server"):
+            local.server = orchestrator.ForkServer(preload=PRELOAD, env=_env())
             with lock:
-                workers_made.append(local.worker)
+                servers.append(local.server)
         return run_target(targets[i], work, profile=profile, full=full, shrink=shrink, timeout=timeout,
-                          worker=local.worker if batch else None)
+                          server=local.server if batch else None)
 
     try:
         with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -613,8 +370,8 @@ def run_matrix(targets: list[Target], *, profile: str = "ci", full: bool = False
                 if progress:
                     progress(results[i], done, len(targets))
     finally:
-        for w in workers_made:
-            w.close()
+        for server in servers:
+            server.close()
         if tmp is not None:
             tmp.cleanup()
     rows = [r for r in results if r is not None]
@@ -777,7 +534,7 @@ def add_arguments(parser) -> None:
                         help="mutants run in N parallel processes (default: the number of CPUs)")
     parser.add_argument("--only", action="append", default=None, metavar="NAME",
                         help="run only this mutant or correct implementation (repeatable; "
-                             f"the correct ones are {', '.join(CONTROLS)})")
+                             f"the correct ones are {', '.join(CORRECT)})")
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="write mutants.json, matrix.txt and each run's log to DIR")
     parser.add_argument("--full", action="store_true",
@@ -787,7 +544,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--shrink", action="store_true",
                         help="keep hypothesis' shrink phase (minimal counterexamples, slower)")
     parser.add_argument("--isolated", action="store_true",
-                        help="a fresh pytest subprocess per target (default: long-lived workers, one session each)")
+                        help="a fresh interpreter per target (default: children forked from long-lived servers)")
     parser.add_argument("--list", action="store_true", help="list the zoo and exit")
 
 
@@ -799,8 +556,8 @@ def run_command(args, console=None) -> int:
     err = Console(stderr=True)
     only = args.only or []
     try:
-        mutants = mutant_targets([n for n in only if n not in CONTROLS]) if only else mutant_targets()
-        if only and all(n in CONTROLS for n in only):
+        mutants = mutant_targets([n for n in only if n not in CORRECT]) if only else mutant_targets()
+        if only and all(n in CORRECT for n in only):
             mutants = []
     except MutantsError as exc:
         err.print(f"attnclaims mutants: {exc}")
@@ -815,7 +572,7 @@ def run_command(args, console=None) -> int:
         err.print(f"attnclaims mutants: -n {args.workers}: the number of processes must be >= 1")
         return 2
     if only:
-        controls = control_targets([n for n in only if n in CONTROLS])
+        controls = control_targets([n for n in only if n in CORRECT])
     else:
         controls = [] if args.no_controls else control_targets()
     targets = mutants + controls

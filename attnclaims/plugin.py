@@ -2,11 +2,42 @@
 
 Options
   --attn-impl NAME         implementation under test: reference (default), torch, jax, pkg.module:attr
-  --attn-results PATH      write every check's evidence as JSON (read by the runner and the report)
+  --attn-results PATH      the evidence of every check as one JSON file (read by CI and by users' tools);
+                           rewritten while the run goes ("complete": false) and once more at its end
+                           ("complete": true), so a run that died shows as incomplete, never as clean
+  --attn-events PATH       the event stream, JSON lines (also ``ATTNCLAIMS_EVENTS``): what the
+                           orchestrator (:mod:`attnclaims.orchestrator`) reads while the run goes
+  --attn-watchdog PATH     where the per-call watchdog writes the call that held the interpreter
+                           past its limit (default: next to the event stream; without one, stderr)
   --attn-artifacts DIR     where measurements write their figures (default: under pytest's
                            base temporary directory, pruned by pytest)
   --attn-call-timeout S    per-call time limit for the implementation (default 20 s; 0 = none)
   --attn-claims ID,ID      run only the claim tests tagged with one of these claim ids
+  --attn-kill              kill-matrix mode (``attnclaims mutants``): only the tests that exercise the
+                           implementation, hypothesis' shrink phase dropped (``--attn-kill-shrink`` keeps it)
+  --attn-kill-claims ID,ID in kill-matrix mode, only the implementation tests tagged with these claims
+  --attn-kill-first        in kill-matrix mode, skip a test once every claim it is relevant to has failed
+
+The event stream (one JSON object per line, each with ``event``, ``t`` = seconds since the plugin
+was configured, and ``pid``):
+
+* ``implementation`` — the implementation was resolved: name, spec, dtype, capabilities, versions;
+  ``implementation-error`` — it could not be (the message is one line);
+* ``collected`` — ``n`` tests after deselection, and per test its id, claim tags (claim -> [kind,
+  role]), whether it exercises the implementation and its module;
+* ``collection-error`` — a test module pytest could not import;
+* ``test-started`` — ``test`` (the node id) is about to run;
+* ``test-finished`` — its ``outcome`` and its ``evidence`` (one :class:`Evidence` dict per claim),
+  written and flushed as the test finishes;
+* ``session-finished`` — ``exitstatus``, ``tests_run`` of ``tests_total`` and, when the session was
+  stopped early, ``stopped`` (why).
+
+A consumer that finds no ``session-finished`` event knows the process died; one that finds
+``tests_run < tests_total`` knows the session stopped early. Either way the run is partial.
+
+Once its results are written, the pytest process leaves with ``os._exit`` when run by the
+orchestrator (or when a thread that is not a daemon is still alive): a thread the implementation
+started cannot keep it from ending.
 
 Markers
   @pytest.mark.claim("id", ..., kind="property", role="support")   the claim(s) a test backs
@@ -16,6 +47,8 @@ Fixtures
   impl         the implementation under test, wrapped in :class:`~attnclaims.guard.GuardedImplementation`
   attn_record  ``attn_record(key=value, figures=[path])`` adds data to the test's evidence
   artifacts_dir  folder for figures
+  follow_implementation  (autouse) the strategies draw in the dtype and shapes of ``impl`` during a
+               test that takes it
 
 A test whose implementation lacks a required capability is skipped with the reason
 "not applicable: <impl> has no <capability>" and recorded as such for its claims.
@@ -26,6 +59,9 @@ import json
 import os
 import re
 import sys
+import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -35,10 +71,66 @@ if sys.version_info < (3, 11):  # Python 3.10: hypothesis depends on the backpor
 
 import attnclaims.profiles as profiles
 from attnclaims.evidence import KINDS, ROLES, Evidence
-from attnclaims.guard import CheckFailure, GuardedImplementation, NotApplicable
+from attnclaims.guard import CheckFailure, GuardedImplementation, NotApplicable, call_timeout_arg
 
-_GUARD_KEY = pytest.StashKey[GuardedImplementation]()
-_STATE: dict = {"current": None, "evidence": [], "recorder": None}
+EVENTS_ENV = "ATTNCLAIMS_EVENTS"
+#: The results file is rewritten at most this often while the run goes (seconds).
+RESULTS_EVERY_S = 2.0
+_KILL_SKIP = "not run: every claim of this test was already detected (attnclaims mutants, first-detection mode)"
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-session state (on config.stash)
+# ---------------------------------------------------------------------------------------------
+
+class _Events:
+    """Appends one JSON line per event with a single ``os.write`` (lines of xdist workers and their
+    controller do not interleave; a line is on disk as soon as it is written)."""
+
+    def __init__(self, path: str):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._t0 = time.monotonic()
+
+    def write(self, event: str, **data) -> None:
+        record = {"event": event, "t": round(time.monotonic() - self._t0, 4), "pid": os.getpid(), **data}
+        os.write(self._fd, (json.dumps(record, default=_jsonable) + "\n").encode("utf-8"))
+
+
+@dataclass
+class _Session:
+    events: _Events | None = None
+    guard: GuardedImplementation | None = None
+    guard_error: str | None = None
+    current: dict | None = None               # what attn_record adds to the running test's evidence
+    recorder: "_Recorder | None" = None
+    evidence: list[str] = field(default_factory=list)  # JSON text of each Evidence dict, in order
+    total: int | None = None
+    started: set = field(default_factory=set)
+    finished: int = 0
+    running: str | None = None
+    stopped: str = ""
+    exitstatus: int | None = None
+    results_written: float = 0.0
+    # kill-matrix mode
+    kill: bool = False
+    kill_claims: set | None = None
+    kill_first: bool = False
+    detected: set = field(default_factory=set)
+
+
+_SESSION = pytest.StashKey[_Session]()
+
+
+def _state(config) -> _Session:
+    state = config.stash.get(_SESSION, None)
+    if state is None:
+        state = config.stash[_SESSION] = _Session()
+    return state
+
+
+def _is_worker(config) -> bool:
+    return hasattr(config, "workerinput")
 
 
 def pytest_addoption(parser):
@@ -46,11 +138,23 @@ def pytest_addoption(parser):
     group.addoption("--attn-impl", default="reference",
                     help="implementation under test: reference (default), torch, jax, or package.module:attr")
     group.addoption("--attn-results", default=None, help="write the evidence of every claim check to this JSON file")
+    group.addoption("--attn-events", default=None,
+                    help=f"append the run's events to this file, one JSON object per line (or ${EVENTS_ENV})")
+    group.addoption("--attn-watchdog", default=None,
+                    help="file for the per-call watchdog's report (default: next to --attn-events, else stderr)")
     group.addoption("--attn-artifacts", default=None, help="folder for figures written by measurements")
-    group.addoption("--attn-call-timeout", default=None, type=float,
+    group.addoption("--attn-call-timeout", default=None, type=call_timeout_arg,
                     help="time limit of one call into the implementation, seconds (0 = none; default 20)")
     group.addoption("--attn-claims", default=None,
                     help="comma-separated claim ids: deselect the claim tests tagged with none of them")
+    group.addoption("--attn-kill", action="store_true", default=False,
+                    help="kill-matrix mode: only implementation tests, without hypothesis' shrink phase")
+    group.addoption("--attn-kill-claims", default=None,
+                    help="kill-matrix mode: only implementation tests tagged with one of these claim ids")
+    group.addoption("--attn-kill-first", action="store_true", default=False,
+                    help="kill-matrix mode: skip a test once each claim it is relevant to has a failing test")
+    group.addoption("--attn-kill-shrink", action="store_true", default=False,
+                    help="kill-matrix mode: keep hypothesis' shrink phase (minimal counterexamples, slower)")
 
 
 def pytest_configure(config):
@@ -62,26 +166,126 @@ def pytest_configure(config):
         from hypothesis import settings
 
         settings.load_profile(profiles.DEFAULT_PROFILE)
+    state = _state(config)
+    path = config.getoption("attn_events", default=None) or os.environ.get(EVENTS_ENV)
+    if path:
+        state.events = _Events(path)
+    kill_claims = config.getoption("attn_kill_claims", default=None)
+    state.kill = bool(config.getoption("attn_kill", default=False) or kill_claims)
+    state.kill_claims = {c for c in kill_claims.split(",") if c} if kill_claims else None
+    state.kill_first = bool(config.getoption("attn_kill_first", default=False))
+    if state.kill and not config.getoption("attn_kill_shrink", default=False):
+        _drop_shrink_phase()
+    config.pluginmanager.register(_Reporter(config), "attnclaims-reporter")
+
+
+def _emit(config, event: str, **data) -> None:
+    events = _state(config).events
+    if events is not None:
+        events.write(event, **data)
+
+
+def _drop_shrink_phase() -> None:
+    """Re-register the active profile under its own name without the shrink and explain phases: whether
+    and when a test fails is unchanged (the examples are generated as before), only the counterexample
+    is not minimised."""
+    from hypothesis import Phase, settings
+
+    name = settings.get_current_profile_name()
+    current = settings.get_profile(name)
+    phases = tuple(p for p in current.phases if p not in (Phase.shrink, Phase.explain))
+    settings.register_profile(name, parent=current, phases=phases)
+    settings.load_profile(name)
+
+
+# ---------------------------------------------------------------------------------------------
+# The implementation under test
+# ---------------------------------------------------------------------------------------------
+
+def _watchdog_path(config) -> str | None:
+    path = config.getoption("attn_watchdog", default=None)
+    if not path:
+        events = config.getoption("attn_events", default=None) or os.environ.get(EVENTS_ENV)
+        path = events + ".watchdog" if events else None
+    if path and _is_worker(config):
+        path = f"{path}.{config.workerinput.get('workerid', 'worker')}"
+    return path
 
 
 def _guard(config) -> GuardedImplementation:
-    guard = config.stash.get(_GUARD_KEY, None)
-    if guard is None:
-        from attnclaims.impls import ImplementationError, resolve
+    """The guarded implementation of this session, resolved once; a bad ``--attn-impl`` is a
+    :class:`pytest.UsageError` with one line (also when it raised SystemExit or anything else)."""
+    state = _state(config)
+    if state.guard is not None:
+        return state.guard
+    if state.guard_error is not None:
+        raise pytest.UsageError(state.guard_error)
+    from attnclaims.guard import DEFAULT_TIMEOUT, Watchdog
+    from attnclaims.impls import ImplementationError, resolve
 
-        spec = config.getoption("attn_impl")
-        try:
-            impl = resolve(spec)
-        except ImplementationError as exc:
-            raise pytest.UsageError(str(exc)) from None
-        timeout = config.getoption("attn_call_timeout")
-        from attnclaims.guard import DEFAULT_TIMEOUT
-
-        timeout = DEFAULT_TIMEOUT if timeout is None else (timeout or None)
+    spec = config.getoption("attn_impl")
+    timeout = config.getoption("attn_call_timeout")
+    timeout = DEFAULT_TIMEOUT if timeout is None else (timeout or None)
+    try:
+        impl = resolve(spec)
         guard = GuardedImplementation(impl, spec=spec, timeout=timeout)
-        config.stash[_GUARD_KEY] = guard
+    except ImplementationError as exc:
+        state.guard_error = str(exc)
+    except Exception as exc:  # reading name/dtype of the object raised: the implementation's bug
+        state.guard_error = f"implementation {spec!r}: {type(exc).__name__}: {exc}"
+    if state.guard_error is not None:
+        _emit(config, "implementation-error", spec=spec, message=state.guard_error)
+        raise pytest.UsageError(state.guard_error)
+    if timeout:
+        guard.watchdog = Watchdog(_watchdog_path(config), grace=Watchdog.grace_for(timeout))
+    state.guard = guard
+    _emit(config, "implementation", **implementation_info(guard))
     return guard
 
+
+def implementation_info(guard: GuardedImplementation) -> dict:
+    """What the report shows of an implementation; attributes that raise are left out, not fatal."""
+    from attnclaims.protocol import CAPABILITIES
+
+    def attr(name: str) -> dict:
+        try:
+            return dict(getattr(guard.impl, name, {}) or {})
+        except Exception:  # a property that raises, or not a mapping: the report shows nothing for it
+            return {}
+
+    return {
+        "name": guard.name,
+        "spec": guard.spec,
+        "dtype": str(guard.dtype),
+        "available": True,
+        "versions": attr("versions"),
+        "capabilities": [c for c in CAPABILITIES if guard.has(c)],
+        "conventions": attr("conventions"),
+    }
+
+
+@pytest.fixture(scope="session")
+def impl(request) -> GuardedImplementation:
+    """The implementation under test (``--attn-impl``), every call guarded."""
+    return _guard(request.config)
+
+
+@pytest.fixture(autouse=True)
+def follow_implementation(request):
+    """Autouse: for tests that take ``impl``, the strategies draw in its dtype and shapes — during that
+    test only (a later test without ``impl`` in the same process draws float64 and free shapes again)."""
+    if "impl" in request.fixturenames:
+        from attnclaims.checks.strategies import following
+
+        with following(request.getfixturevalue("impl")):
+            yield
+    else:
+        yield
+
+
+# ---------------------------------------------------------------------------------------------
+# Claim markers and collection
+# ---------------------------------------------------------------------------------------------
 
 def claim_tags(item) -> dict[str, tuple[str, str]]:
     """claim id -> (kind, role) for a test. Each ``claim`` marker's ``kind``/``role`` apply to its own
@@ -110,6 +314,16 @@ def _claim_marks(item):
     return list(tags), kind, role
 
 
+def _is_impl_test(item) -> bool:
+    return item.get_closest_marker("impl_test") is not None
+
+
+def _module(item) -> str:
+    """The importable name of the test's module (``attnclaims.tests.test_s31_attention``)."""
+    module = getattr(getattr(item, "module", None), "__name__", None)
+    return module or Path(str(item.path)).stem
+
+
 def pytest_collection_modifyitems(session, config, items):
     from attnclaims.registry import RegistryError, load_registry
 
@@ -128,34 +342,52 @@ def pytest_collection_modifyitems(session, config, items):
         if "impl" in getattr(item, "fixturenames", ()) or item.get_closest_marker("requires"):
             item.add_marker(pytest.mark.impl_test)
     wanted = config.getoption("attn_claims")
+    keep = list(items)
     if wanted:
         wanted_ids = {w.strip() for w in wanted.split(",") if w.strip()}
         unknown = sorted(wanted_ids - set(registry.claims))
         if unknown:
             raise pytest.UsageError(f"--attn-claims: unknown claim id {unknown[0]!r}")
-        keep = [item for item in items if wanted_ids & set(_claim_marks(item)[0])]
-        dropped = [item for item in items if not wanted_ids & set(_claim_marks(item)[0])]
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-            items[:] = keep
-    if any(item.get_closest_marker("impl_test") for item in items):
+        keep = [item for item in keep if wanted_ids & set(claim_tags(item))]
+    state = _state(config)
+    if state.kill:
+        keep = [item for item in keep if _is_impl_test(item) and claim_tags(item)
+                and (state.kill_claims is None or state.kill_claims & set(claim_tags(item)))]
+    if len(keep) != len(items):
+        kept = set(map(id, keep))
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
+        items[:] = keep
+    if any(_is_impl_test(item) for item in items):
         _guard(config)  # a bad --attn-impl stops the run here, with one line
 
 
-@pytest.fixture(scope="session")
-def impl(request) -> GuardedImplementation:
-    """The implementation under test (``--attn-impl``), every call guarded."""
-    return _guard(request.config)
+def pytest_collection_finish(session):
+    config = session.config
+    worker = config.workerinput.get("workerid") if _is_worker(config) else None
+    if worker not in (None, "gw0"):
+        return  # every xdist worker collects the same tests; one of them reports them
+    state = _state(config)
+    state.total = len(session.items)
+    _emit(config, "collected", n=len(session.items), worker=worker,
+          tests=[{"test": item.nodeid, "claims": list(claim_tags(item)),
+                  "tags": {cid: list(tag) for cid, tag in claim_tags(item).items()},
+                  "impl_test": _is_impl_test(item), "module": _module(item), "path": str(item.path)}
+                 for item in session.items])
 
+
+# ---------------------------------------------------------------------------------------------
+# Running a test
+# ---------------------------------------------------------------------------------------------
 
 class _Recorder:
     """Session-scoped (so hypothesis tests may use it) but writing into the running test's evidence."""
 
-    def __init__(self, artifacts: Path):
+    def __init__(self, state: _Session, artifacts: Path):
+        self.state = state
         self.artifacts = artifacts
 
     def __call__(self, **data):
-        current = _STATE["current"]
+        current = self.state.current
         if current is None:
             raise RuntimeError("attn_record was called outside a running test")
         figures = data.pop("figures", None) or []
@@ -176,19 +408,28 @@ def _artifacts_dir(config, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def artifacts_dir(request, tmp_path_factory) -> Path:
-    if _STATE.get("recorder") is None:
-        _STATE["recorder"] = _Recorder(_artifacts_dir(request.config, tmp_path_factory))
-    return _STATE["recorder"].artifacts
+    state = _state(request.config)
+    if state.recorder is None:
+        state.recorder = _Recorder(state, _artifacts_dir(request.config, tmp_path_factory))
+    return state.recorder.artifacts
 
 
 @pytest.fixture(scope="session")
-def attn_record(artifacts_dir) -> _Recorder:
-    return _STATE["recorder"]
+def attn_record(request, artifacts_dir) -> _Recorder:
+    return _state(request.config).recorder
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
+    state = _state(item.config)
+    if state.kill and state.kill_first:
+        relevant = set(claim_tags(item))
+        if state.kill_claims is not None:
+            relevant &= state.kill_claims
+        if relevant <= state.detected:
+            pytest.skip(_KILL_SKIP)
+    item.stash[_RECORD_KEY] = state.current = {}
     ids, _, _ = _claim_marks(item)
-    item.stash[_RECORD_KEY] = _STATE["current"] = {}
     uses_impl = "impl" in getattr(item, "fixturenames", ())
     needs = [c for m in item.iter_markers("requires") for c in m.args]
     if uses_impl or needs:
@@ -220,8 +461,8 @@ def pytest_runtest_makereport(item, call):
     final = rep.when == "call" or (rep.when == "setup" and not rep.passed)
     if not final:
         return
-    uses_impl = item.get_closest_marker("impl_test") is not None
-    guard = item.config.stash.get(_GUARD_KEY, None) if uses_impl else None
+    uses_impl = _is_impl_test(item)
+    guard = _state(item.config).guard if uses_impl else None
     entry: dict = {
         "test": item.nodeid, "claims": ids, "kind": kind, "role": role,
         "tags": {cid: list(tag) for cid, tag in claim_tags(item).items()},
@@ -236,6 +477,8 @@ def pytest_runtest_makereport(item, call):
         longrepr = rep.longrepr
         entry["message"] = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
         entry["message"] = entry["message"].removeprefix("Skipped: ")
+        if _KILL_SKIP in entry["message"]:
+            entry["kill_skipped"] = True
     else:
         exc = unwrap_check(call.excinfo.value) if call.excinfo is not None else None
         # An assertion, a CheckFailure or pytest.fail()/"DID NOT RAISE" is a failed check; any other
@@ -268,9 +511,12 @@ def _name_responsible(entry: dict, guard: GuardedImplementation) -> None:
     called = list(dict.fromkeys(call[0] for call in guard.recent))  # (capability, args, kwargs)
     if not entry.get("capability") and len(called) == 1:
         entry["capability"] = called[0]
-    responsible = getattr(guard.impl, "responsible", None) or {}
+    try:
+        responsible = dict(getattr(guard.impl, "responsible", None) or {})
+    except Exception:  # a property that raises: no names to add
+        responsible = {}
     caps = [entry["capability"]] if entry.get("capability") else called
-    named = [responsible[c] for c in caps if c in responsible]
+    named = [str(responsible[c]) for c in caps if c in responsible]
     if named:
         entry["message"] += f" [responsible: {'; '.join(named)}]"
 
@@ -298,12 +544,6 @@ def _jsonable(value):
     return str(value)
 
 
-def pytest_runtest_logreport(report):
-    for key, value in report.user_properties:
-        if key == "attnclaims":
-            _STATE["evidence"].append(json.loads(value))
-
-
 def evidence_from_entry(entry: dict) -> list[Evidence]:
     """One :class:`Evidence` per claim id of a recorded test."""
     out = []
@@ -321,42 +561,175 @@ def evidence_from_entry(entry: dict) -> list[Evidence]:
     return out
 
 
-def pytest_sessionfinish(session, exitstatus):
-    config = session.config
-    if hasattr(config, "workerinput"):  # an xdist worker: the controller writes the file
-        return
-    path = config.getoption("attn_results")
+def _outcome(report, entry: dict | None) -> str:
+    if entry is not None:
+        return entry["outcome"]
+    if report.passed:
+        return "passed"
+    if report.skipped:
+        return "not-applicable"
+    return "failed" if report.when == "call" else "error"
+
+
+class _Reporter:
+    """The hooks of the process that reports — without xdist the only one, with xdist the controller
+    (workers' reports reach it with their user_properties) — bound to their session's config.
+    Registered in :func:`pytest_configure`, so hooks that pytest calls without a config have it."""
+
+    def __init__(self, config):
+        self.config = config
+        self.state = _state(config)
+
+    def pytest_sessionstart(self, session):
+        if not _is_worker(self.config):
+            _write_results(self.config, complete=False)
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            root = Path(str(self.config.rootpath))
+            path = str(root / report.nodeid.split("::")[0]) if report.nodeid else ""
+            _emit(self.config, "collection-error", test=report.nodeid, path=path,
+                  message=str(report.longrepr)[-3000:])
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids):
+        if self.state.total is None:
+            self.state.total = len(ids)
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        if _is_worker(self.config):
+            return
+        self.state.started.add(nodeid)
+        self.state.running = nodeid
+        _emit(self.config, "test-started", test=nodeid)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report):
+        if _is_worker(self.config):
+            return
+        state = self.state
+        final = report.when == "call" or (report.when == "setup" and not report.passed)
+        if not final:
+            return
+        entry = None
+        for key, value in report.user_properties:
+            if key == "attnclaims":
+                entry = json.loads(value)
+                break
+        state.finished += 1
+        state.running = None
+        evidence = [e.to_dict() for e in evidence_from_entry(entry)] if entry is not None else []
+        outcome = _outcome(report, entry)
+        if entry is not None and outcome == "failed" and state.kill:
+            relevant = set(entry["claims"])
+            state.detected |= relevant & state.kill_claims if state.kill_claims is not None else relevant
+        # a report without an entry (a test without claim markers; a crashed xdist worker): its last line
+        message = "" if entry is not None else _last_line(str(report.longrepr or ""))
+        _emit(self.config, "test-finished", test=report.nodeid, outcome=outcome,
+              claims=entry["claims"] if entry else [], evidence=evidence, message=message,
+              kill_skipped=bool(entry and entry.get("kill_skipped")), seconds=round(report.duration, 4))
+        state.evidence.extend(json.dumps(e, default=_jsonable) for e in evidence)
+        if time.monotonic() - state.results_written >= RESULTS_EVERY_S:
+            _write_results(self.config, complete=False)
+
+    def pytest_keyboard_interrupt(self, excinfo):
+        msg = getattr(excinfo.value, "msg", None) or str(excinfo.value)
+        self.state.stopped = f"{excinfo.typename}{': ' + msg if msg else ''}"
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session, exitstatus):
+        config, state = self.config, self.state
+        state.exitstatus = int(exitstatus)
+        if _is_worker(config):
+            return
+        stopped = state.stopped
+        if not stopped and session.shouldstop:
+            stopped = str(session.shouldstop)
+        if not stopped and session.shouldfail:
+            stopped = str(session.shouldfail)
+        if not stopped and int(exitstatus) in (2, 3, 4):
+            stopped = {2: "pytest was interrupted", 3: "pytest had an internal error",
+                       4: "pytest was given bad arguments"}[int(exitstatus)]
+        state.stopped = stopped
+        info = _write_results(config, complete=True)
+        _emit(config, "session-finished", exitstatus=int(exitstatus), tests_run=state.finished,
+              tests_total=state.total, stopped=stopped, implementation=info)
+
+
+def _outcome(report, entry: dict | None) -> str:
+    if entry is not None:
+        return entry["outcome"]
+    if report.passed:
+        return "passed"
+    if report.skipped:
+        return "not-applicable"
+    return "failed" if report.when == "call" else "error"
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:500] if lines else ""
+
+
+def _write_results(config, complete: bool) -> dict | None:
+    """(Re)write ``--attn-results``: atomically, from the evidence serialised as each test finished.
+    While the run goes the file says ``"complete": false``; so does the last one of a stopped run."""
+    state = _state(config)
+    state.results_written = time.monotonic()
+    path = config.getoption("attn_results", default=None)
+    info = None
+    if complete:
+        try:
+            info = implementation_info(_guard(config))
+        except pytest.UsageError as exc:
+            info = {"name": config.getoption("attn_impl"), "available": False, "reason": str(exc)}
     if not path:
-        return
+        return info
     from hypothesis import settings
 
-    try:
-        guard = _guard(config)
-        impl_info = implementation_info(guard)
-    except pytest.UsageError as exc:
-        impl_info = {"name": config.getoption("attn_impl"), "available": False, "reason": str(exc)}
-    payload = {
-        "implementation": impl_info,
+    spec = config.getoption("attn_impl")
+    ran_all = state.total is None or state.finished >= state.total
+    head = {
+        "implementation": info or {"name": spec, "spec": spec},
         "profile": settings.get_current_profile_name(),
-        "exitstatus": int(exitstatus),
-        "evidence": [e.to_dict() for entry in _STATE["evidence"] for e in evidence_from_entry(entry)],
+        "exitstatus": state.exitstatus,
+        "complete": bool(complete and not state.stopped and ran_all),
+        "tests_run": state.finished,
+        "tests_total": state.total,
+        "stopped": state.stopped if complete else "the run has not finished (or its process died)",
     }
+    text = json.dumps(head, indent=1)[:-2] + ',\n "evidence": [\n' + ",\n".join(state.evidence) + "\n ]\n}\n"
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(str(path) + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=1, default=_jsonable), encoding="utf-8")
+    tmp = Path(f"{path}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+    return info
 
 
-def implementation_info(guard: GuardedImplementation) -> dict:
-    impl = guard.impl
-    from attnclaims.protocol import CAPABILITIES
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """Leave with ``os._exit`` once everything is written, when run by the orchestrator or when a
+    thread that is not a daemon (one the implementation started) would keep the process alive."""
+    state = config.stash.get(_SESSION, None)
+    if state is None or state.exitstatus is None:
+        return
+    orchestrated = state.events is not None and not _is_worker(config)
+    if orchestrated or _stray_threads():
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(state.exitstatus)
 
-    return {
-        "name": guard.name,
-        "spec": guard.spec,
-        "dtype": str(guard.dtype),
-        "available": True,
-        "versions": dict(getattr(impl, "versions", {}) or {}),
-        "capabilities": [c for c in CAPABILITIES if guard.has(c)],
-        "conventions": dict(getattr(impl, "conventions", {}) or {}),
-    }
+
+def _stray_threads(wait_s: float = 1.0) -> bool:
+    """Whether a non-daemon thread other than this one is still alive after ``wait_s`` seconds."""
+    deadline = time.monotonic() + wait_s
+    for thread in threading.enumerate():
+        if thread is threading.current_thread() or thread.daemon or thread is threading.main_thread():
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            return True
+    return False

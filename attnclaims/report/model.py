@@ -363,7 +363,7 @@ def _implementation_row(info: Mapping) -> dict:
 
 
 def from_run(result, registry, out_dir: Path | None = None, command: str = "") -> dict:
-    """The report of a :class:`attnclaims.runner.RunResult`."""
+    """The report of a :class:`attnclaims.orchestrator.RunResult`."""
     impls = []
     for r in result.runs:
         info = dict(r.info or {})

@@ -17,7 +17,7 @@ import pytest
 
 from attnclaims import proofs
 from attnclaims.registry import load_registry
-from attnclaims.runner import collect_tests
+from attnclaims.orchestrator import collect_tests
 
 REGISTRY = load_registry()
 CLAIMS = [c.id for c in REGISTRY]
