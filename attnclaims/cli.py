@@ -303,6 +303,9 @@ def _configure_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR", default="report", help="output folder (default: report/)")
     p.add_argument("--format", metavar="FMT", default="md,html,json",
                    help="comma-separated formats among md, html, json (default: all three)")
+    p.add_argument("--merge", metavar="FILE", nargs="+", default=None,
+                   help="build the report from the results files (pytest --attn-results) or report.json files of "
+                        "separate runs, without running anything (same attnclaims version and profile)")
 
 
 def _options(args, artifacts: Path | None):
@@ -463,6 +466,22 @@ def _writable_dir(path: Path) -> Path:
     return path
 
 
+def _merged(args, out_dir: Path) -> dict:
+    """The report of ``--merge FILE ...`` (attnclaims.merge); the run options do not apply to it."""
+    from attnclaims.merge import MergeError, merged_report
+
+    if args.impl or args.claim:
+        raise UsageError("--merge builds the report from the files' evidence; --impl and --claim do not apply")
+    command = "attnclaims " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0] else ""
+    try:
+        report = merged_report(args.merge, _registry(), out_dir=out_dir, command=command)
+    except MergeError as exc:
+        raise UsageError(f"--merge: {exc}") from None
+    for note in report["run"]["merge"]["notes"]:
+        print(f"note: {note}", file=sys.stderr)
+    return report
+
+
 def _run_report(args) -> int:
     from attnclaims.report import FORMATS, write_report
 
@@ -473,7 +492,7 @@ def _run_report(args) -> int:
                          f"(expected a comma-separated list of {', '.join(FORMATS)})")
     out_dir = _writable_dir(Path(args.out).resolve())  # absolute before any child runs (or chdirs)
     t0 = time.perf_counter()
-    report = _execute(args, artifacts=out_dir / "figures", out_dir=out_dir)
+    report = _merged(args, out_dir) if args.merge else _execute(args, artifacts=out_dir / "figures", out_dir=out_dir)
     try:
         written = write_report(report, out_dir, formats)
     except OSError as exc:
