@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
-from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
 
 #: the claim each capability's contract checks back
 CLAIM_OF = {

@@ -26,7 +26,6 @@ from attnclaims.reference import attention_weights as ref_weights
 from attnclaims.reference import softmax as ref_softmax
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
-from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
 
 EDGE = {name: S.edge_attention_case(name) for name in S.EDGE}
 

@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from attnclaims.reference import MultiHeadParams, self_attention as ref_self_attention
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
-from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
 
 
 def single_head(params: MultiHeadParams) -> MultiHeadParams:

@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 from attnclaims.reference import MultiHeadParams, multi_head_attention as ref_mha
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
-from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
 
 
 def head_terms(impl, x_q, x_kv, params: MultiHeadParams, mask):

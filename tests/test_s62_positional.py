@@ -30,7 +30,6 @@ from attnclaims.reference import learned_encoding
 from attnclaims.reference.baselines import conv1d, tanh_rnn
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
-from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
 
 
 def permute_mask(mask, perm_q, perm_k):

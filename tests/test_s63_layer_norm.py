@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from attnclaims.reference import layer_norm as ref_layer_norm
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
-from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
 
 SMALL_VARIANCE = np.array([[1e-3, -2e-3, 0.5e-3, 3e-3], [0.0, 0.0, 0.0, 0.0]])
 LARGE_OFFSET = 1e6 + np.array([[1.0, -0.5, 0.25, 2.0, -1.0, 0.75]])

@@ -18,7 +18,6 @@ from attnclaims.reference import feed_forward as ref_feed_forward
 from attnclaims.reference.baselines import conv1d
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
-from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
 
 
 @st.composite

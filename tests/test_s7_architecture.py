@@ -27,7 +27,6 @@ from attnclaims.reference import encoder_layer as ref_encoder_layer
 from attnclaims.checks import same_precision as SP
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
-from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
 from attnclaims.tests.test_s31_attention import read_weights
 
 
