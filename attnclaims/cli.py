@@ -9,6 +9,13 @@ Exit status: 0 when no claim is refuted and no check errored, 1 when one is
 (or did), 2 for bad arguments or a broken registry (one line on stderr, never
 a traceback), 130 when interrupted.
 
+Inputs are bounded (``-n`` at most 4 workers per usable CPU, ``--timeout`` a finite number of
+seconds > 0) and outputs are safe: every string that comes from an implementation or a file
+(implementation names, messages, reasons, claim texts) is printed through
+:func:`attnclaims.terminal.safe_text` (control characters and rich markup escaped). ``report``
+writes into a staging folder inside ``--out`` and moves the finished files into place only
+when everything is written, so an interrupted run leaves the previous report whole.
+
 Subcommands live in :data:`COMMANDS` (name -> :class:`Command`); a new one is
 added with :func:`register`.
 """
@@ -17,6 +24,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import math
 import os
 import shutil
 import sys
@@ -27,6 +35,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from attnclaims.terminal import safe_text
 
 EXIT_OK, EXIT_REFUTED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -49,6 +59,49 @@ COMMANDS: dict[str, Command] = {}
 def register(name: str, help: str, configure: Callable, run: Callable, description: str = "") -> None:
     """Add a subcommand: ``configure(parser)`` adds its arguments, ``run(args)`` returns the exit status."""
     COMMANDS[name] = Command(help=help, configure=configure, run=run, description=description or help)
+
+
+#: The largest --timeout (and per-call limit) accepted: a week, far beyond any run, and small
+#: enough for every timer the suite arms (threading and faulthandler reject larger values).
+MAX_SECONDS = 7 * 24 * 3600.0
+#: Workers per usable CPU that ``-n`` may ask for (each pytest-xdist worker is a whole Python
+#: process of ~60 MB; more than a few per CPU only compete).
+WORKERS_PER_CPU = 4
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the platform has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def workers_arg(text: str) -> int:
+    """``-n``: an integer from 0 (one process) to :data:`WORKERS_PER_CPU` × the usable CPUs."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{n}: the number of workers must be >= 0")
+    cpus = usable_cpus()
+    if n > WORKERS_PER_CPU * cpus:
+        raise argparse.ArgumentTypeError(f"{n}: at most {WORKERS_PER_CPU * cpus} workers "
+                                         f"({WORKERS_PER_CPU} per usable CPU, {cpus} usable)")
+    return n
+
+
+def seconds_arg(text: str) -> float:
+    """A time limit: a finite number of seconds > 0 and at most :data:`MAX_SECONDS`."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and 0 < value <= MAX_SECONDS):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number of seconds > 0 and "
+                                         f"<= {MAX_SECONDS:g}")
+    return value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -110,12 +163,12 @@ def _run_list(args) -> int:
                  "expected_verdict": c.expected_verdict, "depends_on": list(c.depends_on)} for c in registry]
         print(json.dumps(rows, ensure_ascii=False, indent=1))
         return EXIT_OK
-    w = max(len(c.id) for c in registry)
-    mw = max(len(", ".join(c.methods)) for c in registry)
-    sw = max(len(c.section) for c in registry)
+    rows = [(safe_text(c.id), safe_text(c.section), safe_text(", ".join(c.methods)), safe_text(c.expected_verdict))
+            for c in registry]
+    w, sw, mw = (max(len(r[i]) for r in rows) for i in range(3))
     print(f"{'claim':<{w}}  {'§':<{sw}}  {'methods':<{mw}}  expected")
-    for c in registry:
-        print(f"{c.id:<{w}}  {c.section:<{sw}}  {', '.join(c.methods):<{mw}}  {c.expected_verdict}")
+    for cid, section, methods, expected in rows:
+        print(f"{cid:<{w}}  {section:<{sw}}  {methods:<{mw}}  {expected}")
     return EXIT_OK
 
 
@@ -170,7 +223,7 @@ def _run_explain(args) -> int:
     out.extend(_wrap("- " + c) for c in claim.citations)
     if not claim.citations:
         out.append("  (none)")
-    print("\n".join(out))
+    print(safe_text("\n".join(out), newlines=True))
     sys.stdout.flush()
 
     print("\nDerivations:")
@@ -189,12 +242,13 @@ def _run_explain(args) -> int:
         if row is None:
             print(f"  (the report of {when} in {report_dir}/ does not cover this claim)")
         else:
-            print(f"  from {report_dir / 'report.json'} ({when}, profile {last.get('environment', {}).get('profile')}):")
+            print(safe_text(f"  from {report_dir / 'report.json'} ({when}, profile "
+                            f"{last.get('environment', {}).get('profile')}):"))
             for impl, d in (row.get("verdict_details") or {}).items():
-                print(f"  {impl}: {d.get('verdict')}" + (f" — {d.get('reason')}" if d.get("reason") else ""))
+                print(safe_text(f"  {impl}: {d.get('verdict')}" + (f" — {d.get('reason')}" if d.get("reason") else "")))
             if not row.get("verdict_details"):
                 for impl, v in (row.get("verdicts") or {}).items():
-                    print(f"  {impl}: {v}")
+                    print(safe_text(f"  {impl}: {v}"))
     return EXIT_OK
 
 
@@ -281,15 +335,16 @@ def _configure_run(p: argparse.ArgumentParser) -> None:
                    help="check only these claims (default: all)")
     p.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE,
                    help=f"hypothesis profile (default {DEFAULT_PROFILE}: derandomized, reproducible)")
-    p.add_argument("-n", "--workers", metavar="N", type=int, default=None,
-                   help="pytest-xdist workers (default: 2 when pytest-xdist is installed and at least 4 CPUs "
-                        "are usable, else 0 = one process)")
+    p.add_argument("-n", "--workers", metavar="N", type=workers_arg, default=None,
+                   help="pytest-xdist workers, at most 4 per usable CPU (default: 2 when pytest-xdist is "
+                        "installed and at least 4 CPUs are usable, else 0 = one process)")
     p.add_argument("--seed", metavar="S", type=int, default=None,
                    help="hypothesis seed for the dev and thorough profiles (default: random, recorded)")
-    p.add_argument("--timeout", metavar="SECONDS", type=float, default=None,
-                   help="stop an implementation's run after this many seconds (its claims become 'error'; "
-                        "default: 600 s + 3 × the call limit per test, at least 60 s per test)")
-    p.add_argument("--call-timeout", metavar="SECONDS", type=float, default=None,
+    p.add_argument("--timeout", metavar="SECONDS", type=seconds_arg, default=None,
+                   help="stop an implementation's run after this many seconds, finite and > 0 "
+                        "(its claims become 'error'; default: 600 s + 3 × the call limit per test, "
+                        "at least 60 s per test)")
+    p.add_argument("--call-timeout", metavar="SECONDS", type=seconds_arg, default=None,
                    help="time limit of one call into the implementation (default 20); a call that holds "
                         "the interpreter past it ends that implementation's run, which names the call")
 
@@ -360,27 +415,28 @@ class _Progress:
         if kind == "start":
             self.failed = 0
             if self._progress:
-                self._task = self._progress.add_task(impl, total=None, status="starting pytest…")
+                self._task = self._progress.add_task(safe_text(impl, markup=True), total=None,
+                                                     status="starting pytest…")
             else:
-                print(f"attnclaims: running {impl}…", file=sys.stderr, flush=True)
+                print(f"attnclaims: running {safe_text(impl)}…", file=sys.stderr, flush=True)
         elif kind == "total" and self._progress:
             self._progress.update(self._task, total=ev["n"], status="")
         elif kind == "test":
             if ev.get("outcome") == "failed":
                 self.failed += 1
             if self._progress:
-                name = ev.get("test", "").rsplit("::", 1)[-1][:48]
+                name = safe_text(ev.get("test", "").rsplit("::", 1)[-1][:48], markup=True)
                 status = (f"[red]{self.failed} failed[/red] · " if self.failed else "") + name
                 self._progress.update(self._task, completed=ev["done"], status=status)
         elif kind == "end":
             msg = f"{ev['tests']} tests in {ev['seconds']:.1f} s" + (f", {self.failed} failed" if self.failed else "")
             if ev.get("reason"):
-                msg += f"; {ev['reason']}"
+                msg += f"; {safe_text(ev['reason'], markup=bool(self._progress))}"
             if self._progress:
                 self._progress.update(self._task, status=msg, total=ev["tests"] or 1,
                                       completed=ev["tests"] or 1)
             else:
-                print(f"attnclaims: {impl}: {msg}", file=sys.stderr, flush=True)
+                print(f"attnclaims: {safe_text(impl)}: {msg}", file=sys.stderr, flush=True)
 
 
 _STYLE = {"proven": "bold green", "verified": "green", "qualified": "yellow", "illustrative": "blue",
@@ -388,46 +444,60 @@ _STYLE = {"proven": "bold green", "verified": "green", "qualified": "yellow", "i
           "no evidence": "dim", "not applicable": "dim"}
 
 
+def _cell(detail: dict | None, expected: str):
+    """One verdict cell: the verdict's text styled by its category, ≠ when it differs from the expected."""
+    from rich.text import Text
+
+    if detail is None:
+        return Text("")
+    category = detail.get("category") or detail["verdict"]
+    cell = Text(safe_text(detail.get("status") or detail["verdict"]), style=_STYLE.get(category, ""))
+    if detail["verdict"] != expected:
+        cell.append(" ≠", style="bold yellow")
+    return cell
+
+
 def print_verdicts(report: dict) -> None:
+    """The verdict table (one column per implementation that ran, and the column of claims whose
+    evidence is independent of the implementation), the implementations that were not available,
+    the problems and the counts. Every string from the report is printed through :func:`safe_text`."""
     from rich.table import Table
     from rich.text import Text
 
-    from attnclaims.report.common import first_line, summary_counts, verdict_class
+    from attnclaims.report.common import first_line, summary_counts
+    from attnclaims.vocab import INDEPENDENT
 
     console = _stdout_console()
     names = [i["name"] for i in report["implementations"] if i["available"]]
+    columns = list(names)
+    if any(INDEPENDENT in c["verdict_details"] for c in report["claims"]):
+        columns.append(INDEPENDENT)
     table = Table(show_lines=False, header_style="bold", box=None, pad_edge=False)
-    table.add_column("claim", no_wrap=True)
-    table.add_column("§", no_wrap=True)
-    table.add_column("expected", no_wrap=True)
-    for n in names:
-        table.add_column(n, no_wrap=True)
+    for header in ("claim", "§", "expected", *columns):
+        table.add_column(Text(safe_text(header)), no_wrap=True)
     for c in report["claims"]:
-        cells = []
-        for n in names:
-            v = c["verdicts"].get(n, "no evidence")
-            t = Text(v, style=_STYLE.get(verdict_class(v).replace("-", " "), ""))
-            if v != c["expected_verdict"]:
-                t.append(" ≠", style="bold yellow")
-            cells.append(t)
-        table.add_row(c["id"], c["section"], c["expected_verdict"], *cells)
+        details = c["verdict_details"]
+        cells = [_cell(details.get(n), c["expected_verdict"]) for n in columns]
+        table.add_row(Text(safe_text(c["id"])), Text(safe_text(c["section"])), Text(safe_text(c["expected_verdict"])),
+                      *cells)
     console.print(table)
-    console.print("≠ differs from the expected verdict (the evidence wins)", style="dim")
+    console.print("≠ differs from the expected verdict (the evidence wins)", style="dim", markup=False)
     for i in report["implementations"]:
         if not i["available"]:
-            console.print(f"{i['name']}: not available ({i['reason']})", style="dim", markup=False)
+            console.print(Text(f"{safe_text(i['name'])}: not available ({safe_text(i['reason'])})", style="dim"))
     problems = []
     for c in report["claims"]:
         for n, d in c["verdict_details"].items():
-            if d["verdict"] in ("refuted", "error") or d["verdict"].startswith("blocked by"):
-                problems.append(f"  {c['id']} [{n}] {d['verdict']}: {first_line(d['reason'], 240)}")
+            if d.get("problem", d["verdict"] in ("refuted", "error") or d.get("blocked_by") is not None):
+                problems.append(f"  {safe_text(c['id'])} [{safe_text(n)}] {safe_text(d['verdict'])}: "
+                                f"{safe_text(first_line(d['reason'], 240))}")
     if problems:
         console.print("\nProblems:", style="bold", markup=False)
         for line in problems:
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
+            console.print(Text(line), highlight=False, soft_wrap=True)
     console.print("")
     for impl, counts in report["summary"]["verdicts"].items():
-        console.print(f"{impl}: {summary_counts(counts)}", markup=False)
+        console.print(Text(f"{safe_text(impl)}: {safe_text(summary_counts(counts))}"))
 
 
 def _execute(args, artifacts: Path | None, out_dir: Path | None):
@@ -478,7 +548,7 @@ def _merged(args, out_dir: Path) -> dict:
     except MergeError as exc:
         raise UsageError(f"--merge: {exc}") from None
     for note in report["run"]["merge"]["notes"]:
-        print(f"note: {note}", file=sys.stderr)
+        print(f"note: {safe_text(note)}", file=sys.stderr)
     return report
 
 
@@ -492,14 +562,51 @@ def _run_report(args) -> int:
                          f"(expected a comma-separated list of {', '.join(FORMATS)})")
     out_dir = _writable_dir(Path(args.out).resolve())  # absolute before any child runs (or chdirs)
     t0 = time.perf_counter()
-    report = _merged(args, out_dir) if args.merge else _execute(args, artifacts=out_dir / "figures", out_dir=out_dir)
+    # Everything (the figures the tests write, the report files) goes into a staging folder inside
+    # --out; only a complete report is moved into place, so an interrupted run leaves the last one whole.
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out_dir))
     try:
-        written = write_report(report, out_dir, formats)
-    except OSError as exc:
-        raise UsageError(f"--out {out_dir}: cannot write the report: {exc.strerror or exc}") from None
+        report = _merged(args, staging) if args.merge else _execute(args, artifacts=staging / "figures",
+                                                                       out_dir=staging)
+        try:
+            write_report(report, staging, formats)
+            written = publish(staging, out_dir)
+        except OSError as exc:
+            raise UsageError(f"--out {out_dir}: cannot write the report: {exc.strerror or exc}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     print_verdicts(report)
-    print(f"\nReport ({time.perf_counter() - t0:.1f} s): " + ", ".join(str(p) for p in written))
+    print(f"\nReport ({time.perf_counter() - t0:.1f} s): " + ", ".join(safe_text(p) for p in written))
     return report["exit_status"]
+
+
+#: Name prefix of the staging folder inside --out (removed when the command ends, however it ends).
+STAGING_PREFIX = ".attnclaims-staging-"
+
+
+def publish(staging: Path, out_dir: Path) -> list[Path]:
+    """Move the finished report in ``staging`` into ``out_dir``: folders (the figures) first, each by
+    renaming the old one aside, renaming the new one in and removing the old; then each file with one
+    atomic ``os.replace``. Other files in ``out_dir`` are left alone. Returns the paths in ``out_dir``."""
+    entries = sorted(staging.iterdir(), key=lambda p: (not p.is_dir(), p.name))
+    placed = []
+    for entry in entries:
+        dest = out_dir / entry.name
+        if entry.is_dir():
+            aside = None
+            if dest.exists() or dest.is_symlink():
+                aside = out_dir / f"{STAGING_PREFIX}old-{os.getpid()}-{entry.name}"
+                os.rename(dest, aside)
+            os.rename(entry, dest)
+            if aside is not None:
+                if aside.is_dir() and not aside.is_symlink():
+                    shutil.rmtree(aside, ignore_errors=True)
+                else:
+                    aside.unlink()
+        else:
+            os.replace(entry, dest)
+            placed.append(dest)
+    return placed
 
 
 register("list", "list the claims: id, section, methods, expected verdict", _configure_list, _run_list)
@@ -558,7 +665,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         return int(args._run(args))
     except UsageError as exc:
-        print(f"attnclaims: {exc}", file=sys.stderr)
+        print(f"attnclaims: {safe_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("attnclaims: interrupted", file=sys.stderr)
@@ -575,7 +682,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if os.environ.get("ATTNCLAIMS_DEBUG"):
             raise
-        line = " ".join(str(exc).split())
+        line = safe_text(" ".join(str(exc).split()))
         print(f"attnclaims: internal error: {type(exc).__name__}: {line} (ATTNCLAIMS_DEBUG=1 shows the traceback)",
               file=sys.stderr)
         return EXIT_USAGE

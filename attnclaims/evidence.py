@@ -70,5 +70,12 @@ class Evidence:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Evidence":
+        """The item back from its JSON form (:mod:`attnclaims.jsonio`: "nan"/"inf" numbers become floats)."""
+        from attnclaims.jsonio import number
+
         known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        kwargs = {k: v for k, v in d.items() if k in known}
+        for name in ("measured", "bound", "seconds"):
+            if name in kwargs:
+                kwargs[name] = number(kwargs[name])
+        return cls(**kwargs)

@@ -23,7 +23,6 @@ the implementation's call, and would otherwise compute with the implementation's
 is imported (before any implementation is), compares after every call (a dictionary comparison,
 ~15 µs), puts the originals back and fails the check, naming what was replaced.
 
-
 A capability the implementation lacks raises :class:`NotApplicable`, which
 the pytest plugin reports as "not applicable: <impl> has no <capability>"; so does a method that
 raises ``NotImplementedError`` or :class:`NotApplicable` itself (with its message: a method may
@@ -131,6 +130,26 @@ def _replaced_message(replaced: list[str], when: str) -> str:
     shown = ", ".join(replaced[:8]) + (f" and {len(replaced) - 8} more" if len(replaced) > 8 else "")
     return (f"replaced {shown} {when}: an implementation must not patch numpy, scipy or math (the golden "
             f"results computed in this process would use its functions); the originals are restored")
+
+
+#: The largest per-call limit accepted (a week): every timer the guard arms takes it.
+MAX_CALL_TIMEOUT = 7 * 24 * 3600.0
+
+
+def call_timeout_arg(text: str) -> float:
+    """``--attn-call-timeout``: a finite number of seconds > 0 (at most :data:`MAX_CALL_TIMEOUT`), or 0 for
+    no per-call limit. Raises ``argparse.ArgumentTypeError`` (one line) for anything else."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and 0 <= value <= MAX_CALL_TIMEOUT):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number of seconds > 0 and "
+                                         f"<= {MAX_CALL_TIMEOUT:g} (0 = no per-call limit)")
+    return value
 
 
 #: The state of the watched modules before any implementation was imported.

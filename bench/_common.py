@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import datetime
-import math
 import os
 import platform
 import subprocess
@@ -35,11 +34,8 @@ def machine() -> dict:
 
 
 def jsonable(obj):
-    """The results with every non-finite float as None (JSON has no inf/NaN: null = not finite / none)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    return obj
+    """The results as JSON data by the suite's one rule (:mod:`attnclaims.jsonio`): arrays to lists,
+    non-finite floats to the strings "nan", "inf", "-inf" (JSON has none of them)."""
+    from attnclaims.jsonio import to_jsonable
+
+    return to_jsonable(obj)

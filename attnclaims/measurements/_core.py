@@ -9,7 +9,6 @@ the claim is false must fail (:data:`CONTROLS`).
 """
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -69,23 +68,11 @@ class MeasurementResult:
 
 
 def jsonable(value):
-    """Arrays to lists, numpy scalars to Python numbers, non-finite floats to None (JSON has no NaN)."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return jsonable(value.tolist())
-    if isinstance(value, (np.bool_, bool)):
-        return bool(value)
-    if isinstance(value, (np.integer, int)):
-        return int(value)
-    if isinstance(value, (np.floating, float)):
-        value = float(value)
-        return value if math.isfinite(value) else None
-    if value is None or isinstance(value, str):
-        return value
-    return str(value)
+    """``value`` as JSON data by the suite's one rule (:func:`attnclaims.jsonio.to_jsonable`): arrays to
+    lists, numpy scalars to Python numbers, non-finite floats to "nan", "inf", "-inf"."""
+    from attnclaims.jsonio import to_jsonable
+
+    return to_jsonable(value)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 from importlib import resources
 from pathlib import Path
@@ -15,19 +14,12 @@ def load_schema() -> dict:
     return json.loads(resources.files("attnclaims.report").joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
 
 
-def _clean(value):
-    """JSON has no NaN or infinity: write them as strings ("nan", "inf", "-inf")."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
-
-
 def dumps(report: dict) -> str:
-    return json.dumps(_clean(report), indent=1, ensure_ascii=False, allow_nan=False, default=str)
+    """``report`` as JSON text, by the suite's one serializer (:mod:`attnclaims.jsonio`: non-finite
+    numbers as the strings "nan", "inf", "-inf", as the schema says)."""
+    from attnclaims.jsonio import dumps as json_dumps
+
+    return json_dumps(report, indent=1)
 
 
 def write_json(report: dict, path: str | Path) -> Path:

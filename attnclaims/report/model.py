@@ -22,6 +22,7 @@ from typing import Iterable, Mapping, Sequence
 
 from attnclaims.evidence import Evidence
 from attnclaims.verdicts import HOW_TO_READ, Verdict, compute_verdicts, exit_status
+from attnclaims.vocab import INDEPENDENT
 
 SCHEMA_ID = "attnclaims-report/1"
 TITLE = "Claim report"
@@ -309,8 +310,10 @@ def build_report(registry, evidence: Sequence[Evidence], implementations: Sequen
             "methods": list(claim.methods), "expected_verdict": claim.expected_verdict,
             "qualification": claim.qualification, "notes": claim.notes, "citations": list(claim.citations),
             "depends_on": list(claim.depends_on),
-            "verdicts": {impl: per[impl].verdict for impl in names if impl in per},
-            "verdict_details": {impl: per[impl].to_dict() for impl in names if impl in per},
+            # one entry per column: the implementations that ran, or INDEPENDENT for a claim no
+            # implementation check touches; each detail carries its category, status text and problem flag
+            "verdicts": {col: per[col].verdict for col in [*names, INDEPENDENT] if col in per},
+            "verdict_details": {col: per[col].to_dict() for col in [*names, INDEPENDENT] if col in per},
             "derivations": derivations, "derivation_note": derivation_note,
             "evidence": entries, "figures": figures, "conventions": _conventions(items),
         })
@@ -319,9 +322,9 @@ def build_report(registry, evidence: Sequence[Evidence], implementations: Sequen
     summary: dict[str, dict[str, int]] = {impl: {} for impl in names}
     disagreements = []
     for row in claim_rows:
-        for impl, v in row["verdicts"].items():
-            key = "blocked" if v.startswith("blocked by ") else v
-            summary[impl][key] = summary[impl].get(key, 0) + 1
+        for impl, d in row["verdict_details"].items():
+            v, key = d["verdict"], d["category"]
+            summary.setdefault(impl, {})[key] = summary.setdefault(impl, {}).get(key, 0) + 1
             if v != row["expected_verdict"]:
                 disagreements.append({"claim": row["id"], "implementation": impl,
                                       "expected": row["expected_verdict"], "verdict": v})

@@ -70,7 +70,7 @@ def test_sensitivity_quick(tmp_path):
     assert set(per_op) == {"attention", "multi-head", "encoder layer"}
     for op, s in per_op.items():
         assert set(s["threshold"]) == {"suite", "numpy assert_allclose", "torch assert_close"}
-        assert s["sensitivity_vs_torch"] is not None, f"no finite threshold for {op}"
+        assert isinstance(s["sensitivity_vs_torch"], (int, float)), f"no finite threshold for {op}"
     assert isinstance(doc["results"]["false_alarms"], int)
     summary = doc["summary"]
     assert isinstance(summary["sensitivity_target_met"], bool)
