@@ -1,0 +1,281 @@
+"""The article's layer claims, extended to the layers shipped today: RMSNorm, gated FFNs, decoder-only
+blocks and KV-cache decoding.
+
+    层归一化……使训练更稳定。 (§6.3)  逐位置的前馈神经网络…… (§6.4)
+    解码器……使用掩码自注意力，保证预测第 i 个位置时只能依赖于已生成的输出。 训练时可以并行计算…… (§7)
+
+* ``layer-norm``, extension "RMSNorm": what still holds — invariance to scaling the row (with ε scaled
+  alike) and output RMS = |γ| up to ε — and what does not: RMSNorm does not centre (qualification).
+* ``position-wise-ffn``, extension "gated FFN": SwiGLU and GeGLU are applied to each position alone,
+  with the same weights, and commute with permutations of the positions.
+* ``decoder-masking`` and ``parallel-training``, extension "decoder-only block": a GPT/Llama block
+  (Pre-LN or Post-LN, LayerNorm or RMSNorm, ReLU or gated FFN, optional RoPE, GQA) is causal, and one
+  parallel pass equals running it on every prefix.
+* the same claims, extension "KV-cache decoding": decoding with a cache, for any prompt length and any
+  number of steps of any size, equals the parallel causal pass.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, note
+from hypothesis import strategies as st
+
+from attnclaims.checks import modern_strategies as M
+from attnclaims.checks import modern_tolerances as MT
+from attnclaims.checks import strategies as S
+from attnclaims.checks import tolerances as T
+from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
+from attnclaims.reference.modern import decoder_block as ref_block
+from attnclaims.reference.modern import gated_feed_forward as ref_gated
+from attnclaims.reference.modern import rms_norm as ref_rms_norm
+
+RMS = "RMSNorm"
+GATED = "gated FFN"
+BLOCK = "decoder-only block"
+CACHE = "KV-cache decoding"
+
+
+def _u(impl) -> float:
+    return T.unit_roundoff(impl.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# RMSNorm (layer-norm)
+# ---------------------------------------------------------------------------------------------
+
+@st.composite
+def rms_cases(draw):
+    """Rows x = μ + σ·U[−1, 1] (σ and the offset μ/σ as for layer norm), a gain γ and ε."""
+    x = draw(S.layer_norm_inputs())
+    gamma = draw(M.gammas(x.shape[-1]))
+    eps = draw(S.epsilons())
+    return x, gamma, eps
+
+
+@pytest.mark.claim("layer-norm", kind="conformance", extension=RMS)
+@pytest.mark.requires("rms_norm")
+@given(data=rms_cases())
+def test_rms_norm_matches_reference(impl, data):
+    """γ ⊙ x / √(mean(x²) + ε) of the implementation equals the reference's."""
+    x, gamma, eps = data
+    T.assert_close(impl.rms_norm(x, gamma, eps), ref_rms_norm(x, gamma, eps),
+                   T.conformance(MT.rms_norm_error, x, gamma, eps, dtype=impl.dtype),
+                   f"rms_norm(x{x.shape}, eps={eps}) vs reference")
+
+
+@pytest.mark.claim("layer-norm", extension=RMS)
+@pytest.mark.requires("rms_norm")
+@given(data=rms_cases(), c=st.integers(-6, 6))
+def test_rms_norm_is_invariant_to_scaling_the_row(impl, data, c):
+    """RMSNorm(2^c x; ε·4^c) = RMSNorm(x; ε): scaling a row (exactly, by a power of two) and ε with its square
+    changes nothing — the invariance layer norm has, without the shift."""
+    x, gamma, eps = data
+    factor = 2.0 ** c
+    xs = S.cast(x.astype(np.float64) * factor, impl.dtype)
+    bound = T.Bound(MT.rms_norm_error(x, gamma, eps, u=_u(impl)) + MT.rms_norm_error(xs, gamma, eps * factor**2,
+                                                                                     u=_u(impl)), _u(impl))
+    T.assert_close(impl.rms_norm(xs, gamma, eps * factor**2), impl.rms_norm(x, gamma, eps), bound,
+                   f"rms_norm(2^{c} x, 4^{c} eps) vs rms_norm(x, eps)", names=("RMSNorm(cx)", "RMSNorm(x)"))
+
+
+@pytest.mark.claim("layer-norm", extension=RMS)
+@pytest.mark.requires("rms_norm")
+@given(data=rms_cases())
+def test_rms_norm_output_has_rms_gamma_up_to_eps(impl, data):
+    """mean((y/γ)²) = ms / (ms + ε), ms = mean(x²), per row: the output's RMS is |γ| (elementwise) but for ε.
+    Bound: |Δ mean(z²)| ≤ 2 mean(|z| Δz) + mean Δz² + (d + 3) u_64 mean z², z = y/γ, Δz = Δy/|γ|
+    (the test's float64 division adds u_64|z|)."""
+    x, gamma, eps = data
+    y = impl.rms_norm(x, gamma, eps).astype(np.float64)
+    g = gamma.astype(np.float64)
+    z = y / g
+    dz = MT.rms_norm_error(x, gamma, eps, u=_u(impl)) / np.abs(g) + T.U64 * np.abs(z)
+    xf = x.astype(np.float64)
+    ms = np.mean(xf * xf, axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        exact = ms / (ms + eps)
+    d = x.shape[-1]
+    bound = (2 * np.mean(np.abs(z) * dz, axis=-1) + np.mean(dz * dz, axis=-1)
+             + (d + 3) * T.U64 * np.mean(z * z, axis=-1) + 2 * T.U64 * exact)
+    T.assert_close(np.mean(z * z, axis=-1), exact, T.Bound(bound, _u(impl)), f"mean((y/γ)²) per row, eps={eps}",
+                   names=("mean((y/γ)²)", "ms/(ms + ε)"))
+
+
+@pytest.mark.claim("layer-norm", kind="property", role="qualification", extension=RMS)
+@pytest.mark.requires("rms_norm")
+@given(d=st.integers(2, 12), offset=st.sampled_from([1.0, 10.0, -100.0]), seed=S.seeds())
+def test_rms_norm_does_not_remove_a_constant_offset(impl, d, offset, seed):
+    """What does not carry over: layer norm centres each row (its output has mean 0); RMSNorm does not.
+    For x = offset + 0.1·U[−1, 1] the RMSNorm output's row mean is ≈ sign(offset), nowhere near 0 — the
+    centring claim of layer-norm is not a property of RMSNorm."""
+    rng = np.random.default_rng(seed)
+    x = S.cast(offset + 0.1 * rng.uniform(-1, 1, (3, d)), impl.dtype)
+    ones = np.ones(d, dtype=impl.dtype)
+    y = impl.rms_norm(x, ones, 1e-6).astype(np.float64)
+    err = MT.rms_norm_error(x, ones, 1e-6, u=_u(impl))
+    row_mean = y.mean(axis=-1)
+    bound = T.Bound(err.mean(axis=-1) + d * T.U64 * np.abs(y).max(axis=-1), _u(impl))
+    measured = T.assert_differs(row_mean, np.zeros_like(row_mean), bound,
+                                f"row means of rms_norm(offset {offset} + small noise)")
+    note(f"row means {row_mean.tolist()} ({measured / bound.tol:.3g} × the rounding bound from 0)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Gated FFN (position-wise-ffn)
+# ---------------------------------------------------------------------------------------------
+
+@st.composite
+def gated_cases(draw, *, generic: bool = False):
+    case = draw(S.model_cases(generic=generic, scale=draw(S.scales(-1, 2))))
+    params = draw(M.gated_feed_forward_params(case.dims.d_model, case.dims.d_ff))
+    return case, params
+
+
+def _gated_bound(impl, x, p) -> T.Bound:
+    return T.Bound(MT.gated_feed_forward_error(x, p, u=_u(impl)), _u(impl))
+
+
+@pytest.mark.claim("position-wise-ffn", kind="conformance", extension=GATED)
+@pytest.mark.requires("gated_feed_forward")
+@given(data=gated_cases())
+def test_gated_feed_forward_matches_reference(impl, data):
+    """(act(x W_g + b_g) ⊙ (x W_u + b_u)) W_d + b_d (SwiGLU: act = SiLU; GeGLU: exact GELU) equals the reference's."""
+    case, p = data
+    x = case.cast(impl.dtype).x
+    T.assert_close(impl.gated_feed_forward(x, p), ref_gated(x, p),
+                   T.conformance(MT.gated_feed_forward_error, x, p, dtype=impl.dtype),
+                   f"gated_feed_forward(x{x.shape}, d_ff={p.d_ff}, activation={p.activation!r}) vs reference")
+
+
+@pytest.mark.claim("position-wise-ffn", extension=GATED)
+@pytest.mark.requires("gated_feed_forward")
+@given(data=gated_cases(), pick=st.data())
+def test_gated_feed_forward_transforms_each_position_alone(impl, data, pick):
+    """FFN(X)[i] = FFN(X[i:i+1]): the same weights at every position, nothing from the neighbours."""
+    case, p = data
+    x = case.cast(impl.dtype).x
+    i = pick.draw(st.integers(0, x.shape[-2] - 1), label="position")
+    full = impl.gated_feed_forward(x, p)[..., i : i + 1, :]
+    alone = impl.gated_feed_forward(np.ascontiguousarray(x[..., i : i + 1, :]), p)
+    T.assert_close(full, alone, 2 * _gated_bound(impl, x[..., i : i + 1, :], p), f"gated FFN(X)[{i}] vs FFN(X[{i}])",
+                   names=("FFN(X)[i]", "FFN(X[i])"))
+
+
+@pytest.mark.claim("position-wise-ffn", extension=GATED)
+@pytest.mark.requires("gated_feed_forward")
+@given(data=gated_cases(generic=True), pick=st.data())
+def test_gated_feed_forward_changes_only_the_changed_position(impl, data, pick):
+    """Changing row j changes the output at row j only (the Jacobian is block diagonal)."""
+    case, p = data
+    x = case.cast(impl.dtype).x
+    n = x.shape[-2]
+    j = pick.draw(st.integers(0, n - 1), label="changed position")
+    x2 = x.copy()
+    x2[..., j, :] = pick.draw(S.random_arrays(x[..., j, :].shape, scale=2.0), label="new row")
+    others = np.arange(n) != j
+    bound = _gated_bound(impl, x[..., others, :], p) + _gated_bound(impl, x2[..., others, :], p)
+    T.assert_close(impl.gated_feed_forward(x2, p)[..., others, :], impl.gated_feed_forward(x, p)[..., others, :],
+                   bound, f"gated FFN rows other than {j} after changing row {j}", names=("FFN(X')[i≠j]", "FFN(X)[i≠j]"))
+
+
+@pytest.mark.claim("position-wise-ffn", extension=GATED)
+@pytest.mark.requires("gated_feed_forward")
+@given(data=gated_cases(), perm_data=st.data())
+def test_gated_feed_forward_commutes_with_permutations(impl, data, perm_data):
+    """FFN(P X) = P FFN(X)."""
+    case, p = data
+    x = case.cast(impl.dtype).x
+    perm = perm_data.draw(S.permutations(x.shape[-2]), label="P")
+    bound = 2 * _gated_bound(impl, x, p)
+    T.assert_close(impl.gated_feed_forward(x[..., perm, :], p), impl.gated_feed_forward(x, p)[..., perm, :],
+                   T.Bound(bound.abs[..., perm, :], bound.tol), f"gated FFN(PX) vs P FFN(X), P={perm.tolist()}",
+                   names=("FFN(PX)", "P FFN(X)"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoder-only blocks (decoder-masking, parallel-training)
+# ---------------------------------------------------------------------------------------------
+
+def _block_bound(impl, x, p, mask=None) -> T.Bound:
+    return T.Bound(MT.decoder_block_error(x, p, mask, u=_u(impl)), _u(impl))
+
+
+@pytest.mark.claim("decoder-masking", kind="conformance", extension=BLOCK)
+@pytest.mark.requires("decoder_block")
+@given(case=M.block_cases(), more=st.data())
+def test_decoder_block_matches_reference(impl, case, more):
+    """The block (its drawn norm, FFN, RoPE, placement, K/V heads; sometimes a padding mask on top of the
+    causal one) equals the reference's."""
+    c = case.cast(impl.dtype)
+    batch, n = c.x.shape[0], c.x.shape[1]
+    mask = more.draw(st.none() | S.padding_masks(batch, n), label="mask")
+    out = impl.decoder_block(c.x, c.params, mask)
+    T.assert_close(out, ref_block(c.x, c.params, mask), T.conformance(MT.decoder_block_error, c.x, c.params, mask,
+                                                                       dtype=impl.dtype),
+                   f"decoder_block(x{c.x.shape}, norm={c.params.norm}, rope={c.params.rope}) vs reference")
+
+
+@pytest.mark.claim("decoder-masking", extension=BLOCK)
+@pytest.mark.requires("decoder_block")
+@given(case=M.block_cases(min_seq=2, generic=True), pick=st.data())
+def test_decoder_block_outputs_ignore_later_positions(impl, case, pick):
+    """Replace every position after t: the outputs at 0 … t do not change (the block is causal)."""
+    c = case.cast(impl.dtype)
+    n = c.x.shape[-2]
+    t = pick.draw(st.integers(0, n - 2), label="t")
+    x2 = c.x.copy()
+    x2[..., t + 1 :, :] = pick.draw(S.random_arrays(x2[..., t + 1 :, :].shape), label="new later positions")
+    bound = _block_bound(impl, c.x, c.params) + _block_bound(impl, x2, c.params)
+    T.assert_close(impl.decoder_block(x2, c.params)[..., : t + 1, :], impl.decoder_block(c.x, c.params)[..., : t + 1, :],
+                   T.Bound(bound.abs[..., : t + 1, :], bound.tol), f"block outputs 0..{t} after changing positions > {t}",
+                   names=("block(x')[:t+1]", "block(x)[:t+1]"))
+
+
+@pytest.mark.claim("parallel-training", extension=BLOCK)
+@pytest.mark.requires("decoder_block")
+@given(case=M.block_cases(max_seq=16))
+def test_decoder_block_parallel_pass_equals_running_on_prefixes(impl, case):
+    """block(x[:t+1])[t] = block(x)[t] for every t: one parallel pass computes what generating position by
+    position would (without a cache)."""
+    c = case.cast(impl.dtype)
+    n = c.x.shape[-2]
+    full = impl.decoder_block(c.x, c.params)
+    steps = np.stack([impl.decoder_block(np.ascontiguousarray(c.x[..., : t + 1, :]), c.params)[..., t, :]
+                      for t in range(n)], axis=-2)
+    T.assert_close(steps, full, 2 * _block_bound(impl, c.x, c.params), f"block on {n} growing prefixes vs one pass",
+                   names=("step t on x[:t+1]", "parallel pass"))
+
+
+# ---------------------------------------------------------------------------------------------
+# KV-cache decoding (parallel-training, decoder-masking)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.claim("parallel-training", "decoder-masking", kind="conformance", extension=CACHE)
+@pytest.mark.requires("decoder_block_decode")
+@given(case=M.block_cases(max_seq=16), schedule=st.data())
+def test_cached_decoding_matches_the_reference_parallel_pass(impl, case, schedule):
+    """Prefill a prompt of any length (0 … n), then decode the rest 1, 2, 3 or n positions per step against
+    the KV cache: every output equals the reference's parallel causal pass."""
+    c = case.cast(impl.dtype)
+    n = c.x.shape[-2]
+    prompt, chunk = schedule.draw(M.decode_schedules(n), label="(prompt_length, chunk)")
+    out = impl.decoder_block_decode(c.x, c.params, prompt, chunk)
+    T.assert_close(out, ref_block(c.x, c.params), T.conformance(MT.decoder_block_error, c.x, c.params, dtype=impl.dtype),
+                   f"decoder_block_decode(n={n}, prompt_length={prompt}, chunk={chunk}) vs reference decoder_block",
+                   names=("cached decoding", "parallel pass"))
+
+
+@pytest.mark.claim("parallel-training", "decoder-masking", extension=CACHE)
+@pytest.mark.requires("decoder_block_decode", "decoder_block")
+@given(case=M.block_cases(max_seq=16), schedule=st.data())
+def test_cached_decoding_equals_the_parallel_pass(impl, case, schedule):
+    """The implementation's own cached decoding equals its own parallel pass, for any prompt length and
+    step size (the KV cache is an optimisation, never a different model)."""
+    c = case.cast(impl.dtype)
+    n = c.x.shape[-2]
+    prompt, chunk = schedule.draw(M.decode_schedules(n), label="(prompt_length, chunk)")
+    T.assert_close(impl.decoder_block_decode(c.x, c.params, prompt, chunk), impl.decoder_block(c.x, c.params),
+                   2 * _block_bound(impl, c.x, c.params),
+                   f"decoder_block_decode(n={n}, prompt_length={prompt}, chunk={chunk}) vs decoder_block",
+                   names=("cached decoding", "parallel pass"))
