@@ -52,6 +52,14 @@ matches decides:
    evidence (property, statistical, measurement or conformance).
 8. **verified** — otherwise: passing numerical checks, nothing failing.
 
+**Extensions.** An item with ``extension`` set checks a variant the article
+does not state (RMSNorm, rotary embeddings, Pre-LN, ...). Its failure refutes
+like any other (rule 1), but it never decides the verdict word: rules 3–8 look
+only at items without an extension, so a passing RMSNorm qualification does not
+make the LayerNorm sentence "qualified", and an implementation whose only
+passing checks of a claim are extensions is "not applicable" for the claim as
+stated.
+
 Items that are not applicable are ignored when other items ran (they are
 counted and listed). Items with ``role="control"`` are negative controls: they
 show that a check *can* fail (for example an RNN must fail the permutation
@@ -199,9 +207,13 @@ def _independent_verdict(items: Sequence[Evidence]) -> tuple[str, str]:
         return problem
     if not items:
         return "no evidence", "no proof, test or measurement recorded anything for this claim"
-    ran = [e for e in items if e.outcome == "passed"]
+    stated = [e for e in items if not e.extension]
+    if not stated:
+        names = ", ".join(dict.fromkeys(str(e.extension) for e in items))
+        return "no evidence", f"only checks of extensions ({names}) exist; the claim as stated was not checked"
+    ran = [e for e in stated if e.outcome == "passed"]
     if not ran:
-        return _not_applicable(items)
+        return _not_applicable(stated)
     if not any(e.role != "control" for e in ran):
         return "no evidence", f"only negative controls ran ({len(ran)}); they cannot support the claim on their own"
     return _positive(ran)
@@ -216,13 +228,18 @@ def _implementation_verdict(own: Sequence[Evidence], independent: Sequence[Evide
         return problem
     if not own:
         return "no evidence", f"none of this claim's implementation checks ran for {implementation}"
-    ran = [e for e in own if e.outcome == "passed"]
+    stated = [e for e in own if not e.extension]
+    ran = [e for e in stated if e.outcome == "passed"]
     if not ran:
-        return _not_applicable(own)
+        if stated:
+            return _not_applicable(stated)
+        names = ", ".join(dict.fromkeys(str(e.extension) for e in own))
+        return "not applicable", (f"only checks of extensions ({names}) exist for {implementation}; "
+                                  "the claim as stated was not checked")
     if not any(e.role != "control" for e in ran):
         return "no evidence", (f"only negative controls ran for {implementation} ({len(ran)}); they cannot "
                                "support the claim on their own")
-    return _positive([*ran, *(e for e in independent if e.outcome == "passed")])
+    return _positive([*ran, *(e for e in independent if e.outcome == "passed" and not e.extension)])
 
 
 def compute_verdicts(registry, evidence: Sequence[Evidence], implementations: Sequence[str],

@@ -308,3 +308,30 @@ def test_the_rules_are_documented_in_the_module_docstring():
                  "illustrative", "proven", "verified", "control", "INDEPENDENT", "only together"):
         assert re.search(word.replace(" ", r"\s+"), doc), word
     assert [row[0] for row in verdicts.HOW_TO_READ][:2] == ["refuted", "blocked by <id>"]
+
+
+# -- extensions ---------------------------------------------------------------------------------
+
+def ext(claim, outcome="passed", impl=IMPL, role="support", extension="RMSNorm"):
+    e = ev(claim, outcome, impl=impl, role=role, name=f"test_{claim}_{extension}_{role}_{outcome}")
+    e.extension = extension
+    return e
+
+
+def test_a_passing_extension_qualification_does_not_qualify_the_claim_as_stated(registry):
+    v = verdict(registry, [ev("root", kind="proof", impl=None), ev("root"), ext("root", role="qualification")],
+                "root")
+    assert v.verdict == "proven"
+
+
+def test_only_extension_checks_leave_the_claim_as_stated_not_applicable(registry):
+    evidence = [ev("root", kind="proof", impl=None), ext("root"), ev("root", "not-applicable", message="x has no layer_norm")]
+    v = verdict(registry, evidence, "root")
+    assert v.verdict == "not applicable" and "has no layer_norm" in v.reason
+    v = verdict(registry, [ev("root", kind="proof", impl=None), ext("root")], "root")
+    assert v.verdict == "not applicable" and "RMSNorm" in v.reason
+
+
+def test_a_failing_extension_check_still_refutes(registry):
+    v = verdict(registry, [ev("root"), ext("root", "failed")], "root")
+    assert v.verdict == "refuted" and "RMSNorm" in v.reason
