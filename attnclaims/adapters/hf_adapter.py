@@ -100,12 +100,15 @@ class _HFBase:
         """A parameter as a float64 tensor (load_state_dict copies it into the module's dtype)."""
         return self._torch.tensor(np.asarray(a, dtype=np.float64))
 
-    def _hf_mask(self, mask, batch, n_q: int, n_k: int, causal: bool = False, always: bool = False):
+    def _hf_mask(self, mask, batch, n_q: int, n_k: int, causal: bool = False, always: bool = False,
+                 q_offset: int = 0, window: int | None = None):
         """Our bool mask (True = may attend), broadcastable to batch + (n_q, n_k), as the mask
         transformers' models hand their attention modules: (B, 1, n_q, n_k), built by
         ``masking_utils.eager_mask`` (additive, finfo.min) or ``masking_utils.sdpa_mask`` (bool).
-        ``causal`` adds ``masking_utils.causal_mask_function``; ``always`` builds an all-True one
-        rather than return None (the SDPA path reads None as causal for causal modules)."""
+        ``causal`` adds ``masking_utils.causal_mask_function`` (queries at positions q_offset …
+        q_offset + n_q − 1: ``q_offset`` = n_k − n_q is bottom-right alignment, a cached decoding
+        step), ``window`` the ``sliding_window_overlay``; ``always`` builds an all-True mask rather
+        than return None (the SDPA path reads None as causal for causal modules)."""
         from transformers import masking_utils as mu
 
         if mask is None and not causal and not (always and self.attn_implementation == "sdpa"):
@@ -114,10 +117,14 @@ class _HFBase:
         full = np.ones((b, n_q, n_k), dtype=bool) if mask is None else \
             np.broadcast_to(np.asarray(mask, dtype=bool), batch + (n_q, n_k)).reshape(b, n_q, n_k)
         ours = self._torch.tensor(full)
-        fn = lambda bi, hi, qi, ki: ours[bi, qi, ki]  # noqa: E731 - masking_utils' mask_function signature
+        # masking_utils calls mask functions with absolute positions (q_idx + q_offset); ours is indexed
+        # by the row of this call
+        fn = lambda bi, hi, qi, ki: ours[bi, qi - q_offset, ki]  # noqa: E731 - masking_utils' mask_function
         if causal:
             fn = mu.and_masks(mu.causal_mask_function, fn)
-        kwargs = dict(batch_size=b, q_length=n_q, kv_length=n_k, mask_function=fn)
+        if window is not None:
+            fn = mu.and_masks(mu.sliding_window_overlay(int(window)), fn)
+        kwargs = dict(batch_size=b, q_length=n_q, kv_length=n_k, q_offset=q_offset, mask_function=fn)
         if self.attn_implementation == "eager":
             return mu.eager_mask(dtype=self._dt, **kwargs)
         return mu.sdpa_mask(allow_is_causal_skip=False, **kwargs)
@@ -140,7 +147,36 @@ class _HFBase:
 
         return importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}").eager_attention_forward
 
-    def _attention(self, module_name: str, q, k, v, mask=None, scale=None, needs_scale=False):
+    def _causal_attention(self, module_name: str, q, k, v, alignment="top-left", window=None, scale=None,
+                          needs_scale=False):
+        """The model's attention function with the causal mask transformers builds:
+        ``masking_utils.causal_mask_function`` with ``q_offset`` = 0 (top-left) or n_k − n_q
+        (bottom-right, the queries are the last positions), and ``sliding_window_overlay(window)``."""
+        if alignment not in ("top-left", "bottom-right"):
+            raise ValueError(f"alignment={alignment!r}, but should be 'top-left' or 'bottom-right'")
+        n_q, n_k = np.shape(q)[-2], np.shape(k)[-2]
+        offset = 0 if alignment == "top-left" else n_k - n_q
+        return self._attention(module_name, q, k, v, None, scale, needs_scale,
+                               mask_args=dict(causal=True, q_offset=offset, window=window))
+
+    def _decode(self, x, prompt_length: int, chunk: int, segment):
+        """Generation's loop: ``segment(x_t, start, cache)`` on the prompt x[:, :prompt_length] (skipped
+        when it is 0), then on ``chunk`` positions at a time, with one ``transformers.DynamicCache``
+        that the model's layer updates itself; the outputs stacked along the sequence axis."""
+        from transformers import DynamicCache
+
+        prompt_length, chunk = int(prompt_length), int(chunk)
+        n = np.shape(x)[-2]
+        if not 0 <= prompt_length <= n or chunk < 1:
+            raise ValueError(f"prompt_length={prompt_length}, chunk={chunk}, but should be 0 <= prompt_length "
+                             f"<= n={n} and chunk >= 1")
+        cache = DynamicCache()
+        bounds = ([(0, prompt_length)] if prompt_length else []) + \
+            [(s, min(s + chunk, n)) for s in range(prompt_length, n, chunk)]
+        outs = [segment(x[..., s:e, :], s, cache) for s, e in bounds]
+        return np.concatenate(outs, axis=-2) if outs else np.zeros(np.shape(x), self.dtype)
+
+    def _attention(self, module_name: str, q, k, v, mask=None, scale=None, needs_scale=False, mask_args=None):
         """The model's attention function on (B, 1, n, d): our batch axes flattened into B, one head.
 
         ``module`` is the object the function reads ``training`` (dropout), ``num_key_value_groups``
@@ -156,9 +192,37 @@ class _HFBase:
             scale = d_k ** -0.5  # what LlamaAttention passes (self.scaling = head_dim**-0.5)
         kwargs = {"is_causal": False} if self.attn_implementation == "sdpa" else {}
         with torch.no_grad():
-            out, _ = fn(module, qt, kt, vt, self._hf_mask(mask, batch, n_q, n_k), scaling=scale, dropout=0.0,
-                        **kwargs)  # (B, n_q, 1, d_v)
+            out, _ = fn(module, qt, kt, vt, self._hf_mask(mask, batch, n_q, n_k, **(mask_args or {})), scaling=scale,
+                        dropout=0.0, **kwargs)  # (B, n_q, 1, d_v)
         return _numpy(out).reshape(batch + (n_q, d_v))
+
+    def _segment(self, call, x, start: int, cache=None, mask=None):
+        """``call(h, attention_mask, cache)`` on positions start … start + n − 1 of x (…, n, d), the
+        mask causal (``q_offset=start``) ∧ ours; a cache holds the positions before ``start``."""
+        batch, n = _batch(np.shape(x)), np.shape(x)[-2]
+        h = self._t(_flat(x, batch))
+        with self._torch.no_grad():
+            out = call(h, self._hf_mask(mask, batch, n, start + n, causal=True, q_offset=start), cache)
+        return _numpy(out).reshape(batch + (n, np.shape(x)[-1]))
+
+    @staticmethod
+    def _plain_block(params, norm_first: bool, name: str):
+        from attnclaims.reference.params import FeedForwardParams, LayerNormParams
+
+        p = params
+        if p.rope is not None or not isinstance(p.ffn, FeedForwardParams) or not isinstance(p.norm1, LayerNormParams) \
+                or p.norm_first != norm_first or p.self_attn.num_kv_heads != p.self_attn.num_heads:
+            raise NotImplementedError(f"{name} has LayerNorm ({'Pre' if norm_first else 'Post'}-LN), a ReLU FFN, "
+                                      f"no rotary embeddings and no grouped-query attention")
+
+    def decoder_block(self, x, params, mask=None):
+        """The model's layer as a decoder-only block: causal self-attention + FFN (see the subclass)."""
+        return self._segment(self._block_call(params), x, 0, mask=mask)
+
+    def decoder_block_decode(self, x, params, prompt_length, chunk=1):
+        """The same layer with a ``DynamicCache``: the prompt, then ``chunk`` positions per call."""
+        call = self._block_call(params)
+        return self._decode(x, prompt_length, chunk, lambda xs, s, cache: self._segment(call, xs, s, cache))
 
 
 # -- BERT ---------------------------------------------------------------------------------------
@@ -176,13 +240,19 @@ class HFBert(_HFBase):
     """transformers' BERT (``attn_implementation="eager"``), float64: Post-LN only (``BertLayer``)."""
 
     name = "hf-bert"
-    variants = {"norm_first": (False,)}
+    variants = {"norm_first": (False,), "block_norm": ("layer",), "block_ffn": ("relu",), "block_rope": (False,),
+                "block_norm_first": (False,)}
     responsible = {
         "attention": "transformers.models.bert.modeling_bert.eager_attention_forward",
         "multi_head_attention": "transformers BertSelfAttention / BertCrossAttention (+ BertSelfOutput.dense as W_O)",
         "feed_forward": "transformers BertIntermediate + BertOutput.dense (hidden_act='relu')",
         "encoder_layer": "transformers BertLayer",
         "decoder_layer": "transformers BertLayer (is_decoder=True, add_cross_attention=True)",
+        "causal_attention": "transformers.models.bert.modeling_bert.eager_attention_forward + "
+                            "transformers.masking_utils (causal_mask_function, sliding_window_overlay)",
+        "decoder_block": "transformers BertLayer (is_decoder=True: a causal Post-LN block)",
+        "decoder_block_decode": "transformers BertLayer (is_decoder=True) with DynamicCache (BertSelfAttention's "
+                                "cache update)",
     }
     conventions = {
         "masked-fill value": "additive torch.finfo(dtype).min (masking_utils.eager_mask)",
@@ -203,6 +273,26 @@ class HFBert(_HFBase):
         """``modeling_bert.eager_attention_forward(module, q, k, v, mask, scaling=scale)`` on
         (B, 1, n, d); the mask from ``masking_utils.eager_mask``."""
         return self._attention("bert", q, k, v, mask, scale)
+
+    def causal_attention(self, q, k, v, alignment="top-left", window=None, scale=None):
+        """BERT's attention function with ``masking_utils``' causal mask (and sliding window)."""
+        return self._causal_attention("bert", q, k, v, alignment, window, scale)
+
+    def _block_call(self, params):
+        """``BertLayer(config, layer_idx=0)`` with ``is_decoder=True`` and no cross-attention."""
+        from transformers.models.bert import modeling_bert as mb
+
+        self._plain_block(params, False, "BertLayer")
+        torch, p = self._torch, params
+        c = self._config(p.d_model, p.self_attn.num_heads, p.ffn.d_ff, p.eps)
+        c.is_decoder = True
+        state = {**self._mha_state(p.self_attn, "attention.self."),
+                 **_linear(torch, "attention.output.dense", p.self_attn.w_o, p.self_attn.b_o),
+                 **_ln(torch, "attention.output.LayerNorm", p.norm1),
+                 **_linear(torch, "intermediate.dense", p.ffn.w1, p.ffn.b1),
+                 **_linear(torch, "output.dense", p.ffn.w2, p.ffn.b2), **_ln(torch, "output.LayerNorm", p.norm2)}
+        layer = self._module(mb.BertLayer, state, c, layer_idx=0)
+        return lambda h, m, cache: layer(h, attention_mask=m, past_key_values=cache)
 
     def _mha_state(self, p, prefix=""):
         t = self._torch
@@ -307,13 +397,18 @@ class HFGPT2(_HFBase):
     """transformers' GPT-2 (``attn_implementation="eager"``), float64: Pre-LN only (``GPT2Block``)."""
 
     name = "hf-gpt2"
-    variants = {"norm_first": (True,)}
+    variants = {"norm_first": (True,), "block_norm": ("layer",), "block_ffn": ("relu",), "block_rope": (False,),
+                "block_norm_first": (True,)}
     responsible = {
         "attention": "transformers.models.gpt2.modeling_gpt2.eager_attention_forward",
         "multi_head_attention": "transformers GPT2Attention (self; is_cross_attention=True for cross-attention)",
         "feed_forward": "transformers GPT2MLP (Conv1D, activation_function='relu')",
         "encoder_layer": "transformers GPT2Block",
         "decoder_layer": "transformers GPT2Block (add_cross_attention=True)",
+        "causal_attention": "transformers.models.gpt2.modeling_gpt2.eager_attention_forward + "
+                            "transformers.masking_utils (causal_mask_function, sliding_window_overlay)",
+        "decoder_block": "transformers GPT2Block",
+        "decoder_block_decode": "transformers GPT2Block with DynamicCache (GPT2Attention's cache update)",
     }
     conventions = {
         "masked-fill value": "additive torch.finfo(dtype).min (masking_utils.eager_mask)",
@@ -333,6 +428,20 @@ class HFGPT2(_HFBase):
         """The GPT-2 attention function (``modeling_gpt2.eager_attention_forward``, or transformers'
         ``sdpa_attention_forward`` for ``hf-gpt2-sdpa``) on (B, 1, n, d)."""
         return self._attention("gpt2", q, k, v, mask, scale)
+
+    def causal_attention(self, q, k, v, alignment="top-left", window=None, scale=None):
+        """GPT-2's attention function with ``masking_utils``' causal mask (and sliding window)."""
+        return self._causal_attention("gpt2", q, k, v, alignment, window, scale)
+
+    def _block_call(self, params):
+        """``GPT2Block(config, layer_idx=0)``: the decoder-only block GPT-2 stacks."""
+        from transformers.models.gpt2 import modeling_gpt2 as mg
+
+        self._plain_block(params, True, "GPT2Block")
+        p = params
+        c = self._config(p.d_model, p.self_attn.num_heads, p.ffn.d_ff, p.eps)
+        block = self._module(mg.GPT2Block, self._block_state(p), c, layer_idx=0)
+        return lambda h, m, cache: block(h, attention_mask=m, past_key_values=cache, use_cache=cache is not None)
 
     @staticmethod
     def _attn_state(torch, p, prefix="", cross=False):
@@ -427,7 +536,9 @@ class HFGPT2Sdpa(HFGPT2):
     name = "hf-gpt2-sdpa"
     attn_implementation = "sdpa"
     responsible = {**HFGPT2.responsible,
-                   "attention": "transformers.integrations.sdpa_attention.sdpa_attention_forward"}
+                   "attention": "transformers.integrations.sdpa_attention.sdpa_attention_forward",
+                   "causal_attention": "transformers.integrations.sdpa_attention.sdpa_attention_forward + "
+                                       "transformers.masking_utils (causal_mask_function, sliding_window_overlay)"}
     conventions = {
         "masked-fill value": "bool mask (masking_utils.sdpa_mask) to torch's SDPA",
         "no mask": "GPT2Attention without an attention_mask is causal on the SDPA path (is_causal=True) and "
@@ -446,37 +557,203 @@ class HFGPT2Float32(HFGPT2):
 class HFLlama(_HFBase):
     """transformers' Llama (``attn_implementation="eager"``), float64.
 
-    ``attention`` is ``modeling_llama.eager_attention_forward``, the function ``LlamaAttention``
-    calls after its rotary embeddings: it takes the softmax in float32 and casts back
-    (``softmax(..., dtype=torch.float32).to(query.dtype)``), which the suite reports.
+    * ``attention`` / ``causal_attention``: ``modeling_llama.eager_attention_forward``, the function
+      ``LlamaAttention`` calls after its rotary embeddings (softmax in float32, cast back:
+      ``softmax(..., dtype=torch.float32).to(query.dtype)``); causal masks from ``masking_utils``.
+    * ``multi_head_attention``: ``LlamaAttention`` (q/k/v/o projections with biases,
+      ``attention_bias=True``; grouped-query through ``num_key_value_heads`` and ``repeat_kv``),
+      self-attention only. Its ``position_embeddings`` argument is mandatory; the protocol's
+      multi-head attention has no positions, so it gets (cos, sin) = (1, 0): rotation by angle 0.
+      The real rotary embeddings are tested by ``rotary_embedding`` and ``decoder_block``.
+    * ``rotary_embedding``: ``LlamaRotaryEmbedding`` (cos, sin for ``position_ids``) +
+      ``apply_rotary_pos_emb`` (rotate_half: the "half" pair layout only).
+    * ``rms_norm``: ``LlamaRMSNorm``; ``gated_feed_forward``: ``LlamaMLP`` (``hidden_act`` "silu" or
+      "gelu", ``mlp_bias=True``).
+    * ``decoder_block``: ``LlamaDecoderLayer`` — Pre-LN, RMSNorm, gated FFN, RoPE at positions
+      0 … n − 1 from ``LlamaRotaryEmbedding``, GQA; causal ∧ mask from ``masking_utils``.
+    * ``decoder_block_decode``: the same layer with a ``DynamicCache``, as ``generate`` runs it:
+      ``position_ids`` continue from the cache, the chunk's mask is causal with ``q_offset``.
     """
 
     name = "hf-llama"
+    variants = {"cross_attention": False, "grouped_query": True, "rope_layout": ("half",),
+                "block_norm": ("rms",), "block_ffn": ("silu", "gelu"), "block_rope": (True,),
+                "block_norm_first": (True,)}
     responsible = {
         "attention": "transformers.models.llama.modeling_llama.eager_attention_forward",
+        "causal_attention": "transformers.models.llama.modeling_llama.eager_attention_forward + "
+                            "transformers.masking_utils (causal_mask_function, sliding_window_overlay)",
+        "multi_head_attention": "transformers LlamaAttention (repeat_kv, eager_attention_forward)",
+        "rotary_embedding": "transformers LlamaRotaryEmbedding + apply_rotary_pos_emb",
+        "rms_norm": "transformers LlamaRMSNorm",
+        "gated_feed_forward": "transformers LlamaMLP",
+        "decoder_block": "transformers LlamaDecoderLayer (LlamaRotaryEmbedding, LlamaAttention, LlamaMLP, "
+                         "LlamaRMSNorm)",
+        "decoder_block_decode": "transformers LlamaDecoderLayer with DynamicCache (LlamaAttention's cache update)",
     }
     conventions = {
         "masked-fill value": "additive torch.finfo(dtype).min (masking_utils.eager_mask)",
         "fully masked rows": "uniform weights: the mean of the values",
+        "causal alignment": "both, by masking_utils' q_offset (top-left 0, bottom-right n_k - n_q)",
     }
+
+    def _config(self, d_model, num_heads, num_kv_heads=None, d_ff=1, eps=1e-6, act="silu", base=10000.0):
+        from transformers import LlamaConfig
+
+        c = LlamaConfig(hidden_size=d_model, num_attention_heads=num_heads,
+                        num_key_value_heads=num_heads if num_kv_heads is None else num_kv_heads,
+                        head_dim=d_model // num_heads, intermediate_size=d_ff, hidden_act=act, rms_norm_eps=eps,
+                        attention_bias=True, mlp_bias=True, attention_dropout=0.0, vocab_size=4,
+                        bos_token_id=None, eos_token_id=None, pad_token_id=None,
+                        rope_parameters={"rope_type": "default", "rope_theta": float(base)})
+        c._attn_implementation = self.attn_implementation
+        return c
 
     def attention(self, q, k, v, mask=None, scale=None):
         """``modeling_llama.eager_attention_forward(module, q, k, v, mask, scaling)`` (``sdpa_attention_forward``
         for ``hf-llama-sdpa``) on (B, 1, n, d); ``scale=None`` passes d_k**-0.5 as ``LlamaAttention`` does."""
         return self._attention("llama", q, k, v, mask, scale, needs_scale=True)
 
+    def causal_attention(self, q, k, v, alignment="top-left", window=None, scale=None):
+        """The attention function with ``masking_utils``' causal mask (and sliding window)."""
+        return self._causal_attention("llama", q, k, v, alignment, window, scale, needs_scale=True)
+
+    def _attn_state(self, p, prefix=""):
+        t = self._torch
+        return {**_linear(t, f"{prefix}q_proj", p.w_q, p.b_q), **_linear(t, f"{prefix}k_proj", p.w_k, p.b_k),
+                **_linear(t, f"{prefix}v_proj", p.w_v, p.b_v), **_linear(t, f"{prefix}o_proj", p.w_o, p.b_o)}
+
+    def _identity_rotation(self, b: int, n: int, d_k: int):
+        one = self._torch.ones((b, n, d_k), dtype=self._dt)
+        return one, self._torch.zeros_like(one)
+
+    def multi_head_attention(self, x_q, x_kv, params, mask=None):
+        """``LlamaAttention(config, layer_idx=0)(x, position_embeddings=(1, 0), attention_mask=...)``:
+        self-attention only (x_kv is x_q), GQA from ``params.num_kv_heads``."""
+        from transformers.models.llama import modeling_llama as ml
+
+        if x_kv is not x_q and not (np.shape(x_q) == np.shape(x_kv) and np.array_equal(x_q, x_kv)):
+            raise NotImplementedError("LlamaAttention is self-attention only (variant cross_attention=False)")
+        torch, p = self._torch, params
+        batch, n = _batch(np.shape(x_q)), np.shape(x_q)[-2]
+        c = self._config(p.d_model, p.num_heads, p.num_kv_heads)
+        attn = self._module(ml.LlamaAttention, self._attn_state(p), c, layer_idx=0)
+        x = self._t(_flat(x_q, batch))
+        with torch.no_grad():
+            out, _ = attn(x, position_embeddings=self._identity_rotation(x.shape[0], n, p.d_k),
+                          attention_mask=self._hf_mask(mask, batch, n, n, always=True))
+        return _numpy(out).reshape(batch + (n, p.d_model))
+
+    def _rotary(self, c, x, position_ids):
+        from transformers.models.llama import modeling_llama as ml
+
+        return ml.LlamaRotaryEmbedding(c).to(self._dt)(x, position_ids)
+
+    def rotary_embedding(self, x, positions, base=10000.0, layout="interleaved"):
+        """``apply_rotary_pos_emb(x, x, *LlamaRotaryEmbedding(config)(x, position_ids))[0]`` on
+        (B, 1, n, d): the "half" (rotate_half) pair layout, the only one Llama has."""
+        from transformers.models.llama import modeling_llama as ml
+
+        if layout != "half":
+            raise NotImplementedError(f"Llama's rotary embeddings use the 'half' pair layout, not {layout!r}")
+        torch = self._torch
+        shape = np.shape(x)
+        n, d = shape[-2], shape[-1]
+        c = self._config(d, 1, base=base)
+        xt = self._t(np.asarray(x, dtype=np.float64).reshape((-1, 1, n, d)))  # (B, 1, n, d)
+        position_ids = torch.tensor(np.asarray(positions, dtype=np.int64).reshape(1, n))
+        with torch.no_grad():
+            cos, sin = self._rotary(c, xt, position_ids)  # (1, n, d)
+            out, _ = ml.apply_rotary_pos_emb(xt, xt, cos, sin)
+        return _numpy(out).reshape(shape)
+
+    def rms_norm(self, x, gamma, eps):
+        """``LlamaRMSNorm(d, eps)`` with ``weight = gamma``."""
+        from transformers.models.llama import modeling_llama as ml
+
+        x = self._t(x)
+        norm = self._module(ml.LlamaRMSNorm, {"weight": self._w(gamma)}, x.shape[-1], eps=float(eps))
+        with self._torch.no_grad():
+            return _numpy(norm(x))
+
+    def _mlp_state(self, p, prefix=""):
+        t = self._torch
+        return {**_linear(t, f"{prefix}gate_proj", p.w_gate, p.b_gate), **_linear(t, f"{prefix}up_proj", p.w_up, p.b_up),
+                **_linear(t, f"{prefix}down_proj", p.w_down, p.b_down)}
+
+    def gated_feed_forward(self, x, params):
+        """``LlamaMLP(config)``: ``down_proj(act(gate_proj(x)) * up_proj(x))``, ``hidden_act`` =
+        params.activation ("silu": SwiGLU; "gelu": transformers' exact-erf GELU)."""
+        from transformers.models.llama import modeling_llama as ml
+
+        p = params
+        c = self._config(p.d_model, 1, d_ff=p.d_ff, act=p.activation)
+        mlp = self._module(ml.LlamaMLP, self._mlp_state(p), c)
+        with self._torch.no_grad():
+            return _numpy(mlp(self._t(x)))
+
+    def _block(self, params):
+        from transformers.models.llama import modeling_llama as ml
+
+        from attnclaims.reference.params import GatedFeedForwardParams, RMSNormParams
+
+        p = params
+        if p.rope is None or not isinstance(p.ffn, GatedFeedForwardParams) or not isinstance(p.norm1, RMSNormParams) \
+                or not p.norm_first:
+            raise NotImplementedError("LlamaDecoderLayer is Pre-LN with RMSNorm, a gated FFN and rotary embeddings "
+                                      "(variants block_norm, block_ffn, block_rope, block_norm_first)")
+        if p.rope.layout != "half":
+            raise NotImplementedError(f"Llama's rotary embeddings use the 'half' pair layout, not {p.rope.layout!r}")
+        a = p.self_attn
+        c = self._config(p.d_model, a.num_heads, a.num_kv_heads, p.ffn.d_ff, p.eps, p.ffn.activation, p.rope.base)
+        state = {**self._attn_state(a, "self_attn."), **self._mlp_state(p.ffn, "mlp."),
+                 "input_layernorm.weight": self._w(p.norm1.gamma),
+                 "post_attention_layernorm.weight": self._w(p.norm2.gamma)}
+        return c, self._module(ml.LlamaDecoderLayer, state, c, layer_idx=0)
+
+    def _block_segment(self, c, layer, x, start: int, cache=None, mask=None):
+        """One call of the layer on positions start … start + n − 1 of x (B, n, d) (a cache holds the
+        earlier ones)."""
+        torch = self._torch
+        batch, n = _batch(np.shape(x)), np.shape(x)[-2]
+        h = self._t(_flat(x, batch))
+        position_ids = torch.arange(start, start + n)[None]
+        with torch.no_grad():
+            pe = self._rotary(c, h, position_ids)
+            out = layer(h, attention_mask=self._hf_mask(mask, batch, n, start + n, causal=True, q_offset=start),
+                        position_ids=position_ids, position_embeddings=pe, past_key_values=cache,
+                        use_cache=cache is not None)
+        return _numpy(out).reshape(batch + (n, np.shape(x)[-1]))
+
+    def decoder_block(self, x, params, mask=None):
+        """``LlamaDecoderLayer(config, layer_idx=0)(x, attention_mask=causal ∧ mask,
+        position_embeddings=LlamaRotaryEmbedding(config)(x, arange(n)))``."""
+        c, layer = self._block(params)
+        return self._block_segment(c, layer, x, 0, mask=mask)
+
+    def decoder_block_decode(self, x, params, prompt_length, chunk=1):
+        """``LlamaDecoderLayer`` with a ``DynamicCache``: the prompt, then ``chunk`` positions per
+        call, ``position_ids`` continuing after the cached ones."""
+        c, layer = self._block(params)
+        return self._decode(x, prompt_length, chunk, lambda xs, s, cache: self._block_segment(c, layer, xs, s, cache))
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
 
 class HFLlamaSdpa(HFLlama):
-    """:class:`HFLlama` with ``attn_implementation="sdpa"``."""
+    """:class:`HFLlama` with ``attn_implementation="sdpa"`` (transformers' ``sdpa_attention_forward``:
+    ``enable_gqa``, ``pack_gqa`` for one query, or ``repeat_kv``)."""
 
     name = "hf-llama-sdpa"
     attn_implementation = "sdpa"
     responsible = {**HFLlama.responsible,
-                   "attention": "transformers.integrations.sdpa_attention.sdpa_attention_forward"}
-    conventions = {"masked-fill value": "bool mask (masking_utils.sdpa_mask) to torch's SDPA"}
+                   "attention": "transformers.integrations.sdpa_attention.sdpa_attention_forward",
+                   "causal_attention": "transformers.integrations.sdpa_attention.sdpa_attention_forward + "
+                                       "transformers.masking_utils (causal_mask_function, sliding_window_overlay)",
+                   "multi_head_attention": "transformers LlamaAttention (sdpa_attention_forward)"}
+    conventions = {"masked-fill value": "bool mask (masking_utils.sdpa_mask) to torch's SDPA",
+                   "causal alignment": HFLlama.conventions["causal alignment"]}
 
 
 class HFLlamaFloat32(HFLlama):
