@@ -249,6 +249,28 @@ def _dtype() -> np.dtype:
     return np.dtype(getattr(impl, "dtype", np.float64)) if impl is not None else np.dtype(np.float64)
 
 
+def _param_dtype() -> np.dtype:
+    """The dtype parameter sets are drawn in: the followed dtype, except bfloat16 (which numpy does not count
+    as a floating dtype, so the parameter dataclasses refuse it): float32 holding bfloat16 values."""
+    dtype = _dtype()
+    return np.dtype(np.float32) if dtype.kind == "V" else dtype
+
+
+def _in_param_dtype(params):
+    """``params`` (drawn in :func:`_param_dtype`) rounded to the followed dtype's values, subnormals flushed."""
+    dtype = _dtype()
+    if dtype.kind == "V":
+        changes = {}
+        for f in fields(params):
+            value = getattr(params, f.name)
+            if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+                changes[f.name] = value.astype(dtype).astype(np.float32)
+            elif dataclasses.is_dataclass(value):
+                changes[f.name] = _in_param_dtype(value)
+        params = replace(params, **changes)
+    return flush_subnormals(params)
+
+
 def _raw(impl):
     return getattr(impl, "impl", impl)  # the object behind a GuardedImplementation
 
@@ -487,7 +509,8 @@ def permutations(n: int) -> st.SearchStrategy[np.ndarray]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Parameter sets (seeded Glorot/Xavier weights in the paper's layout, in the followed dtype)
+# Parameter sets (seeded Glorot/Xavier weights in the paper's layout, in the followed dtype; for
+# bfloat16, float32 arrays holding bfloat16 values: see _param_dtype)
 # ---------------------------------------------------------------------------------------------
 
 def epsilons() -> st.SearchStrategy[float]:
@@ -504,21 +527,21 @@ def multi_head_params(draw, d_model: int, num_heads: int, *, bias_scale: float |
     note(f"multi_head_params(seed={seed}, d_model={d_model}, num_heads={num_heads}, bias_scale={b})")
     if d_model % num_heads == 0:
         require_variant("head_dim", d_model // num_heads)
-    return flush_subnormals(init_multi_head(seed, d_model, num_heads, bias_scale=b, dtype=_dtype()))
+    return _in_param_dtype(init_multi_head(seed, d_model, num_heads, bias_scale=b, dtype=_param_dtype()))
 
 
 @st.composite
 def feed_forward_params(draw, d_model: int, d_ff: int) -> FeedForwardParams:
     seed = draw(seeds())
     note(f"feed_forward_params(seed={seed}, d_model={d_model}, d_ff={d_ff})")
-    return flush_subnormals(init_feed_forward(seed, d_model, d_ff, dtype=_dtype()))
+    return _in_param_dtype(init_feed_forward(seed, d_model, d_ff, dtype=_param_dtype()))
 
 
 @st.composite
 def layer_norm_params(draw, d_model: int) -> LayerNormParams:
     """γ = 1, β = 0 (the usual initialisation), or both perturbed so that γ and β can be told apart."""
     spread = draw(st.sampled_from([0.5, 0.0]))
-    return flush_subnormals(init_layer_norm(d_model, draw(seeds()), spread=spread, dtype=_dtype()))
+    return _in_param_dtype(init_layer_norm(d_model, draw(seeds()), spread=spread, dtype=_param_dtype()))
 
 
 @st.composite
@@ -533,8 +556,8 @@ def encoder_layer_params(draw, d_model: int, num_heads: int, d_ff: int, *, norm_
     eps = draw(st.sampled_from([1e-5, 1e-6]))
     note(f"encoder_layer_params(seed={seed}, d_model={d_model}, num_heads={num_heads}, d_ff={d_ff}, "
          f"norm_first={nf}, eps={eps})")
-    return flush_subnormals(init_encoder_layer(seed, d_model, num_heads, d_ff, norm_first=nf, eps=eps,
-                                               norm_spread=0.3, dtype=_dtype()))
+    return _in_param_dtype(init_encoder_layer(seed, d_model, num_heads, d_ff, norm_first=nf, eps=eps,
+                                              norm_spread=0.3, dtype=_param_dtype()))
 
 
 @st.composite
@@ -546,8 +569,8 @@ def decoder_layer_params(draw, d_model: int, num_heads: int, d_ff: int, *, norm_
     eps = draw(st.sampled_from([1e-5, 1e-6]))
     note(f"decoder_layer_params(seed={seed}, d_model={d_model}, num_heads={num_heads}, d_ff={d_ff}, "
          f"norm_first={nf}, eps={eps})")
-    return flush_subnormals(init_decoder_layer(seed, d_model, num_heads, d_ff, norm_first=nf, eps=eps,
-                                               norm_spread=0.3, dtype=_dtype()))
+    return _in_param_dtype(init_decoder_layer(seed, d_model, num_heads, d_ff, norm_first=nf, eps=eps,
+                                              norm_spread=0.3, dtype=_param_dtype()))
 
 
 # ---------------------------------------------------------------------------------------------

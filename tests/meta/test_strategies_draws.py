@@ -723,3 +723,140 @@ def test_edge_cases_keep_their_sizes_pairwise_different():
         assert c.k.shape[-1] == sizes["d_k"] and c.v.shape[-2] == sizes["n_k"], name
         free = [v for v in sizes.values() if v != 1]
         assert len(set(free)) == len(free), f"{name}: sizes {sizes} repeat"
+
+
+# ---------------------------------------------------------------------------------------------
+# No subnormal number anywhere, after every transformation; declared variants
+# ---------------------------------------------------------------------------------------------
+
+def _leaves(value):
+    """Every float array inside a draw (tuples, dataclasses of arrays, cases)."""
+    if isinstance(value, np.ndarray):
+        if value.dtype != np.bool_ and value.dtype.kind in "fV":
+            yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _leaves(v)
+    elif hasattr(value, "__dataclass_fields__"):
+        for name in value.__dataclass_fields__:
+            yield from _leaves(getattr(value, name))
+
+
+def _has_subnormal(value) -> bool:
+    for a in _leaves(value):
+        mag = np.abs(a.astype(np.float64))
+        if ((mag > 0) & (mag < float(S.finfo(a.dtype).smallest_normal))).any():
+            return True
+    return False
+
+
+@st.composite
+def _everything(draw, dtype):
+    """One draw of any strategy of the module, as a test would use it: cast to ``dtype`` where the tests cast."""
+    kind = draw(st.sampled_from(["arrays", "random", "attention", "edge", "model", "mha", "ffn", "norm", "encoder",
+                                 "decoder", "layer_norm_inputs", "softmax", "softmax_huge"]))
+    if kind == "arrays":  # the smallest scale times the smallest normal entry: the equinox false alarm
+        shape = draw(st.sampled_from([(3,), (2, 5), (300,)]))
+        return draw(S.arrays(shape, scale=draw(S.scales(-6, 3)), offset=draw(st.sampled_from([0.0, 1.0, 1e-300]))))
+    if kind == "random":
+        return draw(S.random_arrays((draw(st.integers(1, 40)),), scale=draw(S.scales(-6, 3))))
+    if kind == "attention":
+        case = draw(S.attention_cases(mask=None, explicit_scale=None))
+        return case.cast(dtype)
+    if kind == "edge":
+        return S.edge_attention_case(draw(st.sampled_from(S.EDGE))).cast(dtype)
+    if kind == "model":
+        return draw(S.model_cases()).cast(dtype)
+    d = draw(S.dims())
+    if kind == "mha":
+        return draw(S.multi_head_params(d.d_model, d.num_heads))
+    if kind == "ffn":
+        return draw(S.feed_forward_params(d.d_model, d.d_ff))
+    if kind == "norm":
+        return draw(S.layer_norm_params(d.d_model))
+    if kind == "encoder":
+        return draw(S.encoder_layer_params(d.d_model, d.num_heads, d.d_ff))
+    if kind == "decoder":
+        return draw(S.decoder_layer_params(d.d_model, d.num_heads, d.d_ff))
+    if kind == "layer_norm_inputs":
+        return draw(S.layer_norm_inputs())
+    return draw(S.softmax_inputs(huge=kind == "softmax_huge"))
+
+
+_DTYPES = [np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16)]
+try:
+    import ml_dtypes
+
+    _DTYPES.append(np.dtype(ml_dtypes.bfloat16))
+except ImportError:  # pragma: no cover - ml_dtypes is a dependency
+    pass
+
+
+@pytest.mark.parametrize("dtype", _DTYPES, ids=lambda d: d.name)
+def test_no_strategy_returns_a_subnormal_number_in_any_dtype(dtype):
+    """The adapter guide's promise, on every path: 600 derandomized draws across every strategy (scales down to
+    2⁻⁶, offsets, seeded arrays, parameters, cases cast to the dtype, the edge cases) searched for a subnormal
+    entry. Before entries were flushed after scaling, float64 draws of the smallest normal times 2⁻¹ were
+    subnormal, and float16 ones within a few dozen draws (its smallest normal is 6.1e-5)."""
+    stub = SimpleNamespace(name=f"{dtype.name}-stub", dtype=dtype)
+    with S.following(stub):
+        _never(_everything(dtype), _has_subnormal, 600)
+
+
+@pytest.mark.parametrize("dtype", _DTYPES, ids=lambda d: d.name)
+def test_flush_subnormals_zeroes_exactly_the_subnormal_entries(dtype):
+    tiny = float(S.finfo(dtype).smallest_normal)
+    a = np.array([tiny, tiny / 2, -tiny / 4, 0.0, 1.0, -3.0], dtype=np.float64).astype(dtype)
+    out = S.flush_subnormals(a)
+    assert out.dtype == dtype and out.tolist()[3:] == [0.0, 1.0, -3.0]
+    assert float(out[0]) == tiny and float(out[1]) == 0.0 and float(out[2]) == 0.0
+    assert np.signbit(out[2].astype(np.float64))  # the sign is kept (−0)
+    assert S.flush_subnormals(a[[0, 3, 4]]) is not None and not _has_subnormal(out)
+
+
+class _Restricted:
+    name, dtype = "restricted-stub", np.dtype(np.float64)
+    variants = {"norm_first": (True,), "cross_attention": False, "head_dim": "even", "scale": "positive"}
+
+
+def test_the_strategies_draw_only_the_declared_variants():
+    """Pre-LN only, self-attention only, even head dimensions, positive scales: nothing else is drawn, and
+    asking for an undeclared variant raises VariantNotApplicable with the variant's name."""
+    with S.following(_Restricted()):
+        _never(S.encoder_layer_params(8, 2, 4), lambda p: p.norm_first is not True, 30)
+        _never(S.decoder_layer_params(8, 2, 4), lambda p: p.norm_first is not True, 30)
+        _never(S.cross_or_self(), lambda c: c, 30)
+        _never(S.dims(), lambda d: (d.d_model // d.num_heads) % 2, 300)
+        _never(S.dims(max_dim=5), lambda d: (d.d_model // d.num_heads) % 2, 300)
+        _never(S.attention_cases(explicit_scale=True), lambda c: not c.scale > 0, 200)
+        with pytest.raises(S.VariantNotApplicable, match=r"^not applicable \(variant norm_first=False\): "
+                                                          r"restricted-stub declares norm_first=\(True,\)$"):
+            S.require_variant("norm_first", False)
+        with pytest.raises(S.VariantNotApplicable, match=r"variant head_dim=3"):
+            find(S.multi_head_params(6, 2), lambda p: True, settings=_settings(1))
+    with S.following(_Float32()):  # defaults: both placements, cross and self, odd heads, every scale
+        assert _reach(S.encoder_layer_params(8, 2, 4), lambda p: p.norm_first) and \
+            _reach(S.encoder_layer_params(8, 2, 4), lambda p: not p.norm_first)
+        assert _reach(S.cross_or_self(), bool) and _reach(S.dims(), lambda d: (d.d_model // d.num_heads) % 2)
+        assert _reach(S.attention_cases(explicit_scale=True), lambda c: c.scale <= 0)
+
+
+def test_needs_variant_skips_before_drawing(monkeypatch):
+    """The autouse fixture skips a test marked needs_variant(...) for an implementation without it, with the
+    variant's message; it lets one with it run."""
+    @S.needs_variant(cross_attention=True)
+    def needs_cross(impl):
+        pass
+
+    for impl, skipped in [(_Restricted(), True), (_Float32(), False)]:
+        request = SimpleNamespace(fixturenames=["impl"], getfixturevalue={"impl": impl}.__getitem__,
+                                  function=needs_cross)
+        gen = S.follow_implementation.__wrapped__(request)
+        if skipped:
+            with pytest.raises(pytest.skip.Exception, match=r"not applicable \(variant cross_attention=True\)"):
+                next(gen)
+        else:
+            next(gen)
+            assert S.followed() is impl
+    with pytest.raises(ValueError, match="unknown variant"):
+        S.needs_variant(colour=True)

@@ -248,3 +248,34 @@ def test_the_same_adapter_fails_when_the_restriction_is_not_declared(kind, tmp_p
         pytest.importorskip("torch")
     evidence = _suite(tmp_path, undeclared, modules, select)
     assert _failures(evidence), "no check failed for an adapter that computes or rejects other variants"
+
+
+# ---------------------------------------------------------------------------------------------
+# flush_to_zero: the tolerance allowance
+# ---------------------------------------------------------------------------------------------
+
+class _Flushing:
+    name, dtype = "flushing-stub", np.dtype(np.float64)
+    variants = {"flush_to_zero": True}
+
+
+def test_flush_to_zero_widens_a_bound_by_the_smallest_normal_times_the_conditioning():
+    """A result that a flushed subnormal intermediate moved by about λ = 2.2e-308 fails the plain bound and
+    passes once the implementation declares flush_to_zero; an error 10⁴ times that still fails."""
+    from attnclaims.checks import strategies as S
+    from attnclaims.checks import tolerances as T
+    from attnclaims.guard import CheckFailure
+
+    lam = float(np.finfo(np.float64).smallest_normal)
+    expected = np.array([3.0 * lam, 1.0, -2.0])
+    bound = T.Bound(4 * T.U64 * np.abs(expected), T.U64)  # scale |x|·4: κ = 4·2 / 2 = 4 (max scale / max|x|)
+    flushed = np.array([0.0, 1.0, -2.0])
+    with pytest.raises(CheckFailure):
+        T.assert_close(flushed, expected, bound, "plain")
+    with S.following(_Flushing()):
+        T.assert_close(flushed, expected, bound, "flush_to_zero declared")
+        with pytest.raises(CheckFailure):
+            T.assert_close(np.array([1e4 * lam, 1.0, -2.0]), expected, bound, "far beyond the allowance")
+    allowance = T.flush_to_zero_allowance(bound, expected, np.float64)
+    assert np.isclose(allowance.abs[0] - bound.abs[0], 4 * lam, rtol=1e-12, atol=0)  # λ·κ on every element
+    assert allowance.tol == bound.tol and T.flush_to_zero_allowance(bound, expected) is bound  # none followed
