@@ -50,6 +50,8 @@ def _import_onnx():
 
 class _OnnxBase:
     dtype = np.dtype(np.float64)
+    #: the Attention operator's kv_num_heads gives grouped-query attention (docs/adapters.md)
+    variants = {"grouped_query": True}
     #: the attention graph: "matmul" (MatMul–Softmax–MatMul) or "operator" (the Attention op)
     attention_graph = "matmul"
     responsible: dict[str, str] = {}
@@ -160,8 +162,9 @@ class _OnnxBase:
         return self._run(("attention", masked), build, feeds)
 
     def multi_head_attention(self, x_q, x_kv, params, mask=None):
-        """Projections ``MatMul + Add``, ``Attention(q_num_heads=h, kv_num_heads=h)`` on 3-D
-        inputs (it splits heads into contiguous blocks of d_k, as ours), ``MatMul + Add`` for W_O."""
+        """Projections ``MatMul + Add``, ``Attention(q_num_heads=h, kv_num_heads=num_kv_heads)`` on
+        3-D inputs (it splits heads into contiguous blocks of d_k, as ours; kv_num_heads < q_num_heads
+        is its grouped-query attention), ``MatMul + Add`` for W_O."""
         h, tp, p = self._helper, self._onnx.TensorProto, params
         batch = tuple(np.broadcast_shapes(np.shape(x_q)[:-2], np.shape(x_kv)[:-2]))
         n_q, n_k, d = np.shape(x_q)[-2], np.shape(x_kv)[-2], p.d_model
@@ -181,7 +184,7 @@ class _OnnxBase:
             for z, x in (("q", "xq"), ("k", "xkv"), ("v", "xkv")):
                 nodes += [h.make_node("MatMul", [x, f"w_{z}"], [f"{z}w"]), h.make_node("Add", [f"{z}w", f"b_{z}"], [z])]
             ins = ["q", "k", "v"] + (["mask"] if masked else [])
-            nodes += [h.make_node("Attention", ins, ["heads"], q_num_heads=p.num_heads, kv_num_heads=p.num_heads),
+            nodes += [h.make_node("Attention", ins, ["heads"], q_num_heads=p.num_heads, kv_num_heads=p.num_kv_heads),
                       h.make_node("MatMul", ["heads", "w_o"], ["ow"]), h.make_node("Add", ["ow", "b_o"], ["y"])]
             inputs = [self._vi("xq", 3), self._vi("xkv", 3)] + [self._vi(n, 2 if n.startswith("w") else 1) for n in (
                 "w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_o", "b_o")]
@@ -189,7 +192,7 @@ class _OnnxBase:
                 inputs.append(self._vi("mask", 4, tp.BOOL))
             return self._model(nodes, inputs, [self._vi("y", 3)])
 
-        out = self._run(("mha", masked, p.num_heads), build, feeds)
+        out = self._run(("mha", masked, p.num_heads, p.num_kv_heads), build, feeds)
         return out.reshape(batch + (n_q, d))
 
     def layer_norm(self, x, gamma, beta, eps):
@@ -268,6 +271,8 @@ class OnnxRuntimeAttentionOpImplementation(OnnxRuntimeImplementation):
 
     name = "onnxruntime-attention-op"
     attention_graph = "operator"
+    #: the operator multiplies Q and K by √scale each (its specification): no negative scale
+    variants = {"scale": "positive"}
     responsible = {"attention": "onnxruntime Attention kernel (opset 24)"}
 
     softmax = layer_norm = feed_forward = multi_head_attention = None  # tested in ``onnxruntime``
