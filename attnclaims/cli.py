@@ -1,7 +1,7 @@
 """The ``attnclaims`` command line.
 
     attnclaims list                          the claims, one line each
-    attnclaims explain CLAIM [--report DIR]  everything about one claim, its derivations checked now
+    attnclaims explain CLAIM [--check]       everything about one claim, in seconds (--check: re-check now)
     attnclaims check  [--impl NAME ...] [--claim ID ...] [--profile P] [-n N] [--seed S]
     attnclaims report [--impl NAME ...] [--out DIR] [--format md,html,json] (and check's options)
 
@@ -177,79 +177,21 @@ def _run_list(args) -> int:
 # ---------------------------------------------------------------------------------------------
 
 def _configure_explain(p: argparse.ArgumentParser) -> None:
-    p.add_argument("claim", metavar="CLAIM", help="a claim id (see `attnclaims list`)")
-    p.add_argument("--report", metavar="DIR", default=None,
-                   help="folder of a previous `attnclaims report` whose verdicts to show (default: report/)")
-    p.add_argument("--no-check", action="store_true", help="show the derivation steps without checking them")
-    p.add_argument("--no-tests", action="store_true", help="do not collect the tests that back the claim")
+    from attnclaims.explain import configure
+
+    configure(p)
 
 
 def _run_explain(args) -> int:
+    """Everything about one claim, in seconds (:mod:`attnclaims.explain`)."""
+    from attnclaims.explain import ExplainError, run
+
     registry = _registry()
     claim = _claim_or_fail(registry, args.claim)
-    report_dir = Path(args.report) if args.report else Path("report")
-    last = None
-    if args.report and not (report_dir / "report.json").is_file():
-        raise UsageError(f"--report {args.report}: no report.json in that folder")
-    if (report_dir / "report.json").is_file():
-        try:
-            last = json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"{report_dir / 'report.json'}: cannot read it: {exc}") from None
-
-    out = []
-    out.append(f"{claim.id} — {claim.title} (§{claim.section})")
-    out.append(f"expected verdict: {claim.expected_verdict} · methods: {', '.join(claim.methods)}")
-    deps = registry.dependencies(claim.id)
-    out.append("depends on: " + (", ".join(claim.depends_on) if claim.depends_on else "nothing")
-               + (f" (transitively: {', '.join(deps)})" if len(deps) > len(claim.depends_on) else ""))
-    out.append("")
-    out.append("Quote (zh):")
-    out.append(_wrap(claim.quote))
-    out.append("Statement:")
-    out.append(_wrap(claim.statement))
-    out.append("Precise statement:")
-    out.append(_wrap(claim.precise))
-    if claim.assumptions:
-        out.append("Assumptions:")
-        out.extend(_wrap("- " + a) for a in claim.assumptions)
-    if claim.qualification:
-        out.append("Qualification:")
-        out.append(_wrap(claim.qualification))
-    if claim.notes:
-        out.append("Notes:")
-        out.append(_wrap(claim.notes))
-    out.append("Citations:")
-    out.extend(_wrap("- " + c) for c in claim.citations)
-    if not claim.citations:
-        out.append("  (none)")
-    print(safe_text("\n".join(out), newlines=True))
-    sys.stdout.flush()
-
-    print("\nDerivations:")
-    _explain_derivations(claim.id, check=not args.no_check)
-
-    if not args.no_tests:
-        print("\nTests that back it:")
-        _explain_tests(claim.id)
-
-    print("\nLast verdicts:")
-    if last is None:
-        print(f"  (no report in {report_dir}/; run `attnclaims report`)")
-    else:
-        row = next((c for c in last.get("claims", ()) if c.get("id") == claim.id), None)
-        when = last.get("generated", "?")
-        if row is None:
-            print(f"  (the report of {when} in {report_dir}/ does not cover this claim)")
-        else:
-            print(safe_text(f"  from {report_dir / 'report.json'} ({when}, profile "
-                            f"{last.get('environment', {}).get('profile')}):"))
-            for impl, d in (row.get("verdict_details") or {}).items():
-                print(safe_text(f"  {impl}: {d.get('verdict')}" + (f" — {d.get('reason')}" if d.get("reason") else "")))
-            if not row.get("verdict_details"):
-                for impl, v in (row.get("verdicts") or {}).items():
-                    print(safe_text(f"  {impl}: {v}"))
-    return EXIT_OK
+    try:
+        return run(registry, claim, args)
+    except ExplainError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _spinner(text: str):
@@ -263,43 +205,10 @@ def _spinner(text: str):
 
 
 def _explain_derivations(claim_id: str, check: bool) -> None:
-    try:
-        from attnclaims.proofs import derivations_for
-        derivations = derivations_for(claim_id)
-    except KeyError:
-        print("  (none: this claim has no sympy derivation)")
-        return
-    except Exception as exc:
-        print(f"  (the derivations could not be loaded: {type(exc).__name__}: {exc})")
-        return
-    from attnclaims.report.model import render_derivation
-    from attnclaims.report.common import STEP_MARK
+    """The derivations of ``claim_id`` as explain prints them (checked now when ``check``)."""
+    from attnclaims.explain import derivation_lines
 
-    for d in derivations:
-        proof = None
-        if check:
-            with _spinner(f"checking {d.name} with sympy…"):
-                try:
-                    proof = d.check().to_dict()
-                except Exception as exc:
-                    proof = {"outcome": "failed", "reason": f"check() raised {type(exc).__name__}: {exc}",
-                             "steps": []}
-        r = render_derivation(d, proof)
-        status = {"passed": "every step checks", "failed": "a step FAILS", "not run": "not checked"}[r["outcome"]]
-        secs = f", {proof.get('seconds', 0):.2f} s" if proof and proof.get("seconds") is not None else ""
-        print(f"  [{r['name']}] {r['title']}: {status} ({len(r['steps'])} steps{secs})")
-        if r.get("reason"):
-            print(f"    {r['reason']}")
-        if r.get("assumptions"):
-            print(f"    assumptions: {r['assumptions']}")
-        for s in r["steps"]:
-            if s["math"]:
-                print(textwrap.indent(s["math"], "      "))
-            print(f"    ({s['index']}) {STEP_MARK.get(s['status'], '?')} {s['status']}: {s['why']}"
-                  + (f" [{s['detail']}]" if s.get("detail") and s["status"] in ("failed", "error") else ""))
-            for lem in s["lemmas"]:
-                print(f"        {'cited' if lem['cited'] else 'lemma'}: {lem['text']} ({lem['why']})")
-        print()
+    print(safe_text("\n".join(derivation_lines(claim_id, check, None, None)), newlines=True))
 
 
 def _explain_tests(claim_id: str) -> None:
@@ -361,6 +270,9 @@ def _configure_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("--merge", metavar="FILE", nargs="+", default=None,
                    help="build the report from the results files (pytest --attn-results) or report.json files of "
                         "separate runs, without running anything (same attnclaims version and profile)")
+    p.add_argument("--lang", metavar="LANG", default="en",
+                   help="edition(s): en (default: report.md, index.html, article.html), zh (the Chinese edition: "
+                        "report.zh.md, index.zh.html, article.zh.html) or en,zh (both from one run)")
 
 
 def _options(args, artifacts: Path | None):
@@ -552,6 +464,18 @@ def _merged(args, out_dir: Path) -> dict:
     return report
 
 
+def _langs(value: str) -> list[str]:
+    """``--lang en|zh|en,zh`` as a list of editions (a usage error names the unknown one)."""
+    from attnclaims.report import LANGS
+
+    langs = list(dict.fromkeys(x.strip() for x in str(value).split(",") if x.strip()))
+    bad = [x for x in langs if x not in LANGS]
+    if bad or not langs:
+        raise UsageError(f"--lang {value!r}: unknown edition {bad[0] if bad else '(none)'!r} "
+                         f"(expected {', '.join(LANGS)} or a comma-separated list of them)")
+    return langs
+
+
 def _run_report(args) -> int:
     from attnclaims.report import FORMATS, write_report
 
@@ -560,6 +484,7 @@ def _run_report(args) -> int:
     if unknown or not formats:
         raise UsageError(f"--format {args.format!r}: unknown format {unknown[0] if unknown else '(none)'!r} "
                          f"(expected a comma-separated list of {', '.join(FORMATS)})")
+    langs = _langs(args.lang)
     out_dir = _writable_dir(Path(args.out).resolve())  # absolute before any child runs (or chdirs)
     t0 = time.perf_counter()
     # Everything (the figures the tests write, the report files) goes into a staging folder inside
@@ -569,7 +494,7 @@ def _run_report(args) -> int:
         report = _merged(args, staging) if args.merge else _execute(args, artifacts=staging / "figures",
                                                                        out_dir=staging)
         try:
-            write_report(report, staging, formats)
+            write_report(report, staging, formats, langs=langs)
             written = publish(staging, out_dir)
         except OSError as exc:
             raise UsageError(f"--out {out_dir}: cannot write the report: {exc.strerror or exc}") from None
@@ -610,7 +535,8 @@ def publish(staging: Path, out_dir: Path) -> list[Path]:
 
 
 register("list", "list the claims: id, section, methods, expected verdict", _configure_list, _run_list)
-register("explain", "explain one claim: quote, statements, derivation steps (checked), tests, last verdicts",
+register("explain", "explain one claim: quote, statements, derivation steps and their last results, tests, "
+                    "last verdicts (--check: check the derivations now)",
          _configure_explain, _run_explain)
 register("check", "run proofs, property tests and measurements; print the verdict table "
                   "(exit 1 if a claim is refuted)", _configure_check, _run_check)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -36,6 +36,8 @@ REQUIRED_FIELDS = (
 REGISTRY_ENV = "ATTNCLAIMS_REGISTRY"
 _STRING_FIELDS = ("id", "section", "title", "quote", "statement", "precise", "expected_verdict")
 _LIST_FIELDS = ("methods", "citations", "depends_on", "assumptions")
+#: the Chinese edition's fields of a claim (``--lang zh``); see :func:`_check_zh`
+ZH_FIELDS = ("title_zh", "statement_zh", "precise_zh", "assumptions_zh", "qualification_zh", "notes_zh")
 
 
 class RegistryError(ValueError):
@@ -57,6 +59,8 @@ class Claim:
     assumptions: tuple[str, ...] = ()
     qualification: str = ""
     notes: str = ""
+    #: the Chinese texts: title, statement, precise, assumptions (a tuple), qualification, notes
+    zh: dict = field(default_factory=dict, compare=False)
 
     @property
     def is_historical(self) -> bool:
@@ -67,6 +71,7 @@ class Claim:
 class IntegrityNote:
     section: str
     note: str
+    note_zh: str = ""
 
 
 @dataclass(frozen=True)
@@ -129,7 +134,7 @@ def _check_claim(path: Path, index: int, raw: object) -> Claim:
             raise _fail(path, where, f"field {name!r}: expected a list of strings")
         if name in raw and any(not x.strip() for x in raw[name]):
             raise _fail(path, where, f"field {name!r}: contains an empty string")
-    unknown = set(raw) - set(REQUIRED_FIELDS) - {"assumptions", "qualification", "notes"}
+    unknown = set(raw) - set(REQUIRED_FIELDS) - {"assumptions", "qualification", "notes"} - set(ZH_FIELDS)
     if unknown:
         raise _fail(path, where, f"field {sorted(unknown)[0]!r}: unknown field")
     if not raw["methods"]:
@@ -148,7 +153,58 @@ def _check_claim(path: Path, index: int, raw: object) -> Claim:
         expected_verdict=raw["expected_verdict"], citations=tuple(raw["citations"]),
         depends_on=tuple(raw["depends_on"]), assumptions=tuple(raw.get("assumptions", ())),
         qualification=raw.get("qualification", ""), notes=raw.get("notes", ""),
+        zh={k.removesuffix("_zh"): (tuple(v) if isinstance(v, list) else v) for k, v in raw.items() if k in ZH_FIELDS},
     )
+
+
+def _has_cjk(text: str) -> bool:
+    return any("\u3400" <= ch <= "\u9fff" for ch in text)
+
+
+def _unbalanced_math(text: str) -> bool:
+    """Math in registry texts is written ``$…$`` (a TeX subset the report renders as MathML and
+    LaTeX); ``\\$`` is a literal dollar sign. True when a ``$`` span is left open."""
+    return text.replace("\\$", "").count("$") % 2 == 1
+
+
+def _check_zh(path: Path, raw_claims: list, raw_notes: list) -> None:
+    """The Chinese edition is all or nothing: once any claim or integrity note has a ``*_zh``
+    field, every claim has ``title_zh``, ``statement_zh``, ``precise_zh``, an ``assumptions_zh``
+    of the same length as ``assumptions``, ``qualification_zh`` / ``notes_zh`` where the English
+    has them, and every integrity note a ``note_zh``; each is Chinese text (not a copy of the
+    English). Also checks that every ``$…$`` math span of every text is closed."""
+    for raw in raw_claims:
+        where = f"claim {raw['id']!r}"
+        for name in ("title", "statement", "precise", "qualification", "notes", *[f for f in ZH_FIELDS if f != "assumptions_zh"]):
+            if isinstance(raw.get(name), str) and _unbalanced_math(raw[name]):
+                raise _fail(path, where, f"field {name!r}: a $…$ math span is not closed")
+    if not any(k in ZH_FIELDS for raw in raw_claims for k in raw) and not any("note_zh" in n for n in raw_notes):
+        return
+    for raw in raw_claims:
+        where = f"claim {raw['id']!r}"
+        wanted = ["title_zh", "statement_zh", "precise_zh"]
+        wanted += [f"{name}_zh" for name in ("qualification", "notes") if raw.get(name, "").strip()]
+        for name in wanted:
+            value = raw.get(name)
+            if not isinstance(value, str) or not value.strip():
+                raise _fail(path, where, f"field {name!r}: missing or empty (the Chinese edition needs it "
+                                         f"for every claim)")
+            if not _has_cjk(value):
+                raise _fail(path, where, f"field {name!r}: no Chinese text in it")
+        for name in ("qualification", "notes"):
+            if raw.get(f"{name}_zh") and not raw.get(name, "").strip():
+                raise _fail(path, where, f"field '{name}_zh': there is no English {name!r} it translates")
+        en, zh = raw.get("assumptions", []), raw.get("assumptions_zh", [])
+        if not isinstance(zh, list) or not all(isinstance(x, str) and x.strip() for x in zh):
+            raise _fail(path, where, "field 'assumptions_zh': expected a list of non-empty strings")
+        if len(zh) != len(en):
+            raise _fail(path, where, f"field 'assumptions_zh': {len(zh)} entries, but 'assumptions' has {len(en)}")
+        for x in zh:
+            if _unbalanced_math(x):
+                raise _fail(path, where, "field 'assumptions_zh': a $…$ math span is not closed")
+    for i, raw in enumerate(raw_notes):
+        if not (isinstance(raw.get("note_zh"), str) and _has_cjk(raw["note_zh"])):
+            raise _fail(path, f"integrity[{i}]", "field 'note_zh': missing or not Chinese text")
 
 
 def parse_registry(text: str, path: Path) -> Registry:
@@ -181,7 +237,10 @@ def parse_registry(text: str, path: Path) -> Registry:
     for i, raw in enumerate(data.get("integrity", [])):
         if not (isinstance(raw, dict) and isinstance(raw.get("section"), str) and isinstance(raw.get("note"), str)):
             raise _fail(path, f"integrity[{i}]", "expected a table with string fields 'section' and 'note'")
-        notes.append(IntegrityNote(raw["section"], raw["note"]))
+        if "note_zh" in raw and not isinstance(raw["note_zh"], str):
+            raise _fail(path, f"integrity[{i}]", "field 'note_zh': expected a string")
+        notes.append(IntegrityNote(raw["section"], raw["note"], raw.get("note_zh", "")))
+    _check_zh(path, raw_claims, list(data.get("integrity", [])))
     title = data.get("source", {}).get("title", "") if isinstance(data.get("source"), dict) else ""
     return Registry(path=path, claims=claims, integrity=tuple(notes), source_title=title)
 

@@ -43,6 +43,8 @@ import sympy as sp
 from sympy.matrices.expressions import MatrixExpr
 from sympy.matrices.expressions.blockmatrix import block_collapse
 
+from .render import MAX_TREE, render_expr, render_relation, tree_size  # noqa: F401 (tree_size: re-exported)
+
 __all__ = [
     "Step",
     "Lemma",
@@ -169,10 +171,10 @@ class Lemma:
             raise ValueError(f"lemma rel={self.rel!r}, but should be one of {RELATIONS[:-1]}")
 
     def text(self) -> str:
-        return f"{sp.sstr(self.lhs)} {_REL_TEXT[self.rel]} {sp.sstr(self.rhs)}"
+        return f"{render_expr(self.lhs)['text']} {_REL_TEXT[self.rel]} {render_expr(self.rhs)['text']}"
 
     def latex(self) -> str:
-        return f"{sp.latex(self.lhs)} {_REL_LATEX[self.rel]} {sp.latex(self.rhs)}"
+        return f"{render_expr(self.lhs)['latex']} {_REL_LATEX[self.rel]} {render_expr(self.rhs)['latex']}"
 
 
 @dataclass(frozen=True)
@@ -676,38 +678,8 @@ def equal(a, b, method: str | None = None, ranges: Mapping | None = None) -> tup
 # --------------------------------------------------------------------------
 
 
-#: Expressions whose printed tree would exceed this many nodes are rendered as a summary. The
-#: symbolic encoder layer of permutation-equivariance shares subexpressions: a small DAG whose
-#: printed tree is astronomically large.
-RENDER_LIMIT = 600
-
-
-def tree_size(expr) -> int:
-    """Number of nodes of ``expr`` printed as a tree, counted on the DAG (linear time)."""
-    memo: dict = {}
-
-    def size(e) -> int:
-        if not isinstance(e, sp.Basic):
-            return 1
-        try:
-            return memo[e]
-        except KeyError:
-            pass
-        n = 1 + sum(size(a) for a in e.args)
-        memo[e] = n
-        return n
-
-    if isinstance(expr, sp.MatrixBase):
-        return sum(size(x) for x in expr)
-    return size(expr)
-
-
-def _shown(expr, printer) -> str:
-    n = tree_size(expr) if isinstance(expr, (sp.Basic, sp.MatrixBase)) else 1
-    if n <= RENDER_LIMIT:
-        return printer(expr)
-    what = f"{expr.shape[0]}×{expr.shape[1]} matrix" if hasattr(expr, "shape") else "expression"
-    return f"⟨{what}, {n:.2g} nodes as a tree: not printed⟩"
+#: Rendering (text, LaTeX, MathML) lives in :mod:`attnclaims.proofs.render`, bounded by expression size.
+RENDER_LIMIT = MAX_TREE
 
 
 def _subs(expr, rules: Sequence[tuple]):
@@ -900,6 +872,8 @@ class Derivation:
         return out
 
     def render_text(self) -> str:
+        """The derivation as plain text, one line per step (the renderer of
+        :mod:`attnclaims.proofs.render`: large expressions are summarized, never printed in full)."""
         lines = [f"[{self.claim}] {self.name} — {self.title}", f"Statement: {self.statement}"]
         if self.assumptions:
             lines.append(f"Assumptions: {self.assumptions}")
@@ -909,14 +883,9 @@ class Derivation:
         if self.source:
             lines.append(f"Source: {self.source}")
         for i, s in enumerate(self.get_steps()):
-            head = f"{i:>3}. "
-            if s.standalone:
-                body = f"{_shown(s.lhs, sp.sstr)} {_REL_TEXT[s.rel]} {_shown(s.expr, sp.sstr)}"
-            elif i == 0 or s.start:
-                body = f"  {_shown(s.expr, sp.sstr)}"
-            else:
-                body = f"{_REL_TEXT[s.rel]} {_shown(s.expr, sp.sstr)}"
-            lines.append(f"{head}{body}")
+            lhs = s.lhs if s.standalone else None
+            body = render_relation(lhs, s.rel, s.expr, first=lhs is None and (i == 0 or s.start))["text"]
+            lines.append(f"{i:>3}. {'  ' if lhs is None and (i == 0 or s.start) else ''}{body}")
             lines.append(f"       because {s.why}")
             for lem in s.lemmas:
                 tag = {"proved": "lemma"}.get(lem.basis, lem.basis)
@@ -924,6 +893,7 @@ class Derivation:
         return "\n".join(lines)
 
     def render_latex(self) -> str:
+        """The derivation as a LaTeX ``align*`` block (same renderer, same bounds as :meth:`render_text`)."""
         def txt(s: str) -> str:
             for ch, rep in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("#", r"\#"),
                             ("_", r"\_"), ("{", r"\{"), ("}", r"\}"), ("$", r"\$")):
@@ -937,13 +907,12 @@ class Derivation:
         ]
         rows = []
         for i, s in enumerate(self.get_steps()):
-            tex = lambda e: _shown(e, sp.latex).replace("⟨", r"\langle\text{").replace("⟩", r"}\rangle")  # noqa: E731
             if s.standalone:
-                row = f"{tex(s.lhs)} &{_REL_LATEX[s.rel]} {tex(s.expr)}"
+                row = f"{render_expr(s.lhs)['latex']} &{_REL_LATEX[s.rel]} {render_expr(s.expr)['latex']}"
             elif i == 0 or s.start:
-                row = f"&{tex(s.expr)}"
+                row = f"&{render_expr(s.expr)['latex']}"
             else:
-                row = f"&{_REL_LATEX[s.rel]} {tex(s.expr)}"
+                row = f"&{_REL_LATEX[s.rel]} {render_expr(s.expr)['latex']}"
             note = txt(s.why)
             if s.lemmas:
                 note += "; " + ", ".join(

@@ -156,3 +156,58 @@ def outcome_counts(evidence: list) -> str:
     for e in evidence:
         counts[e.get("outcome", "?")] = counts.get(e.get("outcome", "?"), 0) + 1
     return ", ".join(f"{counts[k]} {k}" for k in sorted(counts, key=lambda k: _SEVERITY.get(k, 4)))
+
+
+def columns(report: Mapping) -> list[str]:
+    """The verdict columns: every available implementation, then any other column the verdicts use
+    (such as the one for claims independent of the implementation), in order of first appearance."""
+    cols = [i["name"] for i in report["implementations"] if i["available"]]
+    for c in report["claims"]:
+        for k in c.get("verdicts", {}):
+            if k not in cols:
+                cols.append(k)
+    return cols
+
+
+def verdict_category(c: Mapping, column: str) -> str:
+    """The category of ``c``'s verdict in ``column``: the engine's ``category`` field when the report
+    carries it, else derived from the verdict word."""
+    d = (c.get("verdict_details") or {}).get(column) or {}
+    if d.get("category"):
+        return str(d["category"])
+    return verdict_class(c.get("verdicts", {}).get(column, "no evidence")).replace("-", " ")
+
+
+def is_problem(c: Mapping, column: str) -> bool:
+    d = (c.get("verdict_details") or {}).get(column) or {}
+    if "problem" in d:
+        return bool(d["problem"])
+    return verdict_category(c, column) in ("refuted", "blocked", "error")
+
+
+def passing_summary(evidence: list) -> dict:
+    """Passing checks of one claim in a few numbers: how many, by kind, the slowest, examples drawn."""
+    passed = [e for e in evidence if e.get("outcome") == "passed"]
+    kinds: dict[str, int] = {}
+    for e in passed:
+        kinds[e.get("kind", "?")] = kinds.get(e.get("kind", "?"), 0) + 1
+    timed = [e for e in passed if isinstance(e.get("seconds"), (int, float))]
+    slowest = max(timed, key=lambda e: e["seconds"]) if timed else None
+    return {"n": len(passed), "kinds": kinds, "slowest": slowest,
+            "examples": sum(int(e["examples"]) for e in passed if isinstance(e.get("examples"), int))}
+
+
+#: measurement tables longer than this show their first rows; the rest is in report.json
+MAX_TABLE_ROWS = 30
+
+
+def scalar_data(data: Mapping | None) -> tuple[dict, list[str]]:
+    """The extra data of a check split into (short scalars shown in the report, keys of the raw arrays
+    and nested data that only report.json carries)."""
+    shown, raw = {}, []
+    for k, v in extra_data(data).items():
+        if isinstance(v, (int, float, bool)) or v is None or (isinstance(v, str) and len(v) <= 160):
+            shown[k] = v
+        else:
+            raw.append(str(k))
+    return shown, raw

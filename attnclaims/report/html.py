@@ -1,9 +1,13 @@
-"""``index.html``: the report as one self-contained page.
+"""``index.html``: the report as one self-contained page (and ``index.zh.html``, its Chinese edition).
 
-One file: inline CSS, figures embedded as inline SVG, no script at all (a
+One file: inline CSS, figures embedded as inline SVG, mathematics as
+presentation MathML (laid out by the browser), no script at all (a
 Content-Security-Policy forbids any), no external font, stylesheet or image.
-It reads on a phone (viewport meta, tables scroll sideways inside their own
-box) and on a wide screen (content width capped, summary table first).
+It reads on a phone (viewport meta, tables and wide formulas scroll sideways
+inside their own box) and on a wide screen (content width capped, summary
+table first). Passing checks are summarized per claim, their full list one
+click away; failing checks keep everything; raw measurement arrays are only
+in ``report.json``.
 
 Safety: every text from the registry, a test, an exception message or an
 implementation goes through :func:`esc` (``html.escape`` with quotes). The SVG
@@ -11,7 +15,9 @@ figures are parsed as XML and rebuilt from an allow-list: no ``script``,
 ``foreignObject`` or other active element survives, no ``on*`` attribute, no
 link that leaves the document; element ids are prefixed per figure so two
 figures cannot clash. A figure that is not well-formed SVG is replaced by a
-note. Nothing is evaluated.
+note. Figures are minified on the way (coordinates rounded to 0.01 pt,
+matplotlib's metadata dropped). MathML is rebuilt from an allow-list too
+(:func:`attnclaims.report.mathtext.sanitize_mathml`). Nothing is evaluated.
 """
 from __future__ import annotations
 
@@ -21,12 +27,15 @@ from html import escape
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from attnclaims.report import i18n
 from attnclaims.report.common import (
-    OUTCOME_MARK, STEP_MARK, compact_json, extra_data, failure_lines, first_line, fmt_number, fmt_seconds,
-    MAX_OPEN_ROWS, by_severity, outcome_counts, repro_text, section_label, summary_counts, table_of,
-    verdict_class,
+    MAX_TABLE_ROWS, OUTCOME_MARK, STEP_MARK, by_severity, columns, compact_json, failure_lines, first_line,
+    fmt_number, fmt_seconds, is_problem, outcome_counts, passing_summary, repro_text, scalar_data, section_label,
+    summary_counts, table_of, verdict_category,
 )
+from attnclaims.report.mathtext import has_math, sanitize_mathml, to_html
 from attnclaims.report.model import conventions_by_implementation
+from attnclaims.proofs.render import folded, instances_label
 
 SVG_NS = "http://www.w3.org/2000/svg"
 XLINK_NS = "http://www.w3.org/1999/xlink"
@@ -36,12 +45,18 @@ _MAX_SVG_BYTES = 5_000_000
 # external documents...) is dropped together with its children.
 _ALLOWED_TAGS = {
     "svg", "g", "defs", "path", "rect", "circle", "ellipse", "line", "polyline", "polygon", "text", "tspan",
-    "clipPath", "mask", "use", "symbol", "title", "desc", "metadata", "style", "linearGradient",
+    "clipPath", "mask", "use", "symbol", "title", "desc", "style", "linearGradient",
     "radialGradient", "stop", "pattern", "marker", "filter", "feGaussianBlur", "feOffset", "feBlend",
     "feFlood", "feComposite", "feMerge", "feMergeNode", "feColorMatrix",
-    # metadata children matplotlib writes (RDF / Dublin Core); harmless text
-    "RDF", "Work", "type", "date", "format", "creator", "agent",
 }
+_LONG_NUMBER = re.compile(r"(-?\d+\.\d{2,})")
+_GEOMETRY = {"d", "points", "transform", "x", "y", "x1", "x2", "y1", "y2", "cx", "cy", "r", "width", "height",
+             "viewBox", "style"}
+
+
+def _short(m: re.Match) -> str:
+    text = f"{float(m.group(1)):.1f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
 _SAFE_STYLE = re.compile(r"^\s*\*\s*\{((?:\s*stroke-[a-z]+\s*:\s*[a-z0-9.]+\s*;?)*)\s*\}\s*$")
 _URL_RE = re.compile(r"url\(\s*['\"]?#([^'\")\s]+)['\"]?\s*\)")
 
@@ -88,6 +103,14 @@ def sanitize_svg(text: str, prefix: str) -> str | None:
                 del el.attrib[name]
             elif "url(" in value:
                 el.attrib[name] = _URL_RE.sub(lambda m: f"url(#{prefix}{m.group(1)})", value)
+            if name in el.attrib and local in _GEOMETRY:  # minify: 0.1 pt is below what a screen shows
+                el.attrib[name] = " ".join(_LONG_NUMBER.sub(_short, el.attrib[name]).split())
+            if name in el.attrib and local == "style":
+                el.attrib[name] = re.sub(r"\s*([:;])\s*", r"\1", el.attrib[name]).strip()
+        if el.text and not el.text.strip() and (len(el) or _local(el.tag) not in ("text", "tspan")):
+            el.text = None
+        if el.tail and not el.tail.strip():
+            el.tail = None
         if _local(el.tag) == "style":
             # CSS inside inline SVG applies to the whole page: keep only matplotlib's default-stroke rule,
             # scoped to this figure.
@@ -95,10 +118,31 @@ def sanitize_svg(text: str, prefix: str) -> str | None:
             el.text = f"#{prefix}root *{{{m.group(1)}}}" if m else ""
 
     clean(root)
+    # minify: ids nothing refers to (matplotlib names every group) and groups without attributes go
+    referenced = set(re.findall(r"#(" + re.escape(prefix) + r"[^\s\"')]+)", ET.tostring(root, encoding="unicode")))
+    for el in root.iter():
+        if el.attrib.get("id", "").startswith(prefix) and el.attrib["id"] not in referenced:
+            del el.attrib["id"]
+    _flatten(root)
     root.attrib["id"] = f"{prefix}root"
     ET.register_namespace("", SVG_NS)
     ET.register_namespace("xlink", XLINK_NS)
     return ET.tostring(root, encoding="unicode")
+
+
+def _flatten(el: ET.Element) -> None:
+    """Replace each attribute-less ``<g>`` child by its children (same rendering, fewer bytes)."""
+    i = 0
+    while i < len(el):
+        child = el[i]
+        _flatten(child)
+        if _local(child.tag) == "g" and not child.attrib and not (child.text or "").strip():
+            el.remove(child)
+            for j, grandchild in enumerate(list(child)):
+                el.insert(i + j, grandchild)
+            i += len(child)
+        else:
+            i += 1
 
 
 def _svg_figure(path: str, out_dir: Path | None, index: int, caption: str) -> str:
@@ -116,13 +160,22 @@ def _svg_figure(path: str, out_dir: Path | None, index: int, caption: str) -> st
             f'<figcaption>{esc(caption)} · <code>{esc(path)}</code></figcaption></figure>')
 
 
-def badge(verdict: str, expected: str | None = None) -> str:
+
+
+def badge(verdict: str, expected: str | None = None, lang: str = "en", category: str | None = None) -> str:
+    """A verdict pill, coloured by its category (the engine's ``category`` field when given)."""
+    cat = (category or verdict_category({"verdicts": {"x": verdict}}, "x")).replace(" ", "-")
     flag = ""
     title = ""
     if expected is not None and verdict != expected:
-        flag = '<span class="flag" title="differs from the expected verdict">≠</span>'
-        title = f' title="expected: {esc(expected)}"'
-    return f'<span class="v v-{esc(verdict_class(verdict))}"{title}>{esc(verdict)}</span>{flag}'
+        flag = f'<span class="flag" title="{esc(i18n.t(lang, "expected_short"))}: {esc(expected)}">≠</span>'
+        title = f' title="{esc(i18n.t(lang, "expected_short"))}: {esc(i18n.verdict_word(expected, lang))}"'
+    return f'<span class="v v-{esc(cat)}"{title}>{esc(i18n.verdict_word(verdict, lang, category))}</span>{flag}'
+
+
+def _claim_badge(c: Mapping, col: str, lang: str, expected: bool = True) -> str:
+    v = c["verdicts"].get(col, "no evidence")
+    return badge(v, c["expected_verdict"] if expected else None, lang, verdict_category(c, col))
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[str]], cls: str = "",
@@ -135,14 +188,28 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]], cls: str = "",
             f"<tbody>{body}</tbody></table></div>")
 
 
+def rich(text: object) -> str:
+    """A registry text: escaped, its ``$…$`` formulas as MathML."""
+    return to_html("" if text is None else str(text))
+
+
+def _reason(text: object) -> str:
+    """A verdict's reason: registry formulas typeset when they are well formed, else plain escaped text."""
+    s = "" if text is None else str(text)
+    return rich(s) if has_math(s) and s.replace("\\$", "").count("$") % 2 == 0 else esc(s)
+
+
 CSS = """
 :root{--fg:#1b1f24;--muted:#59636e;--bg:#fff;--panel:#f6f8fa;--line:#d1d9e0;--link:#0757c7;
 --proven:#0b6b3a;--verified:#1a7f37;--qualified:#9a6700;--illustrative:#3e63b8;--historical:#59636e;
 --refuted:#cf222e;--blocked:#bc4c00;--error:#8250df;--none:#6e7781}
 *{box-sizing:border-box}
 html{-webkit-text-size-adjust:100%}
-body{margin:0;color:var(--fg);background:var(--bg);font:15px/1.55 system-ui,-apple-system,"Segoe UI",Roboto,
-"Helvetica Neue",Arial,"Noto Sans","PingFang SC","Hiragino Sans GB","Microsoft YaHei","Noto Sans CJK SC",sans-serif}
+body{margin:0;color:var(--fg);background:var(--bg);font:15px/1.6 system-ui,-apple-system,"Segoe UI",Roboto,
+"Helvetica Neue",Arial,"Noto Sans","Noto Sans CJK SC","Source Han Sans SC","PingFang SC","Hiragino Sans GB",
+"Microsoft YaHei","WenQuanYi Micro Hei",sans-serif;overflow-wrap:break-word}
+:lang(zh){font-family:"Noto Sans CJK SC","Source Han Sans SC","PingFang SC","Hiragino Sans GB","Microsoft YaHei",
+"WenQuanYi Micro Hei","Noto Sans",system-ui,sans-serif}
 a{color:var(--link);text-decoration:none}a:hover{text-decoration:underline}
 header.top{background:#0d1117;color:#e6edf3;padding:22px 16px 18px}
 header.top a{color:#9ecbff}
@@ -151,6 +218,7 @@ header.top h1{margin:0 0 4px;font-size:1.6em;line-height:1.25}
 header.top .sub{color:#b6c2cf;font-size:.92em}
 .counts{display:flex;flex-wrap:wrap;gap:8px 18px;margin-top:12px;font-size:.92em}
 .counts b{color:#fff}
+.links{margin-top:10px;display:flex;flex-wrap:wrap;gap:6px 18px;font-size:.95em}
 nav.toc{position:sticky;top:0;z-index:5;background:rgba(255,255,255,.96);border-bottom:1px solid var(--line);
 font-size:.9em;overflow-x:auto;white-space:nowrap}
 nav.toc a{display:inline-block;padding:8px 10px}
@@ -163,11 +231,16 @@ p{margin:8px 0}
 .note{font-style:italic}
 code,pre,.mono{font-family:ui-monospace,"SFMono-Regular","DejaVu Sans Mono",Menlo,Consolas,"Liberation Mono",monospace;
 font-size:.86em}
+code{overflow-wrap:anywhere}
 pre{background:var(--panel);border:1px solid var(--line);border-radius:6px;padding:10px 12px;overflow-x:auto;
-line-height:1.3;margin:8px 0}
-pre.math{font-size:.84em;line-height:1.18;background:#fbfcfd}
+line-height:1.3;margin:8px 0;max-width:100%}
 pre.long{max-height:26em;overflow:auto}
-.scroll{overflow-x:auto;-webkit-overflow-scrolling:touch;margin:8px 0;border:1px solid var(--line);border-radius:6px}
+math{font-family:"STIX Two Math","Latin Modern Math","Cambria Math","Noto Sans Math",math;font-size:1.05em}
+.mathblock{overflow-x:auto;overflow-y:hidden;max-width:100%;padding:2px 0}
+.mathblock math{display:block;text-align:left;margin:0}
+.mathinline{display:inline-block;max-width:100%;overflow-x:auto;overflow-y:hidden;vertical-align:middle}
+.scroll{overflow-x:auto;-webkit-overflow-scrolling:touch;margin:8px 0;border:1px solid var(--line);border-radius:6px;
+max-width:100%}
 table{border-collapse:collapse;width:100%;font-size:.92em}
 th,td{padding:6px 10px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
 th{background:var(--panel);font-weight:600;white-space:nowrap}
@@ -203,139 +276,150 @@ section.claim.bad{border-color:var(--refuted);box-shadow:0 0 0 1px var(--refuted
 ul.verdicts{list-style:none;padding:0;margin:8px 0}
 ul.verdicts li{margin:4px 0}
 blockquote{margin:10px 0;padding:8px 14px;border-left:4px solid #d4a72c;background:#fff8e5;font-size:1.05em}
-dl.fields{margin:8px 0;display:grid;grid-template-columns:max-content 1fr;gap:6px 14px}
+blockquote .to-article{font-size:.8em;margin-left:8px}
+dl.fields{margin:8px 0;display:grid;grid-template-columns:max-content minmax(0,1fr);gap:6px 14px}
 dl.fields dt{font-weight:600;color:#2f363d}
-dl.fields dd{margin:0}
+dl.fields dd{margin:0;min-width:0}
 .qual{background:#fff8e5;border:1px solid #eac54f;border-radius:6px;padding:8px 12px;margin:10px 0}
 .fail{background:#fff5f5;border:1px solid #ffcecb;border-radius:6px;padding:10px 12px;margin:10px 0}
 .fail h4{margin-top:0;color:var(--refuted)}
 details{margin:8px 0}
 details>summary{cursor:pointer;padding:4px 0}
-.deriv-steps .step{margin:0 0 8px}
-.deriv-steps .why{font-size:.9em;margin:2px 0 0 4px}
+details.deriv{border-left:3px solid var(--line);padding-left:10px}
+details.instances{margin-left:6px}
+.deriv-steps .step{margin:0 0 10px}
+.deriv-steps .why{font-size:.9em;margin:0 0 0 4px}
 .deriv-steps .lemma{font-size:.85em;color:var(--muted);margin-left:18px}
+.passing{margin:6px 0}
 figure.plot{margin:12px 0;border:1px solid var(--line);border-radius:6px;padding:8px;background:#fff}
 figure.plot .svg svg{display:block;max-width:100%;height:auto;margin:0 auto}
 figure.plot figcaption{font-size:.82em;color:var(--muted);margin-top:6px;word-break:break-all}
 ul.tight{margin:6px 0;padding-left:22px}
 footer{border-top:1px solid var(--line);color:var(--muted);font-size:.85em;padding:16px 0 30px}
-@media (max-width:640px){body{font-size:14px}dl.fields{grid-template-columns:1fr}dl.fields dt{margin-top:6px}
+@media (max-width:640px){body{font-size:14px}dl.fields{grid-template-columns:minmax(0,1fr)}dl.fields dt{margin-top:6px}
 section.claim{padding:12px}header.top h1{font-size:1.3em}table.summary td.title{display:none}
 table.summary th.title{display:none}table.summary .exp{display:none}th,td{padding:6px 7px}}
 """
 
 
-def render(report: Mapping, out_dir: Path | None = None) -> str:
+def page_head(title: str, lang: str, css: str) -> list[str]:
+    return ["<!DOCTYPE html>",
+            f'<html lang="{i18n.HTML_LANG.get(lang, "en")}"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+            "style-src 'unsafe-inline'; img-src data:\">",
+            '<meta name="generator" content="attnclaims report">',
+            f"<title>{esc(title)}</title><style>{css}</style></head><body>"]
+
+
+def render(report: Mapping, out_dir: Path | None = None, lang: str = "en") -> str:
     env = report["environment"]
-    impls = [i for i in report["implementations"] if i["available"]]
-    names = [i["name"] for i in impls]
-    title = report["title"] + (f": {report['source']['title']}" if report["source"]["title"] else "")
-    parts: list[str] = []
-    parts.append("<!DOCTYPE html>")
-    parts.append('<html lang="en"><head><meta charset="utf-8">')
-    parts.append('<meta name="viewport" content="width=device-width, initial-scale=1">')
-    parts.append("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-                 "style-src 'unsafe-inline'; img-src data:\">")
-    parts.append('<meta name="generator" content="attnclaims report">')
-    parts.append(f"<title>{esc(title)}</title><style>{CSS}</style></head><body>")
+    cols = columns(report)
+    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731 (a short local alias reads better here)
+    files, other = i18n.FILES[lang], i18n.FILES["zh" if lang == "en" else "en"]
+    src_title = report["source"]["title"]
+    title = T("title") + (f": {src_title}" if src_title else "")
+    parts = page_head(title, lang, CSS)
 
     run = report.get("run") or {}
-    seeding = "derandomized" if env.get("seed") is None else f"seed {env.get('seed')}"
-    sub = [f"attnclaims {env.get('suite_version', '')}", f"profile {env.get('profile')} ({seeding})",
-           f"Python {env.get('python', '')}", env.get("platform", ""), f"generated {report['generated']}"]
+    seeding = T("derandomized") if env.get("seed") is None else f"{T('seed')} {env.get('seed')}"
+    sub = [f"attnclaims {env.get('suite_version', '')}", f"{T('profile')} {env.get('profile')} ({seeding})",
+           f"Python {env.get('python', '')}", env.get("platform", ""), f"{T('generated')} {report['generated']}"]
     if run.get("seconds") is not None:
-        sub.append(f"run time {fmt_seconds(run['seconds'])}")
+        sub.append(f"{T('run_time')} {fmt_seconds(run['seconds'])}")
     parts.append('<header class="top"><div class="wrap">')
-    parts.append(f"<h1>{esc(report['title'])}"
-                 + (f': <span lang="zh-CN">{esc(report["source"]["title"])}</span>' if report["source"]["title"] else "")
-                 + "</h1>")
+    parts.append(f"<h1>{esc(T('title'))}"
+                 + (f': <span lang="zh-CN">{esc(src_title)}</span>' if src_title else "") + "</h1>")
     parts.append('<div class="sub">' + " · ".join(esc(s) for s in sub if s) + "</div>")
     parts.append('<div class="counts">')
     for impl, counts in report["summary"]["verdicts"].items():
         parts.append(f"<span><b>{esc(impl)}</b>: {esc(summary_counts(counts))}</span>")
     dis = report["summary"]["disagreements"]
     if dis:
-        parts.append(f'<span>≠ {len(dis)} verdict{"s" if len(dis) != 1 else ""} differ from the expected</span>')
-    parts.append("</div></div></header>")
-    parts.append('<nav class="toc"><div class="wrap"><a href="#summary">Summary</a><a href="#how-to-read">How to read</a>'
-                 '<a href="#implementations">Implementations</a>'
-                 + ('<a href="#controls">Negative controls</a>' if report["negative_controls"] else "")
-                 + '<a href="#claims">Claims</a></div></nav>')
+        parts.append(f"<span>≠ {esc(T('n_differ', n=len(dis)))}</span>")
+    parts.append("</div>")
+    other_lang = "zh-CN" if lang == "en" else "en"
+    parts.append(f'<div class="links"><a href="{files["article"]}" id="to-article">{esc(T("article_link"))}</a>'
+                 f'<a href="{other["html"]}" hreflang="{other_lang}" lang="{other_lang}" id="other-edition">'
+                 f'{esc(T("other_edition"))}</a></div>')
+    parts.append("</div></header>")
+    parts.append(f'<nav class="toc"><div class="wrap"><a href="#summary">{esc(T("summary"))}</a>'
+                 f'<a href="#how-to-read">{esc(T("how_to_read"))}</a>'
+                 f'<a href="#implementations">{esc(T("implementations"))}</a>'
+                 + (f'<a href="#controls">{esc(T("controls"))}</a>' if report["negative_controls"] else "")
+                 + f'<a href="#claims">{esc(T("claims"))}</a><a href="{files["article"]}">{esc(T("article"))}</a>'
+                 "</div></nav>")
     parts.append('<main class="wrap">')
 
     # -- summary ------------------------------------------------------------------------------
-    parts.append('<section id="summary"><h2>Summary</h2>')
+    parts.append(f'<section id="summary"><h2>{esc(T("summary"))}</h2>')
     rows = []
     for c in report["claims"]:
         rows.append([f'<a href="#claim-{esc(c["id"])}"><code>{esc(c["id"])}</code></a>',
-                     esc(c["title"]), esc(section_label(c["section"])), esc(c["expected_verdict"])] +
-                    [badge(c["verdicts"].get(n, "no evidence"), c["expected_verdict"]) for n in names])
-    head = ["Claim", '<span class="title">Title</span>', "§", "Expected"] + [esc(n) for n in names]
+                     rich(i18n.claim_text(c, "title", lang)), esc(section_label(c["section"])),
+                     esc(i18n.verdict_word(c["expected_verdict"], lang))] +
+                    [_claim_badge(c, n, lang) if n in c["verdicts"] else "" for n in cols])
+    head = [esc(T("claim")), f'<span class="title">{esc(T("title_col"))}</span>', esc(T("section")),
+            esc(T("expected"))] + [esc(i18n.verdict_word(n, lang)) for n in cols]
     parts.append(_summary_table(head, rows))
-    parts.append('<p class="muted">≠ marks a verdict that differs from the registry\'s expected verdict; '
-                 "verdicts are computed from this run's evidence (the evidence wins). "
-                 f"{len(report['claims'])} claims.</p>")
+    parts.append(f'<p class="muted">{esc(T("differs"))} {esc(T("n_claims", n=len(report["claims"])))}</p>')
     if report["source"]["integrity"]:
-        parts.append("<h4>Source integrity</h4><p>Notes on the article itself (claims quote it as it is):</p>"
-                     '<ul class="tight">')
+        parts.append(f"<h4>{esc(T('source_integrity'))}</h4><p>{esc(T('integrity_intro'))}</p><ul class=\"tight\">")
         for n in report["source"]["integrity"]:
-            parts.append(f"<li>§{esc(n['section'])}: {esc(n['note'])}</li>")
+            note = n.get("note_zh") if lang == "zh" and n.get("note_zh") else n["note"]
+            parts.append(f"<li>§{esc(n['section'])}: {rich(note)}</li>")
         parts.append("</ul>")
     parts.append("</section>")
 
     # -- how to read --------------------------------------------------------------------------
-    parts.append('<section id="how-to-read"><h2>How to read</h2>')
-    parts.append("<p>Each claim gets one verdict per implementation, computed from the evidence of this run: "
-                 "the implementation's own checks plus the implementation-independent ones (proofs, "
-                 "measurements, citations). The first rule that matches decides:</p><ol>")
+    parts.append(f'<section id="how-to-read"><h2>{esc(T("how_to_read"))}</h2><p>{esc(T("how_intro"))}</p><ol>')
     for row in report["how_to_read"]:
-        parts.append(f"<li><b>{esc(row['verdict'])}</b>: {esc(row['meaning'])}</li>")
-    parts.append("</ol><p>Negative controls (role <i>control</i>) show that a check can fail; they never make a "
-                 "claim verified on their own. A failure's section gives the shrunk counterexample, the measured "
-                 "error against its bound, the smallest tolerance that would have passed, and a repro.</p></section>")
+        parts.append(f"<li><b>{esc(i18n.verdict_word(row['verdict'], lang))}</b>: "
+                     f"{esc(i18n.how_to_read(row, lang))}</li>")
+    parts.append(f"</ol><p>{esc(T('how_outro'))}</p><p class=\"muted\">{esc(T('mathml_note'))}</p></section>")
 
     # -- implementations ----------------------------------------------------------------------
-    parts.append('<section id="implementations"><h2>Implementations</h2>')
+    parts.append(f'<section id="implementations"><h2>{esc(T("implementations"))}</h2>')
     rows = []
     for i in report["implementations"]:
-        status = "ran" if i["available"] and not i["reason"] else ("not available" if not i["available"] else "stopped")
+        status = T("ran") if i["available"] and not i["reason"] else \
+            (T("not_available") if not i["available"] else T("stopped"))
         versions = ", ".join(f"{k} {v}" for k, v in i["versions"].items())
         rows.append([f"<b>{esc(i['name'])}</b>", f"<code>{esc(i['spec'])}</code>", esc(i["dtype"]), esc(status),
                      esc(versions), esc(i.get("tests") if i.get("tests") is not None else ""),
                      esc(fmt_seconds(i.get("seconds"))), f'<span class="msg">{esc(i["reason"])}</span>'])
-    parts.append(_table(["Name", "--impl", "dtype", "status", "versions", "tests", "time", "note"], rows))
+    parts.append(_table([esc(T(k)) for k in ("name",)] + ["--impl"] +
+                        [esc(T(k)) for k in ("dtype", "status", "versions", "tests", "time", "note")], rows))
     caps = [i for i in report["implementations"] if i["capabilities"]]
     if caps:
-        parts.append('<p class="muted">Capabilities: ' + "; ".join(
+        parts.append(f'<p class="muted">{esc(T("caps"))}: ' + "; ".join(
             f"{esc(i['name'])}: {esc(', '.join(i['capabilities']))}" for i in caps) + "</p>")
     conv = _conventions(report)
     if conv:
-        parts.append("<h4>Conventions</h4><p>Where implementations legitimately differ and the article says "
-                     "nothing, the convention each follows is reported, not judged.</p>" + conv)
+        parts.append(f"<h4>{esc(T('conventions'))}</h4><p>{esc(T('conventions_intro'))}</p>" + conv)
     libs = env.get("libraries") or {}
     if libs:
-        parts.append('<p class="muted">Libraries: ' + esc(", ".join(f"{k} {v}" for k, v in libs.items())) + "</p>")
+        parts.append(f'<p class="muted">{esc(T("libraries"))}: '
+                     + esc(", ".join(f"{k} {v}" for k, v in libs.items())) + "</p>")
     parts.append("</section>")
 
     # -- negative controls --------------------------------------------------------------------
     if report["negative_controls"]:
-        parts.append('<section id="controls"><h2>Negative controls</h2>'
-                     "<p>Checks run on something that must fail them (an RNN for permutation equivariance, a "
-                     "wrong formula): they show the check has teeth.</p>")
-        rows = [[_outcome(c["outcome"]), f'<a href="#claim-{esc(c["claim"])}">{esc(c["claim"])}</a>',
-                 f"<code>{esc(c['name'])}</code>", esc(c["implementation"] or "any"),
+        parts.append(f'<section id="controls"><h2>{esc(T("controls"))}</h2><p>{esc(T("controls_intro"))}</p>')
+        rows = [[_outcome(c["outcome"], lang), f'<a href="#claim-{esc(c["claim"])}">{esc(c["claim"])}</a>',
+                 f"<code>{esc(c['name'])}</code>", esc(c["implementation"] or T("any_impl")),
                  f'<span class="msg">{esc(first_line(c["message"], 240))}</span>'] for c in report["negative_controls"]]
-        parts.append(_table(["outcome", "claim", "check", "implementation", "message"], rows))
+        parts.append(_table([esc(T(k)) for k in ("outcome", "claim", "check", "implementation", "message")], rows))
         parts.append("</section>")
 
     # -- claims -------------------------------------------------------------------------------
-    parts.append('<section id="claims"><h2>Claims</h2>')
+    parts.append(f'<section id="claims"><h2>{esc(T("claims"))}</h2>')
     fig_index = [0]
     for c in report["claims"]:
-        parts.append(_claim(c, report, out_dir, fig_index))
+        parts.append(_claim(c, report, out_dir, fig_index, lang, cols))
     parts.append("</section></main>")
-    parts.append('<footer><div class="wrap">Written by <code>attnclaims report</code> '
-                 f"{esc(env.get('suite_version', ''))} · machine-readable: <code>report.json</code> "
+    parts.append(f'<footer><div class="wrap">{esc(T("written_by"))} <code>attnclaims report</code> '
+                 f"{esc(env.get('suite_version', ''))} · {esc(T('machine_readable'))}: <code>report.json</code> "
                  f"(schema <code>{esc(report['schema'])}</code>) · "
                  f"{esc(run.get('command', ''))}</div></footer>")
     parts.append("</body></html>")
@@ -354,8 +438,9 @@ def _summary_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
             f"<tbody>{''.join(body)}</tbody></table></div>")
 
 
-def _outcome(outcome: str) -> str:
-    return f'<span class="o o-{esc(outcome)}">{esc(OUTCOME_MARK.get(outcome, "?"))} {esc(outcome)}</span>'
+def _outcome(outcome: str, lang: str = "en") -> str:
+    return (f'<span class="o o-{esc(outcome)}">{esc(OUTCOME_MARK.get(outcome, "?"))} '
+            f'{esc(i18n.word(i18n.OUTCOME_ZH, outcome, lang))}</span>')
 
 
 def _conventions(report: Mapping) -> str:
@@ -367,106 +452,135 @@ def _conventions(report: Mapping) -> str:
     return _table(["convention"] + [esc(i) for i in per], rows)
 
 
-def _claim(c: Mapping, report: Mapping, out_dir: Path | None, fig_index: list[int]) -> str:
+def _claim(c: Mapping, report: Mapping, out_dir: Path | None, fig_index: list[int], lang: str = "en",
+           cols: Sequence[str] = ()) -> str:
     env = report["environment"]
-    bad = any(d["verdict"] in ("refuted", "error") or d["verdict"].startswith("blocked by")
-              for d in c["verdict_details"].values())
+    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
+    ct = lambda name: i18n.claim_text(c, name, lang)  # noqa: E731
+    shown = [n for n in (cols or c["verdicts"]) if n in c["verdicts"]]
+    bad = any(is_problem(c, n) for n in c["verdict_details"])
     p: list[str] = [f'<section class="claim{" bad" if bad else ""}" id="claim-{esc(c["id"])}" data-claim="{esc(c["id"])}">']
-    p.append('<div class="claim-head">' + f"<h3>{esc(c['title'])}</h3>"
+    p.append('<div class="claim-head">' + f"<h3>{rich(ct('title'))}</h3>"
              + f'<span class="cid">{esc(c["id"])}</span>'
-             + "".join(badge(v, c["expected_verdict"]) for v in c["verdicts"].values()) + "</div>")
-    p.append(f'<div class="meta">{esc(section_label(c["section"]))} · methods: {esc(", ".join(c["methods"]))} · '
-             f"expected verdict: <b>{esc(c['expected_verdict'])}</b></div>")
-    p.append(f'<blockquote lang="zh-CN">{esc(c["quote"])}</blockquote>')
+             + "".join(_claim_badge(c, n, lang) for n in shown) + "</div>")
+    p.append(f'<div class="meta">{esc(section_label(c["section"]))} · {esc(T("methods"))}: {esc(", ".join(c["methods"]))} · '
+             f"{esc(T('expected_verdict'))}: <b>{esc(i18n.verdict_word(c['expected_verdict'], lang))}</b></div>")
+    p.append(f'<blockquote lang="zh-CN">{esc(c["quote"])}<a class="to-article" href="{i18n.FILES[lang]["article"]}'
+             f'#q-{esc(c["id"])}">{esc(T("to_article"))} ↗</a></blockquote>')
     if c["verdict_details"]:
         p.append('<ul class="verdicts">')
         for impl, d in c["verdict_details"].items():
             differs = "" if d["verdict"] == c["expected_verdict"] else \
-                f' <span class="flag">≠ expected {esc(c["expected_verdict"])}</span>'
-            p.append(f"<li><b>{esc(impl)}</b>: {badge(d['verdict'])}{differs} "
-                     f'<span class="muted">{esc(d["reason"])}</span></li>')
+                f' <span class="flag">≠ {esc(T("expected_short"))} {esc(i18n.verdict_word(c["expected_verdict"], lang))}</span>'
+            p.append(f"<li><b>{esc(i18n.verdict_word(impl, lang))}</b>: "
+                     f"{badge(d['verdict'], None, lang, d.get('category'))}{differs} "
+                     f'<span class="muted">{_reason(d["reason"])}</span></li>')
         p.append("</ul>")
     p.append('<dl class="fields">')
-    p.append(f"<dt>Statement</dt><dd>{esc(c['statement'])}</dd>")
-    p.append(f"<dt>Precise statement</dt><dd>{_paragraphs(c['precise'])}</dd>")
+    p.append(f"<dt>{esc(T('statement'))}</dt><dd>{rich(ct('statement'))}</dd>")
+    p.append(f"<dt>{esc(T('precise'))}</dt><dd>{_paragraphs(ct('precise'))}</dd>")
     if c.get("assumptions"):
-        p.append('<dt>Assumptions</dt><dd><ul class="tight">' +
-                 "".join(f"<li>{esc(a)}</li>" for a in c["assumptions"]) + "</ul></dd>")
+        p.append(f'<dt>{esc(T("assumptions"))}</dt><dd><ul class="tight">' +
+                 "".join(f"<li>{rich(a)}</li>" for a in ct("assumptions")) + "</ul></dd>")
     if c["depends_on"]:
-        p.append("<dt>Depends on</dt><dd>" + ", ".join(
+        p.append(f"<dt>{esc(T('depends_on'))}</dt><dd>" + ", ".join(
             f'<a href="#claim-{esc(d)}"><code>{esc(d)}</code></a>' for d in c["depends_on"]) + "</dd>")
     if c.get("notes"):
-        p.append(f"<dt>Notes</dt><dd>{esc(c['notes'])}</dd>")
+        p.append(f"<dt>{esc(T('notes'))}</dt><dd>{rich(ct('notes'))}</dd>")
     p.append("</dl>")
     if c.get("qualification"):
-        p.append(f'<div class="qual"><b>Qualification.</b> {esc(c["qualification"])}</div>')
+        p.append(f'<div class="qual"><b>{esc(T("qualification"))}.</b> {rich(ct("qualification"))}</div>')
 
-    # derivations
     if c["derivations"] or c.get("derivation_note"):
-        p.append("<h4>Derivations</h4>")
+        p.append(f"<h4>{esc(T('derivations'))}</h4>")
         if c.get("derivation_note"):
             p.append(f'<p class="note">{esc(c["derivation_note"])}</p>')
-        for d in c["derivations"]:
-            p.append(_derivation(d))
+        for general, instances in folded(c["derivations"]):
+            p.append(_derivation(general, lang, instances))
 
-    # evidence
-    p.append("<h4>Evidence</h4>")
-    if c["evidence"]:
-        rows = []
-        for e in by_severity(c["evidence"]):
-            rows.append([_outcome(e["outcome"]), esc(e["kind"]), esc(e.get("role", "support")),
-                         f'<code>{esc(e["name"])}</code>', esc(e["implementation"] or "any"),
-                         esc(e["examples"] if e.get("examples") is not None else ""),
-                         esc(fmt_seconds(e.get("seconds"))),
-                         f'<span class="msg">{esc(first_line(e.get("message"), 240))}</span>'])
-        table = _table(["outcome", "kind", "role", "check", "implementation", "examples", "time", "message"],
-                       rows, "evidence", ("", "", "", "check", "", "num", "num", "msg"))
-        if len(rows) > MAX_OPEN_ROWS:  # a long table: its counts first, the rows one click away
-            p.append(f"<details><summary>{len(rows)} checks: {esc(outcome_counts(c['evidence']))}</summary>"
-                     f"{table}</details>")
-        else:
-            p.append(table)
-    else:
-        p.append('<p class="note">No evidence was recorded for this claim in this run.</p>')
+    p.append(f"<h4>{esc(T('evidence'))}</h4>")
+    p.append(_evidence(c, lang))
 
     for e in c["evidence"]:
         if e["outcome"] in ("failed", "error"):
-            p.append(_failure(e, env))
+            p.append(_failure(e, env, lang))
 
     for e in c["evidence"]:
-        p.append(_measurement(e, out_dir, fig_index))
+        p.append(_measurement(e, out_dir, fig_index, lang))
 
     if c["citations"]:
-        p.append("<h4>Citations</h4><ul class=\"tight\">" + "".join(f"<li>{esc(x)}</li>" for x in c["citations"])
-                 + "</ul>")
+        p.append(f"<h4>{esc(T('citations'))}</h4><ul class=\"tight\">" +
+                 "".join(f"<li>{esc(x)}</li>" for x in c["citations"]) + "</ul>")
     p.append("</section>")
     return "\n".join(x for x in p if x)
+
+
+def _evidence(c: Mapping, lang: str) -> str:
+    """Problems open (failed, error, not applicable); passing checks as one line (count, kinds, slowest);
+    every check in a collapsed table."""
+    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
+    ev = c["evidence"]
+    if not ev:
+        return f'<p class="note">{esc(T("no_evidence"))}</p>'
+    header = [esc(T(k)) for k in ("outcome", "kind", "role", "check", "implementation", "examples", "time", "message")]
+    classes = ("", "", "", "check", "", "num", "num", "msg")
+
+    def row(e):
+        return [_outcome(e["outcome"], lang), esc(i18n.word(i18n.KIND_ZH, e["kind"], lang)), esc(e.get("role", "support")),
+                f'<code>{esc(e["name"])}</code>', esc(e["implementation"] or T("any_impl")),
+                esc(e["examples"] if e.get("examples") is not None else ""), esc(fmt_seconds(e.get("seconds"))),
+                f'<span class="msg">{esc(first_line(e.get("message"), 240))}</span>']
+
+    out = []
+    problems = [e for e in by_severity(ev) if e["outcome"] != "passed"]
+    if problems:
+        out.append(_table(header, [row(e) for e in problems], "evidence problems", classes))
+    s = passing_summary(ev)
+    if s["n"]:
+        kinds = ", ".join(f"{i18n.word(i18n.KIND_ZH, k, lang)} {v}" for k, v in s["kinds"].items())
+        slow = s["slowest"]
+        slowest = f"<code>{esc(slow['name'])}</code> ({esc(fmt_seconds(slow['seconds']))})" if slow else "–"
+        text = esc(T("passed_summary", n=s["n"], kinds=kinds, slowest="\x00")).replace("\x00", slowest)
+        out.append(f'<p class="passing"><span class="o o-passed">✓</span> {text}</p>')
+    out.append(f"<details class=\"all-checks\"><summary>{esc(T('all_checks', n=len(ev)))}: "
+               f"{esc(outcome_counts(ev))}</summary>{_table(header, [row(e) for e in by_severity(ev)], 'evidence', classes)}"
+               "</details>")
+    return "".join(out)
 
 
 def _paragraphs(text: str) -> str:
     lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
     if len(lines) <= 1:
-        return esc(text.strip())
-    return "".join(f"<p>{esc(ln)}</p>" for ln in lines)
+        return rich(str(text).strip())
+    return "".join(f"<p>{rich(ln)}</p>" for ln in lines)
 
 
-def _derivation(d: Mapping) -> str:
-    status = {"passed": "every step checks", "failed": "a step fails", "not run": "not checked in this run"}
+def _math_block(mathml: str, fallback: str) -> str:
+    clean = sanitize_mathml(mathml) if mathml else None
+    if clean is None:
+        return f"<pre>{esc(fallback)}</pre>" if fallback else ""
+    return f'<div class="mathblock">{clean}</div>'
+
+
+def _derivation(d: Mapping, lang: str = "en", instances: Sequence[Mapping] = (), nested: bool = False) -> str:
+    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
+    status = {"passed": T("every_step"), "failed": T("a_step_fails"), "not run": T("not_checked")}
     cls = {"passed": "o-passed", "failed": "o-failed"}.get(d["outcome"], "o-not-applicable")
     n = len(d["steps"])
-    head = (f'<summary><b>{esc(d["title"] or d["name"])}</b> <span class="o {cls}">'
-            f'{esc(status.get(d["outcome"], d["outcome"]))}</span> <span class="muted">· {n} step{"s" if n != 1 else ""}'
+    label = f"{d['instance_label']}: " if nested and d.get("instance_label") else ""
+    head = (f'<summary>{esc(label)}<b>{esc(d["title"] or d["name"])}</b> <span class="o {cls}">'
+            f'{esc(status.get(d["outcome"], d["outcome"]))}</span> <span class="muted">· {n} {esc(T("steps"))}'
             f' · <code>{esc(d["name"])}</code></span></summary>')
     body = []
     if d.get("statement"):
         body.append(f"<p>{esc(d['statement'])}</p>")
     meta = []
     if d.get("assumptions"):
-        meta.append(f"Assumptions: {esc(d['assumptions'])}")
+        meta.append(f"{esc(T('assumptions'))}: {esc(d['assumptions'])}")
     if d.get("symbols"):
-        meta.append(f"Symbols: {esc('; '.join(d['symbols']))}")
+        meta.append(f"{esc(T('symbols'))}: {esc('; '.join(d['symbols']))}")
     if d.get("source"):
-        meta.append(f"Source: {esc(d['source'])}")
+        meta.append(f"{esc(T('source'))}: {esc(d['source'])}")
     if meta:
         body.append('<p class="muted">' + "<br>".join(meta) + "</p>")
     if d.get("reason"):
@@ -475,72 +589,108 @@ def _derivation(d: Mapping) -> str:
     for s in d["steps"]:
         st = s["status"]
         body.append('<div class="step">')
-        if s.get("math"):
-            body.append(f'<pre class="math">{esc(s["math"])}</pre>')
+        body.append(_math_block(s.get("mathml", ""), s.get("text", "")))
         why = (f'<div class="why"><span class="s-{esc(st.replace(" ", "-"))}">({esc(s["index"])}) '
-               f'{esc(STEP_MARK.get(st, "?"))} {esc(st)}</span> because {esc(s["why"])}')
+               f'{esc(STEP_MARK.get(st, "?"))} {esc(i18n.word(i18n.STEP_ZH, st, lang))}</span> '
+               f'{esc(T("because"))} {esc(s["why"])}')
         if s.get("detail") and st in ("failed", "error"):
             why += f' <span class="o-failed">[{esc(s["detail"])}]</span>'
         body.append(why + "</div>")
         for lem in s.get("lemmas", ()):
+            math = sanitize_mathml(lem.get("mathml", "")) if lem.get("mathml") else None
+            shown = f'<span class="mathinline">{math}</span>' if math else esc(lem.get("text", ""))
             body.append(f'<div class="lemma">{"cited" if lem.get("cited") else "lemma"}: '
-                        f'{esc(lem.get("text", ""))} ({esc(lem.get("why", ""))})</div>')
+                        f'{shown} ({esc(lem.get("why", ""))})</div>')
         body.append("</div>")
     body.append("</div>")
     if d.get("cited"):
-        body.append('<p class="muted">Rests on cited facts: ' + esc("; ".join(d["cited"])) + "</p>")
-    open_ = " open" if d["outcome"] == "failed" else ""
-    return f"<details{open_}>{head}{''.join(body)}</details>"
+        body.append(f'<p class="muted">{esc(T("rests_on_cited"))}: ' + esc("; ".join(d["cited"])) + "</p>")
+    if instances:
+        # an instance's steps are shown when they are small or when it fails (all are in report.json)
+        bad = any(i["outcome"] == "failed" for i in instances)
+        marks = " ".join(f'<span class="o {"o-passed" if i["outcome"] == "passed" else "o-failed"}">'
+                         f'{"✓" if i["outcome"] == "passed" else "✗" if i["outcome"] == "failed" else "?"}</span>'
+                         for i in instances)
+        body.append(f'<details class="instances"{" open" if bad else ""}><summary>'
+                    f'{esc(T("also_checked", what=instances_label(instances)))} {marks}</summary>'
+                    + "".join(_derivation(i, lang, (), nested=True) if i["outcome"] == "failed" or
+                              sum(len(s.get("mathml", "")) for s in i["steps"]) <= MAX_INSTANCE_MATHML
+                              else _instance_line(i, lang) for i in instances) + "</details>")
+    open_ = " open" if d["outcome"] == "failed" or (not nested and not d.get("instance_of")) else ""
+    return f'<details class="deriv"{open_}>{head}{"".join(body)}</details>'
 
 
-def _failure(e: Mapping, env: Mapping) -> str:
-    what = "Failure" if e["outcome"] == "failed" else "Error"
-    p = [f'<div class="fail"><h4>{what}: <code>{esc(e["name"])}</code> '
-         f'({esc(e["implementation"] or "any implementation")})</h4>']
+#: a passing fixed-size instance whose steps' MathML is larger than this is shown as one line
+MAX_INSTANCE_MATHML = 6000
+
+
+def _instance_line(d: Mapping, lang: str) -> str:
+    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
+    status = {"passed": T("every_step"), "not run": T("not_checked")}.get(d["outcome"], d["outcome"])
+    return (f'<p class="inst">{esc(d.get("instance_label", ""))}: <b>{esc(d["title"] or d["name"])}</b> '
+            f'<span class="o {"o-passed" if d["outcome"] == "passed" else "o-not-applicable"}">{esc(status)}</span> '
+            f'<span class="muted">· {len(d["steps"])} {esc(T("steps"))} · <code>{esc(d["name"])}</code> '
+            f'({esc(T("raw_data", keys="steps"))})</span></p>')
+
+
+def _failure(e: Mapping, env: Mapping, lang: str = "en") -> str:
+    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
+    what = T("failure") if e["outcome"] == "failed" else T("error")
+    p = [f'<div class="fail"><h4>{esc(what)}: <code>{esc(e["name"])}</code> '
+         f'({esc(e["implementation"] or T("any_impl"))})</h4>']
     if e.get("message"):
         p.append(f'<pre class="long">{esc(e["message"])}</pre>')
     nums = failure_lines(e)
     if nums:
         p.append('<ul class="tight">' + "".join(f"<li>{esc(k)}: <b>{esc(v)}</b></li>" for k, v in nums) + "</ul>")
     if e.get("counterexample"):
-        p.append(f'<p>Shrunk counterexample:</p><pre class="long">{esc(e["counterexample"])}</pre>')
+        p.append(f'<p>{esc(T("counterexample"))}</p><pre class="long">{esc(e["counterexample"])}</pre>')
     if e["outcome"] == "failed":
-        p.append(f'<p>Repro:</p><pre class="long">{esc(repro_text(e, env))}</pre>')
+        p.append(f'<p>{esc(T("repro"))}</p><pre class="long">{esc(repro_text(e, env))}</pre>')
+    if e.get("data"):
+        p.append(f"<details><summary>{esc(T('data'))}</summary><pre>{esc(compact_json(e['data']))}</pre></details>")
     p.append("</div>")
     return "".join(p)
 
 
-def _measurement(e: Mapping, out_dir: Path | None, fig_index: list[int]) -> str:
+def _measurement(e: Mapping, out_dir: Path | None, fig_index: list[int], lang: str = "en") -> str:
+    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
     data = e.get("data") or {}
     special = {k: data[k] for k in ("decision", "false_alarm", "table") if data.get(k) is not None}
-    extra = extra_data(data)
-    if not (special or e.get("figures") or extra):
+    scalars, raw = scalar_data(data)
+    if not (special or e.get("figures") or scalars):
         return ""
-    label = "Negative control" if e.get("role") == "control" else \
-        "Measurement" if e["kind"] in ("measurement", "statistical") else "Data"
-    p = [f"<h4>{label}: <code>{esc(e['name'])}</code></h4>"]
+    label = T("control") if e.get("role") == "control" else \
+        T("measurement") if e["kind"] in ("measurement", "statistical") else T("data")
+    p = [f"<h4>{esc(label)}: <code>{esc(e['name'])}</code></h4>"]
     items = []
     if "decision" in special:
-        items.append(f"<li>decision: <b>{esc(special['decision'])}</b></li>")
+        items.append(f"<li>{esc(T('decision'))}: <b>{esc(special['decision'])}</b></li>")
     if "false_alarm" in special:
-        items.append(f"<li>false-alarm probability: {esc(fmt_number(special['false_alarm']))}</li>")
+        items.append(f"<li>{esc(T('false_alarm'))}: {esc(fmt_number(special['false_alarm']))}</li>")
+    items += [f"<li><code>{esc(k)}</code>: {esc(fmt_number(v))}</li>" for k, v in scalars.items()]
+    if raw:
+        items.append(f'<li class="muted">{esc(T("raw_data", keys=", ".join(raw)))}</li>')
     if items:
         p.append('<ul class="tight">' + "".join(items) + "</ul>")
     if "table" in special:
         tab = table_of(special["table"])
         if tab:
-            p.append(_table([esc(h) for h in tab[0]], [[esc(v) for v in r] for r in tab[1]]))
+            rows = tab[1][:MAX_TABLE_ROWS]
+            p.append(_table([esc(h) for h in tab[0]], [[esc(v) for v in r] for r in rows]))
+            if len(tab[1]) > MAX_TABLE_ROWS:
+                p.append(f'<p class="muted">{esc(T("more_rows", n=len(tab[1]) - MAX_TABLE_ROWS))}</p>')
         else:
-            p.append(f"<pre>{esc(compact_json(special['table']))}</pre>")
+            p.append(f"<pre>{esc(compact_json(special['table'], 1500))}</pre>")
     figures = []
     for f in e.get("figures", ()):
         fig_index[0] += 1
         figures.append(_svg_figure(f, out_dir, fig_index[0], e["name"]))
     if figures and e.get("role") == "control":  # a control's figures: there, but out of the way
-        p.append(f"<details><summary>figure{'s' if len(figures) > 1 else ''} of the control</summary>"
-                 + "".join(figures) + "</details>")
+        p.append(f"<details><summary>{esc(T('figures_of_control'))}</summary>" + "".join(figures) + "</details>")
     else:
         p.extend(figures)
-    if extra:
-        p.append(f"<details><summary>data</summary><pre>{esc(compact_json(extra))}</pre></details>")
     return "".join(p)
+
+
+__all__ = ["render", "sanitize_svg", "badge", "esc", "rich", "CSS", "page_head"]

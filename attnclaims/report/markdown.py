@@ -4,6 +4,12 @@ Every text from the registry, a test or an implementation goes through
 :func:`text` (HTML-significant characters become entities, Markdown
 punctuation is backslash-escaped) or into a fenced block whose fence is longer
 than any backtick run inside it, so nothing in the data can become markup.
+Registry formulas (``$…$``) become GitHub math (``$`…`$``), derivation steps
+``$$…$$`` LaTeX blocks: the general derivation first, its fixed-size instances
+as one line under it ("also checked for n = 2, 3, 4, 5"; their steps are in
+``report.json`` and ``index.html``). Passing checks are summarized per claim
+(count, kinds, slowest), the full list in ``report.json``; failing checks keep
+everything; raw measurement arrays are only in ``report.json``.
 Figures are linked as relative images (``figures/*.svg``).
 """
 from __future__ import annotations
@@ -11,15 +17,19 @@ from __future__ import annotations
 import re
 from typing import Iterable, Mapping, Sequence
 
+from attnclaims.proofs.render import folded, instances_label
+from attnclaims.report import i18n
 from attnclaims.report.common import (
-    OUTCOME_MARK, STEP_MARK, compact_json, extra_data, failure_lines, first_line, fmt_number, fmt_seconds,
-    MAX_OPEN_ROWS, by_severity, outcome_counts, repro_text, section_label, summary_counts, table_of,
+    MAX_TABLE_ROWS, OUTCOME_MARK, STEP_MARK, by_severity, columns, compact_json, failure_lines, first_line,
+    fmt_number, fmt_seconds, is_problem, passing_summary, repro_text, scalar_data, section_label, summary_counts,
+    table_of,
 )
+from attnclaims.report.mathtext import to_markdown
 from attnclaims.report.model import conventions_by_implementation
 
-#: pretty-printed steps taller or wider than this are shown as one line of text in report.md
-#: (index.html always shows the pretty form)
-MAX_PRETTY_LINES, MAX_PRETTY_WIDTH = 7, 110
+#: a derivation step whose LaTeX is longer than this is shown as one line of text (its MathML is in
+#: index.html); keeps report.md small and readable
+MAX_LATEX = 600
 _MD_PUNCT = re.compile(r"([\\`*\[\]#!~])")
 _LONE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 
@@ -65,99 +75,117 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def verdict_cell(verdict: str, expected: str) -> str:
-    shown = cell(verdict)
-    if verdict in ("refuted", "error") or verdict.startswith("blocked by"):
+
+def rich(s: object) -> str:
+    """A registry text: escaped, its ``$…$`` formulas as GitHub math."""
+    return to_markdown("" if s is None else str(s), text)
+
+
+def rich_cell(s: object) -> str:
+    return to_markdown(" ".join(str(s if s is not None else "").split()), text).replace("|", "\\|")
+
+
+def _tex(latex: str) -> str:
+    """LaTeX that cannot carry HTML into the rendered page (GitHub renders ``$$…$$`` with MathJax)."""
+    return latex.replace("<", r"\lt ").replace(">", r"\gt ").replace("&", r"\&").replace("$", r"\$")
+
+
+def verdict_cell(verdict: str, expected: str, lang: str = "en", problem: bool | None = None) -> str:
+    shown = cell(i18n.verdict_word(verdict, lang))
+    if problem if problem is not None else (verdict in ("refuted", "error") or verdict.startswith("blocked by")):
         shown = f"**{shown}**"
     return shown + (" ⚠" if verdict != expected else "")
 
 
-def summary_table(report: Mapping, link: bool = True) -> str:
-    impls = [i["name"] for i in report["implementations"] if i["available"]]
-    header = ["Claim", "§", "Expected"] + [cell(i) for i in impls]
+def summary_table(report: Mapping, link: bool = True, lang: str = "en") -> str:
+    cols = columns(report)
+    T = lambda key: i18n.t(lang, key)  # noqa: E731
+    header = [T("claim"), T("section"), T("expected")] + [cell(i18n.verdict_word(i, lang)) for i in cols]
     rows = []
     for c in report["claims"]:
         name = f"[{c['id']}](#{c['id']})" if link else c["id"]
-        rows.append([name, cell(c["section"]), cell(c["expected_verdict"])] +
-                    [verdict_cell(c["verdicts"].get(i, "no evidence"), c["expected_verdict"]) for i in impls])
+        rows.append([name, cell(c["section"]), cell(i18n.verdict_word(c["expected_verdict"], lang))] +
+                    [verdict_cell(c["verdicts"][i], c["expected_verdict"], lang, is_problem(c, i))
+                     if i in c["verdicts"] else "" for i in cols])
     return _table(header, rows)
 
 
-def render(report: Mapping) -> str:
+def render(report: Mapping, lang: str = "en") -> str:
     env = report["environment"]
+    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
+    files, other = i18n.FILES[lang], i18n.FILES["zh" if lang == "en" else "en"]
     out: list[str] = []
     title = report["source"]["title"]
-    out.append(f"# {text(report['title'])}" + (f": {text(title)}" if title else ""))
+    out.append(f"# {text(T('title'))}" + (f": {text(title)}" if title else ""))
     out.append("")
     run = report.get("run") or {}
-    bits = [f"attnclaims {text(env.get('suite_version', ''))}", f"profile `{env.get('profile')}`",
-            "derandomized" if env.get("seed") is None else f"seed {env.get('seed')}",
+    bits = [f"attnclaims {text(env.get('suite_version', ''))}", f"{T('profile')} `{env.get('profile')}`",
+            T("derandomized") if env.get("seed") is None else f"{T('seed')} {env.get('seed')}",
             f"Python {text(env.get('python', ''))}", text(env.get("platform", ""))]
     if run.get("seconds") is not None:
         bits.append(f"{fmt_seconds(run['seconds'])}")
-    out.append(f"Generated {text(report['generated'])} · " + " · ".join(b for b in bits if b))
+    out.append(f"{T('generated')} {text(report['generated'])} · " + " · ".join(b for b in bits if b))
+    out.append("")
+    out.append(f"[{T('article')}]({files['article']}) · [{T('other_edition')}]({other['md']})")
     out.append("")
     for impl, counts in report["summary"]["verdicts"].items():
         out.append(f"- **{text(impl)}**: {summary_counts(counts)}")
     if report["summary"]["disagreements"]:
-        n = len(report["summary"]["disagreements"])
-        out.append(f"- ⚠ {n} verdict{'s' if n != 1 else ''} differ from the expected verdict (the evidence wins)")
+        out.append(f"- ⚠ {text(T('n_differ', n=len(report['summary']['disagreements'])))}")
     out.append("")
 
-    out.append("## Summary")
+    out.append(f"## {T('summary')}")
     out.append("")
-    out.append(summary_table(report))
+    out.append(summary_table(report, lang=lang))
     out.append("")
-    out.append("⚠ the computed verdict differs from the registry's expected verdict. "
-               "Verdicts are computed from this run's evidence; see *How to read*.")
+    out.append(T("differs_md"))
     out.append("")
     if report["source"]["integrity"]:
-        out.append("### Source integrity")
+        out.append(f"### {T('source_integrity')}")
         out.append("")
-        out.append("Notes on the article itself (the claims quote it as it is):")
+        out.append(T("integrity_intro"))
         out.append("")
         for n in report["source"]["integrity"]:
-            out.append(f"- §{text(n['section'])}: {text(n['note'])}")
+            note = n.get("note_zh") if lang == "zh" and n.get("note_zh") else n["note"]
+            out.append(f"- §{text(n['section'])}: {rich(note)}")
         out.append("")
 
-    out.append("## How to read")
+    out.append(f"## {T('how_to_read')}")
     out.append("")
-    out.append("Each claim gets one verdict per implementation, from the evidence of this run "
-               "(its own checks and the implementation-independent ones: proofs, measurements, citations). "
-               "The first rule that matches decides:")
+    out.append(T("how_intro"))
     out.append("")
     for i, row in enumerate(report["how_to_read"], 1):
-        out.append(f"{i}. **{text(row['verdict'])}**: {text(row['meaning'])}")
+        out.append(f"{i}. **{text(i18n.verdict_word(row['verdict'], lang))}**: {text(i18n.how_to_read(row, lang))}")
     out.append("")
-    out.append("Negative controls (role *control*) show that a check can fail; they never make a claim "
-               "verified on their own.")
+    out.append(T("how_outro"))
     out.append("")
 
-    out.append("## Implementations")
+    out.append(f"## {T('implementations')}")
     out.append("")
     rows = []
     for i in report["implementations"]:
         versions = ", ".join(f"{k} {v}" for k, v in i["versions"].items())
-        status = "ran" if i["available"] and not i["reason"] else ("not available" if not i["available"] else "stopped")
+        status = T("ran") if i["available"] and not i["reason"] else \
+            (T("not_available") if not i["available"] else T("stopped"))
         rows.append([cell(i["name"]), code_span(i["spec"]), cell(i["dtype"]), cell(status),
                      cell(versions), cell(i.get("tests") if i.get("tests") is not None else ""),
                      cell(fmt_seconds(i.get("seconds"))), cell(first_line(i["reason"]))])
-    out.append(_table(["Name", "--impl", "dtype", "status", "versions", "tests", "time", "note"], rows))
+    out.append(_table([T("name"), "--impl"] + [T(k) for k in ("dtype", "status", "versions", "tests", "time", "note")],
+                      rows))
     out.append("")
     conv = _conventions_table(report)
     if conv:
-        out.append("**Conventions** (where implementations legitimately differ and the article says nothing; "
-                   "reported, not judged):")
+        out.append(f"**{T('conventions')}**: {T('conventions_intro')}")
         out.append("")
         out.append(conv)
         out.append("")
     libs = env.get("libraries") or {}
     if libs:
-        out.append("Libraries: " + ", ".join(f"{text(k)} {text(v)}" for k, v in libs.items()))
+        out.append(f"{T('libraries')}: " + ", ".join(f"{text(k)} {text(v)}" for k, v in libs.items()))
         out.append("")
 
     if report["negative_controls"]:
-        out.append("## Negative controls")
+        out.append(f"## {T('controls')}")
         out.append("")
         for c in report["negative_controls"]:
             impl = f" ({text(c['implementation'])})" if c["implementation"] else ""
@@ -166,14 +194,14 @@ def render(report: Mapping) -> str:
                        f"{code_span(c['name'])}{impl} · {c['outcome']}{msg}")
         out.append("")
 
-    out.append("## Claims")
+    out.append(f"## {T('claims')}")
     out.append("")
     for c in report["claims"]:
-        out.extend(_claim(c, report))
+        out.extend(_claim(c, report, lang))
     out.append("---")
     out.append("")
-    out.append(f"Written by `attnclaims report` ({text(env.get('suite_version', ''))}). "
-               f"Machine-readable: `report.json` (schema `{report['schema']}`).")
+    out.append(f"{T('written_by')} `attnclaims report` ({text(env.get('suite_version', ''))}). "
+               f"{T('machine_readable')}: `report.json` (schema `{report['schema']}`).")
     return "\n".join(out) + "\n"
 
 
@@ -186,111 +214,135 @@ def _conventions_table(report: Mapping) -> str:
     return _table(["convention"] + [cell(i) for i in per], rows)
 
 
-def _claim(c: Mapping, report: Mapping) -> list[str]:
+def _step_lines(s: Mapping, lang: str) -> list[str]:
+    T = lambda key: i18n.t(lang, key)  # noqa: E731
+    out = []
+    latex = s.get("latex") or ""
+    if latex and len(latex) <= MAX_LATEX:
+        out += ["$$", _tex(latex), "$$"]
+    elif s.get("text"):
+        out.append(code_span(first_line(s["text"], 300)))
+    out.append("")
+    reason = f"({s['index']}) {STEP_MARK.get(s['status'], '?')} {i18n.word(i18n.STEP_ZH, s['status'], lang)} " \
+             f"{T('because')} {text(s['why'])}"
+    if s.get("detail") and s["status"] in ("failed", "error"):
+        reason += f" \\[{text(s['detail'])}\\]"
+    out.append(reason)
+    for lem in s.get("lemmas", ()):
+        lt = lem.get("latex") or ""
+        shown = f"$`{_tex(lt)}`$" if lt and len(lt) <= MAX_LATEX else code_span(lem.get("text", ""))
+        out.append(f"  · {'cited' if lem.get('cited') else 'lemma'}: {shown} ({text(lem.get('why', ''))})")
+    out.append("")
+    return out
+
+
+def _derivation(d: Mapping, instances: Sequence[Mapping], lang: str) -> list[str]:
+    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
+    status = {"passed": T("every_step"), "failed": T("a_step_fails"), "not run": T("not_checked")}
+    mark = {"passed": "✓", "failed": "✗"}.get(d["outcome"], "?")
+    out = ["<details open>" if d["outcome"] == "failed" or not d.get("instance_of") else "<details>",
+           f"<summary>{mark} <b>{html_text(d['title'] or d['name'])}</b> ({len(d['steps'])} {html_text(T('steps'))}): "
+           f"{html_text(status.get(d['outcome'], d['outcome']))}</summary>", ""]
+    if d.get("reason"):
+        out += [f"**{text(d['reason'])}**", ""]
+    if d.get("statement"):
+        out += [text(d["statement"]), ""]
+    meta = []
+    if d.get("assumptions"):
+        meta.append(f"{T('assumptions')}: {text(d['assumptions'])}")
+    if d.get("symbols"):
+        meta.append(f"{T('symbols')}: {text('; '.join(d['symbols']))}")
+    if meta:
+        out += ["*" + " · ".join(meta) + "*", ""]
+    for s in d["steps"]:
+        out += _step_lines(s, lang)
+    if instances:
+        marks = " ".join(f"{'✓' if i['outcome'] == 'passed' else '✗' if i['outcome'] == 'failed' else '?'} "
+                         f"{code_span(i['name'])}" for i in instances)
+        out += [f"{T('also_checked', what=text(instances_label(instances)))}: {marks}", ""]
+        for i in instances:  # a failing instance keeps its steps
+            if i["outcome"] == "failed":
+                out += [f"**{code_span(i['name'])}: {text(i.get('reason', ''))}**", ""]
+                out += [line for s in i["steps"] if s["status"] in ("failed", "error") for line in _step_lines(s, lang)]
+    out += ["</details>", ""]
+    return out
+
+
+def _claim(c: Mapping, report: Mapping, lang: str = "en") -> list[str]:
     env = report["environment"]
+    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
+    ct = lambda name: i18n.claim_text(c, name, lang)  # noqa: E731
     out = [f"### {c['id']}", ""]
-    out.append(f"**{text(c['title'])}** · {text(section_label(c['section']))} · methods: {text(', '.join(c['methods']))} · "
-               f"expected: *{text(c['expected_verdict'])}*")
+    out.append(f"**{rich(ct('title'))}** · {text(section_label(c['section']))} · {T('methods')}: "
+               f"{text(', '.join(c['methods']))} · {T('expected_short')}: "
+               f"*{text(i18n.verdict_word(c['expected_verdict'], lang))}*")
     out.append("")
     for impl, d in c["verdict_details"].items():
-        mark = "" if d["verdict"] == c["expected_verdict"] else f" ⚠ (expected {text(c['expected_verdict'])})"
-        out.append(f"- **{text(impl)}: {text(d['verdict'])}**{mark}: {text(d['reason'])}")
+        mark = "" if d["verdict"] == c["expected_verdict"] else \
+            f" ⚠ ({T('expected_short')} {text(i18n.verdict_word(c['expected_verdict'], lang))})"
+        reason = d["reason"]
+        out.append(f"- **{text(i18n.verdict_word(impl, lang))}: {text(i18n.verdict_word(d['verdict'], lang))}**"
+                   f"{mark}: {rich(reason) if str(reason).count('$') % 2 == 0 else text(reason)}")
     out.append("")
-    out.append(f"> {text(c['quote'])}")
+    out.append(f"> {text(c['quote'])} ([{T('to_article')}]({i18n.FILES[lang]['article']}#q-{c['id']}))")
     out.append("")
-    out.append(f"**Statement.** {text(c['statement'])}")
+    out.append(f"**{T('statement')}.** {rich(ct('statement'))}")
     out.append("")
-    out.append("**Precise statement.** " + text(c["precise"]).replace("\n", "  \n"))
+    out.append(f"**{T('precise')}.** " + "  \n".join(rich(ln) for ln in str(ct("precise")).strip().splitlines()))
     out.append("")
     if c.get("assumptions"):
-        out.append("**Assumptions.**")
+        out.append(f"**{T('assumptions')}.**")
         out.append("")
-        out.extend(f"- {text(a)}" for a in c["assumptions"])
+        out.extend(f"- {rich(a)}" for a in ct("assumptions"))
         out.append("")
     if c.get("qualification"):
-        out.append(f"**Qualification.** {text(c['qualification'])}")
+        out.append(f"**{T('qualification')}.** {rich(ct('qualification'))}")
         out.append("")
     if c.get("notes"):
-        out.append(f"**Notes.** {text(c['notes'])}")
+        out.append(f"**{T('notes')}.** {rich(ct('notes'))}")
         out.append("")
     if c["depends_on"]:
-        out.append("**Depends on:** " + ", ".join(f"[{d}](#{d})" for d in c["depends_on"]))
+        out.append(f"**{T('depends_on')}:** " + ", ".join(f"[{d}](#{d})" for d in c["depends_on"]))
         out.append("")
 
     if c["derivations"] or c.get("derivation_note"):
-        out.append("#### Derivations")
+        out.append(f"#### {T('derivations')}")
         out.append("")
         if c.get("derivation_note"):
             out.append(f"*{text(c['derivation_note'])}*")
             out.append("")
-        for d in c["derivations"]:
-            status = {"passed": "every step checks", "failed": "a step fails", "not run": "not checked in this run"}
-            mark = {"passed": "✓", "failed": "✗"}.get(d["outcome"], "?")
-            # Collapsed (open when a step fails): pretty-printed steps are long.
-            out.append("<details open>" if d["outcome"] == "failed" else "<details>")
-            out.append(f"<summary>{mark} <b>{html_text(d['title'] or d['name'])}</b> "
-                       f"({len(d['steps'])} steps): {status.get(d['outcome'], d['outcome'])}</summary>")
-            out.append("")
-            if d.get("reason"):
-                out.append(f"**{text(d['reason'])}**")
-                out.append("")
-            if d.get("statement"):
-                out.append(text(d["statement"]))
-                out.append("")
-            meta = []
-            if d.get("assumptions"):
-                meta.append(f"assumptions: {d['assumptions']}")
-            if d.get("symbols"):
-                meta.append("symbols: " + "; ".join(d["symbols"]))
-            body = [f"# {m}" for m in meta]
-            for s in d["steps"]:
-                math = s.get("math") or ""
-                lines = math.splitlines()
-                if len(lines) > MAX_PRETTY_LINES or max(map(len, lines), default=0) > MAX_PRETTY_WIDTH:
-                    math = s.get("text") or math  # tall or wide: one line keeps report.md small and readable
-                if math:
-                    body.append(math)
-                reason = f"  ({s['index']}) {STEP_MARK.get(s['status'], '?')} {s['status']}: {s['why']}"
-                if s.get("detail") and s["status"] in ("failed", "error"):
-                    reason += f" [{s['detail']}]"
-                body.append(reason)
-                for lem in s.get("lemmas", ()):
-                    body.append(f"      {'cited' if lem['cited'] else 'lemma'}: {lem['text']} ({lem['why']})")
-                body.append("")
-            out.append(fenced("\n".join(body), "text"))
-            out.append("")
-            out.append("</details>")
-            out.append("")
+        for general, instances in folded(c["derivations"]):
+            out.extend(_derivation(general, instances, lang))
 
-    if c["evidence"]:
-        out.append("#### Evidence")
+    out.append(f"#### {T('evidence')}")
+    out.append("")
+    ev = c["evidence"]
+    if not ev:
+        out.append(f"*{T('no_evidence')}*")
         out.append("")
-        rows = []
-        for e in by_severity(c["evidence"]):
-            rows.append([f"{OUTCOME_MARK.get(e['outcome'], '?')} {e['outcome']}", cell(e["kind"]),
-                         cell(e.get("role", "support")), code_span(e["name"]), cell(e["implementation"] or "any"),
-                         cell(e["examples"] if e.get("examples") is not None else ""),
-                         cell(fmt_seconds(e.get("seconds"))), cell(first_line(e.get("message"), 160))])
-        table = _table(["outcome", "kind", "role", "check", "implementation", "examples", "time", "message"], rows)
-        if len(rows) > MAX_OPEN_ROWS:
-            out.append(f"<details><summary>{len(rows)} checks: {html_text(outcome_counts(c['evidence']))}"
-                       "</summary>")
-            out.append("")
-            out.append(table)
-            out.append("")
-            out.append("</details>")
-        else:
-            out.append(table)
+    problems = [e for e in by_severity(ev) if e["outcome"] != "passed"]
+    if problems:
+        rows = [[f"{OUTCOME_MARK.get(e['outcome'], '?')} {i18n.word(i18n.OUTCOME_ZH, e['outcome'], lang)}",
+                 cell(i18n.word(i18n.KIND_ZH, e["kind"], lang)), cell(e.get("role", "support")), code_span(e["name"]),
+                 cell(e["implementation"] or T("any_impl")), cell(e["examples"] if e.get("examples") is not None else ""),
+                 cell(fmt_seconds(e.get("seconds"))), cell(first_line(e.get("message"), 160))] for e in problems]
+        out.append(_table([T(k) for k in ("outcome", "kind", "role", "check", "implementation", "examples", "time",
+                                          "message")], rows))
         out.append("")
-    else:
-        out.append("*No evidence was recorded for this claim in this run.*")
+    s = passing_summary(ev)
+    if s["n"]:
+        kinds = ", ".join(f"{i18n.word(i18n.KIND_ZH, k, lang)} {v}" for k, v in s["kinds"].items())
+        slow = s["slowest"]
+        slowest = f"{code_span(slow['name'])} ({fmt_seconds(slow['seconds'])})" if slow else "–"
+        out.append("✓ " + text(T("passed_summary", n=s["n"], kinds=kinds, slowest="\x00")).replace("\x00", slowest)
+                   + "; " + T("full_list_json", id=c["id"]))
         out.append("")
 
-    for e in c["evidence"]:
+    for e in ev:
         if e["outcome"] not in ("failed", "error"):
             continue
-        out.append(f"#### {'Failure' if e['outcome'] == 'failed' else 'Error'}: `{e['name']}` "
-                   f"({text(e['implementation'] or 'any implementation')})")
+        out.append(f"#### {T('failure') if e['outcome'] == 'failed' else T('error')}: `{e['name']}` "
+                   f"({text(e['implementation'] or T('any_impl'))})")
         out.append("")
         if e.get("message"):
             out.append(fenced(e["message"], "text"))
@@ -300,52 +352,51 @@ def _claim(c: Mapping, report: Mapping) -> list[str]:
         if failure_lines(e):
             out.append("")
         if e.get("counterexample"):
-            out.append("Shrunk counterexample:")
+            out.append(T("counterexample"))
             out.append("")
             out.append(fenced(e["counterexample"], "text"))
             out.append("")
         if e["outcome"] == "failed":
-            out.append("Repro:")
+            out.append(T("repro"))
             out.append("")
             out.append(fenced(repro_text(e, env), "python"))
             out.append("")
 
-    for e in c["evidence"]:
+    for e in ev:
         data = e.get("data") or {}
         special = {k: data[k] for k in ("decision", "false_alarm", "table") if data.get(k) is not None}
-        extra = extra_data(data)
-        if not (special or e.get("figures") or extra):
+        scalars, raw = scalar_data(data)
+        if not (special or e.get("figures") or scalars):
             continue
-        label = "Negative control" if e.get("role") == "control" else \
-            "Measurement" if e["kind"] in ("measurement", "statistical") else "Data"
+        label = T("control") if e.get("role") == "control" else \
+            T("measurement") if e["kind"] in ("measurement", "statistical") else T("data")
         out.append(f"#### {label}: {code_span(e['name'])}")
         out.append("")
         if "decision" in special:
-            out.append(f"- decision: {text(special['decision'])}")
+            out.append(f"- {T('decision')}: {text(special['decision'])}")
         if "false_alarm" in special:
-            out.append(f"- false-alarm probability: {text(fmt_number(special['false_alarm']))}")
-        if "decision" in special or "false_alarm" in special:
+            out.append(f"- {T('false_alarm')}: {text(fmt_number(special['false_alarm']))}")
+        out.extend(f"- `{text(k)}`: {text(fmt_number(v))}" for k, v in scalars.items())
+        if raw:
+            out.append(f"- {text(T('raw_data', keys=', '.join(raw)))}")
+        if "decision" in special or "false_alarm" in special or scalars or raw:
             out.append("")
         if "table" in special:
             tab = table_of(special["table"])
             if tab:
-                out.append(_table([cell(h) for h in tab[0]], [[cell(v) for v in r] for r in tab[1]]))
+                out.append(_table([cell(h) for h in tab[0]], [[cell(v) for v in r] for r in tab[1][:MAX_TABLE_ROWS]]))
+                if len(tab[1]) > MAX_TABLE_ROWS:
+                    out.append("")
+                    out.append(text(T("more_rows", n=len(tab[1]) - MAX_TABLE_ROWS)))
             else:
-                out.append(fenced(compact_json(special["table"]), "json"))
+                out.append(fenced(compact_json(special["table"], 1500), "json"))
             out.append("")
         for f in e.get("figures", ()):
             out.append(f"![{text(f.rsplit('/', 1)[-1])}]({_url(f)})")
             out.append("")
-        if extra:
-            out.append("<details><summary>data</summary>")
-            out.append("")
-            out.append(fenced(compact_json(extra), "json"))
-            out.append("")
-            out.append("</details>")
-            out.append("")
 
     if c["citations"]:
-        out.append("#### Citations")
+        out.append(f"#### {T('citations')}")
         out.append("")
         out.extend(f"- {text(x)}" for x in c["citations"])
         out.append("")

@@ -5,9 +5,10 @@ three formats say the same thing. Its shape is fixed by ``schema.json`` (next
 to this module). Nothing in it is looked up from expected answers: verdicts
 come from :mod:`attnclaims.verdicts`, the expected verdict is shown beside them.
 
-Derivation steps are rendered with ``sympy.pretty`` (unicode, no wrapping) from
-the derivation objects of :mod:`attnclaims.proofs` (the slow part, so it can
-run in a background thread while the tests run: :func:`prerender_in_background`);
+Derivation steps are rendered as one-line text, LaTeX and presentation MathML by
+:mod:`attnclaims.proofs.render` (bounded by expression size; the general derivation
+first, its fixed-size instances folded under it), in a background thread while the
+tests run (:func:`prerender_in_background`);
 whether each step checks is taken from the run's proof evidence
 (``data["proof"]``), never re-decided here.
 No string from a file or an implementation is ever evaluated.
@@ -26,83 +27,18 @@ from attnclaims.vocab import INDEPENDENT
 
 SCHEMA_ID = "attnclaims-report/1"
 TITLE = "Claim report"
-_REL_TEXT = {"=": "=", "<=": "≤", "<": "<", ">=": "≥", ">": ">", "~": "~"}
 
 
 # ---------------------------------------------------------------------------------------------
-# Derivations: sympy objects -> unicode pretty text
+# Derivations: sympy objects -> text, LaTeX and MathML (the one renderer, attnclaims.proofs.render)
 # ---------------------------------------------------------------------------------------------
-
-def _pretty(expr) -> str:
-    import sympy as sp
-
-    try:
-        return sp.pretty(expr, use_unicode=True, wrap_line=False)
-    except Exception:
-        return sp.sstr(expr)
-
-
-def _pretty_relation(lhs, rel: str, rhs, first: bool) -> str:
-    """``lhs REL rhs`` (or ``REL rhs`` continuing a chain, or ``rhs`` alone for a chain's start),
-    with the two sides' baselines aligned."""
-    try:
-        from sympy.printing.pretty.pretty import PrettyPrinter
-        from sympy.printing.pretty.stringpict import prettyForm, stringPict
-
-        pp = PrettyPrinter({"use_unicode": True, "wrap_line": False})
-        right = pp._print(rhs)
-        sym = f" {_REL_TEXT.get(rel, rel)} "
-        if lhs is not None:
-            form = prettyForm(*stringPict.next(pp._print(lhs), sym, right))
-        elif first:
-            form = right
-        else:
-            form = prettyForm(*stringPict.next(sym.lstrip(), right))
-        return form.render(wrap_line=False)
-    except Exception:
-        left = "" if lhs is None else _pretty(lhs) + " "
-        middle = "" if (lhs is None and first) else f"{_REL_TEXT.get(rel, rel)} "
-        return f"{left}{middle}{_pretty(rhs)}"
-
-
-def _one_line(lhs, rel: str, rhs, first: bool) -> str:
-    """The step as one line of ``sympy.sstr`` text (used where a tall pretty block would not fit)."""
-    import sympy as sp
-
-    try:
-        left = "" if lhs is None else sp.sstr(lhs) + " "
-        middle = "" if (lhs is None and first) else f"{_REL_TEXT.get(rel, rel)} "
-        return f"{left}{middle}{sp.sstr(rhs)}"
-    except Exception:
-        return ""
-
 
 def render_static(derivation) -> dict:
-    """The parts of a derivation's rendering that do not depend on a run (the expensive part:
-    sympy's pretty printer); :func:`with_statuses` adds what the run found."""
-    steps = []
-    for i, step in enumerate(derivation.steps):
-        lhs = getattr(step, "lhs", None)
-        first = i == 0 and lhs is None
-        steps.append({
-            "index": i,
-            "relation": step.rel,
-            "math": _pretty_relation(lhs, step.rel, step.expr, first),
-            "text": _one_line(lhs, step.rel, step.expr, first),
-            "why": step.why,
-            "first": first,
-            "method": step.method or "",
-            "lemmas": [{"text": lem.text(), "why": lem.why, "cited": bool(lem.cited)} for lem in step.lemmas],
-        })
-    try:
-        symbols = derivation.symbols_declared()
-    except Exception:
-        symbols = []
-    return {
-        "name": derivation.name, "title": derivation.title, "statement": derivation.statement,
-        "assumptions": derivation.assumptions, "symbols": symbols, "source": getattr(derivation, "source", ""),
-        "steps": steps,
-    }
+    """The parts of a derivation's rendering that do not depend on a run; :func:`with_statuses`
+    adds what the run found."""
+    from attnclaims.proofs.render import render_derivation as render
+
+    return render(derivation)
 
 
 def with_statuses(static: Mapping, proof: Mapping | None) -> dict:
@@ -113,7 +49,8 @@ def with_statuses(static: Mapping, proof: Mapping | None) -> dict:
     for s in static["steps"]:
         st = statuses.get(s["index"], {})
         steps.append({
-            "index": s["index"], "relation": s["relation"], "math": s["math"], "text": s["text"], "why": s["why"],
+            "index": s["index"], "relation": s["relation"], "text": s["text"], "latex": s["latex"],
+            "mathml": s["mathml"], "summarized": s.get("summarized", False), "why": s["why"],
             "status": st.get("status", "given" if s["first"] else "not run"),
             "detail": st.get("detail", ""), "method": st.get("method", s["method"]), "lemmas": s["lemmas"],
         })
@@ -156,12 +93,20 @@ def prerender(claim_id: str) -> tuple[list[dict], str]:
             derivations, note = [], f"derivations_for({claim_id!r}) raised {type(exc).__name__}: {exc}"
         else:
             note = ""
+        from attnclaims.proofs.render import cached_renderings, store_renderings
+
         rendered, notes = [], [note] if note else []
-        for d in derivations:
-            try:
-                rendered.append(render_static(d))
-            except Exception as exc:
-                notes.append(f"a derivation could not be rendered: {type(exc).__name__}: {exc}")
+        cached = cached_renderings(claim_id) if derivations else None
+        if cached is not None and [r.get("name") for r in cached] == [d.name for d in derivations]:
+            rendered = cached
+        else:
+            for d in derivations:
+                try:
+                    rendered.append(render_static(d))
+                except Exception as exc:
+                    notes.append(f"a derivation could not be rendered: {type(exc).__name__}: {exc}")
+            if rendered and not notes:
+                store_renderings({claim_id: rendered})  # explain reads it back
         result = rendered, "; ".join(notes)
     with _CACHE_LOCK:
         _STATIC_CACHE[claim_id] = result
@@ -189,10 +134,12 @@ def _derivations(claim_id: str, evidence: Sequence[Evidence]) -> tuple[list[dict
         proof = e.data.get("proof") if isinstance(e.data, dict) else None
         if e.claim == claim_id and isinstance(proof, dict) and proof.get("name"):
             proofs[proof["name"]] = proof
+    from attnclaims.proofs.render import order_derivations
+
     statics, note = prerender(claim_id)
     out = [with_statuses(st, proofs.pop(st["name"], None)) for st in statics]
     out += [_from_proof_only(p) for p in proofs.values()]  # results whose derivation is not listed
-    return out, note
+    return order_derivations(out), note
 
 
 def _from_proof_only(proof: Mapping) -> dict:
@@ -200,7 +147,7 @@ def _from_proof_only(proof: Mapping) -> dict:
         "name": proof.get("name", ""), "title": proof.get("title", ""), "statement": "", "assumptions": "",
         "symbols": [], "source": "", "outcome": proof.get("outcome", "not run"), "reason": proof.get("reason", ""),
         "failed_step": proof.get("failed_step"), "cited": list(proof.get("cited", ())),
-        "steps": [{"index": s.get("index", i), "relation": s.get("rel", ""), "math": "", "text": "",
+        "steps": [{"index": s.get("index", i), "relation": s.get("rel", ""), "text": "", "latex": "", "mathml": "",
                    "why": s.get("why", ""), "status": s.get("status", ""), "detail": s.get("detail", ""),
                    "method": s.get("method", ""), "lemmas": []}
                   for i, s in enumerate(proof.get("steps", ()))],
@@ -310,6 +257,7 @@ def build_report(registry, evidence: Sequence[Evidence], implementations: Sequen
             "methods": list(claim.methods), "expected_verdict": claim.expected_verdict,
             "qualification": claim.qualification, "notes": claim.notes, "citations": list(claim.citations),
             "depends_on": list(claim.depends_on),
+            "zh": {k: (list(v) if isinstance(v, tuple) else v) for k, v in getattr(claim, "zh", {}).items()},
             # one entry per column: the implementations that ran, or INDEPENDENT for a claim no
             # implementation check touches; each detail carries its category, status text and problem flag
             "verdicts": {col: per[col].verdict for col in [*names, INDEPENDENT] if col in per},
@@ -335,7 +283,8 @@ def build_report(registry, evidence: Sequence[Evidence], implementations: Sequen
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "source": {
             "title": registry.source_title,
-            "integrity": [{"section": n.section, "note": n.note} for n in registry.integrity],
+            "integrity": [{"section": n.section, "note": n.note, "note_zh": getattr(n, "note_zh", "")}
+                          for n in registry.integrity],
         },
         "environment": env,
         "run": dict(run or {}),

@@ -22,6 +22,7 @@ from attnclaims.evidence import Evidence
 from attnclaims.registry import Registry, load_registry
 from attnclaims.report import build_report, load_schema, validate, write_report
 from attnclaims.report.html import sanitize_svg
+from attnclaims.vocab import INDEPENDENT
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -133,7 +134,7 @@ def written(tmp_path_factory, hostile_registry):
 
 def test_all_three_files_are_written(written):
     _, out, files = written
-    assert set(files) == {"report.md", "index.html", "report.json"}
+    assert set(files) == {"report.md", "index.html", "article.html", "report.json"}
     assert (out / "figures" / "saturation.svg").is_file()  # a figure from elsewhere is copied in
 
 
@@ -148,9 +149,10 @@ def test_the_json_validates_against_the_shipped_schema(written):
     assert by_id["convex-combination"]["verdicts"]["buggy"] == "blocked by softmax-distribution"
     assert by_id["self-attention"]["verdicts"]["buggy"] == "blocked by softmax-distribution" or \
         by_id["self-attention"]["verdicts"]["buggy"] == "error"
-    assert by_id["scaling-variance"]["verdicts"]["reference"] == "qualified"
-    assert by_id["transformer-history"]["verdicts"]["reference"] == "historical"
-    assert by_id["layer-norm"]["verdicts"]["reference"] == "no evidence"
+    # claims no implementation check touches have one column, independent of the implementation
+    assert by_id["scaling-variance"]["verdicts"] == {INDEPENDENT: "qualified"}
+    assert by_id["transformer-history"]["verdicts"] == {INDEPENDENT: "historical"}
+    assert by_id["layer-norm"]["verdicts"] == {INDEPENDENT: "no evidence"}
     assert data["exit_status"] == 1
     assert [i["name"] for i in data["implementations"]] == ["reference", "buggy", "jax"]
     assert data["implementations"][2]["available"] is False
@@ -204,7 +206,9 @@ def test_every_claim_appears_in_markdown_and_html(written, hostile_registry):
 
 def test_unavailable_and_not_applicable_are_shown(written):
     _, _, files = written
-    for text in files.values():
+    for name, text in files.items():
+        if name == "article.html":
+            continue
         assert "no jax" in text
         assert "buggy has no encoder_layer" in text
 
@@ -226,8 +230,8 @@ def test_html_escapes_every_text(written):
 def test_html_is_self_contained(written):
     html = written[2]["index.html"]
     assert "<link" not in html and " src=" not in html
-    for href in re.findall(r'href="([^"]*)"', html):
-        assert href.startswith("#"), href
+    for href in re.findall(r'href="([^"]*)"', html):  # its own anchors, the article, the other edition
+        assert href.startswith("#") or href.split("#")[0] in ("article.html", "index.zh.html"), href
     assert "<svg" in html and "saturation.svg" in html
     assert 'name="viewport"' in html and "Content-Security-Policy" in html
 
@@ -272,9 +276,14 @@ def test_derivation_steps_are_rendered_with_their_status(written):
     sd = next(c for c in report["claims"] if c["id"] == "softmax-distribution")
     d = next(d for d in sd["derivations"] if d["name"] == "softmax-simplex-n2")
     assert d["outcome"] == "passed"
-    assert d["steps"][0]["math"]  # sympy.pretty text
-    assert "ℯ" in "".join(s["math"] for s in d["steps"])
-    assert "every step checks" in files["report.md"] and "every step checks" in files["index.html"]
+    assert d["steps"][0]["mathml"].startswith("<math") and d["steps"][0]["latex"] and d["steps"][0]["text"]
+    assert "e^{z_{1}}" in "".join(s["latex"] for s in d["steps"])  # sympy.latex
+    assert "<msup><mi>e</mi>" in files["index.html"]  # MathML, e written as e (not ⅇ)
+    md = files["report.md"]
+    assert "$$\n\\sum_{i=1}^{n} \\frac{e^{{z}_{i}}}{\\sum_{k=1}^{n} e^{{z}_{k}}}\n$$" in md  # the general one
+    assert "also checked for n = 2, 3, 4, 5" in md and md.index("softmax-simplex-n2") > md.index("symbolic n")
+    # the instance that checked: its status beside its name in report.md, its steps in index.html
+    assert "✓ `softmax-simplex-n2`" in md and "every step checks" in files["index.html"]
     others = [d for d in sd["derivations"] if d["name"] != "softmax-simplex-n2"]
     assert all(d["outcome"] == "not run" for d in others)  # never re-decided by the report
 
@@ -282,7 +291,7 @@ def test_derivation_steps_are_rendered_with_their_status(written):
 def test_qualified_claims_carry_the_correction_text(written, hostile_registry):
     report, _, files = written
     sv = next(c for c in report["claims"] if c["id"] == "scaling-variance")
-    assert sv["verdict_details"]["reference"]["qualification"] == hostile_registry.get("scaling-variance").qualification
+    assert sv["verdict_details"][INDEPENDENT]["qualification"] == hostile_registry.get("scaling-variance").qualification
     assert "Qualification." in files["report.md"]
 
 
@@ -297,14 +306,14 @@ def test_measurements_show_decision_table_and_figure(written):
 def test_disagreements_with_the_expected_verdict_are_flagged(written):
     report, _, files = written
     dis = {(d["claim"], d["implementation"]) for d in report["summary"]["disagreements"]}
-    assert ("layer-norm", "reference") in dis and ("softmax-distribution", "reference") not in dis
+    assert ("layer-norm", INDEPENDENT) in dis and ("softmax-distribution", "reference") not in dis
     assert "⚠" in files["report.md"] and "≠" in files["index.html"]
 
 
 def test_selected_claims_only(hostile_registry, tmp_path):
     report = build_report(hostile_registry, [], IMPLS[:1], ENV, claims=["layer-norm", "softmax-distribution"])
     assert [c["id"] for c in report["claims"]] == ["layer-norm", "softmax-distribution"]
-    assert all(c["verdicts"] == {"reference": "no evidence"} for c in report["claims"])
+    assert all(list(c["verdicts"].values()) == ["no evidence"] for c in report["claims"])
     assert validate(report) == []
 
 
@@ -324,7 +333,8 @@ def test_the_report_code_never_evaluates_strings():
     import attnclaims
 
     root = Path(attnclaims.__file__).parent
-    files = [root / "cli.py", root / "runner.py", root / "verdicts.py", *sorted((root / "report").glob("*.py"))]
+    files = [root / "cli.py", root / "explain.py", root / "verdicts.py", *sorted((root / "report").glob("*.py")),
+             *[root / name for name in ("runner.py", "orchestrator.py") if (root / name).is_file()]]
     for path in files:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
@@ -336,15 +346,16 @@ def test_the_report_code_never_evaluates_strings():
                     assert f.attr not in {"eval", "exec", "sympify", "parse_expr", "S"}, f"{path.name}: {f.attr}"
 
 
-def test_markdown_shows_tall_steps_on_one_line_and_html_keeps_them_pretty(written):
+def test_markdown_shows_overlong_latex_on_one_line_and_html_keeps_the_mathml(written):
     from attnclaims.report import html as html_report
     from attnclaims.report import markdown as markdown_report
 
     report = json.loads(written[2]["report.json"])
     claim = next(c for c in report["claims"] if c["derivations"])
     step = claim["derivations"][0]["steps"][0]
-    step["math"] = "\n".join(f"row {i}" for i in range(markdown_report.MAX_PRETTY_LINES + 3))
+    step["latex"] = "x + " * (markdown_report.MAX_LATEX // 4 + 5) + "LONGEND"
     step["text"] = "a_one_line_form(x) = y"
+    step["mathml"] = '<math display="block"><mi>KEEPME</mi></math>'
     md = markdown_report.render(report)
-    assert "a_one_line_form(x) = y" in md and "row 9" not in md
-    assert "row 9" in html_report.render(report)
+    assert "a_one_line_form(x) = y" in md and "LONGEND" not in md
+    assert "KEEPME" in html_report.render(report)

@@ -1,0 +1,228 @@
+"""``article.html``: the article's full text as it is, annotated with the claims and their verdicts.
+
+Every claim's quoted sentence (``quote`` in the registry; fragments joined by
+``…`` are found in order, whitespace-insensitively) is highlighted where it
+stands, with each column's verdict badge and a link to the claim's section in
+the report. Hovering or focusing a highlight (it is keyboard-focusable) shows
+the precise statement's first line and, for a claim with a qualification, the
+correction — pure CSS, no script. Overlapping quotes (two claims quoting the
+same sentence, or one inside another) share one highlight that carries both.
+The source-integrity notes stand at the places they concern: after the
+longest quoted fragment of the note found in the text, else before the
+heading that follows a missing section. Section numbers start paragraphs; the
+text itself is not changed. Same safety rules as ``index.html``: everything
+escaped, formulas as sanitized MathML, no script, nothing fetched.
+"""
+from __future__ import annotations
+
+import re
+from typing import Mapping, Sequence
+
+from attnclaims.report import i18n
+from attnclaims.report.common import columns, first_line, section_label, verdict_category
+from attnclaims.report.html import CSS, badge, esc, page_head, rich
+
+_HEADING = re.compile(r"(?<![\d.])(\d+\.\d*)\s(?=\S)")
+_NOTE_QUOTE = re.compile(r"\"([^\"]+)\"|“([^”]+)”")
+
+ARTICLE_CSS = """
+.article{font-size:1.12em;line-height:1.95;max-width:46em}
+.article p{margin:0 0 1em}
+.secno{font-weight:700;color:#2f363d;scroll-margin-top:20px}
+.hl{position:relative;background:#fff3c4;border-bottom:2px solid #d4a72c;border-radius:2px;padding:1px 0;
+cursor:help;outline-offset:2px;scroll-margin-top:30vh}
+.hl.bad{background:#ffe3e3;border-bottom-color:var(--refuted)}
+.hl:focus,.hl:hover{background:#ffe69a}.hl.bad:focus,.hl.bad:hover{background:#ffcfcf}
+.hl:focus{outline:2px solid var(--link)}
+.ann{font-size:.72em;line-height:1.4;white-space:normal;margin:0 2px;vertical-align:.15em}
+.ann a.cl{font-family:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;margin-right:3px}
+.ann .v{font-size:.95em;padding:0 6px;margin-right:2px}
+.tip{display:none;position:absolute;left:0;top:100%;z-index:20;width:min(30em,86vw);margin-top:6px;padding:10px 12px;
+background:#fff;color:var(--fg);border:1px solid var(--line);border-radius:8px;box-shadow:0 6px 24px rgba(0,0,0,.18);
+font-size:.82rem;line-height:1.5;font-weight:normal;white-space:normal;text-align:left;cursor:auto}
+.hl:hover>.tip,.hl:focus>.tip,.hl:focus-within>.tip{display:block}
+.tip b{display:block;margin-top:4px}.tip b:first-child{margin-top:0}
+.tip .corr{display:block;margin-top:6px;padding-top:6px;border-top:1px solid var(--line);color:#6b4b00}
+.integrity{display:inline-block;margin:2px 4px;padding:2px 8px;font-size:.78em;line-height:1.5;background:#fff4ec;
+border:1px dashed var(--blocked);border-radius:6px;color:#6b2f00;vertical-align:.1em;max-width:100%}
+.legend{font-size:.9em;color:var(--muted)}
+@media (max-width:640px){.article{font-size:1.05em;line-height:1.85}.tip{width:86vw}}
+"""
+
+
+def _fragment_regex(fragment: str) -> re.Pattern:
+    chars = [re.escape(ch) for ch in fragment if not ch.isspace()]
+    return re.compile(r"\s*".join(chars))
+
+
+def locate(text: str, quote: str, start: int = 0) -> tuple[int, int] | None:
+    """(start, end) of ``quote`` in ``text``: its ``…``-separated fragments found in order (whitespace
+    ignored), the span from the first fragment's start to the last one's end; None when not found."""
+    fragments = [f.strip() for f in re.split(r"…+|\.\.\.", quote) if f.strip()]
+    if not fragments:
+        return None
+    for origin in ([start, 0] if start else [0]):
+        pos, first, end = origin, None, None
+        for frag in fragments:
+            m = _fragment_regex(frag).search(text, pos)
+            if m is None:
+                break
+            first = m.start() if first is None else first
+            end = pos = m.end()
+        else:
+            return first, end
+    return None
+
+
+def _note_position(text: str, section: str, note: str) -> int | None:
+    """Where an integrity note belongs: after the longest fragment it quotes that the text contains,
+    else right before the heading that follows the (missing) section."""
+    quoted = [a or b for a, b in _NOTE_QUOTE.findall(note)]
+    best = None
+    for q in sorted(quoted, key=len, reverse=True):
+        span = locate(text, q.strip("…").strip())
+        if span and len(q) >= 3:
+            best = span[1]
+            break
+    if best is not None:
+        return best
+    if section.replace(".", "").isdigit():
+        nxt = str(int(section.split(".")[0]) + 1)
+        for m in _HEADING.finditer(text):
+            if m.group(1).rstrip(".") == nxt:
+                return m.start()
+    return None
+
+
+def _groups(spans: Sequence[tuple[int, int, str]]) -> list[tuple[int, int, list[str]]]:
+    """Overlapping spans merged: (start, end, claim ids in order)."""
+    out: list[tuple[int, int, list[str]]] = []
+    for s, e, cid in sorted(spans, key=lambda x: (x[0], -x[1])):
+        if out and s < out[-1][1]:
+            ps, pe, ids = out[-1]
+            out[-1] = (ps, max(pe, e), ids + [cid])
+        else:
+            out.append((s, e, [cid]))
+    return out
+
+
+def render(report: Mapping, article_text: str, lang: str = "en") -> str:
+    """The annotated article page (``article.html`` / ``article.zh.html``)."""
+    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731 (a short local alias reads better here)
+    files, other = i18n.FILES[lang], i18n.FILES["zh" if lang == "en" else "en"]
+    cols = columns(report)
+    claims = {c["id"]: c for c in report["claims"]}
+    text = article_text.replace("\r\n", "\n")
+    title_line, _, body = text.partition("\n")
+    body = body.strip("\n")
+    spans, missing, cursor = [], [], 0
+    for c in report["claims"]:
+        span = locate(body, c["quote"], cursor)
+        if span is None:
+            missing.append(c["id"])
+            continue
+        spans.append((span[0], span[1], c["id"]))
+        cursor = span[0]
+    groups = _groups(spans)
+    notes = []
+    for n in report["source"]["integrity"]:
+        pos = _note_position(body, n["section"], n["note"])
+        for s, e, _ in groups:  # never inside a highlight: after it
+            if pos is not None and s < pos < e:
+                pos = e
+        notes.append((pos, n))
+    breaks = {m.start(): m.group(1) for m in _HEADING.finditer(body)
+              if not any(s < m.start() < e for s, e, _ in groups)}
+
+    events: dict[int, list] = {}
+    for s, e, ids in groups:
+        events.setdefault(s, []).append(("open", (s, e, ids)))
+    for pos, n in notes:
+        if pos is not None:
+            events.setdefault(pos, []).append(("note", n))
+
+    out: list[str] = []
+    pos = 0
+    open_group = None
+    out.append("<p>")
+    stops = sorted(set(events) | set(breaks) | {e for _, e, _ in groups})
+    for stop in stops + [len(body)]:
+        if stop > pos:
+            out.append(_text(body[pos:stop]))
+            pos = stop
+        if open_group is not None and stop == open_group[1]:
+            out.append(_close(open_group, claims, cols, lang))
+            open_group = None
+        for kind, item in events.get(stop, ()):
+            if kind == "note":
+                out.append(_integrity(item, lang))
+        if stop in breaks and stop > 0:
+            out.append("</p><p>")
+        if stop in breaks:
+            num = breaks[stop]
+            out.append(f'<b class="secno" id="s-{esc(num.rstrip("."))}">{esc(num)}</b> ')
+            pos = stop + len(num) + 1
+        for kind, item in events.get(stop, ()):
+            if kind == "open":
+                open_group = item
+                out.append(_open(item, claims))
+    out.append("</p>")
+
+    parts = page_head(f"{T('article')}: {title_line.strip()}", lang, CSS + ARTICLE_CSS)
+    parts.append('<header class="top"><div class="wrap">')
+    parts.append(f'<h1><span lang="zh-CN">{esc(title_line.strip())}</span></h1>')
+    parts.append(f'<div class="sub">{esc(T("article"))} · {esc(report["generated"])}</div>')
+    parts.append(f'<div class="links"><a href="{files["html"]}" id="to-report">{esc(T("back_to_report"))}</a>'
+                 f'<a href="{other["article"]}" id="other-edition">{esc(T("other_edition"))}</a></div>')
+    parts.append("</div></header><main class=\"wrap\">")
+    parts.append(f'<p class="legend">{esc(T("article_intro"))}</p>')
+    parts.append(f'<article class="article" lang="zh-CN" id="article-text">{"".join(out)}</article>')
+    if missing:
+        parts.append(f'<p class="note">{esc(T("not_found"))}: '
+                     + ", ".join(f'<a href="{files["html"]}#claim-{esc(cid)}"><code>{esc(cid)}</code></a>'
+                                 for cid in missing) + "</p>")
+    parts.append("</main></body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def _text(s: str) -> str:
+    return esc(s).replace("\n", "<br>")
+
+
+def _open(group, claims: Mapping) -> str:
+    _, _, ids = group
+    bad = any(verdict_category(claims[i], col) in ("refuted", "blocked", "error") for i in ids
+              for col in claims[i].get("verdicts", {}))
+    anchors = "".join(f'<span id="q-{esc(i)}"></span>' for i in ids[1:])
+    return (f'{anchors}<span class="hl{" bad" if bad else ""}" id="q-{esc(ids[0])}" tabindex="0" '
+            f'data-claims="{esc(" ".join(ids))}">')
+
+
+def _close(group, claims: Mapping, cols: Sequence[str], lang: str) -> str:
+    _, _, ids = group
+    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
+    tip, ann = [], []
+    for cid in ids:
+        c = claims[cid]
+        title = i18n.claim_text(c, "title", lang)
+        precise = first_line(i18n.claim_text(c, "precise", lang), 420)
+        tip.append(f"<b>{rich(title)} <span class=\"muted\">({esc(cid)}, {esc(section_label(c['section']))})</b>"
+                   f"{rich(precise)}")
+        qual = i18n.claim_text(c, "qualification", lang)
+        if qual and (c["expected_verdict"] == "qualified" or "qualified" in c["verdicts"].values()):
+            tip.append(f'<span class="corr"><b>{esc(T("correction"))}</b>{rich(qual)}</span>')
+        badges = "".join(badge(c["verdicts"][col], None, lang, verdict_category(c, col))
+                         for col in cols if col in c["verdicts"])
+        ann.append(f'<a class="cl" href="{i18n.FILES[lang]["html"]}#claim-{esc(cid)}" '
+                   f'title="{esc(T("claim_section"))}">{esc(cid)}</a>{badges}')
+    return (f'<span class="ann" lang="{i18n.HTML_LANG[lang]}">{" ".join(ann)}</span>'
+            f'<span class="tip" role="tooltip" lang="{i18n.HTML_LANG[lang]}">{"".join(tip)}</span></span>')
+
+
+def _integrity(n: Mapping, lang: str) -> str:
+    note = n.get("note_zh") if lang == "zh" and n.get("note_zh") else n["note"]
+    return (f'<span class="integrity" role="note" lang="{i18n.HTML_LANG[lang]}" id="integrity-{esc(n["section"])}">'
+            f'⚑ {esc(i18n.t(lang, "integrity_flag"))} §{esc(n["section"])}: {rich(note)}</span>')
+
+
+__all__ = ["render", "locate"]

@@ -1,0 +1,194 @@
+"""The report's two editions: English (the default) and Chinese (``attnclaims report --lang zh``).
+
+Interface strings live here, keyed by language; the claims' texts come from the
+registry (``title_zh``, ``statement_zh``, … in ``spec/claims.toml``, checked for
+completeness by the loader). Technical terms follow Chinese textbooks (注意力,
+缩放点积注意力, 层归一化, 残差连接, 多头注意力, 位置编码, 前馈网络, 编码器,
+解码器, 掩码, 梯度); symbols, claim ids, test names and code stay as they are.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+LANGS = ("en", "zh")
+#: file names per edition: the English ones are the defaults
+FILES = {
+    "en": {"html": "index.html", "md": "report.md", "article": "article.html"},
+    "zh": {"html": "index.zh.html", "md": "report.zh.md", "article": "article.zh.html"},
+}
+HTML_LANG = {"en": "en", "zh": "zh-CN"}
+
+STRINGS: dict[str, dict[str, str]] = {
+    "en": {
+        "title": "Claim report", "summary": "Summary", "how_to_read": "How to read",
+        "implementations": "Implementations", "controls": "Negative controls", "claims": "Claims",
+        "article": "Annotated article", "other_edition": "中文版", "claim": "Claim", "section": "§",
+        "expected": "Expected", "title_col": "Title", "source_integrity": "Source integrity",
+        "integrity_intro": "Notes on the article itself (the claims quote it as it is):",
+        "differs": "≠ marks a verdict that differs from the registry's expected verdict; verdicts are computed "
+                   "from this run's evidence (the evidence wins).",
+        "differs_md": "⚠ the computed verdict differs from the registry's expected verdict. Verdicts are computed "
+                      "from this run's evidence; see *How to read*.",
+        "n_differ": "{n} verdicts differ from the expected (the evidence wins)",
+        "how_intro": "Each claim gets one verdict per implementation, computed from the evidence of this run: the "
+                     "implementation's own checks plus the implementation-independent ones (proofs, measurements, "
+                     "citations). The first rule that matches decides:",
+        "how_outro": "Negative controls (role control) show that a check can fail; they never make a claim verified "
+                     "on their own. A failure's section gives the shrunk counterexample, the measured error against "
+                     "its bound, the smallest tolerance that would have passed, and a repro.",
+        "statement": "Statement", "precise": "Precise statement", "assumptions": "Assumptions",
+        "qualification": "Qualification", "notes": "Notes", "depends_on": "Depends on", "methods": "methods",
+        "expected_verdict": "expected verdict", "derivations": "Derivations", "evidence": "Evidence",
+        "citations": "Citations", "quote": "The article says",
+        "every_step": "every step checks", "a_step_fails": "a step fails", "not_checked": "not checked in this run",
+        "steps": "steps", "step": "step", "because": "because", "also_checked": "also checked for {what}",
+        "symbols": "Symbols", "source": "Source", "rests_on_cited": "Rests on cited facts",
+        "checks": "checks", "passed_summary": "{n} passing checks ({kinds}); slowest: {slowest}",
+        "all_checks": "all {n} checks of this claim", "full_list_json": "the full list of checks is in "
+                      "[report.json](report.json) (claims → {id} → evidence)",
+        "no_evidence": "No evidence was recorded for this claim in this run.",
+        "failure": "Failure", "error": "Error", "any_impl": "any implementation",
+        "counterexample": "Shrunk counterexample:", "repro": "Repro:", "measurement": "Measurement",
+        "data": "Data", "control": "Negative control", "decision": "decision",
+        "false_alarm": "false-alarm probability", "more_rows": "… {n} more rows in report.json",
+        "raw_data": "raw data in report.json: {keys}", "figures_of_control": "figures of the control",
+        "written_by": "Written by", "machine_readable": "machine-readable",
+        "caps": "Capabilities", "conventions": "Conventions",
+        "conventions_intro": "Where implementations legitimately differ and the article says nothing, the "
+                             "convention each follows is reported, not judged.",
+        "libraries": "Libraries", "name": "Name", "dtype": "dtype", "status": "status", "versions": "versions",
+        "tests": "tests", "time": "time", "note": "note", "ran": "ran", "not_available": "not available",
+        "stopped": "stopped", "outcome": "outcome", "kind": "kind", "role": "role", "check": "check",
+        "implementation": "implementation", "examples": "examples", "message": "message",
+        "controls_intro": "Checks run on something that must fail them (an RNN for permutation equivariance, a "
+                          "wrong formula): they show the check has teeth.",
+        "n_claims": "{n} claims.", "generated": "generated", "run_time": "run time", "profile": "profile",
+        "derandomized": "derandomized", "seed": "seed",
+        "article_intro": "The article's full text as it is. Every sentence a claim quotes is highlighted where it "
+                         "stands, with its verdicts; hover or focus it for the precise statement (and, for "
+                         "qualified claims, the correction). Notes on the text itself are marked ⚑.",
+        "article_link": "The annotated article: every quoted sentence where it stands, with its verdicts",
+        "back_to_report": "The claim report", "integrity_flag": "Source integrity",
+        "correction": "Correction", "claim_section": "claim section",
+        "not_found": "Quotes not found in the text", "to_article": "in the article",
+        "mathml_note": "Formulas are MathML, laid out by the browser.",
+        "expected_short": "expected",
+    },
+    "zh": {
+        "title": "论断核查报告", "summary": "总览", "how_to_read": "阅读说明",
+        "implementations": "实现", "controls": "阴性对照", "claims": "论断",
+        "article": "带注释的原文", "other_edition": "English", "claim": "论断", "section": "节",
+        "expected": "预期", "title_col": "标题", "source_integrity": "原文完整性",
+        "integrity_intro": "关于原文本身的说明（各论断按原文原样引用）：",
+        "differs": "≠ 表示计算出的结论与登记表中的预期结论不同；结论由本次运行的证据计算得出（以证据为准）。",
+        "differs_md": "⚠ 计算出的结论与登记表中的预期结论不同。结论由本次运行的证据计算得出；见“阅读说明”。",
+        "n_differ": "{n} 个结论与预期不同（以证据为准）",
+        "how_intro": "每个论断对每个实现得到一个结论，由本次运行的证据计算得出：该实现自身的检查，加上与实现无关的检查"
+                     "（证明、测量、文献引用）。按顺序匹配，第一条成立的规则决定结论：",
+        "how_outro": "阴性对照（角色为 control）表明检查确实能够失败；它们本身从不使某个论断得到验证。失败的检查会给出"
+                     "收缩后的反例、实测误差与其界、能够通过的最小容差，以及复现方法。",
+        "statement": "陈述", "precise": "精确陈述", "assumptions": "假设", "qualification": "限定与修正",
+        "notes": "备注", "depends_on": "依赖", "methods": "方法", "expected_verdict": "预期结论",
+        "derivations": "推导", "evidence": "证据", "citations": "文献", "quote": "原文",
+        "every_step": "每一步均已验证", "a_step_fails": "有一步未通过", "not_checked": "本次运行未检查",
+        "steps": "步", "step": "步", "because": "理由：", "also_checked": "另已对 {what} 逐一验证",
+        "symbols": "符号", "source": "出处", "rests_on_cited": "所依据的引用事实",
+        "checks": "项检查", "passed_summary": "{n} 项检查通过（{kinds}）；最慢：{slowest}",
+        "all_checks": "本论断的全部 {n} 项检查", "full_list_json": "检查的完整列表见 [report.json](report.json)"
+                      "（claims → {id} → evidence）",
+        "no_evidence": "本次运行没有为该论断记录任何证据。",
+        "failure": "失败", "error": "错误", "any_impl": "与实现无关",
+        "counterexample": "收缩后的反例：", "repro": "复现：", "measurement": "测量", "data": "数据",
+        "control": "阴性对照", "decision": "判定", "false_alarm": "误报概率",
+        "more_rows": "… 另有 {n} 行见 report.json", "raw_data": "原始数据见 report.json：{keys}",
+        "figures_of_control": "对照的图", "written_by": "生成工具", "machine_readable": "机器可读版本",
+        "caps": "能力", "conventions": "约定",
+        "conventions_intro": "在各实现可以合理地不同、而原文未作规定之处，报告各实现遵循的约定，不作评判。",
+        "libraries": "库", "name": "名称", "dtype": "数据类型", "status": "状态", "versions": "版本",
+        "tests": "测试数", "time": "用时", "note": "说明", "ran": "已运行", "not_available": "不可用",
+        "stopped": "已中止", "outcome": "结果", "kind": "类别", "role": "角色", "check": "检查",
+        "implementation": "实现", "examples": "样例数", "message": "信息",
+        "controls_intro": "在必然无法通过的对象上运行的检查（例如对循环神经网络检查置换等变性、一个错误的公式）："
+                          "它们表明检查确有鉴别力。",
+        "n_claims": "共 {n} 个论断。", "generated": "生成于", "run_time": "运行时间", "profile": "配置",
+        "derandomized": "去随机化", "seed": "随机种子",
+        "article_intro": "以下是原文全文，未作改动。每个被论断引用的句子都在原处高亮，并附上结论；将鼠标悬停或用键盘"
+                         "聚焦可查看精确陈述（对需要限定的论断还会显示修正）。关于原文本身的说明以 ⚑ 标出。",
+        "article_link": "带注释的原文：每个被引用的句子在原处高亮，附有结论",
+        "back_to_report": "论断核查报告", "integrity_flag": "原文完整性",
+        "correction": "修正", "claim_section": "论断详情",
+        "not_found": "在原文中未找到的引文", "to_article": "在原文中",
+        "mathml_note": "公式为 MathML，由浏览器排版。",
+        "expected_short": "预期",
+    },
+}
+
+#: verdict words in the Chinese edition (the category decides the colour, not the word)
+VERDICT_ZH = {
+    "proven": "已证明", "verified": "已验证", "qualified": "需限定", "illustrative": "示例性",
+    "historical": "史实", "refuted": "被否定", "error": "出错", "no evidence": "无证据",
+    "not applicable": "不适用", "blocked": "受阻", "not run": "未运行",
+    "independent of the implementation": "与实现无关",
+}
+
+#: the how-to-read rules in Chinese, keyed by the verdict they define (the English comes from the
+#: verdict engine; a rule without a translation is shown in English)
+HOW_TO_READ_ZH = {
+    "refuted": "某项检查失败：反例、违反的界，或推导中未通过的一步。该论断一节给出收缩后的反例、实测误差与其界、"
+               "能够通过的最小容差，以及复现方法。",
+    "blocked by <id>": "某项检查失败，但该论断所依赖的某个论断对同一实现已被否定：这次失败作为后果显示，而不是第二个"
+                       "发现；⟨id⟩ 是根本原因。自身检查全部通过的论断保留自己的结论。",
+    "error": "某项检查崩溃（测试或测试框架中的异常、在该论断的测试运行之前就中止的运行），或某个阴性对照没有失败"
+             "（它所守护的检查是盲的）：既不是通过，也不是反例。",
+    "no evidence / not applicable": "这一列中没有为该论断运行任何检查，或该实现的每项检查都需要它不具备的能力或变体"
+                                    "（会写明）。这些论断照样列出，不会被略去。",
+    "independent of the implementation": "该论断的证据不依赖任何实现（推导、在参考实现上的测量、文献引用）：它的结论"
+                                         "只在这一列中显示一次，而不复制到每个实现的列中。",
+    "historical": "关于历史或归属的陈述：有文献引用，不作测试。",
+    "qualified": "精确陈述成立，并有一项检查表明原句的表述在何处不够精确；修正内容引自登记表。",
+    "illustrative": "只在构造的示例上展示；其一般形式无法机械地检查。",
+    "proven": "sympy 推导逐步验证通过，且该实现的数值检查通过。",
+    "verified": "数值检查（性质测试、统计检验、测量、一致性）通过，没有任何失败。",
+}
+
+KIND_ZH = {"proof": "证明", "property": "性质测试", "statistical": "统计检验", "measurement": "测量",
+           "conformance": "一致性", "citation": "文献"}
+OUTCOME_ZH = {"passed": "通过", "failed": "失败", "error": "出错", "not-applicable": "不适用"}
+STEP_ZH = {"given": "给定", "proved": "已证", "failed": "未通过", "error": "出错", "not run": "未运行"}
+
+
+def t(lang: str, key: str, **kw: Any) -> str:
+    """The interface string ``key`` in ``lang`` (English when missing), formatted with ``kw``."""
+    text = STRINGS.get(lang, {}).get(key) or STRINGS["en"][key]
+    return text.format(**kw) if kw else text
+
+
+def verdict_word(verdict: str, lang: str, category: str | None = None) -> str:
+    """A verdict as the edition shows it ("blocked by X" -> "受阻于 X" in Chinese)."""
+    if lang != "zh":
+        return verdict
+    if (category == "blocked" or verdict.startswith("blocked by ")) and verdict.startswith("blocked by "):
+        return "受阻于 " + verdict.removeprefix("blocked by ")
+    return VERDICT_ZH.get(verdict, verdict)
+
+
+def word(table: Mapping[str, str], key: str, lang: str) -> str:
+    return table.get(key, key) if lang == "zh" else key
+
+
+def claim_text(c: Mapping, name: str, lang: str) -> Any:
+    """A claim's field in the edition's language: ``c["zh"][name]`` in Chinese when the registry has it."""
+    if lang == "zh":
+        zh = c.get("zh") or {}
+        value = zh.get(name)
+        if value:
+            return list(value) if isinstance(value, (list, tuple)) else value
+    return c.get(name)
+
+
+def how_to_read(row: Mapping, lang: str) -> str:
+    return HOW_TO_READ_ZH.get(row["verdict"], row["meaning"]) if lang == "zh" else row["meaning"]
+
+
+__all__ = ["LANGS", "FILES", "HTML_LANG", "STRINGS", "VERDICT_ZH", "HOW_TO_READ_ZH", "t", "verdict_word",
+           "claim_text", "how_to_read", "word", "KIND_ZH", "OUTCOME_ZH", "STEP_ZH"]
