@@ -170,15 +170,15 @@ class Watchdog:
     GIL: when it fires it writes the tracebacks and exits the process with status 1. Before arming,
     the call's label (test, implementation, capability) is written at the start of ``path``, so
     whoever reads the file afterwards (the orchestrator) can say which call it was; the timer is
-    cancelled as soon as the call returns. ``path=None`` writes the tracebacks to stderr, without a
-    label (a plain ``pytest --attn-impl`` run).
+    cancelled as soon as the call returns. ``path=None`` writes the tracebacks to ``stream`` (stderr),
+    without a label (a plain ``pytest --attn-impl`` run).
     """
 
-    def __init__(self, path: str | None, grace: float):
+    def __init__(self, path: str | None, grace: float, stream=None):
         self.path = path
         self.grace = grace
         # kept open for the life of the process: faulthandler writes to its descriptor when it fires
-        self._file = open(path, "w+b", buffering=0) if path else sys.stderr
+        self._file = open(path, "w+b", buffering=0) if path else (stream or sys.stderr)
 
     @staticmethod
     def grace_for(timeout: float) -> float:

@@ -776,7 +776,7 @@ def session_evidence(s: Session, name: str, registry, claims: list[str] | None) 
                                 message=f"{s.stopped} (while this test was running)"))
     not_run: dict[str, None] = {}
     for test, entry in s.tests.items():
-        if test not in s.finished:
+        if test not in s.finished and test not in s.running:  # a running test has its own item above
             for cid in entry.get("claims", ()):
                 not_run.setdefault(cid)
     message = f"run stopped after {s.done} of {s.total} tests: {s.stopped}"

@@ -74,8 +74,9 @@ from attnclaims.evidence import KINDS, ROLES, Evidence
 from attnclaims.guard import CheckFailure, GuardedImplementation, NotApplicable, call_timeout_arg
 
 EVENTS_ENV = "ATTNCLAIMS_EVENTS"
-#: The results file is rewritten at most this often while the run goes (seconds).
-RESULTS_EVERY_S = 2.0
+#: While the run goes, the results file is rewritten after a test when this many seconds have passed
+#: since the last time, and at least 20 times as long as writing it took (at most 5% of the run).
+RESULTS_EVERY_S = 0.5
 _KILL_SKIP = "not run: every claim of this test was already detected (attnclaims mutants, first-detection mode)"
 
 
@@ -112,6 +113,7 @@ class _Session:
     stopped: str = ""
     exitstatus: int | None = None
     results_written: float = 0.0
+    results_cost: float = 0.0
     # kill-matrix mode
     kill: bool = False
     kill_claims: set | None = None
@@ -212,6 +214,16 @@ def _watchdog_path(config) -> str | None:
     return path
 
 
+def _real_stderr(config):
+    """The terminal's stderr, not pytest's capture of it (whose file is lost when the watchdog exits)."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+    saved = getattr(getattr(getattr(capman, "_global_capturing", None), "err", None), "targetfd_save", None)
+    try:
+        return os.fdopen(os.dup(saved if isinstance(saved, int) else 2), "wb", buffering=0)
+    except OSError:
+        return None
+
+
 def _guard(config) -> GuardedImplementation:
     """The guarded implementation of this session, resolved once; a bad ``--attn-impl`` is a
     :class:`pytest.UsageError` with one line (also when it raised SystemExit or anything else)."""
@@ -237,7 +249,8 @@ def _guard(config) -> GuardedImplementation:
         _emit(config, "implementation-error", spec=spec, message=state.guard_error)
         raise pytest.UsageError(state.guard_error)
     if timeout:
-        guard.watchdog = Watchdog(_watchdog_path(config), grace=Watchdog.grace_for(timeout))
+        path = _watchdog_path(config)
+        guard.watchdog = Watchdog(path, grace=Watchdog.grace_for(timeout), stream=None if path else _real_stderr(config))
     state.guard = guard
     _emit(config, "implementation", **implementation_info(guard))
     return guard
@@ -629,7 +642,7 @@ class _Reporter:
               claims=entry["claims"] if entry else [], evidence=evidence, message=message,
               kill_skipped=bool(entry and entry.get("kill_skipped")), seconds=round(report.duration, 4))
         state.evidence.extend(json.dumps(e, default=_jsonable) for e in evidence)
-        if time.monotonic() - state.results_written >= RESULTS_EVERY_S:
+        if time.monotonic() - state.results_written >= max(RESULTS_EVERY_S, 20 * state.results_cost):
             _write_results(self.config, complete=False)
 
     def pytest_keyboard_interrupt(self, excinfo):
@@ -703,6 +716,7 @@ def _write_results(config, complete: bool) -> dict | None:
     tmp = Path(f"{path}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+    state.results_cost = time.monotonic() - state.results_written
     return info
 
 

@@ -18,14 +18,26 @@ ReturnsList        returns a nested Python list                          returne
 MutatesInput       adds 1 to q (or k, v) in place; the result is right   modified its input
 Nondeterministic   adds +1e-9 and -1e-9 on alternate calls               different outputs for one input
 Hangs              sleeps for an hour                                    did not return within
+RaisingProperty    is a property whose lookup raises ValueError          looking up the capability raised
 =================  ====================================================  ============================
 
 Use them as ``--attn-impl attnclaims.zoo.misbehaving:Hangs`` (the class is the
 factory); :data:`MISBEHAVING` lists them all.
+
+:data:`PROCESS_LEVEL` lists the ones that misbehave towards the *process* rather than the call, each
+with what a run must do about it (``outcome``): finish with every check passing although a thread
+that is not a daemon never ends (``ThreadInMethod``, ``ThreadInConstructor``); end within a bound
+derived from the per-call limit although the call never releases the GIL, the check failing with
+the call named (``HoldsGIL``); be scored as partial, never as passed, when the call stops the test
+session (``Interrupts``: KeyboardInterrupt) or the process (``ExitsProcess``: ``os._exit(0)``).
+What happens at import time (a thread, ``sys.exit``, ``os.chdir``, a hang) needs a module of its
+own; the meta tests write those into a temporary folder.
 """
 from __future__ import annotations
 
 import itertools
+import os
+import threading
 import time
 
 import numpy as np
@@ -33,7 +45,8 @@ import numpy as np
 from attnclaims.reference.impl import Reference
 
 __all__ = ["Raises", "WrongShape", "WrongDtype", "ReturnsNaN", "ReturnsList", "MutatesInput",
-           "Nondeterministic", "Hangs", "MISBEHAVING"]
+           "Nondeterministic", "Hangs", "RaisingProperty", "MISBEHAVING", "ThreadInMethod", "ThreadInConstructor",
+           "HoldsGIL", "Interrupts", "ExitsProcess", "PROCESS_LEVEL"]
 
 
 class _Misbehaving(Reference):
@@ -146,8 +159,87 @@ class Hangs(_Misbehaving):
         return compute()
 
 
+class RaisingProperty(_Misbehaving):
+    """``attention`` is a property whose lookup raises (anything but AttributeError): the capability is
+    declared, its checks fail with the lookup's error, and every other result is still written."""
+
+    name = "misbehaving-raising-property"
+    expected = "looking up the capability raised ValueError: deliberate failure"
+
+    @property
+    def attention(self):
+        raise ValueError("deliberate failure (attnclaims/zoo/misbehaving.py: RaisingProperty)")
+
+
 #: class name -> class, in the order of the table above
 MISBEHAVING: dict[str, type[_Misbehaving]] = {
     cls.__name__: cls for cls in (Raises, WrongShape, WrongDtype, ReturnsNaN, ReturnsList, MutatesInput,
-                                  Nondeterministic, Hangs)
+                                  Nondeterministic, Hangs, RaisingProperty)
+}
+
+
+def _sleeper() -> threading.Thread:
+    """A thread that is not a daemon and sleeps for ~11 days: interpreter shutdown would wait for it."""
+    thread = threading.Thread(target=time.sleep, args=(1e6,), name="misbehaving-sleeper", daemon=False)
+    thread.start()
+    return thread
+
+
+class ThreadInMethod(_Misbehaving):
+    """``attention`` returns the right result and starts a thread that is not a daemon and never ends."""
+
+    name = "misbehaving-thread-in-method"
+    outcome = "every check passes and the run ends"
+
+    def _misbehave(self, compute, q, k, v):
+        _sleeper()
+        return compute()
+
+
+class ThreadInConstructor(_Misbehaving):
+    """The constructor starts a thread that is not a daemon and never ends; every method is correct."""
+
+    name = "misbehaving-thread-in-constructor"
+    outcome = "every check passes and the run ends"
+
+    def __init__(self):
+        self._thread = _sleeper()
+
+
+class HoldsGIL(_Misbehaving):
+    """``attention`` never returns and never releases the GIL (a C-level loop, as a C/C++/Rust extension
+    that does not release it would): the thread-based time limit cannot see it, the watchdog must."""
+
+    name = "misbehaving-holds-gil"
+    outcome = "the run ends within the call limit plus the watchdog's grace; the check fails naming the call"
+    expected = "never released the interpreter (GIL)"
+
+    def _misbehave(self, compute, q, k, v):
+        sum(itertools.repeat(1))  # a loop inside sum(): no bytecode boundary, the GIL is never released
+        return compute()
+
+
+class Interrupts(_Misbehaving):
+    """``attention`` raises KeyboardInterrupt, which makes pytest stop the whole session."""
+
+    name = "misbehaving-interrupts"
+    outcome = "the run is partial: claims with tests that did not run are errors, never passes"
+
+    def _misbehave(self, compute, q, k, v):
+        raise KeyboardInterrupt("deliberate interrupt (attnclaims/zoo/misbehaving.py: Interrupts)")
+
+
+class ExitsProcess(_Misbehaving):
+    """``attention`` ends its process with status 0 (``os._exit(0)``): no exception, no pytest summary."""
+
+    name = "misbehaving-exits-process"
+    outcome = "the run is partial: claims with tests that did not run are errors, never passes"
+
+    def _misbehave(self, compute, q, k, v):
+        os._exit(0)
+
+
+#: class name -> class: misbehaviour towards the process (see the module's docstring)
+PROCESS_LEVEL: dict[str, type[_Misbehaving]] = {
+    cls.__name__: cls for cls in (ThreadInMethod, ThreadInConstructor, HoldsGIL, Interrupts, ExitsProcess)
 }
