@@ -219,6 +219,14 @@ def test_a_broken_registry_is_one_line_and_exit_2(capsys, monkeypatch):
     (["check", "--profile", "fast"], "invalid choice: 'fast'"),
     (["check", "-n", "-1"], "number of workers"),
     (["check", "-n", "two"], "invalid int value"),
+    (["check", "-n", str(cli.WORKERS_PER_CPU * cli.usable_cpus() + 1)], "per usable CPU"),  # -n 999 on a small machine
+    (["check", "--timeout", "-5"], "expected a finite number of seconds > 0"),
+    (["check", "--timeout", "nan"], "expected a finite number of seconds > 0"),
+    (["check", "--timeout", "inf"], "expected a finite number of seconds > 0"),
+    (["check", "--timeout", "0"], "expected a finite number of seconds > 0"),
+    (["check", "--call-timeout", "-1"], "expected a finite number of seconds > 0"),
+    (["check", "--call-timeout", "nan"], "expected a finite number of seconds > 0"),
+    (["check", "--call-timeout", "inf"], "expected a finite number of seconds > 0"),
     (["report", "--format", "pdf"], "unknown format 'pdf'"),
     (["check", "--bogus"], "unrecognized arguments: --bogus"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
@@ -269,6 +277,15 @@ def test_version(capsys):
         cli.main(["--version"])
     assert exc.value.code == 0
     assert capsys.readouterr().out.startswith("attnclaims ")
+
+
+def test_python_dash_m_attnclaims_is_the_command_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "attnclaims", "check", "-n", "x"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert_one_line_error(proc, "invalid int value: 'x'")
+    proc = subprocess.run([sys.executable, "-m", "attnclaims", "list"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == len(REGISTRY) + 1
 
 
 # -- end to end ---------------------------------------------------------------------------------

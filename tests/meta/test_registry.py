@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from attnclaims.registry import METHODS, VERDICTS, RegistryError, load_registry, parse_registry
+from attnclaims.registry import METHODS, REGISTRY_ENV, VERDICTS, RegistryError, load_registry, parse_registry
 from attnclaims.spec import ARTICLE_PATH, CLAIMS_PATH
 
 # The catalogue: every claim id in article order, with the verdict
@@ -280,3 +280,40 @@ def test_load_registry_on_a_missing_file(tmp_path):
         load_registry(missing)
     msg = str(info.value)
     assert "\n" not in msg and str(missing) in msg, msg
+
+
+def test_a_registry_that_is_not_utf8_is_one_line_naming_the_file(tmp_path):
+    bad = tmp_path / "claims.toml"
+    bad.write_bytes(_toml(_claim("a")).encode("utf-8").replace(b"claim a", b"claim caf\xe9"))
+    with pytest.raises(RegistryError) as info:
+        load_registry(bad)
+    msg = str(info.value)
+    assert "\n" not in msg and msg.startswith(f"{bad}: not UTF-8 text (byte 0xe9 at line "), msg
+
+
+def test_the_registry_environment_variable_points_the_loader_at_another_file(tmp_path, monkeypatch):
+    other = tmp_path / "mine.toml"
+    other.write_text(_toml(_claim("a"), _claim("b", depends_on=["a"])), encoding="utf-8")
+    monkeypatch.setenv(REGISTRY_ENV, str(other))
+    assert load_registry().order() == ["a", "b"]
+    other.write_text(_toml(_claim("c")), encoding="utf-8")  # a changed file is read again
+    assert load_registry().order() == ["c"]
+    monkeypatch.delenv(REGISTRY_ENV)
+    assert load_registry().order() == list(CATALOGUE)
+
+
+def test_a_non_utf8_registry_is_one_line_on_the_command_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    bad = tmp_path / "claims.toml"
+    bad.write_bytes(b'[[claims]]\nid = "caf\xe9"\n')
+    env = {**os.environ, REGISTRY_ENV: str(bad)}
+    for argv in (["list"], ["check", "--claim", "softmax-distribution"]):
+        proc = subprocess.run([sys.executable, "-m", "attnclaims", *argv], capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=120)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stderr.strip().splitlines() == [
+            f"attnclaims: the claim registry is broken: {bad}: not UTF-8 text (byte 0xe9 at line 2, offset 20); "
+            "the registry must be UTF-8"]
