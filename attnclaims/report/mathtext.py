@@ -148,6 +148,7 @@ _MACROS = {
     "mid": "|", "land": "∧", "forall": "∀", "exists": "∃", "subset": "⊂", "cup": "∪", "cap": "∩",
 }
 _BB = {"R": "ℝ", "N": "ℕ", "Z": "ℤ", "E": "𝔼", "C": "ℂ", "Q": "ℚ"}
+_SUB = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 _SUP = str.maketrans("0123456789+-−()nᵀ", "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁻⁽⁾ⁿᵀ")
 
 
@@ -218,6 +219,8 @@ def tex_to_plain(tex: str) -> str:
                     out.append(inner.translate(_SUP))
                 else:
                     out.append("^" + (inner if len(inner) == 1 else f"({inner})"))
+            elif inner.isdigit():
+                out.append(inner.translate(_SUB))
             else:
                 out.append("_" + (inner if _simple(inner) or len(inner) == 1 else f"({inner})"))
         elif ch in "{}":
@@ -233,7 +236,7 @@ def tex_to_plain(tex: str) -> str:
 
 def to_plain(text: str) -> str:
     """``text`` with every ``$…$`` span as readable Unicode (terminal, HTML attributes, titles)."""
-    return "".join(s if kind == "text" else tex_to_plain(s) for kind, s in segments(text))
+    return "".join(s if kind == "text" else tex_to_plain(s).replace("-", "−") for kind, s in segments(text))
 
 
 __all__ = ["segments", "has_math", "sanitize_mathml", "tex_to_mathml", "to_html", "to_markdown", "to_plain",

@@ -145,11 +145,22 @@ def test_every_claim_cites_something(registry):
     assert not uncited
 
 
-def test_formulas_are_plain_unicode(registry):
+def test_formulas_are_written_in_the_math_markup(registry):
+    """Formulas are ``$…$`` spans (a TeX subset, rendered as MathML and GitHub math); outside them the
+    text is plain (no stray TeX), and every span converts to MathML (not the escaped-TeX fallback)."""
+    from attnclaims.report.mathtext import segments, tex_to_mathml
+
     for claim in registry:
-        for name in ("statement", "precise", "qualification"):
-            text = getattr(claim, name)
-            assert "\\" not in text and "$" not in text, f"{claim.id}: field {name!r} has LaTeX markup"
+        texts = {name: getattr(claim, name) for name in ("title", "statement", "precise", "qualification", "notes")}
+        texts.update({f"assumptions[{i}]": a for i, a in enumerate(claim.assumptions)})
+        texts.update({f"{k}_zh": v for k, v in claim.zh.items() if isinstance(v, str)})
+        for name, text in texts.items():
+            for kind, part in segments(text):
+                if kind == "text":
+                    assert "\\" not in part, f"{claim.id}: field {name!r} has TeX outside $…$: {part[:80]!r}"
+                else:  # converted (not the <code> fallback), and no macro left unknown (\\foo shown as text)
+                    mathml = tex_to_mathml(part)
+                    assert mathml.startswith("<math") and "\\" not in mathml, f"{claim.id}: {name!r}: ${part}$"
 
 
 def test_dependencies_are_acyclic(registry):
