@@ -29,14 +29,28 @@ MODULES = (
 )
 
 
+#: Modules whose derivations extend an existing claim to a component the article predates (their
+#: ``CLAIM`` is that claim's id, their name the extension's): grouped-query attention
+#: (multihead-structure) and rotary position embeddings (positional-encoding).
+EXTENSION_MODULES = (
+    "gqa",
+    "rope",
+)
+
+
 def modules():
     """The proof modules, imported (sympy is loaded on first use)."""
     return [importlib.import_module(f"{__name__}.{m}") for m in MODULES]
 
 
+def extension_modules():
+    """The extension modules (:data:`EXTENSION_MODULES`), imported."""
+    return [importlib.import_module(f"{__name__}.{m}") for m in EXTENSION_MODULES]
+
+
 def all_derivations() -> list[Derivation]:
-    """Every derivation of every proof module, in module order."""
-    return [d for mod in modules() for d in mod.derivations()]
+    """Every derivation of every proof module, in module order, then those of the extension modules."""
+    return [d for mod in modules() + extension_modules() for d in mod.derivations()]
 
 
 def claims() -> list[str]:
@@ -50,7 +64,8 @@ def derivations_for(claim_id: str) -> list[Derivation]:
     if name in MODULES:
         mod = importlib.import_module(f"{__name__}.{name}")
         if mod.CLAIM == claim_id:
-            return list(mod.derivations())
+            return list(mod.derivations()) + [d for ext in extension_modules() if ext.CLAIM == claim_id
+                                              for d in ext.derivations()]
     raise KeyError(f"no derivation for claim {claim_id!r}; claims with derivations: {claims()}")
 
 
@@ -61,7 +76,9 @@ __all__ = [
     "Step",
     "StepResult",
     "MODULES",
+    "EXTENSION_MODULES",
     "modules",
+    "extension_modules",
     "all_derivations",
     "claims",
     "derivations_for",

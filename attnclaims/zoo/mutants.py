@@ -34,6 +34,7 @@ from attnclaims.reference.layers import layer_norm as reference_layer_norm
 from attnclaims.reference.masks import causal_mask, combine_masks
 from attnclaims.reference.multihead import merge_heads, split_heads
 from attnclaims.reference.positional import sinusoidal_encoding
+from attnclaims.zoo.modern_composed import ModernComposition
 
 __all__ = ["Mutant", "MUTANTS", "Composed", "composed"]
 
@@ -42,8 +43,11 @@ __all__ = ["Mutant", "MUTANTS", "Composed", "composed"]
 # The correct base: the reference, composed through self
 # ---------------------------------------------------------------------------------------------
 
-class Composed(Reference):
+class Composed(ModernComposition, Reference):
     """The reference's mathematics, every capability built from the lower ones of ``self``.
+
+    The modern components (RMSNorm, gated FFNs, RoPE, causal alignment, decoder-only blocks, KV-cache
+    decoding) come composed the same way from :class:`~attnclaims.zoo.modern_composed.ModernComposition`.
 
     It is itself a correct implementation (the zoo test checks that it passes every
     implementation test), so whatever a mutant fails is due to its one change.
@@ -104,12 +108,18 @@ class Composed(Reference):
     def _merge(self, heads) -> np.ndarray:
         return merge_heads(heads)  # (..., h, n, d_k) -> (..., n, d_model)
 
+    def _repeat_kv(self, x, group_size: int) -> np.ndarray:
+        """Grouped-query attention: each K/V head repeated for its group of consecutive query heads,
+        (..., h_kv, n, d_k) -> (..., h_kv·r, n, d_k) (repeat_interleave; identity for r = 1)."""
+        return x if group_size == 1 else np.repeat(x, group_size, axis=-3)
+
     def _qkv(self, x_q, x_kv, p):
-        """Per-head Q, K, V: (..., h, n_q, d_k), (..., h, n_k, d_k), (..., h, n_k, d_k)."""
+        """Per-head Q, K, V: (..., h, n_q, d_k), (..., h, n_k, d_k), (..., h, n_k, d_k); K and V are formed in
+        the num_kv_heads K/V heads and repeated for their groups (grouped-query attention)."""
         q = self._split(self._project(x_q, p.w_q, p.b_q), p.num_heads)
-        k = self._split(self._project(x_kv, p.w_k, p.b_k), p.num_heads)
-        v = self._split(self._project(x_kv, p.w_v, p.b_v), p.num_heads)
-        return q, k, v
+        k = self._split(self._project(x_kv, p.w_k, p.b_k), p.num_kv_heads)
+        v = self._split(self._project(x_kv, p.w_v, p.b_v), p.num_kv_heads)
+        return q, self._repeat_kv(k, p.group_size), self._repeat_kv(v, p.group_size)
 
     def _head_mask(self, mask, x_q, x_kv):
         """(..., n_q, n_k) mask -> (..., 1, n_q, n_k): one mask shared by every head."""
@@ -777,3 +787,14 @@ class _BatchUsesFirstValues(Composed):
 class _ValuesFromKeys(Composed):
     def attention(self, q, k, v, mask=None, scale=None):
         return super().attention(q, k, k, mask=mask, scale=scale)
+
+
+# The modern components' mutants register themselves into MUTANTS (and as attributes of this module).
+from attnclaims.zoo import modern_mutants  # noqa: E402,F401  (imported for its registrations)
+
+
+# ---------------------------------------------------------------------------------------------
+# Backward passes: the mutants of attnclaims/zoo/backward_mutants.py register here when it is imported
+# ---------------------------------------------------------------------------------------------
+
+from attnclaims.zoo import backward_mutants  # noqa: E402,F401  (registers the backward mutants in MUTANTS)

@@ -1,0 +1,180 @@
+"""The modern components composed through ``self``, for the mutant zoo's correct base.
+
+:class:`ModernComposition` is a mixin of :class:`attnclaims.zoo.mutants.Composed`: RMSNorm, gated FFNs,
+rotary embeddings, causal attention with an alignment and a window, decoder-only blocks and KV-cache
+decoding, each built from small methods of the same object (the block calls ``self.rms_norm`` or
+``self.layer_norm``, ``self.rotary_embedding``, ``self.attention``, ``self.gated_feed_forward`` …), so
+that a bug planted in one of them (:mod:`attnclaims.zoo.modern_mutants`) travels up the way it would in
+a real code base. It uses the host's ``_project``, ``_split``, ``_merge``, ``_repeat_kv`` and
+``_output`` (multi-head plumbing) and ``attention``/``layer_norm``/``feed_forward``.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import erf
+
+__all__ = ["ModernComposition"]
+
+
+class ModernComposition:
+    """Mixin: the modern capabilities of the protocol, composed through ``self``."""
+
+    #: every declared variant is supported (grouped-query attention is opt-in in the protocol)
+    variants = {"grouped_query": True}
+
+    # -- RMSNorm ---------------------------------------------------------------------------------
+    def _mean_square(self, x) -> np.ndarray:
+        return np.mean(x * x, axis=-1, keepdims=True)  # (..., 1)
+
+    def _rms_denominator(self, x, eps) -> np.ndarray:
+        """√(mean(x²) + ε), ε inside the root (Zhang & Sennrich 2019, eq. 4)."""
+        return np.sqrt(self._mean_square(x) + eps)
+
+    def rms_norm(self, x, gamma, eps):
+        x = np.asarray(x, dtype=np.float64)
+        return np.asarray(gamma, dtype=np.float64) * (x / self._rms_denominator(x, eps))
+
+    # -- gated FFN -------------------------------------------------------------------------------
+    def _gate(self, a, activation: str) -> np.ndarray:
+        """SiLU a/(1 + e^(−a)) or exact GELU a(1 + erf(a/√2))/2."""
+        if activation == "silu":
+            with np.errstate(over="ignore"):
+                return a / (1.0 + np.exp(-a))
+        return 0.5 * a * (1.0 + erf(a / np.sqrt(2.0)))
+
+    def _gated_hidden(self, x, p) -> np.ndarray:
+        return self._gate(x @ p.w_gate + p.b_gate, p.activation) * (x @ p.w_up + p.b_up)  # (..., n, d_ff)
+
+    def gated_feed_forward(self, x, params):
+        x = np.asarray(x, dtype=np.float64)
+        return self._gated_hidden(x, params) @ params.w_down + params.b_down
+
+    # -- rotary embeddings -----------------------------------------------------------------------
+    def _rope_pairs(self, d: int, layout: str):
+        i = np.arange(d // 2)
+        return (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + d // 2)
+
+    def _rope_frequencies(self, d: int, base: float) -> np.ndarray:
+        return 1.0 / base ** (np.arange(0, d, 2, dtype=np.float64) / d)  # (d/2,)
+
+    def _rope_angles(self, positions, d: int, base: float) -> np.ndarray:
+        return np.asarray(positions, dtype=np.float64)[:, None] * self._rope_frequencies(d, base)[None, :]
+
+    def rotary_embedding(self, x, positions, base=10000.0, layout="interleaved"):
+        x = np.asarray(x, dtype=np.float64)
+        theta = self._rope_angles(positions, x.shape[-1], float(base))  # (n, d/2)
+        a, b = self._rope_pairs(x.shape[-1], layout)
+        out = x.copy()
+        out[..., a] = x[..., a] * np.cos(theta) - x[..., b] * np.sin(theta)
+        out[..., b] = x[..., a] * np.sin(theta) + x[..., b] * np.cos(theta)
+        return out
+
+    # -- causal attention ------------------------------------------------------------------------
+    def _causal_offset(self, n_q: int, n_k: int, alignment: str) -> int:
+        """Position of query 0 among the keys: 0 (top-left) or n_k − n_q (bottom-right)."""
+        return 0 if alignment == "top-left" else n_k - n_q
+
+    def _window_keeps(self, offset_from_query, window) -> np.ndarray:
+        """Keys at p − j < w (p the query's position, j the key's) are inside a window of w."""
+        return np.ones(offset_from_query.shape, dtype=bool) if window is None else offset_from_query < window
+
+    def _causal_mask(self, n_q: int, n_k: int, alignment: str, window=None) -> np.ndarray:
+        p = np.arange(n_q)[:, None] + self._causal_offset(n_q, n_k, alignment)  # (n_q, 1) query positions
+        j = np.arange(n_k)[None, :]
+        return (j <= p) & self._window_keeps(p - j, window)  # (n_q, n_k)
+
+    def causal_attention(self, q, k, v, alignment="top-left", window=None, scale=None):
+        mask = self._causal_mask(np.shape(q)[-2], np.shape(k)[-2], alignment, window)
+        return self.attention(q, k, v, mask=mask, scale=scale)
+
+    # -- decoder-only blocks ---------------------------------------------------------------------
+    def _norm(self, x, norm, eps):
+        if hasattr(norm, "beta"):
+            return self.layer_norm(x, norm.gamma, norm.beta, eps)
+        return self.rms_norm(x, norm.gamma, eps)
+
+    def _ffn(self, x, ffn):
+        return self.gated_feed_forward(x, ffn) if hasattr(ffn, "w_gate") else self.feed_forward(x, ffn)
+
+    def _rope_heads(self, x, positions, rope):
+        return x if rope is None else self.rotary_embedding(x, positions, rope.base, rope.layout)
+
+    def _block_keys_values(self, h, p, positions):
+        """K (rotated) and V of h in the K/V heads: (..., h_kv, n, d_k) each."""
+        a = p.self_attn
+        k = self._rope_heads(self._split(self._project(h, a.w_k, a.b_k), a.num_kv_heads), positions, p.rope)
+        v = self._split(self._project(h, a.w_v, a.b_v), a.num_kv_heads)
+        return k, v
+
+    def _block_attend(self, h, k, v, p, positions, mask):
+        """Queries of h at ``positions`` against keys/values k, v (K/V heads), the mask shared by the heads."""
+        a = p.self_attn
+        q = self._rope_heads(self._split(self._project(h, a.w_q, a.b_q), a.num_heads), positions, p.rope)
+        k, v = self._repeat_kv(k, a.group_size), self._repeat_kv(v, a.group_size)
+        heads = self.attention(q, k, v, mask=None if mask is None else np.asarray(mask)[..., None, :, :])
+        return self._output(self._merge(heads), a)
+
+    def _block_sublayer(self, x, f, norm, eps, norm_first: bool):
+        if norm_first:
+            return x + f(self._norm(x, norm, eps))
+        return self._norm(x + f(x), norm, eps)
+
+    def _block_mask(self, n: int, mask):
+        causal = self._causal_mask(n, n, "top-left")
+        return causal if mask is None else causal & np.asarray(mask, dtype=bool)
+
+    def decoder_block(self, x, params, mask=None):
+        p = params
+        x = np.asarray(x, dtype=np.float64)
+        n = x.shape[-2]
+        positions = np.arange(n)
+        own = self._block_mask(n, mask)
+
+        def attn(h):
+            k, v = self._block_keys_values(h, p, positions)
+            return self._block_attend(h, k, v, p, positions, own)
+
+        x = self._block_sublayer(x, attn, p.norm1, p.eps, p.norm_first)
+        return self._block_sublayer(x, lambda h: self._ffn(h, p.ffn), p.norm2, p.eps, p.norm_first)
+
+    # -- KV-cache decoding -------------------------------------------------------------------------
+    def _cache_append(self, cache, k, v):
+        """The cache (a dict of arrays, or None when empty) with this step's K and V appended on the
+        position axis; the cache passed in is not modified."""
+        if cache is None:
+            return {"k": k, "v": v}
+        return {"k": np.concatenate([cache["k"], k], axis=-2), "v": np.concatenate([cache["v"], v], axis=-2)}
+
+    def _step_positions(self, position: int, n_t: int) -> np.ndarray:
+        return np.arange(position, position + n_t)
+
+    def _step_mask(self, n_t: int, n_k: int) -> np.ndarray:
+        """The new queries are the last n_t of the n_k positions: bottom-right causal."""
+        return self._causal_mask(n_t, n_k, "bottom-right")
+
+    def decoder_block_step(self, x_t, cache, params, position):
+        """(y_t, cache): the block on the new positions position … position + n_t − 1 against the cache."""
+        p = params
+        x_t = np.asarray(x_t, dtype=np.float64)
+        positions = self._step_positions(position, x_t.shape[-2])
+        new_cache = {}
+
+        def attn(h):
+            k, v = self._block_keys_values(h, p, positions)
+            new_cache.update(self._cache_append(cache, k, v))
+            mask = self._step_mask(h.shape[-2], new_cache["k"].shape[-2])
+            return self._block_attend(h, new_cache["k"], new_cache["v"], p, positions, mask)
+
+        x = self._block_sublayer(x_t, attn, p.norm1, p.eps, p.norm_first)
+        return self._block_sublayer(x, lambda h: self._ffn(h, p.ffn), p.norm2, p.eps, p.norm_first), new_cache
+
+    def decoder_block_decode(self, x, params, prompt_length, chunk=1):
+        x = np.asarray(x, dtype=np.float64)
+        n = x.shape[-2]
+        starts = ([0] if prompt_length == 0 else [0, prompt_length]) + list(range(prompt_length + chunk, n, chunk))
+        starts = [s for s in starts if s < n] + [n]
+        cache, outputs = None, []
+        for start, stop in zip(starts[:-1], starts[1:]):
+            y, cache = self.decoder_block_step(x[..., start:stop, :], cache, params, start)
+            outputs.append(y)
+        return np.concatenate(outputs, axis=-2)
