@@ -576,7 +576,9 @@ class HFLlama(_HFBase):
     """
 
     name = "hf-llama"
-    variants = {"cross_attention": False, "grouped_query": True, "rope_layout": ("half",),
+    #: head_dim "even": LlamaConfig's validate_rope rejects odd rotary dimensions (5, 7, ...), and
+    #: LlamaAttention cannot be built without a LlamaConfig
+    variants = {"cross_attention": False, "grouped_query": True, "head_dim": "even", "rope_layout": ("half",),
                 "block_norm": ("rms",), "block_ffn": ("silu", "gelu"), "block_rope": (True,),
                 "block_norm_first": (True,)}
     responsible = {
@@ -597,12 +599,15 @@ class HFLlama(_HFBase):
         "causal alignment": "both, by masking_utils' q_offset (top-left 0, bottom-right n_k - n_q)",
     }
 
-    def _config(self, d_model, num_heads, num_kv_heads=None, d_ff=1, eps=1e-6, act="silu", base=10000.0):
+    def _config(self, d_model, num_heads, num_kv_heads=None, d_ff=1, eps=1e-6, act="silu", base=10000.0,
+                head_dim=None):
+        """A LlamaConfig of these sizes; ``head_dim`` (default d_model / num_heads) is what attention
+        and rotary embeddings use — the MLP and RMSNorm ignore it, so they pass an even one."""
         from transformers import LlamaConfig
 
         c = LlamaConfig(hidden_size=d_model, num_attention_heads=num_heads,
                         num_key_value_heads=num_heads if num_kv_heads is None else num_kv_heads,
-                        head_dim=d_model // num_heads, intermediate_size=d_ff, hidden_act=act, rms_norm_eps=eps,
+                        head_dim=d_model // num_heads if head_dim is None else head_dim, intermediate_size=d_ff, hidden_act=act, rms_norm_eps=eps,
                         attention_bias=True, mlp_bias=True, attention_dropout=0.0, vocab_size=4,
                         bos_token_id=None, eos_token_id=None, pad_token_id=None,
                         rope_parameters={"rope_type": "default", "rope_theta": float(base)})
@@ -687,7 +692,7 @@ class HFLlama(_HFBase):
         from transformers.models.llama import modeling_llama as ml
 
         p = params
-        c = self._config(p.d_model, 1, d_ff=p.d_ff, act=p.activation)
+        c = self._config(p.d_model, 1, d_ff=p.d_ff, act=p.activation, head_dim=2)
         mlp = self._module(ml.LlamaMLP, self._mlp_state(p), c)
         with self._torch.no_grad():
             return _numpy(mlp(self._t(x)))
