@@ -116,6 +116,15 @@ def _mathml_printer():
                 el.appendChild(c)
             return el
 
+        def _print_Function(self, e):
+            # an undefined function keeps its name as written (sympy lowercases it: E(x) -> e(x))
+            if isinstance(type(e), sp.core.function.UndefinedFunction):
+                name = self._el("mi", e.func.__name__)
+                if len(e.func.__name__) > 1:
+                    name.setAttribute("mathvariant", "normal")
+                return self._el("mrow", None, name, self._paren_comma_separated(*e.args))
+            return super()._print_Function(e)
+
         def _print_Exp1(self, e):
             return self._el("mi", "e")
 

@@ -124,10 +124,34 @@ def sanitize_svg(text: str, prefix: str) -> str | None:
         if el.attrib.get("id", "").startswith(prefix) and el.attrib["id"] not in referenced:
             del el.attrib["id"]
     _flatten(root)
+    _style_classes(root, prefix)
     root.attrib["id"] = f"{prefix}root"
     ET.register_namespace("", SVG_NS)
     ET.register_namespace("xlink", XLINK_NS)
     return ET.tostring(root, encoding="unicode")
+
+
+_CSS_VALUE = re.compile(r"^[A-Za-z0-9#.,:;%()' _-]*$")
+
+
+def _style_classes(root: ET.Element, prefix: str) -> None:
+    """Minify: each ``style`` attribute (matplotlib repeats a few dozen of them thousands of times)
+    becomes a class with one rule scoped to this figure. A value with any character outside a plain
+    CSS declaration list (braces, quotes other than ', backslashes, @, <) stays inline."""
+    classes: dict[str, str] = {}
+    for el in root.iter():
+        value = el.attrib.get("style")
+        if value is None or _local(el.tag) == "style" or not _CSS_VALUE.match(value) or "/*" in value:
+            continue
+        name = classes.setdefault(value, f"{prefix}s{len(classes)}")
+        del el.attrib["style"]
+        el.attrib["class"] = (el.attrib.get("class", "") + " " + name).strip()
+    if not classes:
+        return
+    rules = "".join(f"#{prefix}root .{name}{{{value}}}" for value, name in classes.items())
+    style = ET.Element(f"{{{SVG_NS}}}style")
+    style.text = rules
+    root.insert(0, style)
 
 
 def _flatten(el: ET.Element) -> None:
@@ -239,6 +263,7 @@ math{font-family:"STIX Two Math","Latin Modern Math","Cambria Math","Noto Sans M
 .mathblock{overflow-x:auto;overflow-y:hidden;max-width:100%;padding:2px 0}
 .mathblock math{display:block;text-align:left;margin:0}
 .mathinline{display:inline-block;max-width:100%;overflow-x:auto;overflow-y:hidden;vertical-align:middle}
+.wide-math{display:inline-block;max-width:100%;overflow-x:auto;overflow-y:hidden;vertical-align:bottom}
 .scroll{overflow-x:auto;-webkit-overflow-scrolling:touch;margin:8px 0;border:1px solid var(--line);border-radius:6px;
 max-width:100%}
 table{border-collapse:collapse;width:100%;font-size:.92em}

@@ -20,7 +20,7 @@ from typing import Iterable, Mapping, Sequence
 from attnclaims.proofs.render import folded, instances_label
 from attnclaims.report import i18n
 from attnclaims.report.common import (
-    MAX_TABLE_ROWS, OUTCOME_MARK, STEP_MARK, by_severity, columns, compact_json, failure_lines, first_line,
+    OUTCOME_MARK, STEP_MARK, by_severity, columns, compact_json, failure_lines, first_line,
     fmt_number, fmt_seconds, is_problem, passing_summary, repro_text, scalar_data, section_label, summary_counts,
     table_of,
 )
@@ -30,6 +30,10 @@ from attnclaims.report.model import conventions_by_implementation
 #: a derivation step whose LaTeX is longer than this is shown as one line of text (its MathML is in
 #: index.html); keeps report.md small and readable
 MAX_LATEX = 600
+#: lemma formulas longer than this are left to index.html and report.json (the step shows the same terms)
+MAX_LEMMA_LATEX = 160
+#: measurement tables show at most this many rows in report.md (all of them in index.html's limit and the JSON)
+MAX_MD_TABLE_ROWS = 12
 _MD_PUNCT = re.compile(r"([\\`*\[\]#!~])")
 _LONE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 
@@ -86,7 +90,9 @@ def rich_cell(s: object) -> str:
 
 
 def _tex(latex: str) -> str:
-    """LaTeX that cannot carry HTML into the rendered page (GitHub renders ``$$…$$`` with MathJax)."""
+    """LaTeX that cannot carry HTML into the rendered page (GitHub renders ``$$…$$`` with MathJax);
+    sympy's ``\\left(``/``\\right)`` shortened to plain parentheses (the same formula, fewer bytes)."""
+    latex = latex.replace(r"\left(", "(").replace(r"\right)", ")")
     return latex.replace("<", r"\lt ").replace(">", r"\gt ").replace("&", r"\&").replace("$", r"\$")
 
 
@@ -187,11 +193,26 @@ def render(report: Mapping, lang: str = "en") -> str:
     if report["negative_controls"]:
         out.append(f"## {T('controls')}")
         out.append("")
+        out.append(T("controls_intro"))
+        out.append("")
+        # per claim: how many controls and their outcomes; a control that did not do its job in full
+        # (every control, with its message, is in report.json and index.html)
+        by_claim: dict[str, list] = {}
         for c in report["negative_controls"]:
-            impl = f" ({text(c['implementation'])})" if c["implementation"] else ""
-            msg = f": {text(first_line(c['message']))}" if c["message"] else ""
-            out.append(f"- {OUTCOME_MARK.get(c['outcome'], '?')} [{c['claim']}](#{c['claim']}) · "
-                       f"{code_span(c['name'])}{impl} · {c['outcome']}{msg}")
+            by_claim.setdefault(c["claim"], []).append(c)
+        for cid, items in by_claim.items():
+            counts: dict[str, int] = {}
+            for c in items:
+                counts[c["outcome"]] = counts.get(c["outcome"], 0) + 1
+            marks = ", ".join(f"{OUTCOME_MARK.get(k, '?')} {v} {i18n.word(i18n.OUTCOME_ZH, k, lang)}"
+                              for k, v in counts.items())
+            out.append(f"- [{cid}](#{cid}): {len(items)} · {marks}")
+            for c in items:
+                if c["outcome"] != "passed":
+                    impl = f" ({text(c['implementation'])})" if c["implementation"] else ""
+                    msg = f": {text(first_line(c['message']))}" if c["message"] else ""
+                    out.append(f"  - {OUTCOME_MARK.get(c['outcome'], '?')} {code_span(c['name'])}{impl} · "
+                               f"{c['outcome']}{msg}")
         out.append("")
 
     out.append(f"## {T('claims')}")
@@ -228,10 +249,10 @@ def _step_lines(s: Mapping, lang: str) -> list[str]:
     if s.get("detail") and s["status"] in ("failed", "error"):
         reason += f" \\[{text(s['detail'])}\\]"
     out.append(reason)
-    for lem in s.get("lemmas", ()):
+    for lem in s.get("lemmas", ()):  # a long lemma formula is in index.html and report.json
         lt = lem.get("latex") or ""
-        shown = f"$`{_tex(lt)}`$" if lt and len(lt) <= MAX_LATEX else code_span(lem.get("text", ""))
-        out.append(f"  · {'cited' if lem.get('cited') else 'lemma'}: {shown} ({text(lem.get('why', ''))})")
+        shown = f"$`{_tex(lt)}`$ " if lt and len(lt) <= MAX_LEMMA_LATEX else ""
+        out.append(f"  · {'cited' if lem.get('cited') else 'lemma'}: {shown}({text(lem.get('why', ''))})")
     out.append("")
     return out
 
@@ -247,13 +268,8 @@ def _derivation(d: Mapping, instances: Sequence[Mapping], lang: str) -> list[str
         out += [f"**{text(d['reason'])}**", ""]
     if d.get("statement"):
         out += [text(d["statement"]), ""]
-    meta = []
-    if d.get("assumptions"):
-        meta.append(f"{T('assumptions')}: {text(d['assumptions'])}")
-    if d.get("symbols"):
-        meta.append(f"{T('symbols')}: {text('; '.join(d['symbols']))}")
-    if meta:
-        out += ["*" + " · ".join(meta) + "*", ""]
+    if d.get("assumptions"):  # the symbols' assumptions are in index.html and report.json
+        out += [f"*{T('assumptions')}: {text(d['assumptions'])}*", ""]
     for s in d["steps"]:
         out += _step_lines(s, lang)
     if instances:
@@ -384,10 +400,11 @@ def _claim(c: Mapping, report: Mapping, lang: str = "en") -> list[str]:
         if "table" in special:
             tab = table_of(special["table"])
             if tab:
-                out.append(_table([cell(h) for h in tab[0]], [[cell(v) for v in r] for r in tab[1][:MAX_TABLE_ROWS]]))
-                if len(tab[1]) > MAX_TABLE_ROWS:
+                rows = tab[1][:MAX_MD_TABLE_ROWS]
+                out.append(_table([cell(h) for h in tab[0]], [[cell(v) for v in r] for r in rows]))
+                if len(tab[1]) > len(rows):
                     out.append("")
-                    out.append(text(T("more_rows", n=len(tab[1]) - MAX_TABLE_ROWS)))
+                    out.append(text(T("more_rows", n=len(tab[1]) - len(rows))))
             else:
                 out.append(fenced(compact_json(special["table"], 1500), "json"))
             out.append("")

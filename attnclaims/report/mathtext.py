@@ -116,9 +116,23 @@ def tex_to_mathml(tex: str, display: str = "inline") -> str:
     return clean if clean is not None else f'<code class="tex">{escape(tex)}</code>'
 
 
+#: formulas longer than this (TeX characters) go in a box that scrolls sideways on a narrow screen
+#: (a formula does not break across lines)
+WIDE_TEX = 28
+
+
 def to_html(text: str) -> str:
-    """``text`` as HTML: text segments escaped, ``$…$`` as inline MathML."""
-    return "".join(escape(s, quote=True) if kind == "text" else tex_to_mathml(s) for kind, s in segments(text))
+    """``text`` as HTML: text segments escaped, ``$…$`` as inline MathML (a long one in a
+    ``<span class="wide-math">`` box, which the page's CSS lets scroll on a phone)."""
+    out = []
+    for kind, s in segments(text):
+        if kind == "text":
+            out.append(escape(s, quote=True))
+        elif len(s) > WIDE_TEX:
+            out.append(f'<span class="wide-math">{tex_to_mathml(s)}</span>')
+        else:
+            out.append(tex_to_mathml(s))
+    return "".join(out)
 
 
 def _md_math(tex: str) -> str:
