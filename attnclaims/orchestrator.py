@@ -935,3 +935,30 @@ def collect_tests(claim_id: str | None = None, tests_package: str | None = None,
     if claim_id is not None:
         items = [i for i in items if claim_id in i.get("claims", ())]
     return items
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m attnclaims.orchestrator pytest ARGS...``: one pytest session in a child of this
+    process, in the current folder, with the orchestrator's deadlines (``--timeout S`` first sets
+    an overall one); its output goes to stdout afterwards; the exit status is pytest's (2 when it
+    did not finish its session). For scripts that must not start pytest themselves."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] != "pytest":
+        print("usage: python -m attnclaims.orchestrator pytest [--timeout S] [PYTEST ARGS...]", file=sys.stderr)
+        return 2
+    argv = argv[1:]
+    timeout = None
+    if argv[:1] == ["--timeout"] and len(argv) >= 2:
+        timeout, argv = float(argv[1]), argv[2:]
+    with tempfile.TemporaryDirectory(prefix="attnclaims-pytest-") as tmp:
+        s = run_session(argv, work=Path(tmp), name="pytest", env=child_env(), cwd=Path.cwd(),
+                        limits=Limits(overall=timeout, collection=None))
+        sys.stdout.write(Path(tmp, "pytest.log").read_text(encoding="utf-8", errors="replace"))
+    if s.session is not None and not s.killed:
+        return int(s.session.get("exitstatus", 0))
+    print(f"attnclaims.orchestrator: {s.stopped}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

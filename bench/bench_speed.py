@@ -11,9 +11,10 @@ working folder, and timed with a wall clock around the subprocess:
 
 The CLI's own progress lines ("X: N tests in S s") split each check's time
 into the pytest subprocess and the rest (start-up, verdicts, rendering the
-derivations). Then, to say where the time goes, the same tests run under
-plain ``pytest --durations`` (one process, ci profile) for each
-implementation: the slowest tests, and the time per test module.
+derivations). Then, to say where the time goes, the same tests run in one
+pytest session (one process, ci profile) for each implementation, and the
+event stream gives each test's seconds: the slowest tests, and the time per
+test module.
 
 Targets (2-core machine): reference check < 60 s, each library check < 120 s,
 2 workers ≥ 1.5× faster than 1 for the reference. On a shared machine the
@@ -101,43 +102,31 @@ def cli_runs(quick: bool, impls: list[str]) -> list[dict]:
 
 # --------------------------------------------------------------------------- where the time goes
 
-DURATION = re.compile(r"^\s*(?P<secs>[\d.]+)s (?P<phase>setup|call|teardown)\s+(?P<test>\S.*)$")
-
-
-def parse_durations(text: str) -> list[dict]:
-    rows = []
-    for line in text.splitlines():
-        m = DURATION.match(line)
-        if m:
-            rows.append({"test": m["test"].strip(), "phase": m["phase"], "seconds": float(m["secs"])})
-    return rows
-
-
 def profile(impl: str, quick: bool, top: int = 15) -> dict:
-    """Slowest tests and seconds per module for one implementation (plain pytest --durations=0)."""
+    """Slowest tests and seconds per module for one implementation: one pytest session run by the
+    orchestrator (one process, ci profile), each test's seconds from its event stream."""
+    from attnclaims import orchestrator
+
     with tempfile.TemporaryDirectory(prefix="bench-durations-") as tmp:
-        ini = Path(tmp) / "pytest.ini"
-        ini.write_text("[pytest]\n")
-        cmd = [sys.executable, "-m", "pytest", "--pyargs", "attnclaims.tests", "-m", "claim",
-               "--attn-impl", impl, "--hypothesis-profile", "ci", "-q", "--no-header", "-p", "no:cacheprovider",
-               "-c", str(ini), "--rootdir", tmp, "--import-mode=importlib", "--durations=0", "-vv",
-               "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+        work = Path(tmp)
+        args = orchestrator.base_args(["attnclaims.tests"], work) + [
+            "-m", "claim", "--attn-impl", impl, "--hypothesis-profile", "ci"]
         if quick:
-            cmd += ["--attn-claims", QUICK_CLAIM]
+            args += ["--attn-claims", QUICK_CLAIM]
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=TIMEOUT_S)
+        session = orchestrator.run_session(args, work=work, name=impl, limits=orchestrator.Limits(overall=TIMEOUT_S))
         wall = time.perf_counter() - t0
-    rows = parse_durations(proc.stdout)
+    exit_status = session.session.get("exitstatus") if session.session else session.returncode
     per_test: dict[str, float] = {}
     per_module: dict[str, float] = {}
-    for r in rows:
-        per_test[r["test"]] = per_test.get(r["test"], 0.0) + r["seconds"]
-        module = r["test"].split("::", 1)[0].rsplit("/", 1)[-1]
-        per_module[module] = per_module.get(module, 0.0) + r["seconds"]
+    for test, ev in session.finished.items():
+        per_test[test] = float(ev.get("seconds", 0.0))
+        module = test.split("::", 1)[0].rsplit("/", 1)[-1]
+        per_module[module] = per_module.get(module, 0.0) + per_test[test]
     total = sum(per_test.values())
     slowest = sorted(per_test.items(), key=lambda kv: kv[1], reverse=True)[:top]
     modules = sorted(per_module.items(), key=lambda kv: kv[1], reverse=True)
-    return {"impl": impl, "wall_s": wall, "exit_status": proc.returncode, "tests_s": total,
+    return {"impl": impl, "wall_s": wall, "exit_status": exit_status, "tests_s": total,
             "overhead_s": wall - total,  # interpreter start-up, imports, collection
             "slowest": [{"test": t, "seconds": s, "pct": 100 * s / total if total else 0.0} for t, s in slowest],
             "modules": [{"module": m, "seconds": s, "pct": 100 * s / total if total else 0.0} for m, s in modules]}
@@ -200,7 +189,7 @@ def print_tables(results: dict, summary: dict, console: Console) -> None:
                   f"{checks[(impl, 2)]['cpu_s'] / checks[(impl, 0)]['cpu_s']:.2f}")
     console.print(t)
     for p in results["profiles"]:
-        t = Table(title=f"where the time goes: {p['impl']} (pytest --durations, one process; "
+        t = Table(title=f"where the time goes: {p['impl']} (seconds per test, one process; "
                         f"wall {p['wall_s']:.1f} s, tests {p['tests_s']:.1f} s, start-up+collection "
                         f"{p['overhead_s']:.1f} s)")
         t.add_column("slowest tests")
@@ -225,7 +214,7 @@ def print_tables(results: dict, summary: dict, console: Console) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help=f"one claim ({QUICK_CLAIM}), reference only")
-    ap.add_argument("--skip-profile", action="store_true", help="no pytest --durations runs")
+    ap.add_argument("--skip-profile", action="store_true", help="no per-test profile runs")
     ap.add_argument("--impl", nargs="+", default=None, help="implementations (default: reference torch jax)")
     ap.add_argument("--out", type=Path, default=RESULTS, help=f"JSON output (default {RESULTS})")
     args = ap.parse_args(argv)

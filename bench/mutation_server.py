@@ -3,7 +3,8 @@
 mutmut 2 runs its test command once per mutant, and most of a short pytest run
 is spent importing numpy, hypothesis and pytest (~1.5 s of ~2 s here). This
 server imports them once, then for every request forks a child that runs
-``pytest.main(ARGS)`` and reports its exit status. The project's own modules
+``pytest.main(ARGS)`` (:func:`attnclaims.orchestrator.fork_pytest`, the one place that starts
+pytest) and reports its exit status. The project's own modules
 are *not* imported by the server, so each child imports the file mutmut has
 just mutated, fresh (bytecode caching is off).
 
@@ -97,7 +98,9 @@ def serve(sock_path: str, workdir: str, routes: dict, pytest_args: list[str],
     sys.path.insert(0, workdir)
     import importlib
 
-    import pytest
+    import pytest  # noqa: F401 - imported once here, inherited by every forked child
+
+    from attnclaims.orchestrator import fork_pytest
 
     # The expensive imports, done once: libraries, pytest's plugins, and the project's harness modules
     # that the mutated code does not reach (the pytest plugin and what it imports). Never the reference
@@ -130,18 +133,9 @@ def serve(sock_path: str, workdir: str, routes: dict, pytest_args: list[str],
             # "run": the route's fast profile if it has one; "run-full" (and any other request): PYTEST_ARGS as given
             profile = routes.get("profiles", {}).get(_source(routes)) if request == "run" else None
             args = _with_profile(pytest_args, profile)
-            pid = os.fork()
-            if pid == 0:  # the child: one pytest run, output discarded
-                server.close()
-                conn.close()
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, 1)
-                os.dup2(devnull, 2)
-                try:
-                    code = int(pytest.main(args + tests))
-                except BaseException:
-                    code = 3
-                os._exit(code)
+            # the child: one pytest run, output discarded, forked by the project's orchestrator (its own
+            # session, so it is killed as a group); it inherits the sockets but leaves with os._exit
+            pid = fork_pytest(args + tests, os.devnull)
             _answer(conn, _wait(pid, child_timeout, conn))
     server.close()
     os.unlink(sock_path)

@@ -50,8 +50,10 @@ def main(work: str) -> int:
                 mutated, _ = mutate(Context(source=source, mutation_id=mid, filename=filename))
                 Path(filename).write_text(mutated)
                 env = dict(os.environ, PYTHONPATH=str(Path(work).resolve()), PYTHONDONTWRITEBYTECODE="1")
-                proc = subprocess.run([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                                       "--hypothesis-profile", "ci", "--import-mode=importlib", "-W", "ignore", *tests],
+                # pytest runs as a child of the project's orchestrator (its deadlines, its process group)
+                proc = subprocess.run([python, "-m", "attnclaims.orchestrator", "pytest", "-x", "-q", "-p",
+                                       "no:cacheprovider", "-o", "addopts=", "--hypothesis-profile", "ci",
+                                       "--import-mode=importlib", "-W", "ignore", *tests],
                                       env=env, capture_output=True, text=True)
                 line = mutated.splitlines()[mid.line_number].strip()
                 status = "killed" if proc.returncode else "SURVIVED"

@@ -335,7 +335,9 @@ def test_a_crashing_implementation_is_an_error_and_the_run_goes_on(fake_suite, t
     crashed = [n for n in claim["verdicts"] if n != "reference"]
     assert len(crashed) == 1 and claim["verdicts"][crashed[0]] == "error"
     reason = claim["verdict_details"][crashed[0]]["reason"]
-    assert "without writing results" in reason and "exit status 7" in reason
+    assert "the pytest process ended (exit status 7) before its session finished" in reason, reason
+    messages = [e["message"] for e in claim["evidence"] if e.get("implementation") == crashed[0]]
+    assert any("while this test was running" in m for m in messages), messages  # the crashed test is named
 
 
 def test_an_implementation_module_in_the_current_folder(fake_suite, tmp_path):
