@@ -74,7 +74,10 @@ class KerasImplementation:
         self.versions = {"keras": keras.__version__, "torch": torch.__version__, "keras backend": "torch"}
 
     def _np(self, out) -> np.ndarray:
-        """A keras tensor as a fresh numpy array of the dtype keras computed in."""
+        """A keras tensor (a torch tensor on this backend) as a fresh numpy array of the dtype keras
+        computed in (directly through torch: ``keras.ops.convert_to_numpy`` warns under numpy 2)."""
+        if hasattr(out, "detach"):
+            return out.detach().cpu().numpy().copy()
         return np.array(self._keras.ops.convert_to_numpy(out))
 
     def _c(self, a):
