@@ -335,3 +335,23 @@ def test_only_extension_checks_leave_the_claim_as_stated_not_applicable(registry
 def test_a_failing_extension_check_still_refutes(registry):
     v = verdict(registry, [ev("root"), ext("root", "failed")], "root")
     assert v.verdict == "refuted" and "RMSNorm" in v.reason
+
+
+# -- one home per concept -----------------------------------------------------------------------
+
+def test_the_report_schema_spells_the_vocabulary_words_as_vocab_does():
+    """report/schema.json cannot import attnclaims.vocab: this keeps its enums the same words."""
+    from attnclaims import vocab
+    from attnclaims.report.json_report import load_schema
+
+    defs = load_schema()["$defs"]
+    assert tuple(defs["verdict_word"]["enum"]) == vocab.VERDICT_WORDS
+    assert tuple(defs["verdict"]["anyOf"][1]["enum"]) == vocab.OTHER_VERDICTS
+    assert defs["verdict"]["anyOf"][2]["pattern"].startswith("^" + vocab.BLOCKED_PREFIX)
+    assert tuple(defs["outcome"]["enum"]) == vocab.OUTCOMES
+    assert tuple(defs["evidence"]["properties"]["kind"]["enum"]) == vocab.KINDS
+    assert tuple(defs["evidence"]["properties"]["role"]["enum"]) == vocab.ROLES
+    assert tuple(defs["claim"]["properties"]["methods"]["items"]["enum"]) == vocab.METHODS
+    details = defs["claim"]["properties"]["verdict_details"]["additionalProperties"]["properties"]
+    assert tuple(details["category"]["enum"]) == vocab.CATEGORIES
+    assert set(vocab.CATEGORIES) == set(vocab.VERDICT_WORDS) | set(vocab.OTHER_VERDICTS) | {vocab.BLOCKED}
