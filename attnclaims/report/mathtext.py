@@ -67,6 +67,8 @@ def sanitize_mathml(markup: str) -> str | None:
         return escape(ch) if ch != m.group(0) else "?"
 
     text = re.sub(r"&([A-Za-z][A-Za-z0-9]*);", entity, markup)
+    text = re.sub(r"(&#x[0-9A-Fa-f]+|&#[0-9]+)(?![0-9A-Fa-f;])", r"\1;", text)  # sympy omits some ';'
+
     if not text.lstrip().startswith("<math"):
         text = f'<math xmlns="{MATHML_NS}">{text}</math>'
     try:

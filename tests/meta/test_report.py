@@ -359,3 +359,255 @@ def test_markdown_shows_overlong_latex_on_one_line_and_html_keeps_the_mathml(wri
     md = markdown_report.render(report)
     assert "a_one_line_form(x) = y" in md and "LONGEND" not in md
     assert "KEEPME" in html_report.render(report)
+
+
+# ---------------------------------------------------------------------------------------------
+# Typeset mathematics: the one derivation renderer, bounded
+# ---------------------------------------------------------------------------------------------
+
+def test_a_large_expression_is_summarized_not_printed():
+    """A DAG whose printed tree is large (here 2^13 leaves, built from 13 shared nodes) is summarized;
+    without the bound the printers would expand the whole tree."""
+    import sympy as sp
+
+    from attnclaims.proofs.render import MAX_TREE, render_expr, tree_size
+
+    x, y = sp.symbols("x y")
+    e = x + y
+    for _ in range(12):
+        e = sp.Mul(e, e, evaluate=False)
+    assert tree_size(e) > MAX_TREE
+    r = render_expr(e)
+    assert r["summarized"] and "not printed" in r["text"] and "x, y" in r["text"]
+    assert len(r["latex"]) < 200 and len(r["mathml"]) < 400
+    small = render_expr(sp.exp(x) / (sp.exp(x) + sp.exp(y)))
+    assert not small["summarized"] and small["latex"] == r"\frac{e^{x}}{e^{x} + e^{y}}"
+    assert "<mfrac>" in small["mathml"] and "ExponentialE" not in small["mathml"]
+
+
+def test_an_expression_with_many_operations_is_summarized():
+    import sympy as sp
+
+    from attnclaims.proofs.render import MAX_OPS, MAX_TREE, render_expr, tree_size
+
+    xs = sp.symbols("x0:80")
+    e = sum(xs[i] * xs[i + 1] for i in range(79))
+    assert tree_size(e) <= MAX_TREE < tree_size(e) * 4 and sp.count_ops(e) > MAX_OPS
+    r = render_expr(e)
+    assert r["summarized"] and f"{int(sp.count_ops(e))} operations" in r["text"]
+
+
+def test_a_big_matrix_is_shown_by_its_first_entries_never_entry_by_entry():
+    import sympy as sp
+
+    from attnclaims.proofs.render import render_expr
+
+    p = sp.symbols("p1:4")
+    J = sp.Matrix(3, 3, lambda i, j: (p[i] if i == j else 0) - p[i] * p[j])
+    r = render_expr(J)
+    assert r["summarized"] and r["text"].startswith("3×3 matrix, entries (1,1): ")
+    assert "(1,2): -p1*p2" in r["text"] and "(3,3)" not in r["text"]
+    assert "M_{11} =" in r["latex"] and "<msub><mi>M</mi><mn>12</mn></msub>" in r["mathml"]
+    two = render_expr(sp.Matrix([[1, p[0]], [p[1], 2]]))
+    assert not two["summarized"] and "<mtable>" in two["mathml"]
+
+
+def test_instance_names_and_the_general_derivation_first():
+    from attnclaims.proofs.render import folded, instance_key, instances_label, order_derivations
+
+    assert instance_key("softmax-jacobian-n3") == ("softmax-jacobian", "n = 3")
+    assert instance_key("pe-dmodel-4") == ("pe", "d_model = 4")
+    assert instance_key("equivariance-n3-all-permutations") == ("equivariance-all-permutations", "n = 3")
+    assert instance_key("softmax-jacobian-index") is None and instance_key("table1-paths") is None
+    names = ["softmax-jacobian-n2", "softmax-jacobian-n3", "softmax-jacobian-index", "softmax-gap-n2",
+             "softmax-gap-index", "softmax-jacobian-norm", "concat-projection-h2", "concat-projection-h3"]
+    ordered = order_derivations([{"name": n} for n in names])
+    assert [d["name"] for d in ordered] == [
+        "softmax-jacobian-index", "softmax-jacobian-n2", "softmax-jacobian-n3", "softmax-gap-index",
+        "softmax-gap-n2", "softmax-jacobian-norm", "concat-projection-h2", "concat-projection-h3"]
+    groups = {g["name"]: [i["name"] for i in inst] for g, inst in folded(ordered)}
+    assert groups == {"softmax-jacobian-index": ["softmax-jacobian-n2", "softmax-jacobian-n3"],
+                      "softmax-gap-index": ["softmax-gap-n2"], "softmax-jacobian-norm": [],
+                      "concat-projection-h2": ["concat-projection-h3"]}
+    assert instances_label([d for d in ordered if d["instance_of"] == "softmax-jacobian-index"]) == "n = 2, 3"
+
+
+def test_every_derivation_renders_within_the_bounds():
+    """All 60 derivations of the suite: every step has text, LaTeX and MathML, none larger than what
+    the bounds allow (a summary or an expression of at most MAX_OPS operations)."""
+    from attnclaims.proofs import all_derivations
+    from attnclaims.proofs.render import render_derivation
+    from attnclaims.report.mathtext import sanitize_mathml
+
+    for d in all_derivations():
+        r = render_derivation(d)
+        assert len(r["steps"]) == len(d.get_steps())
+        for s in r["steps"]:
+            assert s["text"] and s["latex"] and s["mathml"].startswith("<math"), (d.name, s["index"])
+            assert len(s["mathml"]) < 20_000, (d.name, s["index"], len(s["mathml"]))
+            assert sanitize_mathml(s["mathml"]) is not None, (d.name, s["index"])
+
+
+def test_mathml_is_rebuilt_from_an_allow_list():
+    from attnclaims.report.mathtext import sanitize_mathml, to_html
+
+    bad = ('<math xmlns="http://www.w3.org/1998/Math/MathML"><mrow href="javascript:alert(1)" onclick="x()">'
+           '<mi>x</mi><script>alert(2)</script><mtext>&lt;b&gt;</mtext><mi>&ExponentialE;</mi></mrow></math>')
+    clean = sanitize_mathml(bad)
+    assert clean.startswith('<math display="inline">') and "<mi>x</mi>" in clean and "<mi>ⅇ</mi>" in clean
+    for token in ("href", "javascript", "onclick", "<script", "alert(2)", "<b>"):
+        assert token not in clean, token
+    assert sanitize_mathml("<math><mi>x</mi>") is None
+    html = to_html(r"gap $e^{-\Delta}$ and $<script>\href{javascript:alert(1)}{x}$ <i>")
+    assert "<msup><mi>e</mi>" in html and "&lt;i&gt;" in html
+    assert "javascript" not in html and "<script" not in html and "<mo>&lt;</mo>" in html
+
+
+def test_registry_formulas_in_each_format(written):
+    from attnclaims.report.mathtext import to_plain
+
+    _, _, files = written
+    html, md = files["index.html"], files["report.md"]
+    sv = load_registry().get("scaling-variance")
+    assert sv.title == r"Scaling by $1/\sqrt{d_k}$ normalises the variance of $q \cdot k$"
+    start = html.index('id="claim-scaling-variance"')
+    assert "<msqrt>" in html[start:start + 2000]
+    assert r"Scaling by $`1/\sqrt{d_k}`$ normalises" in md
+    assert to_plain(sv.title) == "Scaling by 1/√d_k normalises the variance of q · k"
+    sat = load_registry().get("softmax-saturation")
+    assert "e^{-\\Delta}" in sat.precise and "e^(−Δ)" in to_plain(sat.precise)
+    assert "<msup><mi>e</mi><mrow><mo>−</mo><mi>Δ</mi></mrow></msup>" in html
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes that fit the reader
+# ---------------------------------------------------------------------------------------------
+
+def test_passing_checks_are_summarized_and_listed_one_click_away(written):
+    _, _, files = written
+    md, html = files["report.md"], files["index.html"]
+    name = "tests/test_softmax.py::test_rows_sum_to_one"  # passes for reference, fails for buggy
+    section = md[md.index("\n### softmax-distribution\n"):md.index("\n### convex-combination\n")]
+    assert re.search(r"✓ 2 passing checks \(proof 1, property 1\); slowest: `\S+` \(0\.40 s\)", section), section
+    assert "[report.json](report.json) (claims → softmax-distribution → evidence)" in section
+    assert "| ✗ failed |" in section and "| ✓ passed |" not in section  # passing rows: only in the JSON
+    start = html.index('id="claim-softmax-distribution"')
+    part = html[start:html.index('id="claim-convex-combination"')]
+    assert '<details class="all-checks"><summary>' in part and "passing checks" in part
+    full = part[part.index('<details class="all-checks">'):]
+    full = full[:full.index("</details>")]
+    assert "✓ passed" in full and "✓ passed" not in part.replace(full, "")  # passing rows only one click away
+    assert name in full
+
+
+def test_raw_measurement_arrays_stay_in_the_json(hostile_registry, tmp_path):
+    curve = [0.123456789 + i for i in range(200)]
+    ev = [Evidence("softmax-saturation", "measurement", "tests/test_m.py::test_curve", "passed",
+                   data={"decision": "polynomial", "curve": curve, "slope": -0.5})]
+    report = build_report(hostile_registry, ev, IMPLS[:1], ENV, claims=["softmax-saturation"])
+    write_report(report, tmp_path)
+    md, html = (tmp_path / "report.md").read_text(), (tmp_path / "index.html").read_text()
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["claims"][0]["evidence"][0]["data"]["curve"] == curve
+    for text in (md, html):
+        assert "0.123456789" not in text and "199.123" not in text
+        assert "raw data in report.json: curve" in text and "slope" in text and "-0.5" in text
+
+
+def _reference_run(tmp: Path) -> tuple[dict, Path]:
+    """The report of a recorded real reference run (tests/meta/data/record.py), rebuilt now."""
+    import tarfile
+
+    archive = Path(__file__).parent / "data" / "reference-run.tar.xz"
+    src = tmp / "src"
+    with tarfile.open(archive, "r:xz") as tar:
+        tar.extractall(src, filter="data")
+    run = json.loads((src / "run.json").read_text(encoding="utf-8"))
+    fields = {f.name for f in dataclasses.fields(Evidence)}
+    evidence = [Evidence(**{**{k: v for k, v in e.items() if k in fields},
+                            "figures": [str(src / f) for f in e.get("figures", ())]}) for e in run["evidence"]]
+    out = tmp / "out"
+    out.mkdir()
+    report = build_report(load_registry(), evidence, run["implementations"], run["environment"], out_dir=out,
+                          run=run["run"])
+    return report, out
+
+
+def test_the_reference_report_fits_the_reader(tmp_path):
+    """report.md <= 150 KB and index.html <= 1.5 MB (figures inlined) for the reference, in both editions,
+    on a real run's evidence (recorded); a failing check would still show everything (tested above)."""
+    report, out = _reference_run(tmp_path)
+    assert sum(len(c["evidence"]) for c in report["claims"]) > 200  # a real run, not a stub
+    paths = write_report(report, out, ["md", "html"], langs=["en", "zh"])
+    sizes = {p.name: p.stat().st_size for p in paths}
+    print("sizes:", sizes)
+    for name in ("report.md", "report.zh.md"):
+        assert sizes[name] <= 150_000, (name, sizes[name])
+    for name in ("index.html", "index.zh.html"):
+        assert sizes[name] <= 1_500_000, (name, sizes[name])
+    html = (out / "index.html").read_text(encoding="utf-8")
+    assert html.count("<svg") >= 20 and html.count("<math") > 300
+
+
+# ---------------------------------------------------------------------------------------------
+# The Chinese edition
+# ---------------------------------------------------------------------------------------------
+
+def test_the_registry_has_the_chinese_texts_of_every_claim():
+    reg = load_registry()
+    for c in reg:
+        assert {"title", "statement", "precise"} <= set(c.zh), c.id
+        assert len(c.zh.get("assumptions", ())) == len(c.assumptions), c.id
+        assert bool(c.zh.get("qualification")) == bool(c.qualification), c.id
+        assert bool(c.zh.get("notes")) == bool(c.notes), c.id
+    assert all(n.note_zh for n in reg.integrity)
+    terms = "".join(c.zh["precise"] + c.zh["title"] for c in reg)
+    for term in ("注意力", "层归一化", "残差连接", "多头注意力", "位置编码", "前馈网络", "编码器", "解码器", "掩码", "梯度"):
+        assert term in terms, term
+
+
+def test_the_loader_rejects_an_incomplete_chinese_edition(tmp_path):
+    from attnclaims.registry import RegistryError, load_registry as load
+    from attnclaims.spec import CLAIMS_PATH
+
+    text = CLAIMS_PATH.read_text(encoding="utf-8")
+    cases = {
+        "missing": (text.replace('title_zh = "层归一化"\n', "", 1), "claim 'layer-norm': field 'title_zh': missing"),
+        "english": (text.replace('title_zh = "层归一化"', 'title_zh = "Layer normalisation"', 1),
+                    "claim 'layer-norm': field 'title_zh': no Chinese text"),
+        "unclosed": (text.replace(r'title = "Scaling by $1/\\sqrt{d_k}$', r'title = "Scaling by $1/\\sqrt{d_k}', 1),
+                     "claim 'scaling-variance': field 'title': a $…$ math span is not closed"),
+    }
+    for name, (broken, message) in cases.items():
+        assert broken != text, name
+        path = tmp_path / f"{name}.toml"
+        path.write_text(broken, encoding="utf-8")
+        with pytest.raises(RegistryError, match=re.escape(message)):
+            load(path)
+
+
+def test_the_chinese_edition(hostile_registry, tmp_path):
+    report = build_report(hostile_registry, _evidence(_svg_figure(tmp_path), _svg_figure_copy(tmp_path)), IMPLS, ENV,
+                          out_dir=tmp_path)
+    paths = {p.name for p in write_report(report, tmp_path, ["md", "html"], langs=["en", "zh"])}
+    assert paths == {"report.md", "report.zh.md", "index.html", "index.zh.html", "article.html", "article.zh.html"}
+    zh = (tmp_path / "index.zh.html").read_text(encoding="utf-8")
+    md = (tmp_path / "report.zh.md").read_text(encoding="utf-8")
+    en = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert '<html lang="zh-CN">' in zh and '<html lang="en">' in en
+    assert 'href="index.html"' in zh and 'href="index.zh.html"' in en  # each edition links the other
+    assert "(report.md)" in md and "(report.zh.md)" in (tmp_path / "report.md").read_text(encoding="utf-8")
+    for c in hostile_registry:
+        from attnclaims.report.html import rich
+
+        assert rich(c.zh["title"]) in zh, c.id
+        assert c.zh["statement"].split("$")[0][:12] in md, c.id
+    for word in ("论断核查报告", "阅读说明", "精确陈述", "被否定", "已证明", "受阻于 softmax-distribution"):
+        assert word in zh, word
+    assert "<script" not in zh.lower()  # the hostile texts stay escaped in this edition too
+
+
+def _svg_figure_copy(tmp_path: Path) -> Path:
+    path = tmp_path / "elsewhere" / "hostile.svg"
+    path.write_text(HOSTILE_SVG, encoding="utf-8")
+    return path
