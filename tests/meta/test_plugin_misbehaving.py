@@ -11,7 +11,13 @@ a user's CI would run them::
 and the test asserts: the run finished (pytest's exit status 1: tests failed, nothing crashed), the
 results file was written, the tests that call the misbehaving capability (``attention``) failed
 with a message that says what happened, and the test that does not (``softmax``) still passed.
-The eight runs start together, so the module takes about as long as the slowest two or three.
+
+The implementations that misbehave towards the process (``PROCESS_LEVEL``) run the same way, under
+the plugin alone (no orchestrator): a thread that never ends does not keep pytest alive (it leaves
+with ``os._exit``), a call that holds the GIL is ended by the watchdog, and a run stopped by
+``KeyboardInterrupt`` or ``os._exit(0)`` leaves a results file that says ``"complete": false`` — the
+only way to tell, for ``os._exit(0)``, since pytest's exit status is then 0.
+The runs start together, so the module takes about as long as the slowest two or three.
 """
 from __future__ import annotations
 
@@ -23,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from attnclaims.zoo.misbehaving import MISBEHAVING
+from attnclaims.zoo.misbehaving import MISBEHAVING, PROCESS_LEVEL
 
 MODULE = "attnclaims.tests.test_s31_attention"
 #: tests that call ``attention`` (each has explicit ``@example`` cases, which fail at once, without shrinking)
@@ -40,7 +46,7 @@ def runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess | str,
     folder = tmp_path_factory.mktemp("misbehaving")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HYPOTHESIS_"))}
     started = {}
-    for name in MISBEHAVING:
+    for name in [*MISBEHAVING, *PROCESS_LEVEL]:
         results = folder / f"{name}.json"
         cmd = [sys.executable, "-m", "pytest", "--pyargs", MODULE, "-q", "-p", "no:cacheprovider",
                "-k", " or ".join(AFFECTED + UNAFFECTED),
@@ -58,6 +64,40 @@ def runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess | str,
             out, _ = proc.communicate()
             done[name] = (f"did not finish within {RUN_LIMIT_S} s:\n{out}", results)
     return done
+
+
+def _payload(runs, name: str) -> tuple[subprocess.CompletedProcess, dict]:
+    result, results = runs[name]
+    assert not isinstance(result, str), result  # the run hung
+    assert results.exists(), f"no results file written:\n{result.stdout[-3000:]}"
+    return result, json.loads(results.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", ["ThreadInMethod", "ThreadInConstructor"])
+def test_a_thread_that_never_ends_does_not_keep_pytest_alive(runs, name):
+    result, payload = _payload(runs, name)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert payload["complete"] is True and payload["tests_run"] == payload["tests_total"] == 3
+    assert {e["outcome"] for e in payload["evidence"]} == {"passed"}
+
+
+def test_a_call_that_holds_the_gil_is_ended_by_the_watchdog(runs):
+    """Under the plugin alone the watchdog exits pytest (status 1) with the tracebacks on stderr, the
+    implementation's frame among them; the results file says the run did not complete."""
+    result, payload = _payload(runs, "HoldsGIL")
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert "Timeout (0:00:" in result.stdout and "in _misbehave" in result.stdout, result.stdout[-3000:]
+    assert payload["complete"] is False and payload["tests_run"] < 3
+
+
+@pytest.mark.parametrize("name, status", [("Interrupts", 2), ("ExitsProcess", 0)])
+def test_a_stopped_run_leaves_results_that_say_incomplete(runs, name, status):
+    result, payload = _payload(runs, name)
+    assert result.returncode == status, result.stdout[-3000:]
+    assert payload["complete"] is False, payload
+    assert payload["tests_run"] < 3
+    if name == "Interrupts":
+        assert payload["stopped"].startswith("KeyboardInterrupt"), payload["stopped"]
 
 
 @pytest.mark.parametrize("name", list(MISBEHAVING))
@@ -98,8 +138,10 @@ def test_misbehaving_implementations_misbehave_only_in_attention():
     above is a fair control) and says what the guard will report."""
     from attnclaims.reference.impl import Reference
 
-    for name, cls in MISBEHAVING.items():
-        overridden = {attr for attr in vars(cls) if not attr.startswith("_")} - {"name", "expected", "affected"}
+    for name, cls in {**MISBEHAVING, **PROCESS_LEVEL}.items():
+        overridden = {attr for attr in vars(cls) if not attr.startswith("_")} - {"name", "expected", "affected",
+                                                                                "outcome"}
         assert overridden <= {"attention"}, f"{name} overrides {overridden}"
-        assert cls.affected == ("attention",) and cls.expected and cls.name.startswith("misbehaving-")
+        assert cls.affected == ("attention",) and cls.name.startswith("misbehaving-")
+        assert cls.expected if name in MISBEHAVING else cls.outcome
         assert issubclass(cls, Reference)
