@@ -11,7 +11,9 @@ implementation. A claim that no implementation check touches (derivations,
 measurements on the reference, citations: every item has ``implementation``
 ``None``) gets its verdict once, in the column :data:`INDEPENDENT`
 ("independent of the implementation"), never copied into the implementations'
-columns.
+columns. Errors alone do not make a claim implementation-tested: the ``error``
+items a stopped run records for an implementation ("run stopped after N of M
+tests") on such a claim make its independent verdict ``error`` instead.
 
 **The evidence of a claim for implementation X** is X's own items plus the
 claim's implementation-independent items; the independent items can refute a
@@ -258,16 +260,16 @@ def compute_verdicts(registry, evidence: Sequence[Evidence], implementations: Se
     # Own verdicts of every claim (also unselected ones that have evidence), so dependencies resolve.
     for cid, items in by_claim.items():
         independent = [e for e in items if e.implementation is None]
-        if any(e.implementation is not None for e in items):
+        if any(e.implementation is not None and e.outcome != "error" for e in items):
             columns[cid] = list(implementations)
             for impl in implementations:
                 mine = [e for e in items if e.implementation == impl]
                 verdict, reason = _implementation_verdict(mine, independent, impl)
                 own[(cid, impl)] = (verdict, reason, _counts([*mine, *independent]))
-        else:
+        else:  # every item is independent, or an error a stopped run recorded for an implementation
             columns[cid] = [INDEPENDENT]
-            verdict, reason = _independent_verdict(independent)
-            own[(cid, INDEPENDENT)] = (verdict, reason, _counts(independent))
+            verdict, reason = _independent_verdict(items)
+            own[(cid, INDEPENDENT)] = (verdict, reason, _counts(items))
 
     def column_of(cid: str, impl: str) -> str:
         return impl if impl in columns[cid] else INDEPENDENT

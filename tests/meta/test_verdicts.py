@@ -355,3 +355,12 @@ def test_the_report_schema_spells_the_vocabulary_words_as_vocab_does():
     details = defs["claim"]["properties"]["verdict_details"]["additionalProperties"]["properties"]
     assert tuple(details["category"]["enum"]) == vocab.CATEGORIES
     assert set(vocab.CATEGORIES) == set(vocab.VERDICT_WORDS) | set(vocab.OTHER_VERDICTS) | {vocab.BLOCKED}
+
+
+def test_a_stopped_run_on_a_claim_without_implementation_checks_is_an_error_in_the_independent_column(registry):
+    evidence = [ev("root", kind="proof", impl=None),
+                ev("root", "error", impl=OTHER, message="run stopped after 0 tests, before they were collected: killed")]
+    out = compute_verdicts(registry, evidence, [IMPL, OTHER])
+    assert list(out["root"]) == [INDEPENDENT]
+    v = out["root"][INDEPENDENT]
+    assert v.verdict == "error" and "run stopped after 0 tests" in v.reason and exit_status(out) == 1
