@@ -170,6 +170,8 @@ def causal_cases(draw, *, alignment: str | None = None, window: bool | None = No
     k = draw(S.arrays(d.batch + (n_k, d.d_k), scale=qk))
     v = draw(S.arrays(d.batch + (n_k, d.d_v), scale=draw(S.scales(-2, 2))))
     w = draw(windows(n_k, window=window))
+    if w is not None and al == "top-left" and n_q > n_k:  # queries i >= n_k + w - 1 would see no key at all
+        w = max(w, n_q - n_k + 1)
     scale = draw(st.none() | S.explicit_scales().filter(lambda s: 0 < abs(s) <= 2))
     case = CausalCase(q, k, v, al, w, scale)
     note(case.describe())

@@ -18,6 +18,7 @@ Use: ``pytest --attn-impl attnclaims.zoo.einsum_impl:EinsumImplementation``.
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import expit, ndtr
 
 __all__ = ["EinsumImplementation", "einsum_impl"]
 
@@ -76,6 +77,8 @@ class EinsumImplementation:
             y = _linear(x, w, b)
             return y.reshape(y.shape[:-1] + (h, d_k))
 
+        if p.num_kv_heads != h:  # grouped-query attention: a grouped contraction, no repeated K/V
+            return self._grouped_query_attention(x_q, x_kv, p, mask)
         q, k, v = heads(x_q, p.w_q, p.b_q), heads(x_kv, p.w_k, p.b_k), heads(x_kv, p.w_v, p.b_v)
         s = np.einsum("...qhd,...khd->...hqk", q, k) / np.sqrt(d_k)  # (..., h, n_q, n_k)
         if mask is not None:
@@ -131,6 +134,116 @@ class EinsumImplementation:
         y = self._sublayer(y, lambda h: self.multi_head_attention(h, memory, p.cross_attn, memory_mask), p.norm2,
                            p.eps, p.norm_first)
         return self._sublayer(y, lambda h: self.feed_forward(h, p.ffn), p.norm3, p.eps, p.norm_first)
+
+    # -- modern components, in the same style (einsum contractions; RoPE as complex multiplication) --
+    variants = {"grouped_query": True}
+
+    def _gqa_core(self, q, k, v, h_kv: int, mask):
+        """q (..., n_q, h·d_k), k, v (..., n_k, h_kv·d_k) -> (..., n_q, h·d_k): query head g·r + j contracts
+        with K/V head g (axes g, j of the grouped contraction)."""
+        d_k = k.shape[-1] // h_kv
+        r = q.shape[-1] // (h_kv * d_k)
+        qg = q.reshape(q.shape[:-1] + (h_kv, r, d_k))
+        kg, vg = k.reshape(k.shape[:-1] + (h_kv, d_k)), v.reshape(v.shape[:-1] + (h_kv, d_k))
+        s = np.einsum("...qgjd,...kgd->...gjqk", qg, kg) / np.sqrt(d_k)  # (..., h_kv, r, n_q, n_k)
+        if mask is not None:
+            mask = np.asarray(mask, dtype=bool)[..., None, None, :, :]
+        a = _softmax_last(_masked_scores(s, mask))
+        out = np.einsum("...gjqk,...kgd->...qgjd", a, vg)  # (..., n_q, h_kv, r, d_k)
+        return out.reshape(out.shape[:-3] + (h_kv * r * d_k,))
+
+    def _grouped_query_attention(self, x_q, x_kv, p, mask):
+        q, k, v = _linear(x_q, p.w_q, p.b_q), _linear(x_kv, p.w_k, p.b_k), _linear(x_kv, p.w_v, p.b_v)
+        return _linear(self._gqa_core(q, k, v, p.num_kv_heads, mask), p.w_o, p.b_o)
+
+    def rms_norm(self, x, gamma, eps):
+        x = _f64(x)
+        ms = np.einsum("...d,...d->...", x, x)[..., None] / x.shape[-1]
+        return _f64(gamma) * (x / np.sqrt(ms + eps))
+
+    def gated_feed_forward(self, x, params):
+        p = params
+        x = _f64(x)
+        a = _linear(x, p.w_gate, p.b_gate)
+        g = a * expit(a) if p.activation == "silu" else a * ndtr(a)  # SiLU a·σ(a), GELU a·Φ(a)
+        return _linear(g * _linear(x, p.w_up, p.b_up), p.w_down, p.b_down)
+
+    def rotary_embedding(self, x, positions, base=10000.0, layout="interleaved"):
+        """Each pair as a complex number x_a + i·x_b, multiplied by e^{i·m·ω_j} (Su et al. eq. 12–13)."""
+        x = _f64(x)
+        d = x.shape[-1]
+        inv_freq = 1.0 / (float(base) ** (np.arange(0, d, 2, dtype=np.float64) / d))
+        theta = np.einsum("p,i->pi", np.asarray(positions, dtype=np.float64), inv_freq)  # (n, d/2)
+        a, b = (slice(0, d, 2), slice(1, d, 2)) if layout == "interleaved" else (slice(0, d // 2), slice(d // 2, d))
+        z = (x[..., a] + 1j * x[..., b]) * np.exp(1j * theta)
+        out = np.empty_like(x)
+        out[..., a], out[..., b] = z.real, z.imag
+        return out
+
+    def causal_attention(self, q, k, v, alignment="top-left", window=None, scale=None):
+        n_q, n_k = np.shape(q)[-2], np.shape(k)[-2]
+        lag = (np.arange(n_q)[:, None] + (n_k - n_q if alignment == "bottom-right" else 0)) - np.arange(n_k)[None, :]
+        allowed = (lag >= 0) if window is None else (lag >= 0) & (lag < window)  # lag = query position − key
+        return self.attention(q, k, v, allowed, scale)
+
+    def _norm(self, x, norm, eps):
+        if hasattr(norm, "beta"):
+            return self.layer_norm(x, norm.gamma, norm.beta, eps)
+        return self.rms_norm(x, norm.gamma, eps)
+
+    def _rope_heads(self, y, positions, rope, heads: int):
+        """RoPE on every head of y (..., n, heads·d_k)."""
+        if rope is None:
+            return y
+        yh = np.moveaxis(y.reshape(y.shape[:-1] + (heads, y.shape[-1] // heads)), -2, -3)  # (..., heads, n, d_k)
+        yh = self.rotary_embedding(yh, positions, rope.base, rope.layout)
+        return np.moveaxis(yh, -3, -2).reshape(y.shape)
+
+    def _block_forward(self, x, p, past, start: int, mask=None):
+        """The block on positions start … start + n − 1 of x (..., n, d_model) given the past keys/values
+        (or None); returns (output, keys/values including these positions)."""
+        a = p.self_attn
+        n = x.shape[-2]
+        positions = np.arange(start, start + n)
+
+        def attn(h):
+            q = self._rope_heads(_linear(h, a.w_q, a.b_q), positions, p.rope, a.num_heads)
+            k = self._rope_heads(_linear(h, a.w_k, a.b_k), positions, p.rope, a.num_kv_heads)
+            v = _linear(h, a.w_v, a.b_v)
+            if past is not None:
+                k = np.concatenate([np.broadcast_to(past[0], k.shape[:-2] + past[0].shape[-2:]), k], axis=-2)
+                v = np.concatenate([np.broadcast_to(past[1], v.shape[:-2] + past[1].shape[-2:]), v], axis=-2)
+            total = k.shape[-2]
+            allowed = np.arange(total)[None, :] <= (np.arange(n) + total - n)[:, None]  # (n, total)
+            if mask is not None:
+                allowed = allowed & np.asarray(mask, dtype=bool)
+            state[0] = (k, v)
+            return _linear(self._gqa_core(q, k, v, a.num_kv_heads, allowed), a.w_o, a.b_o)
+
+        def ffn(h):
+            if hasattr(p.ffn, "w_gate"):
+                return self.gated_feed_forward(h, p.ffn)
+            return self.feed_forward(h, p.ffn)
+
+        state = [None]
+        if p.norm_first:
+            x = x + attn(self._norm(x, p.norm1, p.eps))
+            return x + ffn(self._norm(x, p.norm2, p.eps)), state[0]
+        x = self._norm(x + attn(x), p.norm1, p.eps)
+        return self._norm(x + ffn(x), p.norm2, p.eps), state[0]
+
+    def decoder_block(self, x, params, mask=None):
+        return self._block_forward(_f64(x), params, None, 0, mask)[0]
+
+    def decoder_block_decode(self, x, params, prompt_length, chunk=1):
+        x = _f64(x)
+        n = x.shape[-2]
+        cuts = sorted({0, prompt_length, *range(prompt_length, n, chunk), n} - {n}) + [n]
+        past, outs = None, []
+        for start, stop in zip(cuts[:-1], cuts[1:]):
+            y, past = self._block_forward(x[..., start:stop, :], params, past, start)
+            outs.append(y)
+        return np.concatenate(outs, axis=-2)
 
     def __repr__(self) -> str:
         return "EinsumImplementation()"
