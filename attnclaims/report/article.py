@@ -206,7 +206,7 @@ def _close(group, claims: Mapping, cols: Sequence[str], lang: str) -> str:
         c = claims[cid]
         title = i18n.claim_text(c, "title", lang)
         precise = first_line(i18n.claim_text(c, "precise", lang), 420)
-        tip.append(f"<b>{rich(title)} <span class=\"muted\">({esc(cid)}, {esc(section_label(c['section']))})</b>"
+        tip.append(f"<b>{rich(title)} <span class=\"muted\">({esc(cid)}, {esc(section_label(c['section']))})</span></b>"
                    f"{rich(precise)}")
         qual = i18n.claim_text(c, "qualification", lang)
         if qual and (c["expected_verdict"] == "qualified" or "qualified" in c["verdicts"].values()):
