@@ -176,6 +176,37 @@ class _HFBase:
         outs = [segment(x[..., s:e, :], s, cache) for s, e in bounds]
         return np.concatenate(outs, axis=-2) if outs else np.zeros(np.shape(x), self.dtype)
 
+    # -- backward passes: torch.autograd through the same calls as the forward -----------------
+    def _leaf(self, a):
+        """An input as a leaf tensor of the implementation's dtype that records gradients."""
+        return self._t(a).requires_grad_(True)
+
+    def _grads(self, out, tensors, d):
+        """``torch.autograd.grad(out, tensors, grad_outputs=d)`` as numpy arrays (zeros for an unused one)."""
+        grads = self._torch.autograd.grad(out, tensors, grad_outputs=self._t(d).reshape(out.shape).to(out.dtype),
+                                          allow_unused=True)
+        return [np.zeros(tuple(t.shape), dtype=self.dtype) if g is None else _numpy(g) for g, t in zip(grads, tensors)]
+
+    def _attention_vjp(self, module_name: str, q, k, v, d_out, mask=None, scale=None, needs_scale=False):
+        """autograd through the model's attention function, called as :meth:`_attention` does; the
+        inputs are leaves of their own shapes, broadcast in torch (its autograd sums the gradients back)."""
+        torch = self._torch
+        q_shape, k_shape, v_shape = np.shape(q), np.shape(k), np.shape(v)
+        batch = _batch(q_shape, k_shape, v_shape)
+        n_q, n_k, d_k = q_shape[-2], k_shape[-2], q_shape[-1]
+        leaves = [self._leaf(a) for a in (q, k, v)]
+        b = math.prod(batch)
+        fn = self._attention_fn(module_name)
+        module = types.SimpleNamespace(training=False, num_key_value_groups=1, is_causal=False)
+        if scale is None and needs_scale:
+            scale = d_k ** -0.5
+        kwargs = {"is_causal": False} if self.attn_implementation == "sdpa" else {}
+        with torch.enable_grad():
+            q4, k4, v4 = (t.expand(batch + tuple(t.shape[-2:])).reshape((b, 1) + tuple(t.shape[-2:])) for t in leaves)
+            out, _ = fn(module, q4, k4, v4, self._hf_mask(mask, batch, n_q, n_k), scaling=scale, dropout=0.0, **kwargs)
+            out = out.reshape(batch + (n_q, v_shape[-1]))
+            return tuple(self._grads(out, leaves, d_out))
+
     def _attention(self, module_name: str, q, k, v, mask=None, scale=None, needs_scale=False, mask_args=None):
         """The model's attention function on (B, 1, n, d): our batch axes flattened into B, one head.
 
@@ -244,6 +275,8 @@ class HFBert(_HFBase):
                 "block_norm_first": (False,)}
     responsible = {
         "attention": "transformers.models.bert.modeling_bert.eager_attention_forward",
+        "attention_vjp": "torch.autograd through transformers.models.bert.modeling_bert.eager_attention_forward",
+        "feed_forward_vjp": "torch.autograd through transformers BertIntermediate + BertOutput.dense",
         "multi_head_attention": "transformers BertSelfAttention / BertCrossAttention (+ BertSelfOutput.dense as W_O)",
         "feed_forward": "transformers BertIntermediate + BertOutput.dense (hidden_act='relu')",
         "encoder_layer": "transformers BertLayer",
@@ -273,6 +306,28 @@ class HFBert(_HFBase):
         """``modeling_bert.eager_attention_forward(module, q, k, v, mask, scaling=scale)`` on
         (B, 1, n, d); the mask from ``masking_utils.eager_mask``."""
         return self._attention("bert", q, k, v, mask, scale)
+
+    def attention_vjp(self, q, k, v, d_out, mask=None, scale=None):
+        """autograd through ``modeling_bert.eager_attention_forward`` (the call of :meth:`attention`)."""
+        return self._attention_vjp("bert", q, k, v, d_out, mask, scale)
+
+    def feed_forward_vjp(self, x, params, d_out):
+        """autograd through ``BertIntermediate`` + ``BertOutput.dense`` (nn.Linear: dW = weight.gradᵀ)."""
+        from transformers.models.bert import modeling_bert as mb
+
+        from attnclaims.reference.params import FeedForwardParams
+
+        torch = self._torch
+        c = self._config(params.d_model, 1, params.d_ff)
+        inter = self._module(mb.BertIntermediate, _linear(torch, "dense", params.w1, params.b1), c)
+        dense = self._module(torch.nn.Linear, {"weight": self._w(params.w2).T, "bias": self._w(params.b2)},
+                             params.d_ff, params.d_model)
+        tx = self._leaf(x)
+        with torch.enable_grad():
+            out = dense(inter(tx))
+            dx, w1, b1, w2, b2 = self._grads(out, [tx, inter.dense.weight, inter.dense.bias, dense.weight, dense.bias],
+                                             d_out)
+        return dx, FeedForwardParams(w1=np.ascontiguousarray(w1.T), b1=b1, w2=np.ascontiguousarray(w2.T), b2=b2)
 
     def causal_attention(self, q, k, v, alignment="top-left", window=None, scale=None):
         """BERT's attention function with ``masking_utils``' causal mask (and sliding window)."""
@@ -401,6 +456,8 @@ class HFGPT2(_HFBase):
                 "block_norm_first": (True,)}
     responsible = {
         "attention": "transformers.models.gpt2.modeling_gpt2.eager_attention_forward",
+        "attention_vjp": "torch.autograd through transformers.models.gpt2.modeling_gpt2.eager_attention_forward",
+        "feed_forward_vjp": "torch.autograd through transformers GPT2MLP (Conv1D)",
         "multi_head_attention": "transformers GPT2Attention (self; is_cross_attention=True for cross-attention)",
         "feed_forward": "transformers GPT2MLP (Conv1D, activation_function='relu')",
         "encoder_layer": "transformers GPT2Block",
@@ -428,6 +485,27 @@ class HFGPT2(_HFBase):
         """The GPT-2 attention function (``modeling_gpt2.eager_attention_forward``, or transformers'
         ``sdpa_attention_forward`` for ``hf-gpt2-sdpa``) on (B, 1, n, d)."""
         return self._attention("gpt2", q, k, v, mask, scale)
+
+    def attention_vjp(self, q, k, v, d_out, mask=None, scale=None):
+        """autograd through GPT-2's attention function (the call of :meth:`attention`)."""
+        return self._attention_vjp("gpt2", q, k, v, d_out, mask, scale)
+
+    def feed_forward_vjp(self, x, params, d_out):
+        """autograd through ``GPT2MLP`` (Conv1D stores the paper's layout: dW = weight.grad)."""
+        from transformers.models.gpt2 import modeling_gpt2 as mg
+
+        from attnclaims.reference.params import FeedForwardParams
+
+        torch, p = self._torch, params
+        c = self._config(p.d_model, 1, p.d_ff)
+        mlp = self._module(mg.GPT2MLP, {**_conv1d(torch, "c_fc", p.w1, p.b1), **_conv1d(torch, "c_proj", p.w2, p.b2)},
+                           p.d_ff, c)
+        tx = self._leaf(x)
+        with torch.enable_grad():
+            out = mlp(tx)
+            dx, w1, b1, w2, b2 = self._grads(out, [tx, mlp.c_fc.weight, mlp.c_fc.bias, mlp.c_proj.weight,
+                                                   mlp.c_proj.bias], d_out)
+        return dx, FeedForwardParams(w1=w1, b1=b1, w2=w2, b2=b2)
 
     def causal_attention(self, q, k, v, alignment="top-left", window=None, scale=None):
         """GPT-2's attention function with ``masking_utils``' causal mask (and sliding window)."""
@@ -537,6 +615,8 @@ class HFGPT2Sdpa(HFGPT2):
     attn_implementation = "sdpa"
     responsible = {**HFGPT2.responsible,
                    "attention": "transformers.integrations.sdpa_attention.sdpa_attention_forward",
+                   "attention_vjp": "torch.autograd through transformers.integrations.sdpa_attention."
+                                    "sdpa_attention_forward",
                    "causal_attention": "transformers.integrations.sdpa_attention.sdpa_attention_forward + "
                                        "transformers.masking_utils (causal_mask_function, sliding_window_overlay)"}
     conventions = {
@@ -583,6 +663,7 @@ class HFLlama(_HFBase):
                 "block_norm_first": (True,)}
     responsible = {
         "attention": "transformers.models.llama.modeling_llama.eager_attention_forward",
+        "attention_vjp": "torch.autograd through transformers.models.llama.modeling_llama.eager_attention_forward",
         "causal_attention": "transformers.models.llama.modeling_llama.eager_attention_forward + "
                             "transformers.masking_utils (causal_mask_function, sliding_window_overlay)",
         "multi_head_attention": "transformers LlamaAttention (repeat_kv, eager_attention_forward)",
@@ -618,6 +699,10 @@ class HFLlama(_HFBase):
         """``modeling_llama.eager_attention_forward(module, q, k, v, mask, scaling)`` (``sdpa_attention_forward``
         for ``hf-llama-sdpa``) on (B, 1, n, d); ``scale=None`` passes d_k**-0.5 as ``LlamaAttention`` does."""
         return self._attention("llama", q, k, v, mask, scale, needs_scale=True)
+
+    def attention_vjp(self, q, k, v, d_out, mask=None, scale=None):
+        """autograd through Llama's attention function (the call of :meth:`attention`)."""
+        return self._attention_vjp("llama", q, k, v, d_out, mask, scale, needs_scale=True)
 
     def causal_attention(self, q, k, v, alignment="top-left", window=None, scale=None):
         """The attention function with ``masking_utils``' causal mask (and sliding window)."""
@@ -754,6 +839,8 @@ class HFLlamaSdpa(HFLlama):
     attn_implementation = "sdpa"
     responsible = {**HFLlama.responsible,
                    "attention": "transformers.integrations.sdpa_attention.sdpa_attention_forward",
+                   "attention_vjp": "torch.autograd through transformers.integrations.sdpa_attention."
+                                    "sdpa_attention_forward",
                    "causal_attention": "transformers.integrations.sdpa_attention.sdpa_attention_forward + "
                                        "transformers.masking_utils (causal_mask_function, sliding_window_overlay)",
                    "multi_head_attention": "transformers LlamaAttention (sdpa_attention_forward)"}

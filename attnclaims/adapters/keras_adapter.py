@@ -61,6 +61,10 @@ class KerasImplementation:
         "multi_head_attention": "keras.layers.MultiHeadAttention (keras.ops.dot_product_attention)",
         "layer_norm": "keras.layers.LayerNormalization (keras.ops.layer_normalization)",
         "feed_forward": "keras.layers.Dense (activation='relu') + keras.layers.Dense",
+        "softmax_vjp": "torch.autograd through keras.ops.softmax",
+        "attention_vjp": "torch.autograd through keras.ops.dot_product_attention",
+        "layer_norm_vjp": "torch.autograd through keras.layers.LayerNormalization",
+        "feed_forward_vjp": "torch.autograd through keras.layers.Dense",
     }
     conventions = {
         "fully masked rows": "as torch's scaled_dot_product_attention (keras.ops.dot_product_attention calls it)",
@@ -70,6 +74,7 @@ class KerasImplementation:
         self._keras = keras = _import_keras()
         import torch
 
+        self._torch = torch
         torch.set_num_threads(1)  # tiny tensors; see torch_adapter._TorchBase.__init__
         self.versions = {"keras": keras.__version__, "torch": torch.__version__, "keras backend": "torch"}
 
@@ -150,6 +155,72 @@ class KerasImplementation:
         second.kernel.assign(self._c(p.w2))
         second.bias.assign(self._c(p.b2))
         return self._np(second(first(x)))
+
+    # -- backward passes: torch.autograd through the keras calls (tensors on this backend are torch's)
+    def _leaf(self, a):
+        return self._torch.tensor(self._c(a)).requires_grad_(True)
+
+    def _grads(self, out, tensors, d):
+        """``torch.autograd.grad(out, tensors, d_out)`` as numpy arrays (zeros for an unused tensor);
+        ``d_out`` is given in ``out``'s dtype (float32 where keras computed float64 in float32)."""
+        torch = self._torch
+        grads = torch.autograd.grad(out, tensors, grad_outputs=torch.tensor(np.asarray(d, dtype=np.float64))
+                                    .reshape(out.shape).to(out.dtype), allow_unused=True)
+        return [np.zeros(tuple(t.shape), dtype=self.dtype) if g is None else self._np(g) for g, t in zip(grads, tensors)]
+
+    def softmax_vjp(self, x, d_out, axis=-1):
+        """``torch.autograd.grad(keras.ops.softmax(x, axis), x, d_out)``."""
+        tx = self._leaf(x)
+        with self._torch.enable_grad():
+            return self._grads(self._keras.ops.softmax(tx, axis=int(axis)), [tx], d_out)[0]
+
+    def attention_vjp(self, q, k, v, d_out, mask=None, scale=None):
+        """autograd through ``keras.ops.dot_product_attention`` called as :meth:`attention` does."""
+        torch = self._torch
+        q_shape, k_shape, v_shape = np.shape(q), np.shape(k), np.shape(v)
+        batch = tuple(np.broadcast_shapes(q_shape[:-2], k_shape[:-2], v_shape[:-2]))
+        n_q, n_k = q_shape[-2], k_shape[-2]
+        leaves = [self._leaf(a) for a in (q, k, v)]
+        m = None
+        if mask is not None:
+            m = np.ascontiguousarray(np.broadcast_to(np.asarray(mask, dtype=bool), batch + (n_q, n_k))
+                                     .reshape(-1, 1, n_q, n_k))
+        with torch.enable_grad():
+            q4, k4, v4 = (t.expand(batch + tuple(t.shape[-2:])).reshape((-1,) + tuple(t.shape[-2:]))[:, :, None, :]
+                          for t in leaves)  # (B, n, 1, d)
+            out = self._keras.ops.dot_product_attention(q4, k4, v4, mask=None if m is None else torch.tensor(m),
+                                                        scale=None if scale is None else float(scale))
+            return tuple(self._grads(out.reshape(batch + (n_q, v_shape[-1])), leaves, d_out))
+
+    def layer_norm_vjp(self, x, gamma, beta, eps, d_out):
+        """autograd through ``keras.layers.LayerNormalization``: dx, d gamma, d beta."""
+        tx = self._leaf(x)
+        layer = self._keras.layers.LayerNormalization(epsilon=float(eps), dtype=self.dtype.name)
+        layer.build(tuple(tx.shape))
+        layer.gamma.assign(self._c(gamma))
+        layer.beta.assign(self._c(beta))
+        with self._torch.enable_grad():
+            out = layer(tx)
+            return tuple(self._grads(out, [tx, layer.gamma.value, layer.beta.value], d_out))
+
+    def feed_forward_vjp(self, x, params, d_out):
+        """autograd through ``Dense(d_ff, activation="relu")`` → ``Dense(d_model)`` (kernels (in, out))."""
+        from attnclaims.reference.params import FeedForwardParams
+
+        keras, p = self._keras, params
+        tx = self._leaf(x)
+        first = keras.layers.Dense(p.d_ff, activation="relu", dtype=self.dtype.name)
+        second = keras.layers.Dense(p.d_model, dtype=self.dtype.name)
+        first.build(tuple(tx.shape))
+        second.build(tuple(tx.shape[:-1]) + (p.d_ff,))
+        for layer, w, b in ((first, p.w1, p.b1), (second, p.w2, p.b2)):
+            layer.kernel.assign(self._c(w))
+            layer.bias.assign(self._c(b))
+        with self._torch.enable_grad():
+            out = second(first(tx))
+            dx, w1, b1, w2, b2 = self._grads(out, [tx, first.kernel.value, first.bias.value, second.kernel.value,
+                                                   second.bias.value], d_out)
+        return dx, FeedForwardParams(w1=w1, b1=b1, w2=w2, b2=b2)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

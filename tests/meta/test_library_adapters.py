@@ -300,3 +300,44 @@ def test_hf_adapters_never_reach_the_network(impls, monkeypatch):
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
     p = _block_params(impl, _rng(7))
     assert impl.decoder_block(_rng(8).normal(size=(1, 3, D)), p).shape == (1, 3, D)
+
+
+def _close_tree(out, want, what):
+    """``_close_modern`` over a vjp's outputs: arrays, tuples of them, parameter dataclasses."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(want):
+        for f in dataclasses.fields(want):
+            if isinstance(getattr(want, f.name), np.ndarray):
+                _close_tree(getattr(out, f.name), getattr(want, f.name), f"{what}.{f.name}")
+    elif isinstance(want, tuple):
+        assert isinstance(out, tuple) and len(out) == len(want), f"{what}: {type(out).__name__} of {len(out)}"
+        for i, (o, w) in enumerate(zip(out, want)):
+            _close_tree(o, w, f"{what}[{i}]")
+    else:
+        assert np.shape(out) == np.shape(want), f"{what}: shape {np.shape(out)} != {np.shape(want)}"
+        _close_modern(out, want, what)
+
+
+@pytest.mark.parametrize("name", ["hf-bert", "hf-gpt2", "hf-gpt2-sdpa", "hf-llama", "hf-llama-sdpa", "keras"])
+def test_backward_passes_match_the_reference(impls, name):
+    """torch.autograd through the library calls: the gradients of broadcast inputs summed back to their
+    shapes, nn.Linear's (out, in) weights transposed back, Conv1D's and Dense's not."""
+    impl = impls(name)
+    rng = _rng(9)
+    if _has(impl, "softmax_vjp"):
+        x, d = rng.normal(size=(2, 3, 5)), rng.normal(size=(2, 3, 5))
+        _close_tree(impl.softmax_vjp(x, d, 1), REF.softmax_vjp(x, d, 1), f"{name} softmax_vjp")
+    q, k, v = rng.normal(size=(2, 3, 4)), rng.normal(size=(1, 5, 4)), rng.normal(size=(2, 5, 3))
+    d = rng.normal(size=(2, 3, 3))
+    for mask in (None, _mask(3, 5)):
+        _close_tree(impl.attention_vjp(q, k, v, d, mask, 0.3), REF.attention_vjp(q, k, v, d, mask, 0.3),
+                    f"{name} attention_vjp")
+    x, dx = rng.normal(size=(2, 3, D)), rng.normal(size=(2, 3, D))
+    if _has(impl, "layer_norm_vjp"):
+        g, b = rng.normal(size=D), rng.normal(size=D)
+        _close_tree(impl.layer_norm_vjp(x, g, b, 1e-5, dx), REF.layer_norm_vjp(x, g, b, 1e-5, dx),
+                    f"{name} layer_norm_vjp")
+    if _has(impl, "feed_forward_vjp"):
+        f = P.init_feed_forward(rng, D, DFF)
+        _close_tree(impl.feed_forward_vjp(x, f, dx), REF.feed_forward_vjp(x, f, dx), f"{name} feed_forward_vjp")
