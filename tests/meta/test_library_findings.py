@@ -270,3 +270,21 @@ def test_onnx_layer_normalization_epsilon_is_a_float32_attribute():
     for out in outs:
         assert np.abs(out - ln(1e-5)).max() > F32_SEEN  # not the layer norm with eps = 1e-5 ...
         assert np.abs(out - ln(float(np.float32(1e-5)))).max() < F64_OK  # ... the one with float32(1e-5)
+
+
+def test_onnx_attention_scale_is_a_float32_attribute():
+    """The ``Attention`` operator's ``scale`` is a FLOAT (32-bit) attribute too: scale 1e300 (finite in
+    float64, the suite's huge-scores edge case) is stored as inf, and ONNX Runtime's output is NaN
+    where the float64 softmax of the scores is the exact one-hot row."""
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
+    from onnx import helper
+
+    q = np.ones((1, 1, 1, 1))
+    k = np.array([[[[1.0], [-1.0]]]])
+    v = np.array([[[[2.0], [3.0]]]])
+    model = _onnx_model(helper.make_node("Attention", ["q", "k", "v"], ["y"], scale=1e300), "qkv")
+    assert {a.name: a.f for a in model.graph.node[0].attribute}["scale"] == np.inf
+    out = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"q": q, "k": k, "v": v})[0]
+    assert np.isnan(out).all()
+    np.testing.assert_array_equal(_softmax64(np.array([1e300, -1e300])) @ v[0, 0], [2.0])  # float64: exactly v_0
