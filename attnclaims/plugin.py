@@ -381,6 +381,8 @@ def pytest_collection_finish(session):
         return  # every xdist worker collects the same tests; one of them reports them
     state = _state(config)
     state.total = len(session.items)
+    if worker is None:
+        _write_results(config, complete=False)  # from here on the file knows how many tests there are
     _emit(config, "collected", n=len(session.items), worker=worker,
           tests=[{"test": item.nodeid, "claims": list(claim_tags(item)),
                   "tags": {cid: list(tag) for cid, tag in claim_tags(item).items()},
@@ -608,6 +610,7 @@ class _Reporter:
     def pytest_xdist_node_collection_finished(self, node, ids):
         if self.state.total is None:
             self.state.total = len(ids)
+            _write_results(self.config, complete=False)
 
     def pytest_runtest_logstart(self, nodeid, location):
         if _is_worker(self.config):

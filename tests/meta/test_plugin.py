@@ -154,3 +154,151 @@ def test_failure_names_the_responsible_library_function(project):
     assert failed["outcome"] == "failed" and failed["capability"] == "attention"
     assert failed["message"].endswith("[responsible: mylib.fused_attention]"), failed["message"]
     assert by_claim["convex-combination"]["outcome"] == "passed"
+
+
+def _events(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_the_event_stream_of_a_run(project):
+    """One event per step, in order: the implementation, the collected tests with their claim tags,
+    each test's start and its end with its evidence, the end of the session with the counts."""
+    path = project / "events.jsonl"
+    result = _run(project, "test_user.py", "--attn-impl", "user_impl:make", "--attn-events", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    events = _events(path)
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "implementation" and kinds[1] == "collected" and kinds[-1] == "session-finished", kinds
+    assert kinds[2:-1] == ["test-started", "test-finished"] * 3, kinds
+    assert events[0]["name"] == "softmax-only" and events[0]["capabilities"] == ["softmax"]
+    collected = events[1]
+    assert collected["n"] == 3
+    tags = {t["test"].rsplit("::", 1)[-1]: t["tags"] for t in collected["tests"]}
+    assert tags["test_softmax_rows_sum_to_one"] == {"softmax-distribution": ["property", "support"]}
+    for started, finished in zip(events[2:-1:2], events[3:-1:2]):
+        assert started["test"] == finished["test"] and started["t"] <= finished["t"]
+        (evidence,) = finished["evidence"]
+        assert evidence["name"] == finished["test"] and evidence["outcome"] == finished["outcome"]
+    assert events[-1]["tests_run"] == events[-1]["tests_total"] == 3 and events[-1]["exitstatus"] == 0
+    assert events[-1]["stopped"] == ""
+
+
+def test_a_process_that_dies_mid_run_leaves_evidence_and_no_session_end(project):
+    """``os._exit(0)`` inside the implementation: pytest's exit status is 0, but the events stop after
+    the finished tests' evidence (no ``session-finished``) and the results file says incomplete."""
+    (project / "exits_impl.py").write_text(textwrap.dedent('''
+        import os
+        from user_impl import SoftmaxOnly
+
+        class Exits(SoftmaxOnly):
+            def attention(self, q, k, v, mask=None, scale=None):
+                os._exit(0)
+    '''), encoding="utf-8")
+    events, results = project / "events.jsonl", project / "results.json"
+    result = _run(project, "test_user.py", "--attn-impl", "exits_impl:Exits", "--attn-events", str(events),
+                  "--attn-results", str(results))
+    assert result.returncode == 0  # what os._exit(0) says: only the files can tell
+    kinds = [e["event"] for e in _events(events)]
+    assert "session-finished" not in kinds and kinds.count("test-finished") == 1, kinds
+    payload = json.loads(results.read_text(encoding="utf-8"))
+    assert payload["complete"] is False and payload["tests_total"] == 3 and payload["tests_run"] <= 1
+
+
+_TWO_SESSIONS = '''
+import json, sys
+import pytest
+
+for k, out in (("softmax", "a.json"), ("identical", "b.json")):
+    pytest.main(["-q", "-p", "no:cacheprovider", "-c", "/dev/null", "--rootdir", ".", "test_user.py", "-k", k,
+                 "--attn-impl", "user_impl:WrongAttention", "--attn-results", out])
+for out in ("a.json", "b.json"):
+    print(out, sorted(e["name"].rsplit("::", 1)[-1] for e in json.load(open(out))["evidence"]))
+'''
+
+
+def test_two_sessions_in_one_process_keep_their_own_evidence(project):
+    """The plugin's state lives on each session's config, not in module globals: a second
+    ``pytest.main`` in the same process records only its own tests."""
+    env = dict(os.environ, PYTHONPATH=str(project))
+    env.pop("PYTEST_ADDOPTS", None)
+    proc = subprocess.run([sys.executable, "-c", _TWO_SESSIONS], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=120)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("a.json", "b.json"))]
+    assert lines == ["a.json ['test_softmax_rows_sum_to_one']", "b.json ['test_identical_values_are_returned']"], \
+        proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+_FOLLOWS = '''
+import numpy as np
+import pytest
+
+from attnclaims.checks import strategies
+
+
+@pytest.mark.claim("softmax-distribution")
+def test_draws_follow_impl(impl):
+    assert strategies.followed() is impl
+    assert strategies.cast([1.0]).dtype == np.float32
+
+
+@pytest.mark.claim("softmax-distribution")
+def test_without_impl_draws_float64():
+    assert strategies.followed() is None
+'''
+
+
+def test_follow_implementation_is_provided_by_the_plugin(project):
+    """A test module that imports no fixture: during a test that takes ``impl`` the strategies follow
+    it (float32 here), in a test without ``impl`` they draw float64."""
+    (project / "test_follows.py").write_text(_FOLLOWS, encoding="utf-8")
+    (project / "f32_impl.py").write_text(
+        "import numpy as np\nfrom user_impl import SoftmaxOnly\n\n\n"
+        "class F32(SoftmaxOnly):\n    dtype = np.float32\n", encoding="utf-8")
+    result = _run(project, "test_follows.py", "--attn-impl", "f32_impl:F32")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "2 passed" in result.stdout
+
+
+_KILL_TESTS = '''
+import numpy as np
+import pytest
+
+
+@pytest.mark.claim("self-attention")
+@pytest.mark.requires("attention")
+def test_k1(impl):
+    v = np.ones((4, 2))
+    assert np.array_equal(impl.attention(np.ones((3, 2)), v, v), np.ones((3, 2)))
+
+
+@pytest.mark.claim("self-attention")
+@pytest.mark.requires("attention")
+def test_k2(impl):
+    assert impl.attention(np.ones((3, 2)), np.ones((4, 2)), np.ones((4, 2))).shape == (3, 2)
+
+
+@pytest.mark.claim("softmax-distribution")
+def test_other_claim(impl):
+    impl.softmax(np.zeros((1, 2)))
+
+
+@pytest.mark.claim("self-attention")
+def test_not_an_implementation_test():
+    pass
+'''
+
+
+def test_the_kill_matrix_options(project):
+    """``--attn-kill`` keeps only implementation tests, ``--attn-kill-claims`` only those of the given
+    claims, ``--attn-kill-first`` skips a test once its claims have a failing test (marked in its event)."""
+    (project / "test_kill.py").write_text(_KILL_TESTS, encoding="utf-8")
+    path = project / "events.jsonl"
+    result = _run(project, "test_kill.py", "--attn-impl", "user_impl:WrongAttention", "--attn-events", str(path),
+                  "--attn-kill", "--attn-kill-claims", "self-attention", "--attn-kill-first")
+    assert result.returncode == 1, result.stdout + result.stderr
+    events = _events(path)
+    collected = next(e for e in events if e["event"] == "collected")
+    assert [t["test"].rsplit("::", 1)[-1] for t in collected["tests"]] == ["test_k1", "test_k2"]
+    finished = {e["test"].rsplit("::", 1)[-1]: e for e in events if e["event"] == "test-finished"}
+    assert finished["test_k1"]["outcome"] == "failed" and not finished["test_k1"]["kill_skipped"]
+    assert finished["test_k2"]["kill_skipped"] is True
