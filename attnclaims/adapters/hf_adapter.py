@@ -621,6 +621,7 @@ class HFGPT2Sdpa(HFGPT2):
                                        "transformers.masking_utils (causal_mask_function, sliding_window_overlay)"}
     conventions = {
         "masked-fill value": "bool mask (masking_utils.sdpa_mask) to torch's SDPA",
+        "fully masked rows": "zeros (torch's scaled_dot_product_attention)",
         "no mask": "GPT2Attention without an attention_mask is causal on the SDPA path (is_causal=True) and "
                    "full attention on the eager path; the adapter always passes a mask",
     }
@@ -676,7 +677,7 @@ class HFLlama(_HFBase):
     }
     conventions = {
         "masked-fill value": "additive torch.finfo(dtype).min (masking_utils.eager_mask)",
-        "fully masked rows": "uniform weights: the mean of the values",
+        "fully masked rows": "NaN (finfo(float64).min becomes -inf in the float32 softmax)",
         "causal alignment": "both, by masking_utils' q_offset (top-left 0, bottom-right n_k - n_q)",
     }
 
@@ -845,6 +846,7 @@ class HFLlamaSdpa(HFLlama):
                                        "transformers.masking_utils (causal_mask_function, sliding_window_overlay)",
                    "multi_head_attention": "transformers LlamaAttention (sdpa_attention_forward)"}
     conventions = {"masked-fill value": "bool mask (masking_utils.sdpa_mask) to torch's SDPA",
+                   "fully masked rows": "zeros (torch's scaled_dot_product_attention)",
                    "causal alignment": HFLlama.conventions["causal alignment"]}
 
 

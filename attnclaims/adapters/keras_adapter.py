@@ -67,7 +67,8 @@ class KerasImplementation:
         "feed_forward_vjp": "torch.autograd through keras.layers.Dense",
     }
     conventions = {
-        "fully masked rows": "as torch's scaled_dot_product_attention (keras.ops.dot_product_attention calls it)",
+        "fully masked rows": "MultiHeadAttention: the mean of the values",
+        "mask": "bool, True = may attend (the same polarity as ours)",
     }
 
     def __init__(self):

@@ -236,7 +236,8 @@ class OnnxRuntimeImplementation(_OnnxBase):
         "feed_forward": "onnxruntime MatMul / Add / Relu kernels",
     }
     conventions = {"masked-fill value": "Where(mask, scores, -inf) in the graph; the Attention operator's own "
-                                        "for multi_head_attention"}
+                                        "for multi_head_attention",
+                   "fully masked rows": "NaN (the graph's softmax of -inf, and ONNX Runtime's Attention kernel)"}
 
     def __init__(self):
         super().__init__()
@@ -290,7 +291,8 @@ class OnnxReferenceImplementation(_OnnxBase):
         "layer_norm": "onnx.reference LayerNormalization",
         "feed_forward": "onnx.reference MatMul / Add / Relu",
     }
-    conventions = dict(OnnxRuntimeImplementation.conventions)
+    conventions = {"masked-fill value": OnnxRuntimeImplementation.conventions["masked-fill value"],
+                   "fully masked rows": "NaN from the graph's softmax; zeros from the reference Attention operator"}
 
     def _session(self, model):
         from onnx.reference import ReferenceEvaluator
