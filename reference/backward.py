@@ -145,25 +145,29 @@ def attention_vjp(q, k, v, d_out, mask=None, scale=None):
 # ---------------------------------------------------------------------------------------------
 
 def _normalized(x: np.ndarray, eps: float):
-    """(x̂, r·2^e, 2^−e): x̂ = (x − μ)·r, r = (σ² + ε)^(−1/2), in x.dtype; rows scaled by a power of two
-    first (exact) and shifted by their first entry, as the forward (:func:`attnclaims.reference.layers.layer_norm`)."""
+    """(x̂, r): x̂ = (x − μ)·r, r = (σ² + ε)^(−1/2), in x.dtype. x̂ as the forward computes it
+    (:func:`attnclaims.reference.layers.layer_norm`: rows scaled by a power of two, exact, and shifted by
+    their first entry, so that offsets and ±1e300 rows stay accurate); r in the input's units,
+    1/hypot(σ, √ε), since the backward multiplies O(|d|) terms by it (for a tiny or constant row r is
+    1/√ε, not the 0 the scaled units would underflow to)."""
     _, e = np.frexp(np.max(np.abs(x), axis=-1, keepdims=True))
     xs = np.ldexp(x, -e)
     xs = xs - xs[..., :1]
     xc = xs - xs.mean(axis=-1, keepdims=True)
-    var = np.mean(xc * xc, axis=-1, keepdims=True)
+    sigma_s = np.sqrt(np.mean(xc * xc, axis=-1, keepdims=True))
+    root_eps = np.sqrt(x.dtype.type(eps))
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        r_s = 1 / np.sqrt(var + np.ldexp(x.dtype.type(eps), -2 * e))  # r in the scaled units
-        return xc * r_s, r_s, e
+        xhat = xc / np.hypot(sigma_s, np.ldexp(root_eps, -e))
+        r = 1 / np.hypot(np.ldexp(sigma_s, e), root_eps)
+    return xhat, r
 
 
 def _layer_norm_backward(x, gamma, eps, d):
     """(dx, dγ at every position, dβ at every position) in the arrays' dtype. See :func:`layer_norm_vjp`."""
-    xhat, r_s, e = _normalized(x, eps)
+    xhat, r = _normalized(x, eps)
     g = d * gamma
     with np.errstate(over="ignore", invalid="ignore"):
-        inner = g - g.mean(axis=-1, keepdims=True) - xhat * np.mean(g * xhat, axis=-1, keepdims=True)
-        dx = np.ldexp(inner * r_s, -e)  # r = r_s·2^(−e)
+        dx = r * (g - g.mean(axis=-1, keepdims=True) - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
     return dx, d * xhat, d
 
 
@@ -262,14 +266,29 @@ def _mha_backward(x_q, x_kv, p: dict, cache, d):
     dq, dk, dv, _ = _attention_backward(q, k, v, a, dheads, c)
     dx_q = np.zeros_like(x_q)
     dx_kv = np.zeros_like(x_kv)
+    # magnitudes of the last sums (Σ|terms|): db_k = Σ_j dK_j is exactly 0 (a shared shift of the keys
+    # does not change the weights), so its computed value is pure rounding of terms of size |dK|
+    # and likewise dQ = c dS K where dS = A ⊙ (dA − ⟨A, dA⟩) cancels (equal value rows): the magnitudes
+    # carry |dS| ≤ A ⊙ (|dA| + ⟨A, |dA|⟩), |dA| ≤ |d heads||V|ᵀ, through to the parameter gradients
+    t = lambda m: np.swapaxes(m, -1, -2)  # noqa: E731
+    da_bar = np.abs(dheads) @ t(np.abs(v))
+    ds_bar = a * (da_bar + np.sum(a * da_bar, axis=-1, keepdims=True))
+    bars = {"q": abs(c) * (ds_bar @ np.abs(k)), "k": abs(c) * (t(ds_bar) @ np.abs(q)), "v": t(a) @ np.abs(dheads)}
+    mag = {"w_o": np.abs(_rows(merged)).T @ np.abs(_rows(d)), "b_o": np.abs(_rows(d)).sum(axis=0)}
     for name, g, x in (("q", dq, x_q), ("k", dk, x_kv), ("v", dv, x_kv)):
         gm = _merge(g)
         grads["w_" + name] = _rows(x).T @ _rows(gm)
         grads["b_" + name] = _rows(gm).sum(axis=0)
+        bar = _merge(bars[name])
+        mag["w_" + name] = np.abs(_rows(x)).T @ _rows(bar)
+        mag["b_" + name] = _rows(bar).sum(axis=0)
         if name == "q":
             dx_q = dx_q + gm @ p["w_q"].T
         else:
             dx_kv = dx_kv + gm @ p["w_" + name].T
+    mag["dx_q"] = _merge(bars["q"]) @ np.abs(p["w_q"]).T
+    mag["dx_kv"] = _merge(bars["k"]) @ np.abs(p["w_k"]).T + _merge(bars["v"]) @ np.abs(p["w_v"]).T
+    grads["_mag"] = mag
     return dx_q, dx_kv, grads
 
 
@@ -320,7 +339,7 @@ def multi_head_attention_vjp(x_q, x_kv, params: MultiHeadParams, d_out, mask=Non
 # ---------------------------------------------------------------------------------------------
 
 def _ln_forward(x, norm: tuple, eps):
-    xhat, _, _ = _normalized(x, eps)
+    xhat, _ = _normalized(x, eps)
     return norm[0] * xhat + norm[1]
 
 

@@ -29,7 +29,6 @@ from hypothesis import strategies as st
 from attnclaims.checks import backward_precision as BP
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
-from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
 from attnclaims.reference import attention_weights as ref_weights
 from attnclaims.reference import backward as RB
 from attnclaims.reference import softmax as ref_softmax

@@ -110,6 +110,43 @@ def _functions(dtype: str = "float64") -> dict:
     return _FUNCTIONS[dtype]
 
 
+#: the jitted vector-Jacobian products, built on first use, one set per dtype
+_VJP_FUNCTIONS: dict = {}
+
+
+def _vjp_functions(dtype: str = "float64") -> dict:
+    """``jax.vjp`` of each library call of :func:`_functions`, jitted (one compilation per input shape)."""
+    if dtype in _VJP_FUNCTIONS:
+        return _VJP_FUNCTIONS[dtype]
+    jax, _, _ = _import_jax()
+    import functools
+
+    fns = _functions(dtype)
+
+    def softmax(x, d, axis):
+        return jax.vjp(lambda a: jax.nn.softmax(a, axis=axis), x)[1](d)[0]
+
+    def attention(q, k, v, mask, scale, d):
+        return jax.vjp(lambda a, b, c: fns["attention"](a, b, c, mask, scale), q, k, v)[1](d)
+
+    def mha(x_q, x_kv, mask, *rest, num_heads):
+        weights, d = rest[:-1], rest[-1]
+        f = functools.partial(fns["multi_head_attention"], num_heads=num_heads)
+        return jax.vjp(lambda xq, xkv, *w: f(xq, xkv, mask, *w), x_q, x_kv, *weights)[1](d)
+
+    def layer_norm(x, gamma, beta, eps, d):
+        return jax.vjp(lambda a, g, b: fns["layer_norm"](a, g, b, eps), x, gamma, beta)[1](d)
+
+    def feed_forward(x, w1, b1, w2, b2, d):
+        return jax.vjp(fns["feed_forward"], x, w1, b1, w2, b2)[1](d)
+
+    _VJP_FUNCTIONS[dtype] = dict(
+        softmax=jax.jit(softmax, static_argnames=("axis",)), attention=jax.jit(attention),
+        multi_head_attention=jax.jit(mha, static_argnames=("num_heads",)), layer_norm=jax.jit(layer_norm),
+        feed_forward=jax.jit(feed_forward))
+    return _VJP_FUNCTIONS[dtype]
+
+
 def _f64(a) -> np.ndarray:
     return np.asarray(a, dtype=np.float64)
 
@@ -230,6 +267,86 @@ class JaxImplementation:
         """``nnx.Linear(d_model, d_ff)`` → ``jax.nn.relu`` → ``nnx.Linear(d_ff, d_model)``, kernels = w1, w2."""
         p = params
         return _numpy(self._fn["feed_forward"](*(_cast(a, self.dtype) for a in (x, p.w1, p.b1, p.w2, p.b2))))
+
+    # -- backward passes: jax.vjp of the same library calls (docs/adapters.md "Backward passes")
+    def softmax_vjp(self, x, d_out, axis=-1):
+        """``jax.vjp(lambda x: jax.nn.softmax(x, axis=axis), x)[1](d_out)``."""
+        fn = _vjp_functions(self.dtype.name)["softmax"]
+        return _numpy(fn(_cast(x, self.dtype), _cast(d_out, self.dtype), axis=int(axis)))
+
+    def attention_vjp(self, q, k, v, d_out, mask=None, scale=None):
+        """``jax.vjp`` of :meth:`attention`'s call of ``jax.nn.dot_product_attention``, its layout mapped
+        back: the gradients of the extra heads of a d_v ≠ d_k call are summed (q, k) or cut (v), and broadcast
+        batch axes are summed back."""
+        from attnclaims.reference.backward import sum_to
+
+        q_shape, k_shape, v_shape = np.shape(q), np.shape(k), np.shape(v)
+        batch = tuple(np.broadcast_shapes(q_shape[:-2], k_shape[:-2], v_shape[:-2]))
+        n_q, n_k, d_k, d_v = q_shape[-2], k_shape[-2], q_shape[-1], v_shape[-1]
+        q4, k4, v4 = (_heads_layout(a, batch, self.dtype) for a in (q, k, v))  # (B, n, N, d)
+        b, heads = q4.shape[0], q4.shape[2]
+        mask4 = None
+        if mask is not None:
+            mask4 = np.broadcast_to(np.asarray(mask), batch + (n_q, n_k)).reshape(b, heads, n_q, n_k)
+        blocks = -(-d_v // d_k)
+        d4 = np.zeros((b, n_q, heads, blocks * d_k), dtype=self.dtype)
+        d4[..., :d_v] = np.broadcast_to(_cast(d_out, self.dtype), batch + (n_q, d_v)).reshape(
+            b, heads, n_q, d_v).transpose(0, 2, 1, 3)
+        d4 = d4.reshape(b, n_q, heads * blocks, d_k)
+        if d_v != d_k:
+            v4 = np.concatenate([v4, np.zeros(v4.shape[:-1] + (blocks * d_k - d_v,), v4.dtype)], axis=-1)
+            v4 = v4.reshape(b, n_k, heads * blocks, d_k)
+            q4, k4 = np.repeat(q4, blocks, axis=2), np.repeat(k4, blocks, axis=2)
+            mask4 = None if mask4 is None else np.repeat(mask4, blocks, axis=1)
+        fn = _vjp_functions(self.dtype.name)["attention"]
+        dq4, dk4, dv4 = (_numpy(g) for g in fn(q4, k4, v4, mask4, None if scale is None else float(scale), d4))
+
+        def back(g4, n, width, cut=None):  # (B, n, N·c, d_k) -> our (batch, n, width)
+            if cut is None:
+                g4 = g4.reshape(b, n, heads, blocks, d_k).sum(axis=3)  # the c copies of q or k
+            else:
+                g4 = g4.reshape(b, n, heads, blocks * d_k)[..., :cut]
+            return g4.transpose(0, 2, 1, 3).reshape(batch + (n, width))
+
+        return (sum_to(back(dq4, n_q, d_k), q_shape), sum_to(back(dk4, n_k, d_k), k_shape),
+                sum_to(back(dv4, n_k, d_v, cut=d_v), v_shape))
+
+    def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
+        """``jax.vjp`` of :meth:`multi_head_attention`'s flax module call with respect to x_q, x_kv and the
+        kernels, the kernels' gradients reshaped back into the paper's matrices."""
+        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference.params import MultiHeadParams
+
+        q_shape, kv_shape = np.shape(x_q), np.shape(x_kv)
+        batch = tuple(np.broadcast_shapes(q_shape[:-2], kv_shape[:-2]))
+        n_q, n_k = q_shape[-2], kv_shape[-2]
+        xq = np.broadcast_to(_cast(x_q, self.dtype), batch + q_shape[-2:])
+        xkv = np.broadcast_to(_cast(x_kv, self.dtype), batch + kv_shape[-2:])
+        if mask is not None:
+            mask = np.broadcast_to(np.asarray(mask), batch + (n_q, n_k))[..., None, :, :]
+        p = params
+        names = ("w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_o", "b_o")
+        fn = _vjp_functions(self.dtype.name)["multi_head_attention"]
+        g = [_numpy(a) for a in fn(xq, xkv, mask, *(_cast(getattr(p, n), self.dtype) for n in names),
+                                   _cast(d_out, self.dtype), num_heads=p.num_heads)]
+        dq, dkv, grads = g[0], g[1], dict(zip(names, g[2:]))
+        return sum_to(dq, q_shape), sum_to(dkv, kv_shape), MultiHeadParams(**grads, num_heads=p.num_heads)
+
+    def layer_norm_vjp(self, x, gamma, beta, eps, d_out):
+        """``jax.vjp`` of :meth:`layer_norm`'s ``flax.nnx.LayerNorm`` call with respect to x, scale, bias."""
+        c = lambda a: _cast(a, self.dtype)  # noqa: E731
+        fn = _vjp_functions(self.dtype.name)["layer_norm"]
+        return tuple(_numpy(a) for a in fn(c(x), c(gamma), c(beta), float(eps), c(d_out)))
+
+    def feed_forward_vjp(self, x, params, d_out):
+        """``jax.vjp`` of :meth:`feed_forward`'s two ``nnx.Linear`` and ``jax.nn.relu``."""
+        from attnclaims.reference.params import FeedForwardParams
+
+        p = params
+        fn = _vjp_functions(self.dtype.name)["feed_forward"]
+        dx, w1, b1, w2, b2 = (_numpy(a) for a in fn(*(_cast(a, self.dtype) for a in (x, p.w1, p.b1, p.w2, p.b2)),
+                                                    _cast(d_out, self.dtype)))
+        return dx, FeedForwardParams(w1=w1, b1=b1, w2=w2, b2=b2)
 
     def __repr__(self) -> str:
         return "JaxImplementation()"

@@ -108,6 +108,33 @@ def _numpy(t) -> np.ndarray:
     return t.detach().cpu().numpy().copy()
 
 
+def _mha_grads(g: dict, prefix: str, p):
+    """nn.MultiheadAttention's parameter gradients -> MultiHeadParams in the paper's layout (the inverse
+    of :func:`_mha_state`: in_proj_weight = [w_qᵀ; w_kᵀ; w_vᵀ], out_proj.weight = w_oᵀ)."""
+    from attnclaims.reference.params import MultiHeadParams
+
+    d = p.d_model
+    w, b = g[prefix + "in_proj_weight"], g[prefix + "in_proj_bias"]
+    t = np.ascontiguousarray
+    return MultiHeadParams(w_q=t(w[:d].T), w_k=t(w[d:2 * d].T), w_v=t(w[2 * d:].T),
+                           w_o=t(g[prefix + "out_proj.weight"].T), b_q=b[:d].copy(), b_k=b[d:2 * d].copy(),
+                           b_v=b[2 * d:].copy(), b_o=g[prefix + "out_proj.bias"], num_heads=p.num_heads)
+
+
+def _ffn_grads(g: dict):
+    from attnclaims.reference.params import FeedForwardParams
+
+    t = np.ascontiguousarray
+    return FeedForwardParams(w1=t(g["linear1.weight"].T), b1=g["linear1.bias"], w2=t(g["linear2.weight"].T),
+                             b2=g["linear2.bias"])
+
+
+def _norm_grads(g: dict, name: str):
+    from attnclaims.reference.params import LayerNormParams
+
+    return LayerNormParams(gamma=g[f"{name}.weight"], beta=g[f"{name}.bias"])
+
+
 class _TorchBase:
     #: the dtype inputs are cast to and modules are built in (float64 unless a subclass says otherwise)
     dtype = np.dtype(np.float64)
@@ -415,6 +442,145 @@ class TorchImplementation(_TorchBase):
                 h = n1(h + attn(h))
                 h = n2(h + ffn(h))
         return _numpy(h).reshape(batch + (n, p.d_model))
+
+    # -- backward passes: torch.autograd on the same calls as the forward (docs/adapters.md "Backward passes")
+    def _leaf(self, a):
+        """An input as a leaf tensor of the implementation's dtype that records gradients."""
+        return self._t(a).requires_grad_(True)
+
+    def _grads(self, out, tensors, d):
+        """``torch.autograd.grad(out, tensors, grad_outputs=d)`` as numpy arrays (zeros for an unused tensor)."""
+        torch = self._torch
+        grads = torch.autograd.grad(out, tensors, grad_outputs=self._t(d).reshape(out.shape), allow_unused=True)
+        return [np.zeros(tuple(t.shape), dtype=self.dtype) if g is None else _numpy(g) for g, t in zip(grads, tensors)]
+
+    def softmax_vjp(self, x, d_out, axis=-1):
+        """``torch.autograd.grad(torch.softmax(x, dim=axis), x, d_out)``."""
+        x = self._leaf(x)
+        with self._torch.enable_grad():
+            out = self._torch.softmax(x, dim=axis)
+            return self._grads(out, [x], d_out)[0]
+
+    def attention_vjp(self, q, k, v, d_out, mask=None, scale=None):
+        """autograd through ``scaled_dot_product_attention`` (the call of :meth:`attention`); torch
+        broadcasts the batch axes and its autograd sums the gradients of broadcast inputs back."""
+        torch = self._torch
+        attn_mask = None if mask is None else torch.tensor(np.asarray(mask))
+        tq, tk, tv = self._leaf(q), self._leaf(k), self._leaf(v)
+        with torch.enable_grad():
+            out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=attn_mask, scale=scale)
+            return tuple(self._grads(out, [tq, tk, tv], d_out))
+
+    def layer_norm_vjp(self, x, gamma, beta, eps, d_out):
+        """autograd through ``torch.nn.LayerNorm`` (its native backward): dx, weight.grad, bias.grad."""
+        tx = self._leaf(x)
+        norm = self._torch.nn.LayerNorm(tx.shape[-1], eps=eps, dtype=self._dt)
+        norm.load_state_dict({"weight": self._t(gamma), "bias": self._t(beta)}, strict=True)
+        with self._torch.enable_grad():
+            out = norm(tx)
+            return tuple(self._grads(out, [tx, norm.weight, norm.bias], d_out))
+
+    def feed_forward_vjp(self, x, params, d_out):
+        """autograd through ``linear2(relu(linear1(x)))``; Linear's weight is (out, in), so dW = weight.gradᵀ."""
+        from attnclaims.reference.params import FeedForwardParams
+
+        nn, F = self._torch.nn, self._torch.nn.functional
+        ffn = nn.ModuleDict({"linear1": nn.Linear(params.d_model, params.d_ff, dtype=self._dt),
+                             "linear2": nn.Linear(params.d_ff, params.d_model, dtype=self._dt)})
+        ffn.load_state_dict(_ffn_state(self._torch, params), strict=True)
+        tx = self._leaf(x)
+        with self._torch.enable_grad():
+            out = ffn["linear2"](F.relu(ffn["linear1"](tx)))
+            dx, w1, b1, w2, b2 = self._grads(out, [tx, ffn["linear1"].weight, ffn["linear1"].bias,
+                                                   ffn["linear2"].weight, ffn["linear2"].bias], d_out)
+        return dx, FeedForwardParams(w1=np.ascontiguousarray(w1.T), b1=b1, w2=np.ascontiguousarray(w2.T), b2=b2)
+
+    def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
+        """autograd through ``nn.MultiheadAttention`` called as :meth:`multi_head_attention` does (query and
+        key/value as separate leaves, so that dx_q and dx_kv come apart); the in-projection's gradient
+        [dW_Qᵀ; dW_Kᵀ; dW_Vᵀ] is cut back into the paper's matrices."""
+        from attnclaims.reference.backward import sum_to
+
+        torch = self._torch
+        x_q_shape, x_kv_shape = np.shape(x_q), np.shape(x_kv)
+        batch = _batch(x_q_shape, x_kv_shape)
+        n_q, n_k = x_q_shape[-2], x_kv_shape[-2]
+        query, key = self._leaf(_flat(x_q, batch)), self._leaf(_flat(x_kv, batch))
+        attn_mask, key_padding_mask = _negated_masks(torch, mask, batch, n_q, n_k, params.num_heads)
+        module = self._mha(params)
+        with torch.enable_grad():
+            out, _ = module(query, key, key, key_padding_mask=key_padding_mask, need_weights=True,
+                            attn_mask=attn_mask)
+            names = ["in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"]
+            named = dict(module.named_parameters())
+            gq, gk, *gp = self._grads(out, [query, key] + [named[n] for n in names], np.asarray(d_out).reshape(
+                out.shape))
+        dparams = _mha_grads(dict(zip(names, gp)), "", params)
+        return (sum_to(gq.reshape(batch + (n_q, params.d_model)), x_q_shape),
+                sum_to(gk.reshape(batch + (n_k, params.d_model)), x_kv_shape), dparams)
+
+    def encoder_layer_vjp(self, x, params, d_out, mask=None):
+        """autograd through ``nn.TransformerEncoderLayer`` called as :meth:`encoder_layer` does."""
+        from attnclaims.reference.params import EncoderLayerParams
+
+        torch = self._torch
+        batch, n = _batch(np.shape(x)), np.shape(x)[-2]
+        src = self._leaf(_flat(x, batch))
+        src_mask, key_padding_mask = _negated_masks(torch, mask, batch, n, n, params.self_attn.num_heads)
+        layer = self._encoder(params)
+        with torch.enable_grad():
+            out = layer(src, src_mask=src_mask, src_key_padding_mask=key_padding_mask)
+            named = dict(layer.named_parameters())
+            dx, *gp = self._grads(out, [src] + list(named.values()), np.asarray(d_out).reshape(out.shape))
+        g = dict(zip(named, gp))
+        p = params
+        return dx.reshape(np.shape(x)), EncoderLayerParams(
+            self_attn=_mha_grads(g, "self_attn.", p.self_attn), ffn=_ffn_grads(g), norm1=_norm_grads(g, "norm1"),
+            norm2=_norm_grads(g, "norm2"), norm_first=p.norm_first, eps=p.eps)
+
+    def decoder_layer_vjp(self, y, memory, params, d_out, self_mask=None, memory_mask=None):
+        """autograd through ``nn.TransformerDecoderLayer`` with the masks of :meth:`decoder_layer`."""
+        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference.params import DecoderLayerParams
+
+        torch, nn = self._torch, self._torch.nn
+        y_shape, m_shape = np.shape(y), np.shape(memory)
+        batch = _batch(y_shape, m_shape)
+        n_t, n_s, h = y_shape[-2], m_shape[-2], params.self_attn.num_heads
+        tgt, mem = self._leaf(_flat(y, batch)), self._leaf(_flat(memory, batch))
+        if self_mask is None:  # the same masks as decoder_layer
+            tgt_mask, tgt_kpm = nn.Transformer.generate_square_subsequent_mask(n_t, dtype=self._dt), None
+        else:
+            causal = np.tril(np.ones((n_t, n_t), dtype=bool))
+            self_mask = np.asarray(self_mask)
+            if self_mask.ndim > 2 and self_mask.shape[-2] == 1:
+                tgt_mask = torch.tensor(~causal)
+                _, tgt_kpm = _negated_masks(torch, self_mask, batch, n_t, n_t, h)
+            else:
+                tgt_mask, tgt_kpm = _negated_masks(torch, causal & self_mask, batch, n_t, n_t, h)
+        mem_mask, mem_kpm = _negated_masks(torch, memory_mask, batch, n_t, n_s, params.cross_attn.num_heads)
+        layer = nn.TransformerDecoderLayer(params.d_model, h, dim_feedforward=params.ffn.d_ff, dropout=0.0,
+                                           layer_norm_eps=params.eps, batch_first=True,
+                                           norm_first=params.norm_first, dtype=self._dt)
+        state = {**_mha_state(torch, params.self_attn, "self_attn."),
+                 **_mha_state(torch, params.cross_attn, "multihead_attn."), **_ffn_state(torch, params.ffn),
+                 **_norm_state(torch, "norm1", params.norm1), **_norm_state(torch, "norm2", params.norm2),
+                 **_norm_state(torch, "norm3", params.norm3)}
+        layer.load_state_dict(state, strict=True)
+        layer.eval()
+        with torch.enable_grad():
+            out = layer(tgt, mem, tgt_mask=tgt_mask, memory_mask=mem_mask, tgt_key_padding_mask=tgt_kpm,
+                        memory_key_padding_mask=mem_kpm)
+            named = dict(layer.named_parameters())
+            dy, dm, *gp = self._grads(out, [tgt, mem] + list(named.values()), np.asarray(d_out).reshape(out.shape))
+        g = dict(zip(named, gp))
+        p = params
+        return (sum_to(dy.reshape(batch + (n_t, p.d_model)), y_shape),
+                sum_to(dm.reshape(batch + (n_s, p.d_model)), m_shape),
+                DecoderLayerParams(self_attn=_mha_grads(g, "self_attn.", p.self_attn),
+                                   cross_attn=_mha_grads(g, "multihead_attn.", p.cross_attn), ffn=_ffn_grads(g),
+                                   norm1=_norm_grads(g, "norm1"), norm2=_norm_grads(g, "norm2"),
+                                   norm3=_norm_grads(g, "norm3"), norm_first=p.norm_first, eps=p.eps))
 
     def __repr__(self) -> str:
         return "TorchImplementation()"

@@ -16,7 +16,9 @@ numpy's long double for float64 ones). When the golden result is not the float64
 itself, the reference's own measured error |reference − golden| is added (the check compares the
 implementation with the reference). ``n_stages`` counts the rounded stages of the backward pass
 (a floor: an input whose naive evaluation happens to be nearly exact still allows each stage one
-rounding of the largest gradient entry). The bound is per array (its maximum), not elementwise:
+rounding of the largest gradient entry; for the attention's parameter gradients the largest
+magnitude Σ|terms| of their last sum, since db_K = Σ_j dK_j is exactly 0 and computed as rounding
+noise of terms of size |dK|). The bound is per array (its maximum), not elementwise:
 a gradient entry far below the array's largest one is allowed the largest one's rounding, as
 FlashAttention's max-norm comparison does. C_SAME is same_precision's factor, 8.
 Where long double is float64 (no golden result for a float64 implementation), the reference
@@ -66,6 +68,9 @@ def _mha(x_q, x_kv, params, d, mask, dtype):
     p = B._mha_dict(params, dtype)
     _, cache = B._mha_forward(xq, xkv, p, m)
     dq, dkv, grads = B._mha_backward(xq, xkv, p, cache, _c(d, dtype))
+    mag = grads["_mag"]
+    _MAGNITUDES["last"] = {"2." + k: v for k, v in mag.items() if not k.startswith("dx")}
+    _MAGNITUDES["last"].update({"0": B.sum_to(mag["dx_q"], np.shape(x_q)), "1": B.sum_to(mag["dx_kv"], np.shape(x_kv))})
     return (B.sum_to(dq, np.shape(x_q)), B.sum_to(dkv, np.shape(x_kv)), B._mha_params(grads, params.num_heads))
 
 
@@ -73,6 +78,8 @@ def _encoder(x, params, d, mask, dtype):
     x = _c(x, dtype)
     m = None if mask is None else np.broadcast_to(np.asarray(mask, bool), x.shape[:-2] + (x.shape[-2],) * 2)
     dx, grads = B._encoder_layer_backward(x, params, m, _c(d, dtype), dtype)
+    _MAGNITUDES["last"] = {"1.self_attn." + k: v for k, v in grads["self_attn"]["_mag"].items()
+                           if not k.startswith("dx")}
     return dx, B._encoder_params(grads, params)
 
 
@@ -83,8 +90,13 @@ def _decoder(y, memory, params, d, self_mask, memory_mask, dtype):
     yb = np.broadcast_to(_c(y, dtype), batch + np.shape(y)[-2:])
     mb = np.broadcast_to(_c(memory, dtype), batch + np.shape(memory)[-2:])
     dy, dmem, grads = B._decoder_layer_backward(yb, mb, params, own, mm, _c(d, dtype), dtype)
+    _MAGNITUDES["last"] = {f"2.{a}.{k}": v for a in ("self_attn", "cross_attn") for k, v in grads[a]["_mag"].items()
+                           if not k.startswith("dx")}
     return B.sum_to(dy, np.shape(y)), B.sum_to(dmem, np.shape(memory)), B._decoder_params(grads, params)
 
+
+#: magnitudes Σ|terms| of the last sums of the attention's parameter gradients, from the latest evaluation
+_MAGNITUDES: dict = {}
 
 _EVALUATE = {"multi_head_attention_vjp": _mha, "encoder_layer_vjp": _encoder, "decoder_layer_vjp": _decoder}
 
@@ -96,14 +108,19 @@ def measured_bounds(capability: str, reference_out, args: tuple, dtype) -> dict[
     u = T.unit_roundoff(dtype)
     evaluate = _EVALUATE[capability]
     g = golden_dtype(dtype)
-    golden = reference_out if g is None or g == np.float64 else evaluate(*args, g)
     naive = evaluate(*args, np.dtype(dtype))
+    golden = reference_out if g is None or g == np.float64 else evaluate(*args, g)
+    if golden is reference_out:
+        evaluate(*args, np.float64)  # the magnitudes, in float64
+    mags = dict(_MAGNITUDES["last"])
     ref = dict(leaves(reference_out))
     out = {}
     for (name, gold), (_, nai) in zip(leaves(golden), leaves(naive)):
         gold_l = np.asarray(gold, dtype=np.longdouble)
         err = float(np.max(np.abs(np.asarray(nai, dtype=np.longdouble) - gold_l))) if gold.size else 0.0
         top = float(np.max(np.abs(gold_l))) if gold.size else 0.0
+        if name in mags and gold.size:  # a sum that may cancel (db_k is exactly 0): its terms' size
+            top = max(top, float(np.max(np.asarray(mags[name], dtype=np.float64))))
         tau = np.full(np.shape(gold), C_SAME * (err + STAGES[capability] * u * top))
         if golden is not reference_out:
             tau = tau + np.abs(np.asarray(ref[name], dtype=np.longdouble) - gold_l).astype(np.float64)

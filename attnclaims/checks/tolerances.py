@@ -804,7 +804,8 @@ def layer_norm_vjp_error(x, gamma, eps, d, *, u: float) -> tuple[np.ndarray, np.
     """Absolute error bounds of (dx, dγ, dβ) for y = γ x̂ + β (:func:`attnclaims.reference.backward.layer_norm_vjp`).
 
     From :func:`layer_norm_error`'s model: the centred values c carry Δc, r = (σ² + ε)^(−1/2) the
-    relative ρ; so x̂ = c r carries Δx̂ ≤ r(Δc + |c|ρ) + u|x̂|. With g = d ⊙ γ (Δg ≤ u|g|), m₁ = mean g
+    relative ρ (with the variance's second-order term mean Δc², which is all its error for a
+    constant row at a large offset: c = 0 there while Δc ~ u·|x|); so x̂ = c r carries Δx̂ ≤ r(Δc + |c|ρ) + u|x̂|. With g = d ⊙ γ (Δg ≤ u|g|), m₁ = mean g
     (Δm₁ ≤ mean Δg + (d + 1)u mean|g|), m₂ = mean(g x̂) (Δm₂ ≤ mean(Δg|x̂| + |g|Δx̂) + (d + 2)u mean|g x̂|),
     i = g − m₁ − x̂ m₂ with |ī| = |g| + mean|g| + |x̂| mean|g x̂|:
     Δi ≤ Δg + Δm₁ + Δx̂ mean|g x̂| + |x̂|Δm₂ + 3u|ī|, and dx = r i: Δdx ≤ r(Δi + (ρ + u)|ī|).
@@ -820,7 +821,9 @@ def layer_norm_vjp_error(x, gamma, eps, d, *, u: float) -> tuple[np.ndarray, np.
         r = 1.0 / np.sqrt(var + eps)
         mean_err = 2.0 * (dim + 1) + 4.0 * math.log(dim) + 4.0
         dc = u * (np.abs(c) + mean_err * np.max(np.abs(x), axis=-1, keepdims=True))
-        dvar = 2.0 * np.mean(np.abs(c) * dc, axis=-1, keepdims=True) + u * 3.0 * (dim + 2) * var
+        # the second-order term mean(Δc²) is kept: for a constant row c = 0 and it is all there is
+        dvar = 2.0 * np.mean(np.abs(c) * dc, axis=-1, keepdims=True) + np.mean(dc * dc, axis=-1, keepdims=True) \
+            + u * 3.0 * (dim + 2) * var
         rho = 0.5 * dvar / (var + eps) + 4.0 * u
         xhat = c * r
         axh = np.abs(xhat)

@@ -1,0 +1,226 @@
+"""Backward mutants: a correct forward and exactly one bug in a backward pass each.
+
+:class:`BackwardComposed` is the zoo's ``Composed`` base (the reference, every capability built from
+the lower ones of ``self``) with vector-Jacobian products composed the same way: ``attention_vjp``
+recomputes the weights with ``self``'s forward pieces and calls ``self._softmax_backward``,
+``self._value_gradient`` and ``self._query_key_gradients``; ``multi_head_attention_vjp`` calls
+``self.attention_vjp``; the layers' vjps call the sub-layers' (:class:`~attnclaims.zoo.layer_backward.LayerBackward`).
+Each mutant overrides one small method, so its bug travels upwards. They are the hard bugs of kernel
+backward passes: invisible to a forward-only suite, most of them also invisible on easy inputs (one
+head, d_k = 1, no mask, n_q ≠ n_k, float64 accumulation of small sums).
+
+The registry entries are added to :data:`attnclaims.zoo.mutants.MUTANTS` (this module is imported at
+the end of that one), so ``attnclaims mutants`` runs them and ``attnclaims.zoo.mutants:<name>`` names them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from attnclaims.reference.backward import sum_to
+from attnclaims.reference.layers import layer_norm as reference_layer_norm
+from attnclaims.reference.params import FeedForwardParams, MultiHeadParams
+from attnclaims.zoo.layer_backward import LayerBackward
+from attnclaims.zoo.mutants import Composed, mutant
+
+__all__ = ["BackwardComposed", "backward_composed"]
+
+
+class BackwardComposed(LayerBackward, Composed):
+    """Composed plus backward passes composed through ``self`` (correct: it passes tests/test_gradients.py)."""
+
+    name = "composed-backward"
+
+    # -- softmax ------------------------------------------------------------------------------------
+    def _softmax_backward(self, p, d):
+        """Jᵀd = p ⊙ (d − ⟨p, d⟩) over the last axis (entries with p = 0 do not read d)."""
+        d = np.where(p > 0, d, 0.0)
+        return p * (d - np.sum(p * d, axis=-1, keepdims=True))
+
+    def softmax_vjp(self, x, d_out, axis=-1):
+        p = np.moveaxis(self.softmax(x, axis=axis), axis, -1)
+        d = np.moveaxis(np.asarray(d_out, dtype=np.float64), axis, -1)
+        return np.moveaxis(self._softmax_backward(p, d), -1, axis)
+
+    # -- attention ------------------------------------------------------------------------------------
+    def _backward_weights(self, q, k, mask, scale, target):
+        """The weights recomputed for the backward pass (as memory-saving kernels do), mask applied."""
+        s = np.broadcast_to(self._scores(q, k, scale), target)
+        return self._weights(s, self._allowed(mask, target))
+
+    def _value_gradient(self, a, d):
+        """dV = Aᵀ dO."""
+        return np.swapaxes(a, -1, -2) @ d
+
+    def _query_key_gradients(self, ds, q, k, scale):
+        """dQ = c dS K, dK = c dSᵀ Q."""
+        return (ds @ k) * scale, (np.swapaxes(ds, -1, -2) @ q) * scale
+
+    def attention_vjp(self, q, k, v, d_out, mask=None, scale=None):
+        q, k, v, d = (np.asarray(a, dtype=np.float64) for a in (q, k, v, d_out))
+        if scale is None:
+            scale = self._default_scale(q, k, v)
+        batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        target = batch + (q.shape[-2], k.shape[-2])
+        qb, kb, vb = (np.broadcast_to(a, batch + a.shape[-2:]) for a in (q, k, v))
+        a = self._backward_weights(qb, kb, mask, float(scale), target)
+        da = np.where(a > 0, d @ np.swapaxes(vb, -1, -2), 0.0)
+        ds = self._softmax_backward(a, da)
+        dv = self._value_gradient(a, d)
+        dq, dk = self._query_key_gradients(ds, qb, kb, float(scale))
+        return sum_to(dq, q.shape), sum_to(dk, k.shape), sum_to(dv, v.shape)
+
+    # -- multi-head attention ---------------------------------------------------------------------
+    def _input_gradients(self, grads, x_q, x_kv, p):
+        """dx_q = dQ W_Qᵀ, dx_kv = dK W_Kᵀ + dV W_Vᵀ (merged head gradients)."""
+        return grads["q"] @ p.w_q.T, grads["k"] @ p.w_k.T + grads["v"] @ p.w_v.T
+
+    def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
+        p = params
+        x_q, x_kv, d = (np.asarray(a, dtype=np.float64) for a in (x_q, x_kv, d_out))
+        batch = np.broadcast_shapes(x_q.shape[:-2], x_kv.shape[:-2])
+        xq, xkv = np.broadcast_to(x_q, batch + x_q.shape[-2:]), np.broadcast_to(x_kv, batch + x_kv.shape[-2:])
+        q, k, v = self._qkv(xq, xkv, p)
+        head_mask = self._head_mask(mask, xq, xkv)
+        heads = self.attention(q, k, v, mask=head_mask)
+        merged = self._merge(heads)
+        rows = lambda a: a.reshape(-1, a.shape[-1])  # noqa: E731
+        dheads = self._split(d @ p.w_o.T, p.num_heads)
+        dq, dk, dv = self.attention_vjp(q, k, v, dheads, mask=head_mask)
+        g = {"q": self._merge(dq), "k": self._merge(dk), "v": self._merge(dv)}
+        dx_q, dx_kv = self._input_gradients(g, xq, xkv, p)
+        grads = dict(w_o=rows(merged).T @ rows(d), b_o=rows(d).sum(axis=0),
+                     w_q=rows(xq).T @ rows(g["q"]), b_q=rows(g["q"]).sum(axis=0),
+                     w_k=rows(xkv).T @ rows(g["k"]), b_k=rows(g["k"]).sum(axis=0),
+                     w_v=rows(xkv).T @ rows(g["v"]), b_v=rows(g["v"]).sum(axis=0))
+        return sum_to(dx_q, x_q.shape), sum_to(dx_kv, x_kv.shape), MultiHeadParams(**grads, num_heads=p.num_heads)
+
+    # -- layer norm, FFN ----------------------------------------------------------------------------
+    def _layer_norm_backward(self, xhat, r, g):
+        """dx = r (g − mean g − x̂ mean(g x̂)), g = d ⊙ γ."""
+        return r * (g - g.mean(axis=-1, keepdims=True) - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
+
+    def layer_norm_vjp(self, x, gamma, beta, eps, d_out):
+        x, gamma, d = (np.asarray(a, dtype=np.float64) for a in (x, gamma, d_out))
+        xhat = reference_layer_norm(x, np.ones_like(gamma), np.zeros_like(gamma), eps)  # (x − μ) r
+        xc = x - x.mean(axis=-1, keepdims=True)
+        r = 1.0 / np.sqrt(np.mean(xc * xc, axis=-1, keepdims=True) + eps)
+        lead = tuple(range(x.ndim - 1))
+        return self._layer_norm_backward(xhat, r, d * gamma), (d * xhat).sum(axis=lead), d.sum(axis=lead)
+
+    def _bias_gradient(self, g):
+        """Σ over every position and batch entry."""
+        return g.reshape(-1, g.shape[-1]).sum(axis=0)
+
+    def feed_forward_vjp(self, x, params, d_out):
+        p = params
+        x, d = np.asarray(x, dtype=np.float64), np.asarray(d_out, dtype=np.float64)
+        pre = x @ p.w1 + p.b1
+        hidden = self._activation(pre)
+        dpre = (d @ p.w2.T) * (pre > 0)
+        rows = lambda a: a.reshape(-1, a.shape[-1])  # noqa: E731
+        return dpre @ p.w1.T, FeedForwardParams(w1=rows(x).T @ rows(dpre), b1=self._bias_gradient(dpre),
+                                                w2=rows(hidden).T @ rows(d), b2=self._bias_gradient(d))
+
+
+#: the correct backward base as an instance, a control
+backward_composed = BackwardComposed()
+
+
+# ---------------------------------------------------------------------------------------------
+# The mutants
+# ---------------------------------------------------------------------------------------------
+
+@mutant("softmax_backward_uncentered", "softmax_vjp", ["softmax-saturation", "softmax-distribution"],
+        "softmax backward p ⊙ d without the −⟨p, d⟩ centering term (diag(p) instead of diag(p) − ppᵀ)")
+class _SoftmaxBackwardUncentered(BackwardComposed):
+    def _softmax_backward(self, p, d):
+        return p * np.where(p > 0, d, 0.0)
+
+
+@mutant("attention_backward_scale_missing", "attention_vjp", ["softmax-saturation"],
+        "dQ = dS K and dK = dSᵀ Q without the scale (the forward scales; right only when the scale is 1)")
+class _AttentionBackwardScaleMissing(BackwardComposed):
+    def _query_key_gradients(self, ds, q, k, scale):
+        return ds @ k, np.swapaxes(ds, -1, -2) @ q
+
+
+@mutant("attention_backward_mask_ignored", "attention_vjp", ["decoder-masking"],
+        "the backward recomputes the weights without the mask (the forward masks; gradients leak to masked keys)")
+class _AttentionBackwardMaskIgnored(BackwardComposed):
+    def _backward_weights(self, q, k, mask, scale, target):
+        return super()._backward_weights(q, k, None, scale, target)
+
+
+@mutant("attention_backward_dv_untransposed", "attention_vjp", ["convex-combination"],
+        "a self-attention kernel (n_q = n_k) computes dV = A dO instead of Aᵀ dO")
+class _AttentionBackwardDvUntransposed(BackwardComposed):
+    def _value_gradient(self, a, d):
+        if a.shape[-1] == a.shape[-2]:
+            return a @ d  # typo: the transpose was dropped where the shapes allow it
+        return super()._value_gradient(a, d)
+
+
+@mutant("attention_backward_dq_dk_swapped", "attention_vjp", ["softmax-saturation"],
+        "dQ and dK computed in each other's place: dQ = c dSᵀ Q, dK = c dS K (shapes agree when n_q = n_k)")
+class _AttentionBackwardDqDkSwapped(BackwardComposed):
+    def _query_key_gradients(self, ds, q, k, scale):
+        dq, dk = super()._query_key_gradients(ds, q, k, scale)
+        if dq.shape == dk.shape:
+            return dk, dq
+        return dq, dk
+
+
+@mutant("attention_backward_float16_accumulation", "attention_vjp", ["softmax-saturation"],
+        "dV = Aᵀ dO accumulated in float16 (a half-precision accumulator in the value-gradient GEMM)")
+class _AttentionBackwardFloat16(BackwardComposed):
+    def _value_gradient(self, a, d):
+        at = np.swapaxes(a, -1, -2).astype(np.float16)
+        out = np.zeros(at.shape[:-1] + d.shape[-1:], dtype=np.float16)
+        for i in range(at.shape[-1]):  # the accumulator stays float16
+            out = out + at[..., :, i, None] * d[..., i, None, :].astype(np.float16)
+        return out.astype(np.float64)
+
+
+@mutant("layer_norm_backward_no_mean_term", "layer_norm_vjp", ["layer-norm"],
+        "layer-norm backward r(g − x̂ mean(g x̂)) without the −mean(g) term of the mean subtraction")
+class _LayerNormBackwardNoMean(BackwardComposed):
+    def _layer_norm_backward(self, xhat, r, g):
+        return r * (g - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
+
+
+@mutant("feed_forward_backward_bias_first_position", "feed_forward_vjp", ["position-wise-ffn"],
+        "bias gradients summed over the batch but taken at the first position only (right when n = 1)")
+class _FfnBackwardBiasFirstPosition(BackwardComposed):
+    def _bias_gradient(self, g):
+        if g.ndim < 2:
+            return super()._bias_gradient(g)
+        return g[..., 0, :].reshape(-1, g.shape[-1]).sum(axis=0)
+
+
+@mutant("multi_head_backward_key_path_dropped", "multi_head_attention_vjp", ["multihead-structure"],
+        "dx_kv = dV W_Vᵀ only: the gradient through the keys (dK W_Kᵀ) is dropped")
+class _MhaBackwardKeyPathDropped(BackwardComposed):
+    def _input_gradients(self, grads, x_q, x_kv, p):
+        return grads["q"] @ p.w_q.T, grads["v"] @ p.w_v.T
+
+
+@mutant("encoder_backward_residual_dropped", "encoder_layer_vjp", ["encoder-structure", "residual-gradient"],
+        "the layer backward forgets the residual path: dx = F'ᵀ dz (Post-LN) or LN'ᵀ F'ᵀ d (Pre-LN), no identity")
+class _EncoderBackwardResidualDropped(BackwardComposed):
+    def _sublayer_vjp(self, x, f, f_vjp, norm, eps, norm_first, d):
+        if norm_first:
+            h = self.layer_norm(x, norm.gamma, norm.beta, eps)
+            dx, dg, db = self.layer_norm_vjp(x, norm.gamma, norm.beta, eps, f_vjp(h, d))
+            return dx, type(norm)(dg, db)
+        z = x + f(x)
+        dz, dg, db = self.layer_norm_vjp(z, norm.gamma, norm.beta, eps, d)
+        return f_vjp(x, dz), type(norm)(dg, db)
+
+
+@mutant("decoder_backward_memory_detached", "decoder_layer_vjp", ["decoder-masking"],
+        "the decoder's cross-attention treats memory as a constant: dmemory is all zeros")
+class _DecoderBackwardMemoryDetached(BackwardComposed):
+    def decoder_layer_vjp(self, y, memory, params, d_out, self_mask=None, memory_mask=None):
+        dy, dmem, dp = super().decoder_layer_vjp(y, memory, params, d_out, self_mask, memory_mask)
+        return dy, np.zeros_like(dmem), dp
+
