@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.special import erfc
 
 __all__ = ["LoopsImplementation", "loops_impl"]
 
@@ -117,9 +118,11 @@ class LoopsImplementation:
             target = np.broadcast_shapes(x_q.shape[:-2], x_kv.shape[:-2]) + (x_q.shape[-2], x_kv.shape[-2])
             allowed = np.broadcast_to(np.asarray(mask, dtype=bool), target)
         heads = []
+        r = h // p.num_kv_heads  # grouped-query attention: query heads g·r … g·r + r − 1 share K/V head g
         for i in range(h):  # head i: columns [i·d_k, (i+1)·d_k)
             cols = slice(i * d_k, (i + 1) * d_k)
-            heads.append(_online_attention(q[..., cols], k[..., cols], v[..., cols], allowed, 1.0 / math.sqrt(d_k)))
+            kv = slice((i // r) * d_k, (i // r + 1) * d_k)
+            heads.append(_online_attention(q[..., cols], k[..., kv], v[..., kv], allowed, 1.0 / math.sqrt(d_k)))
         return _linear(np.concatenate(heads, axis=-1), p.w_o, p.b_o)
 
     def positional_encoding(self, n_positions, d_model):
@@ -184,6 +187,109 @@ class LoopsImplementation:
         y = self._norm(y + self.multi_head_attention(y, y, p.self_attn, own), p.norm1, p.eps)
         y = self._norm(y + self.multi_head_attention(y, memory, p.cross_attn, memory_mask), p.norm2, p.eps)
         return self._norm(y + self.feed_forward(y, p.ffn), p.norm3, p.eps)
+
+    # -- modern components, in the same style (loops over features, pairs and positions; the decoder
+    # block streams positions one at a time against its own KV cache, as generation does) ------------
+    variants = {"grouped_query": True}
+
+    def rms_norm(self, x, gamma, eps):
+        x = _f64(x)
+        ss = np.zeros(x.shape[:-1])
+        for f in range(x.shape[-1]):  # running sum of squares
+            ss = ss + x[..., f] * x[..., f]
+        inv = 1.0 / np.sqrt(ss / x.shape[-1] + eps)
+        out = np.empty_like(x)
+        gamma = _f64(gamma)
+        for f in range(x.shape[-1]):
+            out[..., f] = gamma[f] * (x[..., f] * inv)
+        return out
+
+    def gated_feed_forward(self, x, params):
+        p = params
+        x = _f64(x)
+        a = _linear(x, p.w_gate, p.b_gate)
+        with np.errstate(over="ignore"):
+            g = a / (1.0 + np.exp(-a)) if p.activation == "silu" else 0.5 * a * erfc(-a / math.sqrt(2.0))
+        return _linear(g * _linear(x, p.w_up, p.b_up), p.w_down, p.b_down)
+
+    def rotary_embedding(self, x, positions, base=10000.0, layout="interleaved"):
+        x = _f64(x)
+        d = x.shape[-1]
+        pos = np.asarray(positions, dtype=np.float64)
+        out = np.empty_like(x)
+        for i in range(d // 2):  # pair i: (2i, 2i+1) or (i, i + d/2), angle pos·base^(−2i/d)
+            a, b = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + d // 2)
+            theta = pos * math.pow(float(base), -2.0 * i / d)  # (n,)
+            c, s = np.cos(theta)[:, None], np.sin(theta)[:, None]
+            xa, xb = x[..., a][..., None], x[..., b][..., None]
+            out[..., a] = (xa * c - xb * s)[..., 0]
+            out[..., b] = (xb * c + xa * s)[..., 0]
+        return out
+
+    def causal_attention(self, q, k, v, alignment="top-left", window=None, scale=None):
+        n_q, n_k = np.shape(q)[-2], np.shape(k)[-2]
+        offset = n_k - n_q if alignment == "bottom-right" else 0
+        allowed = np.zeros((n_q, n_k), dtype=bool)
+        for i in range(n_q):
+            last = i + offset  # the query's position; it sees keys last − window + 1 … last
+            first = 0 if window is None else max(0, last - window + 1)
+            if last >= 0:
+                allowed[i, first : last + 1] = True
+        return self.attention(q, k, v, allowed, scale)
+
+    def _block_norm(self, x, norm, eps):
+        if hasattr(norm, "beta"):
+            return self.layer_norm(x, norm.gamma, norm.beta, eps)
+        return self.rms_norm(x, norm.gamma, eps)
+
+    def _block_ffn(self, x, ffn):
+        return self.gated_feed_forward(x, ffn) if hasattr(ffn, "w_gate") else self.feed_forward(x, ffn)
+
+    def _block_token(self, x_t, p, cache: dict, t: int, allowed_row):
+        """The block at one position t: x_t (..., 1, d_model); cache {"k": [...], "v": [...]} of the K/V
+        rows (rotated) of positions < t, extended here; allowed_row (..., t + 1) bool or None."""
+        a = p.self_attn
+        h, h_kv, d_k = a.num_heads, a.num_kv_heads, a.d_k
+
+        def attn(z):
+            q, k, v = _linear(z, a.w_q, a.b_q), _linear(z, a.w_k, a.b_k), _linear(z, a.w_v, a.b_v)
+            if p.rope is not None:
+                rot = lambda y, heads: np.concatenate(  # noqa: E731
+                    [self.rotary_embedding(y[..., j * d_k:(j + 1) * d_k], [t], p.rope.base, p.rope.layout)
+                     for j in range(heads)], axis=-1)
+                q, k = rot(q, h), rot(k, h_kv)
+            cache["k"].append(k)
+            cache["v"].append(v)
+            keys = np.concatenate(np.broadcast_arrays(*cache["k"]), axis=-2)  # (..., t + 1, h_kv·d_k)
+            values = np.concatenate(np.broadcast_arrays(*cache["v"]), axis=-2)
+            allowed = None if allowed_row is None else allowed_row[..., None, :]
+            r = h // h_kv
+            heads = [_online_attention(q[..., i * d_k:(i + 1) * d_k], keys[..., (i // r) * d_k:(i // r + 1) * d_k],
+                                       values[..., (i // r) * d_k:(i // r + 1) * d_k], allowed, 1.0 / math.sqrt(d_k))
+                     for i in range(h)]
+            return _linear(np.concatenate(heads, axis=-1), a.w_o, a.b_o)
+
+        if p.norm_first:
+            x = x_t + attn(self._block_norm(x_t, p.norm1, p.eps))
+            return x + self._block_ffn(self._block_norm(x, p.norm2, p.eps), p.ffn)
+        x = self._block_norm(x_t + attn(x_t), p.norm1, p.eps)
+        return self._block_norm(x + self._block_ffn(x, p.ffn), p.norm2, p.eps)
+
+    def _stream(self, x, params, mask=None):
+        n = x.shape[-2]
+        full = None if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool), x.shape[:-2] + (n, n))
+        cache: dict = {"k": [], "v": []}
+        return np.concatenate([self._block_token(x[..., t : t + 1, :], params, cache, t,
+                                                 None if full is None else full[..., t, : t + 1])
+                               for t in range(n)], axis=-2)
+
+    def decoder_block(self, x, params, mask=None):
+        return self._stream(_f64(x), params, mask)
+
+    def decoder_block_decode(self, x, params, prompt_length, chunk=1):
+        """Position by position against the cache, whatever the prompt length and chunk (a chunk of c
+        positions is c single steps here)."""
+        return self._stream(_f64(x), params)
 
     def __repr__(self) -> str:
         return "LoopsImplementation()"
