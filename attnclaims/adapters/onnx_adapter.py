@@ -11,7 +11,10 @@ of the standard operators, on graphs written the way exporters write them.
                            ``Attention`` operator (``onnxruntime-attention-op``)
 * ``multi_head_attention`` ``MatMul + Add`` projections → ``Attention(q_num_heads=kv_num_heads=h)``
                            (3-D inputs, the operator's own head split) → ``MatMul + Add``
-* ``layer_norm``           ``LayerNormalization(axis=-1, epsilon)``
+* ``layer_norm``           ``LayerNormalization(axis=-1, epsilon)``; ``rms_norm`` ``RMSNormalization``
+* ``rotary_embedding``     ``RotaryEmbedding(interleaved=0|1)`` — float32 only (``onnxruntime-float32``):
+                           the operator has no double type
+* ``causal_attention``     ``Attention(is_causal=1)`` (``onnxruntime-attention-op``; top-left)
 * ``feed_forward``         ``MatMul + Add → Relu → MatMul + Add``
 
 The ``Attention`` operator takes ``scale`` as a (32-bit) float attribute and, by its
@@ -206,6 +209,16 @@ class _OnnxBase:
 
         return self._run(("layer_norm", x.ndim, float(eps)), build, {"x": x, "gamma": self._c(gamma), "beta": self._c(beta)})
 
+    def rms_norm(self, x, gamma, eps):
+        """``RMSNormalization(x, gamma, axis=-1, epsilon=eps)`` (opset 23; epsilon a float attribute)."""
+        x, h = self._c(x), self._helper
+
+        def build():
+            node = h.make_node("RMSNormalization", ["x", "gamma"], ["y"], axis=-1, epsilon=float(eps))
+            return self._model([node], [self._vi("x", x.ndim), self._vi("gamma", 1)], [self._vi("y", x.ndim)])
+
+        return self._run(("rms_norm", x.ndim, float(eps)), build, {"x": x, "gamma": self._c(gamma)})
+
     def feed_forward(self, x, params):
         """``Add(MatMul(Relu(Add(MatMul(x, w1), b1)), w2), b2)``."""
         x, h, p = self._c(x), self._helper, params
@@ -233,6 +246,7 @@ class OnnxRuntimeImplementation(_OnnxBase):
         "attention": "onnxruntime MatMul / Softmax / Where kernels (MatMul-Softmax-MatMul graph)",
         "multi_head_attention": "onnxruntime Attention kernel (opset 24) + MatMul / Add",
         "layer_norm": "onnxruntime LayerNormalization kernel",
+        "rms_norm": "onnxruntime RMSNormalization kernel (opset 23)",
         "feed_forward": "onnxruntime MatMul / Add / Relu kernels",
     }
     conventions = {"masked-fill value": "Where(mask, scores, -inf) in the graph; the Attention operator's own "
@@ -260,10 +274,38 @@ class OnnxRuntimeImplementation(_OnnxBase):
 
 
 class OnnxRuntimeFloat32Implementation(OnnxRuntimeImplementation):
-    """:class:`OnnxRuntimeImplementation` in float32."""
+    """:class:`OnnxRuntimeImplementation` in float32, plus ``rotary_embedding``: the opset-23
+    ``RotaryEmbedding`` operator has no double type, so only the float32 implementation has it."""
 
     name = "onnxruntime-float32"
     dtype = np.dtype(np.float32)
+    responsible = {**OnnxRuntimeImplementation.responsible,
+                   "rotary_embedding": "onnxruntime RotaryEmbedding kernel (opset 23)"}
+
+    def rotary_embedding(self, x, positions, base=10000.0, layout="interleaved"):
+        """``RotaryEmbedding(x, cos_cache, sin_cache, position_ids, interleaved=...)`` on x as
+        (B, 1, n, d): ``interleaved=1`` pairs (2i, 2i+1), ``0`` pairs (i, i + d/2). The caches are the
+        operator's inputs, as exporters pass them: cos/sin(p · base^(−2i/d)) for p = 0 … max position,
+        computed in float64 and rounded to float32 once."""
+        h = self._helper
+        if layout not in ("interleaved", "half"):
+            raise ValueError(f"layout={layout!r}, but should be 'interleaved' or 'half'")
+        shape = np.shape(x)
+        n, d = shape[-2], shape[-1]
+        x4 = self._c(np.asarray(x, dtype=np.float64).reshape((-1, 1, n, d)))
+        pos = np.asarray(positions, dtype=np.int64).reshape(n)
+        angles = np.arange(int(pos.max()) + 1)[:, None] * float(base) ** (-np.arange(0, d, 2) / d)  # (P, d/2)
+        feeds = {"x": x4, "cos": self._c(np.cos(angles)), "sin": self._c(np.sin(angles)),
+                 "pos": np.ascontiguousarray(np.broadcast_to(pos, (x4.shape[0], n)))}
+
+        def build():
+            node = h.make_node("RotaryEmbedding", ["x", "cos", "sin", "pos"], ["y"],
+                               interleaved=int(layout == "interleaved"))
+            inputs = [self._vi("x", 4), self._vi("cos", 2), self._vi("sin", 2),
+                      self._vi("pos", 2, self._onnx.TensorProto.INT64)]
+            return self._model([node], inputs, [self._vi("y", 4)])
+
+        return self._run(("rotary", layout), build, feeds).reshape(shape)
 
 
 class OnnxRuntimeAttentionOpImplementation(OnnxRuntimeImplementation):
@@ -273,10 +315,27 @@ class OnnxRuntimeAttentionOpImplementation(OnnxRuntimeImplementation):
     name = "onnxruntime-attention-op"
     attention_graph = "operator"
     #: the operator multiplies Q and K by √scale each (its specification): no negative scale
-    variants = {"scale": "positive"}
-    responsible = {"attention": "onnxruntime Attention kernel (opset 24)"}
+    variants = {"scale": "positive", "causal_alignment": ("top-left",), "sliding_window": False}
+    responsible = {"attention": "onnxruntime Attention kernel (opset 24)",
+                   "causal_attention": "onnxruntime Attention kernel (opset 24, is_causal=1)"}
 
-    softmax = layer_norm = feed_forward = multi_head_attention = None  # tested in ``onnxruntime``
+    softmax = layer_norm = feed_forward = multi_head_attention = rms_norm = None  # tested in ``onnxruntime``
+
+    def causal_attention(self, q, k, v, alignment="top-left", window=None, scale=None):
+        """``Attention(q, k, v, is_causal=1)``: without a KV cache the operator aligns top-left (query
+        i sees keys 0 … i), the only alignment it offers here; no sliding window in opset 24."""
+        if alignment != "top-left" or window is not None:
+            raise NotImplementedError("the Attention operator (opset 24) is causal top-left only, without windows")
+        h = self._helper
+        batch, q4, k4, v4, _ = self._broadcast(q, k, v, None)
+        attrs = {"is_causal": 1} if scale is None else {"is_causal": 1, "scale": float(scale)}
+
+        def build():
+            return self._model([h.make_node("Attention", ["q", "k", "v"], ["y"], **attrs)],
+                               [self._vi("q", 4), self._vi("k", 4), self._vi("v", 4)], [self._vi("y", 4)])
+
+        out = self._run(("causal", None if scale is None else float(scale)), build, {"q": q4, "k": k4, "v": v4})
+        return out.reshape(batch + (q4.shape[-2], v4.shape[-1]))
 
 
 class OnnxReferenceImplementation(_OnnxBase):
@@ -289,6 +348,7 @@ class OnnxReferenceImplementation(_OnnxBase):
         "attention": "onnx.reference MatMul / Softmax / Where (MatMul-Softmax-MatMul graph)",
         "multi_head_attention": "onnx.reference Attention (opset 24) + MatMul / Add",
         "layer_norm": "onnx.reference LayerNormalization",
+        "rms_norm": "onnx.reference RMSNormalization (opset 23)",
         "feed_forward": "onnx.reference MatMul / Add / Relu",
     }
     conventions = {"masked-fill value": OnnxRuntimeImplementation.conventions["masked-fill value"],
