@@ -341,3 +341,23 @@ def test_backward_passes_match_the_reference(impls, name):
     if _has(impl, "feed_forward_vjp"):
         f = P.init_feed_forward(rng, D, DFF)
         _close_tree(impl.feed_forward_vjp(x, f, dx), REF.feed_forward_vjp(x, f, dx), f"{name} feed_forward_vjp")
+
+
+def test_onnx_modern_operators_match_the_reference(impls):
+    """RMSNormalization (both runtimes), RotaryEmbedding in both pair layouts (float32 only: the
+    operator has no double type) and Attention(is_causal=1), top-left."""
+    rng = _rng(10)
+    x, gamma = rng.normal(size=(B, 5, D)), rng.normal(size=D)
+    for name in ("onnxruntime", "onnx-reference"):
+        _close_modern(impls(name).rms_norm(x, gamma, 1e-5), REF.rms_norm(x, gamma, 1e-5), f"{name} rms_norm")
+    positions = np.array([0, 3, 1, 7, 20])
+    f32 = impls("onnxruntime-float32")
+    assert not _has(impls("onnxruntime"), "rotary_embedding")
+    for layout in ("interleaved", "half"):
+        _close_modern(f32.rotary_embedding(x, positions, 500.0, layout), REF.rotary_embedding(x, positions, 500.0, layout),
+                      f"onnxruntime-float32 rotary_embedding {layout}")
+    op = impls("onnxruntime-attention-op")
+    q, k, v = rng.normal(size=(B, 3, 4)), rng.normal(size=(B, 5, 4)), rng.normal(size=(B, 5, 3))
+    _close_modern(op.causal_attention(q, k, v, "top-left", None, 0.7),
+                  REF.causal_attention(q, k, v, alignment="top-left", scale=0.7), "Attention(is_causal=1)")
+    assert declared_variants(op)["causal_alignment"] == ("top-left",)
