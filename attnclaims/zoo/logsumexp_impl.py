@@ -72,6 +72,8 @@ class LogSumExpImplementation:
             y = np.broadcast_to(_linear(x, w, b), batch + (x.shape[-2], p.d_model))
             return np.swapaxes(y.reshape(batch + (x.shape[-2], h, d_k)), -2, -3)
 
+        if p.num_kv_heads != h:  # grouped-query attention: K/V heads gathered by group index
+            return self._grouped_query_attention(x_q, x_kv, p, mask)
         q, k, v = heads(x_q, p.w_q, p.b_q), heads(x_kv, p.w_k, p.b_k), heads(x_kv, p.w_v, p.b_v)
         s = np.matmul(q, np.swapaxes(k, -1, -2)) / math.sqrt(d_k)  # (..., h, n_q, n_k)
         if mask is not None:
@@ -121,6 +123,120 @@ class LogSumExpImplementation:
         y = self._residual(y, lambda h: self.multi_head_attention(h, memory, p.cross_attn, memory_mask), p.norm2,
                            p.eps, p.norm_first)
         return self._residual(y, lambda h: self.feed_forward(h, p.ffn), p.norm3, p.eps, p.norm_first)
+
+    # -- modern components, in the same style (log domain, BLAS products, RoPE as rotation matrices) --
+    variants = {"grouped_query": True}
+
+    def _heads(self, y, heads: int):  # (..., n, heads·d_k) -> (..., heads, n, d_k)
+        return np.swapaxes(y.reshape(y.shape[:-1] + (heads, y.shape[-1] // heads)), -2, -3)
+
+    def _attend_grouped(self, q, k, v, allowed):
+        """q (..., h, n_q, d_k); k, v (..., h_kv, n_k, d_k): K/V head ⌊i/r⌋ gathered for query head i."""
+        h, h_kv = q.shape[-3], k.shape[-3]
+        group = np.arange(h) // (h // h_kv)  # (h,): the K/V head of every query head
+        k, v = np.take(k, group, axis=-3), np.take(v, group, axis=-3)
+        s = np.matmul(q, np.swapaxes(k, -1, -2)) / math.sqrt(q.shape[-1])
+        if allowed is not None:
+            allowed = np.broadcast_to(np.asarray(allowed, dtype=bool),
+                                      np.broadcast_shapes(np.shape(allowed), s.shape[:-3] + s.shape[-2:]))
+            allowed = allowed[..., None, :, :]
+        out = np.swapaxes(np.matmul(_weights(s, allowed), v), -2, -3)  # (..., n_q, h, d_k)
+        return out.reshape(out.shape[:-2] + (out.shape[-2] * out.shape[-1],))
+
+    def _grouped_query_attention(self, x_q, x_kv, p, mask):
+        q = self._heads(_linear(_f64(x_q), p.w_q, p.b_q), p.num_heads)
+        k = self._heads(_linear(_f64(x_kv), p.w_k, p.b_k), p.num_kv_heads)
+        v = self._heads(_linear(_f64(x_kv), p.w_v, p.b_v), p.num_kv_heads)
+        return _linear(self._attend_grouped(q, k, v, mask), p.w_o, p.b_o)
+
+    def rms_norm(self, x, gamma, eps):
+        x = _f64(x)
+        rstd = np.exp(-0.5 * np.log(np.mean(np.square(x), axis=-1, keepdims=True) + eps))  # (ms + ε)^(−1/2)
+        return x * rstd * _f64(gamma)
+
+    def gated_feed_forward(self, x, params):
+        p = params
+        x = _f64(x)
+        a = _linear(x, p.w_gate, p.b_gate)
+        # log domain: σ(a) = exp(−log(1 + e^(−a))), Φ(a) = exp(log Φ(a))
+        g = a * np.exp(-np.logaddexp(0.0, -a)) if p.activation == "silu" else a * np.exp(scipy.special.log_ndtr(a))
+        return _linear(g * _linear(x, p.w_up, p.b_up), p.w_down, p.b_down)
+
+    def _rotations(self, positions, d: int, base: float, layout: str) -> np.ndarray:
+        """R_m for every position: (n, d, d), pair i a 2 × 2 rotation by m·exp(−2i·ln(base)/d)."""
+        pos = np.asarray(positions, dtype=np.float64)
+        freq = np.exp(np.arange(0, d, 2, dtype=np.float64) * (-math.log(float(base)) / d))
+        theta = pos[:, None] * freq[None, :]
+        a = np.arange(0, d, 2) if layout == "interleaved" else np.arange(d // 2)
+        b = a + 1 if layout == "interleaved" else a + d // 2
+        rot = np.zeros((pos.shape[0], d, d))
+        rot[:, a, a], rot[:, a, b] = np.cos(theta), -np.sin(theta)
+        rot[:, b, a], rot[:, b, b] = np.sin(theta), np.cos(theta)
+        return rot
+
+    def rotary_embedding(self, x, positions, base=10000.0, layout="interleaved"):
+        x = _f64(x)
+        rot = self._rotations(positions, x.shape[-1], base, layout)  # (n, d, d)
+        return np.matmul(rot, x[..., None])[..., 0]  # R_m x_m, row by row
+
+    def causal_attention(self, q, k, v, alignment="top-left", window=None, scale=None):
+        n_q, n_k = np.shape(q)[-2], np.shape(k)[-2]
+        shift = n_k - n_q if alignment == "bottom-right" else 0
+        allowed = np.tri(n_q, n_k, shift, dtype=bool)  # j <= i + shift
+        if window is not None:
+            allowed = allowed & ~np.tri(n_q, n_k, shift - window, dtype=bool)  # and j > i + shift − window
+        return self.attention(q, k, v, allowed, scale)
+
+    def _block_residual(self, x, sub, norm, eps, norm_first):
+        if hasattr(norm, "beta"):
+            n = lambda t: self.layer_norm(t, norm.gamma, norm.beta, eps)  # noqa: E731
+        else:
+            n = lambda t: self.rms_norm(t, norm.gamma, eps)  # noqa: E731
+        return x + sub(n(x)) if norm_first else n(x + sub(x))
+
+    def _block(self, x, p, cache, start: int, mask=None):
+        """Positions start … start + n − 1 against ``cache`` = (K, V) of the positions before (or None);
+        returns (output, new cache). K/V are cached rotated, in the K/V heads: (..., h_kv, length, d_k)."""
+        a = p.self_attn
+        n = x.shape[-2]
+        positions = np.arange(start, start + n)
+        kept = [cache]
+
+        def attn(z):
+            q = self._heads(_linear(z, a.w_q, a.b_q), a.num_heads)
+            k = self._heads(_linear(z, a.w_k, a.b_k), a.num_kv_heads)
+            v = self._heads(_linear(z, a.w_v, a.b_v), a.num_kv_heads)
+            if p.rope is not None:
+                q = self.rotary_embedding(q, positions, p.rope.base, p.rope.layout)
+                k = self.rotary_embedding(k, positions, p.rope.base, p.rope.layout)
+            if cache is not None:
+                k, v = (np.concatenate([np.broadcast_to(old, new.shape[:-2] + old.shape[-2:]), new], axis=-2)
+                        for old, new in zip(cache, (k, v)))
+            kept[0] = (k, v)
+            total = k.shape[-2]
+            allowed = np.tri(n, total, total - n, dtype=bool)  # the new queries are the last n positions
+            if mask is not None:
+                allowed = allowed & np.asarray(mask, dtype=bool)
+            return _linear(self._attend_grouped(q, k, v, allowed), a.w_o, a.b_o)
+
+        ffn = (lambda z: self.gated_feed_forward(z, p.ffn)) if hasattr(p.ffn, "w_gate") else \
+            (lambda z: self.feed_forward(z, p.ffn))
+        x = self._block_residual(x, attn, p.norm1, p.eps, p.norm_first)
+        return self._block_residual(x, ffn, p.norm2, p.eps, p.norm_first), kept[0]
+
+    def decoder_block(self, x, params, mask=None):
+        return self._block(_f64(x), params, None, 0, mask)[0]
+
+    def decoder_block_decode(self, x, params, prompt_length, chunk=1):
+        x = _f64(x)
+        n = x.shape[-2]
+        edges = [0] + ([prompt_length] if 0 < prompt_length < n else []) + \
+            [e for e in range(prompt_length + chunk, n, chunk)] + [n]
+        cache, outs = None, []
+        for start, stop in zip(edges[:-1], edges[1:]):
+            y, cache = self._block(x[..., start:stop, :], params, cache, start)
+            outs.append(y)
+        return np.concatenate(outs, axis=-2)
 
     def __repr__(self) -> str:
         return "LogSumExpImplementation()"
