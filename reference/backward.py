@@ -266,29 +266,14 @@ def _mha_backward(x_q, x_kv, p: dict, cache, d):
     dq, dk, dv, _ = _attention_backward(q, k, v, a, dheads, c)
     dx_q = np.zeros_like(x_q)
     dx_kv = np.zeros_like(x_kv)
-    # magnitudes of the last sums (Σ|terms|): db_k = Σ_j dK_j is exactly 0 (a shared shift of the keys
-    # does not change the weights), so its computed value is pure rounding of terms of size |dK|
-    # and likewise dQ = c dS K where dS = A ⊙ (dA − ⟨A, dA⟩) cancels (equal value rows): the magnitudes
-    # carry |dS| ≤ A ⊙ (|dA| + ⟨A, |dA|⟩), |dA| ≤ |d heads||V|ᵀ, through to the parameter gradients
-    t = lambda m: np.swapaxes(m, -1, -2)  # noqa: E731
-    da_bar = np.abs(dheads) @ t(np.abs(v))
-    ds_bar = a * (da_bar + np.sum(a * da_bar, axis=-1, keepdims=True))
-    bars = {"q": abs(c) * (ds_bar @ np.abs(k)), "k": abs(c) * (t(ds_bar) @ np.abs(q)), "v": t(a) @ np.abs(dheads)}
-    mag = {"w_o": np.abs(_rows(merged)).T @ np.abs(_rows(d)), "b_o": np.abs(_rows(d)).sum(axis=0)}
     for name, g, x in (("q", dq, x_q), ("k", dk, x_kv), ("v", dv, x_kv)):
         gm = _merge(g)
         grads["w_" + name] = _rows(x).T @ _rows(gm)
         grads["b_" + name] = _rows(gm).sum(axis=0)
-        bar = _merge(bars[name])
-        mag["w_" + name] = np.abs(_rows(x)).T @ _rows(bar)
-        mag["b_" + name] = _rows(bar).sum(axis=0)
         if name == "q":
             dx_q = dx_q + gm @ p["w_q"].T
         else:
             dx_kv = dx_kv + gm @ p["w_" + name].T
-    mag["dx_q"] = _merge(bars["q"]) @ np.abs(p["w_q"]).T
-    mag["dx_kv"] = _merge(bars["k"]) @ np.abs(p["w_k"]).T + _merge(bars["v"]) @ np.abs(p["w_v"]).T
-    grads["_mag"] = mag
     return dx_q, dx_kv, grads
 
 

@@ -6,7 +6,7 @@ term. The same rule here, for the vjps of multi-head attention and of the encode
 layers, whose derived bounds compose too loosely to be useful (attnclaims/checks/same_precision.py
 explains why for the forward):
 
-    τ = C_SAME · (max |naive − golden| + n_stages · u · max |golden|)   per output array,
+    τ = C_SAME · (max |naive − golden| + n_stages · u · |g|̄)   elementwise,
 
 with ``naive`` the reference's backward formulas (:mod:`attnclaims.reference.backward`, its
 dtype-generic cores) evaluated with every intermediate in the implementation's dtype and
@@ -14,13 +14,12 @@ dtype-generic cores) evaluated with every intermediate in the implementation's d
 (:func:`attnclaims.checks.same_precision.golden_dtype`: float64 for float32 implementations,
 numpy's long double for float64 ones). When the golden result is not the float64 reference
 itself, the reference's own measured error |reference − golden| is added (the check compares the
-implementation with the reference). ``n_stages`` counts the rounded stages of the backward pass
-(a floor: an input whose naive evaluation happens to be nearly exact still allows each stage one
-rounding of the largest gradient entry; for the attention's parameter gradients the largest
-magnitude Σ|terms| of their last sum, since db_K = Σ_j dK_j is exactly 0 and computed as rounding
-noise of terms of size |dK|). The bound is per array (its maximum), not elementwise:
-a gradient entry far below the array's largest one is allowed the largest one's rounding, as
-FlashAttention's max-norm comparison does. C_SAME is same_precision's factor, 8.
+implementation with the reference). The naive error enters as its maximum over the array (FlashAttention's
+max-norm comparison); the floor elementwise: |g|̄ is the |·|-evaluation of the same backward pass
+(:class:`Magnitude`: every term's absolute value, so a cancelling sum such as db_K = Σ_j dK_j, exactly
+0, keeps the size of its terms), and ``n_stages`` counts the rounded stages of the pass — the a-priori
+γ_N|g|̄ bound of a backward with exact forward values, which an input whose naive evaluation happens
+to be exact still allows. C_SAME is same_precision's factor, 8.
 Where long double is float64 (no golden result for a float64 implementation), the reference
 serves as golden and the floor alone remains.
 """
@@ -60,6 +59,47 @@ def _c(a, dtype):
     return np.asarray(a, dtype=np.float64).astype(dtype)
 
 
+class Magnitude(np.ndarray):
+    """An array of magnitudes |·| that the backward's own code propagates as Higham's |·|-evaluation: every
+    ufunc applies to the absolute values of its operands and a subtraction adds, so the core backward of
+    :mod:`attnclaims.reference.backward`, run on d_out = Magnitude(|d|) with the forward values as they are,
+    returns for every gradient entry the sum of the absolute values of all the terms it is built from —
+    what the rounding of the backward pass scales with (γ_N times it bounds that rounding for exact forward
+    values), cancellation included: db_K = Σ_j dK_j is exactly 0, its terms are not."""
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if kwargs.get("out") is not None:
+            kwargs["out"] = tuple(o.view(np.ndarray) for o in kwargs["out"])
+        plain = [np.abs(x.view(np.ndarray)) if isinstance(x, Magnitude)
+                 else (np.abs(x) if isinstance(x, (np.ndarray, float, int, np.number)) and np.asarray(x).dtype.kind in "fi"
+                       else x) for x in inputs]
+        ufunc = {np.subtract: np.add, np.negative: np.positive}.get(ufunc, ufunc)
+        result = getattr(ufunc, method)(*plain, **kwargs)
+        if isinstance(result, np.ndarray) and result.dtype.kind == "f":
+            return result.view(Magnitude)
+        return result
+
+    def __array_function__(self, func, types, args, kwargs):
+        def unwrap(a):
+            if isinstance(a, Magnitude):
+                return a.view(np.ndarray)
+            if isinstance(a, (list, tuple)):
+                return type(a)(unwrap(x) for x in a)
+            return a
+
+        result = func(*unwrap(args), **unwrap(kwargs))
+        if isinstance(result, np.ndarray) and result.dtype.kind == "f":
+            return result.view(Magnitude)
+        return result
+
+
+def _cd(d, dtype):
+    """The output gradient in ``dtype`` (a Magnitude stays one)."""
+    if isinstance(d, Magnitude):
+        return d.view(np.ndarray).astype(dtype).view(Magnitude)
+    return _c(d, dtype)
+
+
 def _mha(x_q, x_kv, params, d, mask, dtype):
     batch = np.broadcast_shapes(np.shape(x_q)[:-2], np.shape(x_kv)[:-2])
     xq = np.broadcast_to(_c(x_q, dtype), batch + np.shape(x_q)[-2:])
@@ -67,19 +107,14 @@ def _mha(x_q, x_kv, params, d, mask, dtype):
     m = None if mask is None else np.broadcast_to(np.asarray(mask, bool), batch + (xq.shape[-2], xkv.shape[-2]))
     p = B._mha_dict(params, dtype)
     _, cache = B._mha_forward(xq, xkv, p, m)
-    dq, dkv, grads = B._mha_backward(xq, xkv, p, cache, _c(d, dtype))
-    mag = grads["_mag"]
-    _MAGNITUDES["last"] = {"2." + k: v for k, v in mag.items() if not k.startswith("dx")}
-    _MAGNITUDES["last"].update({"0": B.sum_to(mag["dx_q"], np.shape(x_q)), "1": B.sum_to(mag["dx_kv"], np.shape(x_kv))})
+    dq, dkv, grads = B._mha_backward(xq, xkv, p, cache, _cd(d, dtype))
     return (B.sum_to(dq, np.shape(x_q)), B.sum_to(dkv, np.shape(x_kv)), B._mha_params(grads, params.num_heads))
 
 
 def _encoder(x, params, d, mask, dtype):
     x = _c(x, dtype)
     m = None if mask is None else np.broadcast_to(np.asarray(mask, bool), x.shape[:-2] + (x.shape[-2],) * 2)
-    dx, grads = B._encoder_layer_backward(x, params, m, _c(d, dtype), dtype)
-    _MAGNITUDES["last"] = {"1.self_attn." + k: v for k, v in grads["self_attn"]["_mag"].items()
-                           if not k.startswith("dx")}
+    dx, grads = B._encoder_layer_backward(x, params, m, _cd(d, dtype), dtype)
     return dx, B._encoder_params(grads, params)
 
 
@@ -89,14 +124,12 @@ def _decoder(y, memory, params, d, self_mask, memory_mask, dtype):
     own, mm = B.decoder_masks(n_t, n_s, batch, self_mask, memory_mask)
     yb = np.broadcast_to(_c(y, dtype), batch + np.shape(y)[-2:])
     mb = np.broadcast_to(_c(memory, dtype), batch + np.shape(memory)[-2:])
-    dy, dmem, grads = B._decoder_layer_backward(yb, mb, params, own, mm, _c(d, dtype), dtype)
-    _MAGNITUDES["last"] = {f"2.{a}.{k}": v for a in ("self_attn", "cross_attn") for k, v in grads[a]["_mag"].items()
-                           if not k.startswith("dx")}
+    dy, dmem, grads = B._decoder_layer_backward(yb, mb, params, own, mm, _cd(d, dtype), dtype)
     return B.sum_to(dy, np.shape(y)), B.sum_to(dmem, np.shape(memory)), B._decoder_params(grads, params)
 
 
-#: magnitudes Σ|terms| of the last sums of the attention's parameter gradients, from the latest evaluation
-_MAGNITUDES: dict = {}
+#: the position of d_out among each evaluation's arguments
+D_OUT_INDEX = {"multi_head_attention_vjp": 3, "encoder_layer_vjp": 2, "decoder_layer_vjp": 3}
 
 _EVALUATE = {"multi_head_attention_vjp": _mha, "encoder_layer_vjp": _encoder, "decoder_layer_vjp": _decoder}
 
@@ -110,18 +143,18 @@ def measured_bounds(capability: str, reference_out, args: tuple, dtype) -> dict[
     g = golden_dtype(dtype)
     naive = evaluate(*args, np.dtype(dtype))
     golden = reference_out if g is None or g == np.float64 else evaluate(*args, g)
-    if golden is reference_out:
-        evaluate(*args, np.float64)  # the magnitudes, in float64
-    mags = dict(_MAGNITUDES["last"])
+    index = D_OUT_INDEX[capability]
+    bar_args = list(args)
+    bar_args[index] = np.abs(np.asarray(args[index], dtype=np.float64)).view(Magnitude)
+    with np.errstate(all="ignore"):
+        bars = dict(leaves(evaluate(*bar_args, np.float64)))
     ref = dict(leaves(reference_out))
     out = {}
     for (name, gold), (_, nai) in zip(leaves(golden), leaves(naive)):
         gold_l = np.asarray(gold, dtype=np.longdouble)
         err = float(np.max(np.abs(np.asarray(nai, dtype=np.longdouble) - gold_l))) if gold.size else 0.0
-        top = float(np.max(np.abs(gold_l))) if gold.size else 0.0
-        if name in mags and gold.size:  # a sum that may cancel (db_k is exactly 0): its terms' size
-            top = max(top, float(np.max(np.asarray(mags[name], dtype=np.float64))))
-        tau = np.full(np.shape(gold), C_SAME * (err + STAGES[capability] * u * top))
+        bar = np.asarray(bars[name].view(np.ndarray), dtype=np.float64)
+        tau = C_SAME * (err + STAGES[capability] * u * bar)
         if golden is not reference_out:
             tau = tau + np.abs(np.asarray(ref[name], dtype=np.longdouble) - gold_l).astype(np.float64)
         out[name] = T.Bound(tau, u)

@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit, ndtr
 
+from attnclaims.zoo.style_backward import EinsumBackward  # the backward passes of this style
+
 __all__ = ["EinsumImplementation", "einsum_impl"]
 
 
@@ -46,7 +48,7 @@ def _linear(x: np.ndarray, w, b) -> np.ndarray:
     return np.einsum("...nd,de->...ne", x, _f64(w)) + _f64(b)
 
 
-class EinsumImplementation:
+class EinsumImplementation(EinsumBackward):
     """The protocol with einsum contractions, float64."""
 
     name = "einsum"

@@ -20,6 +20,8 @@ import math
 import numpy as np
 import scipy.special
 
+from attnclaims.zoo.style_backward import LogSumExpBackward  # the backward passes of this style
+
 __all__ = ["LogSumExpImplementation", "logsumexp_impl"]
 
 
@@ -42,7 +44,7 @@ def _linear(x, w, b):
     return np.matmul(x, _f64(w)) + _f64(b)
 
 
-class LogSumExpImplementation:
+class LogSumExpImplementation(LogSumExpBackward):
     """The protocol in the log domain (scipy.special.log_softmax), float64."""
 
     name = "logsumexp"

@@ -25,6 +25,8 @@ import math
 import numpy as np
 from scipy.special import erfc
 
+from attnclaims.zoo.style_backward import LoopsBackward  # the backward passes of this style
+
 __all__ = ["LoopsImplementation", "loops_impl"]
 
 
@@ -75,7 +77,7 @@ def _online_attention(q, k, v, allowed, scale):
         return np.where(l[..., None] > 0, acc / np.where(l > 0, l, 1.0)[..., None], 0.0)
 
 
-class LoopsImplementation:
+class LoopsImplementation(LoopsBackward):
     """The protocol with explicit loops and an online softmax, float64."""
 
     name = "loops"
