@@ -139,3 +139,53 @@ def test_causal_alignment_convention(impl, attn_record):
     else:
         value = "other"
     attn_record(convention="causal-alignment", value=value, weights=weights.tolist())
+
+
+def _probe(impl, capability, *args):
+    """The call's output as float64, or the failure's first line (a capability may refuse a variant)."""
+    try:
+        return np.asarray(impl.call(capability, *args, finite=False), dtype=np.float64)
+    except CheckFailure as exc:
+        return f"raises: {str(exc).splitlines()[0][:200]}"
+
+
+@pytest.mark.claim("decoder-masking", role="illustration", extension="causal alignment")
+@pytest.mark.requires("causal_attention")
+def test_causal_attention_alignment_convention(impl, attn_record):
+    """Record, for each alignment ``causal_attention`` is asked for, the one it applies (2 queries, 3 keys, v = I,
+    so the output rows are the weights): the declared ``causal_alignment`` variant next to what the calls do.
+    Whether each declared alignment is right is judged in tests/test_modern_attention.py."""
+    from attnclaims.protocol import declared_variants
+
+    q, k, v = np.zeros((2, 2), dtype=impl.dtype), np.zeros((3, 2), dtype=impl.dtype), np.eye(3, dtype=impl.dtype)
+    shapes = {"top-left": S.causal_masks(2, 3), "bottom-right": np.arange(3)[None, :] <= np.arange(2)[:, None] + 1}
+    observed = {}
+    for alignment in shapes:
+        out = _probe(impl, "causal_attention", q, k, v, alignment)
+        if isinstance(out, str):
+            observed[alignment] = out
+            continue
+        observed[alignment] = next((name for name, m in shapes.items() if np.array_equal(out > 0, m)), "other")
+    attn_record(convention="causal-alignment (causal_attention)", value=observed,
+                declared=list(declared_variants(impl)["causal_alignment"]))
+
+
+@pytest.mark.claim("positional-encoding", role="illustration", extension="rotary position embeddings")
+@pytest.mark.requires("rotary_embedding")
+def test_rotary_pair_layout_convention(impl, attn_record):
+    """Record the pair layout ``rotary_embedding`` applies for each layout asked for: rotating e_0 (d = 4) by one
+    position moves its sin component to feature 1 (interleaved pairs (0, 1)) or feature 2 (rotate-half pairs
+    (0, 2)). The declared ``rope_layout`` variant is recorded beside it."""
+    from attnclaims.protocol import declared_variants
+
+    x = np.zeros((1, 4), dtype=impl.dtype)
+    x[0, 0] = 1.0
+    observed = {}
+    for layout in ("interleaved", "half"):
+        out = _probe(impl, "rotary_embedding", x, np.array([1]), 10000.0, layout)
+        if isinstance(out, str):
+            observed[layout] = out
+            continue
+        partner = int(np.argmax(np.abs(out[0, 1:]))) + 1
+        observed[layout] = {1: "interleaved", 2: "half"}.get(partner, "other")
+    attn_record(convention="rope-layout", value=observed, declared=list(declared_variants(impl)["rope_layout"]))

@@ -66,6 +66,26 @@ class _RopeTransposedRotation(Composed):
         return -super()._rope_angles(positions, d, base)
 
 
+@mutant("rope_in_place_update", "rotary_embedding", ROPE,
+        "the second member of each pair is computed from the already rotated first one (an in-place update "
+        "x_a ← …; x_b ← x_a sin + x_b cos): no longer a rotation, norms and relative positions are lost")
+class _RopeInPlaceUpdate(Composed):
+    def rotary_embedding(self, x, positions, base=10000.0, layout="interleaved"):
+        x = np.array(x, dtype=np.float64)
+        theta = self._rope_angles(positions, x.shape[-1], float(base))
+        a, b = self._rope_pairs(x.shape[-1], layout)
+        x[..., a] = x[..., a] * np.cos(theta) - x[..., b] * np.sin(theta)
+        x[..., b] = x[..., a] * np.sin(theta) + x[..., b] * np.cos(theta)  # reads the updated x_a
+        return x
+
+
+@mutant("rope_positions_ignored", "rotary_embedding", ROPE + ["permutation-equivariance"],
+        "the positions argument is dropped and every row is rotated as position 0 (the identity)")
+class _RopePositionsIgnored(Composed):
+    def _rope_angles(self, positions, d, base):
+        return 0.0 * super()._rope_angles(positions, d, base)
+
+
 @mutant("rope_queries_only", "decoder_block", ["decoder-masking"],
         "the block rotates the queries but not the keys: scores depend on the query's absolute position")
 class _RopeQueriesOnly(Composed):
@@ -98,6 +118,14 @@ class _RmsCentred(Composed):
 class _GatedGateUpSwapped(Composed):
     def _gated_hidden(self, x, p):
         return (x @ p.w_gate + p.b_gate) * self._gate(x @ p.w_up + p.b_up, p.activation)
+
+
+@mutant("gated_ffn_mixes_positions", "gated_feed_forward", ["position-wise-ffn"],
+        "the up projection reads the previous position (a token shift applied where none belongs)")
+class _GatedFfnMixesPositions(Composed):
+    def _gated_hidden(self, x, p):
+        shifted = np.concatenate([np.zeros_like(x[..., :1, :]), x[..., :-1, :]], axis=-2) if x.ndim >= 2 else x
+        return self._gate(x @ p.w_gate + p.b_gate, p.activation) * (shifted @ p.w_up + p.b_up)
 
 
 @mutant("gated_tanh_gelu", "gated_feed_forward", ["position-wise-ffn"],
