@@ -36,6 +36,8 @@ from attnclaims.tests import test_s62_positional as s62
 from attnclaims.tests import test_s63_layer_norm as s63
 from attnclaims.tests import test_s64_ffn as s64
 from attnclaims.tests import test_s7_architecture as s7
+from attnclaims.tests import test_modern_attention as ma
+from attnclaims.tests import test_modern_layers as ml
 from attnclaims.zoo import broken as B
 from attnclaims.zoo.mutants import MUTANTS
 
@@ -122,6 +124,31 @@ CONTROLS = [
      zoo("mask_inverted")),
     (s7.test_every_output_depends_on_every_input_after_one_layer,
      {"capability": "multi_head_attention", "causal": True}, zoo("mha_mask_dropped")),
+    # modern components (extensions of the claims above)
+    (ma.test_grouped_query_attention_matches_reference, {}, zoo("gqa_kv_heads_tiled")),
+    (ma.test_grouped_query_equals_multi_head_with_repeated_kv_heads, {}, zoo("gqa_kv_heads_tiled")),
+    (ma.test_grouped_query_output_is_the_sum_of_head_terms, {}, zoo("gqa_first_kv_head_only")),
+    (ma.test_rotary_embedding_matches_reference, {}, zoo("rope_wrong_layout")),
+    (ma.test_rotary_embedding_preserves_norms, {}, zoo("rope_in_place_update")),
+    (ma.test_rotary_scores_depend_only_on_the_offset, {}, zoo("rope_in_place_update")),
+    (ma.test_rotary_embedding_breaks_permutation_equivariance, {}, zoo("rope_positions_ignored")),
+    (ma.test_causal_attention_matches_reference_for_each_declared_alignment, {},
+     zoo("causal_bottom_right_as_top_left")),
+    (ma.test_sliding_window_attention_matches_reference, {}, zoo("sliding_window_off_by_one")),
+    (ma.test_keys_a_query_may_not_see_do_not_change_its_output, {}, zoo("sliding_window_off_by_one")),
+    (ml.test_rms_norm_matches_reference, {}, zoo("rms_eps_outside_sqrt")),
+    (ml.test_rms_norm_is_invariant_to_scaling_the_row, {}, zoo("rms_eps_outside_sqrt")),
+    (ml.test_rms_norm_output_has_rms_gamma_up_to_eps, {}, zoo("rms_centred")),
+    (ml.test_rms_norm_does_not_remove_a_constant_offset, {}, zoo("rms_centred")),
+    (ml.test_gated_feed_forward_matches_reference, {}, zoo("gated_gate_up_swapped")),
+    (ml.test_gated_feed_forward_transforms_each_position_alone, {}, zoo("gated_ffn_mixes_positions")),
+    (ml.test_gated_feed_forward_changes_only_the_changed_position, {}, zoo("gated_ffn_mixes_positions")),
+    (ml.test_gated_feed_forward_commutes_with_permutations, {}, zoo("gated_ffn_mixes_positions")),
+    (ml.test_decoder_block_matches_reference, {}, zoo("rope_queries_only")),
+    (ml.test_decoder_block_outputs_ignore_later_positions, {}, zoo("block_not_causal")),
+    (ml.test_decoder_block_parallel_pass_equals_running_on_prefixes, {}, zoo("block_not_causal")),
+    (ml.test_cached_decoding_matches_the_reference_parallel_pass, {}, zoo("cache_not_updated")),
+    (ml.test_cached_decoding_equals_the_parallel_pass, {}, zoo("cache_updated_twice")),
     # the contract
     (contract.test_batch_elements_are_independent, {"capability": "attention"}, zoo("batch_uses_first_values")),
     (contract.test_masks_broadcast, {"capability": "attention"}, B.MaskDroppedWhenShared),
@@ -210,7 +237,7 @@ def test_every_section_test_has_a_negative_control():
     covered = {t.__name__ for t, _, _ in CONTROLS}
     exempt = {"test_rnn_and_convolution_fail_the_equivariance_check"}
     missing = []
-    for module in (s31, s32, s61, s62, s63, s64, s7, contract):
+    for module in (s31, s32, s61, s62, s63, s64, s7, ma, ml, contract):
         for name, obj in vars(module).items():
             if name.startswith("test_") and callable(obj) and name not in covered | exempt:
                 missing.append(f"{module.__name__}.{name}")
