@@ -253,6 +253,9 @@ def _configure_run(p: argparse.ArgumentParser) -> None:
                    help="stop an implementation's run after this many seconds, finite and > 0 "
                         "(its claims become 'error'; default: 600 s + 3 × the call limit per test, "
                         "at least 60 s per test)")
+    p.add_argument("--fresh", action="store_true",
+                   help="recompute the checks that do not depend on the implementation (proofs, measurements "
+                        "on the reference) instead of reusing them from the cache (ci profile)")
     p.add_argument("--call-timeout", metavar="SECONDS", type=seconds_arg, default=None,
                    help="time limit of one call into the implementation (default 20); a call that holds "
                         "the interpreter past it ends that implementation's run, which names the call")
@@ -281,7 +284,7 @@ def _options(args, artifacts: Path | None):
     workers = default_workers() if args.workers is None else args.workers
     return RunOptions(implementations=list(args.impl or ["reference"]), claims=args.claim, profile=args.profile,
                       workers=workers, seed=args.seed, artifacts=artifacts, timeout=args.timeout,
-                      call_timeout=getattr(args, "call_timeout", None))
+                      call_timeout=getattr(args, "call_timeout", None), fresh=bool(getattr(args, "fresh", False)))
 
 
 def _validate(options, registry):

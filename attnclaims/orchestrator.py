@@ -35,6 +35,11 @@ watchdog (:class:`attnclaims.guard.Watchdog`), which exits the process; the orch
 watchdog's file and names the call. Once its results are written the child leaves with
 ``os._exit``, so a thread the implementation started cannot keep it alive.
 
+**Cache.** The implementation-independent evidence of a complete ``ci`` run is stored on disk
+(:mod:`attnclaims.cache`) and reused by later runs with the same key (version, profile,
+libraries, a hash of the sources): the first implementation then runs only its own tests too;
+``--fresh`` recomputes. Reused items say so (``data["cache"]``), and so does the environment.
+
 **Partial runs.** When the child dies, is killed or stops early (``KeyboardInterrupt``,
 ``pytest.exit``, ``os._exit`` in a method), the evidence of the finished tests stands, the test(s)
 that were running get an item that names what happened (``failed`` for a call the watchdog cut
@@ -261,7 +266,9 @@ def child_env(workers: int = 0, extra: dict | None = None) -> dict:
     """The environment of a pytest child: the caller's folder importable (last, so it shadows
     nothing), one BLAS thread per xdist worker unless the user chose otherwise."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), os.getcwd()) if p)
+    # absolute: the child runs in a temporary folder, where the caller's relative entries mean nothing
+    paths = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([*paths, os.getcwd()]))
     if workers:
         for var in _THREAD_VARS:
             env.setdefault(var, "1")
@@ -348,11 +355,10 @@ def run_session(args: list[str], *, work: Path, name: str, env: dict | None = No
         raise
     s.seconds = round(time.monotonic() - t0, 2)
     s.log_tail = _tail(log)
-    if s.session is None:
-        from attnclaims.guard import Watchdog
+    from attnclaims.guard import Watchdog
 
-        for p in sorted(work.glob(f"{safe}.events.jsonl.watchdog*")):
-            s.watchdog = s.watchdog or Watchdog.read(str(p))
+    for p in sorted(work.glob(f"{safe}.events.jsonl.watchdog*")):  # one per xdist worker
+        s.watchdog = s.watchdog or Watchdog.read(str(p))
     s._finalise()
     return s
 
@@ -553,6 +559,7 @@ class RunOptions:
     artifacts: Path | None = None            # where measurements write figures
     timeout: float | None = None             # wall-clock limit per implementation, seconds
     call_timeout: float | None = None        # per-call limit (None: the guard's default, 0: none)
+    fresh: bool = False                      # recompute the implementation-independent evidence (no cache)
     # The package whose claim tests run; ATTNCLAIMS_TESTS_PACKAGE overrides it (the harness's own tests
     # point it at a synthetic package).
     tests_package: str = field(default_factory=lambda: os.environ.get(TESTS_ENV) or TESTS_PACKAGE)
@@ -753,11 +760,13 @@ def session_evidence(s: Session, name: str, registry, claims: list[str] | None) 
         if not items and tags and ev.get("outcome") in ("failed", "error"):
             # a report without evidence: the (xdist) process running the test died
             message = ev.get("message") or "the test ended without recording evidence"
-            if s.watchdog:
+            outcome = "error"
+            if s.watchdog:  # an xdist worker ended by the watchdog: the call is named, the check fails
+                outcome = "failed"
                 message = f"{s.watchdog['call']}: did not return within {s.watchdog['limit']} s and never " \
                           f"released the interpreter (GIL); the watchdog ended the process ({message})"
             for cid, (kind, role) in tags.items():
-                out.append(Evidence(claim=cid, kind=kind, role=role, name=test, outcome="error",
+                out.append(Evidence(claim=cid, kind=kind, role=role, name=test, outcome=outcome,
                                     implementation=name, message=message))
     if not s.stopped:
         return out
@@ -871,14 +880,20 @@ def run(options: RunOptions, registry, progress: ProgressFn | None = None,
     runs: list[ImplementationRun] = []
     evidence: list[Evidence] = []
     used_names: set[str] = set()
+    from attnclaims import cache
+
+    cache_key = cache.key(options.profile, options.tests_package)
+    cache_info: dict = {"used": False, "key": cache_key[:12] if cache_key else None}
     with tempfile.TemporaryDirectory(prefix="attnclaims-run-") as tmp:
         work = Path(tmp)
         # Absolute: the pytest child runs in the temporary folder, not in the caller's.
         artifacts = Path(options.artifacts).resolve() if options.artifacts else work / "figures"
         artifacts.mkdir(parents=True, exist_ok=True)
+        cached = cache.load(cache_key, artifacts) if cache_key and not options.fresh else None
         first = True
         for spec in specs:
-            impl_run, s = _run_one(spec, options, first, work, artifacts, progress)
+            # with the independent evidence cached, the first implementation runs only its own tests too
+            impl_run, s = _run_one(spec, options, first and cached is None, work, artifacts, progress)
             if not impl_run.available:
                 runs.append(impl_run)
                 continue
@@ -889,6 +904,13 @@ def run(options: RunOptions, registry, progress: ProgressFn | None = None,
             impl_run.name = name
             items = session_evidence(s, name, registry, options.claims)
             items += _collection_error_evidence(impl_run, registry, None if first else name)
+            if first and cached is not None:
+                items += cached[0]
+                cache_info.update(used=True, computed=cached[1])
+            elif first and cache_key and s.complete and not options.claims and not impl_run.collect_errors:
+                independent = [e for e in items if e.implementation is None]
+                stored = cache.store(cache_key, independent, artifacts)
+                cache_info.update(stored=stored)
             if options.claims:
                 items = [e for e in items if e.claim in options.claims]
             evidence.extend(items)
@@ -903,7 +925,9 @@ def run(options: RunOptions, registry, progress: ProgressFn | None = None,
                                       info={"name": a.name, "spec": a.name, "available": False,
                                             "reason": a.reason}))
     evidence.extend(citation_evidence(registry, options.claims))
-    return RunResult(options=options, runs=runs, evidence=evidence, environment=environment(options),
+    env = environment(options)
+    env["cache"] = cache_info
+    return RunResult(options=options, runs=runs, evidence=evidence, environment=env,
                      started=started, seconds=round(time.perf_counter() - t0, 2))
 
 

@@ -72,6 +72,7 @@ if sys.version_info < (3, 11):  # Python 3.10: hypothesis depends on the backpor
 import attnclaims.profiles as profiles
 from attnclaims.evidence import KINDS, ROLES, Evidence
 from attnclaims.guard import CheckFailure, GuardedImplementation, NotApplicable, call_timeout_arg
+from attnclaims.jsonio import dumps
 
 EVENTS_ENV = "ATTNCLAIMS_EVENTS"
 #: While the run goes, the results file is rewritten after a test when this many seconds have passed
@@ -95,7 +96,7 @@ class _Events:
 
     def write(self, event: str, **data) -> None:
         record = {"event": event, "t": round(time.monotonic() - self._t0, 4), "pid": os.getpid(), **data}
-        os.write(self._fd, (json.dumps(record, default=_jsonable) + "\n").encode("utf-8"))
+        os.write(self._fd, (dumps(record) + "\n").encode("utf-8"))
 
 
 @dataclass
@@ -516,7 +517,7 @@ def pytest_runtest_makereport(item, call):
         entry["calls"] = guard.calls
     entry["examples"] = _examples(item)
     entry.update(item.stash.get(_RECORD_KEY, {}))
-    rep.user_properties.append(("attnclaims", json.dumps(entry, default=_jsonable)))
+    rep.user_properties.append(("attnclaims", dumps(entry)))
 
 
 def _name_responsible(entry: dict, guard: GuardedImplementation) -> None:
@@ -544,19 +545,6 @@ def unwrap_check(exc):
             return exc
         exc = leaves[0]
     return exc
-
-
-def _jsonable(value):
-    try:
-        import numpy as np
-
-        if isinstance(value, np.ndarray):
-            return value.tolist()
-        if isinstance(value, np.generic):
-            return value.item()
-    except ImportError:  # pragma: no cover
-        pass
-    return str(value)
 
 
 def evidence_from_entry(entry: dict) -> list[Evidence]:
@@ -644,7 +632,7 @@ class _Reporter:
         _emit(self.config, "test-finished", test=report.nodeid, outcome=outcome,
               claims=entry["claims"] if entry else [], evidence=evidence, message=message,
               kill_skipped=bool(entry and entry.get("kill_skipped")), seconds=round(report.duration, 4))
-        state.evidence.extend(json.dumps(e, default=_jsonable) for e in evidence)
+        state.evidence.extend(dumps(e) for e in evidence)
         if time.monotonic() - state.results_written >= max(RESULTS_EVERY_S, 20 * state.results_cost):
             _write_results(self.config, complete=False)
 
@@ -714,7 +702,7 @@ def _write_results(config, complete: bool) -> dict | None:
         "tests_total": state.total,
         "stopped": state.stopped if complete else "the run has not finished (or its process died)",
     }
-    text = json.dumps(head, indent=1)[:-2] + ',\n "evidence": [\n' + ",\n".join(state.evidence) + "\n ]\n}\n"
+    text = dumps(head, indent=1)[:-2] + ',\n "evidence": [\n' + ",\n".join(state.evidence) + "\n ]\n}\n"
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(f"{path}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")

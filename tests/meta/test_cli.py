@@ -104,6 +104,7 @@ def fake_suite(tmp_path_factory) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["ATTNCLAIMS_TESTS_PACKAGE"] = "attnclaims_fake_suite"
+    env["ATTNCLAIMS_CACHE"] = "off"  # each run computes everything (the cache is tested in test_orchestrator)
     return env
 
 

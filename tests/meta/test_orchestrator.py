@@ -98,6 +98,7 @@ def suite(tmp_path_factory) -> dict:
     env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["ATTNCLAIMS_TESTS_PACKAGE"] = "attnclaims_orch_suite"
     env["TMPDIR"] = str(tmp)  # the run's temporary folders land here, where a test can look for them
+    env["ATTNCLAIMS_CACHE"] = "off"  # every test sees every test of the suite run (the cache has its own test)
     return env
 
 
@@ -380,3 +381,58 @@ def test_the_tail_reads_only_complete_lines(tmp_path):
     with open(path, "ab") as fh:
         fh.write(b': 2}\n')
     assert tail.read() == [{"b": 2}]
+
+
+# -- the cache of implementation-independent evidence ------------------------------------------
+
+def test_the_cache_key_follows_the_sources_and_the_profile(tmp_path, monkeypatch):
+    from attnclaims import cache
+
+    pkg = tmp_path / "attnclaims_key_suite"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("", encoding="utf-8")
+    (pkg / "test_k.py").write_text("def test_k():\n    pass\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("ATTNCLAIMS_CACHE", raising=False)
+    first = cache.key("ci", "attnclaims_key_suite")
+    assert first == cache.key("ci", "attnclaims_key_suite") and len(first) == 64
+    (pkg / "test_k.py").write_text("def test_k():\n    assert True\n", encoding="utf-8")
+    assert cache.key("ci", "attnclaims_key_suite") != first, "a changed source file must invalidate the cache"
+    assert cache.key("dev", "attnclaims_key_suite") is None  # not derandomized: never cached
+    monkeypatch.setenv("ATTNCLAIMS_CACHE", "off")
+    assert cache.key("ci", "attnclaims_key_suite") is None
+
+
+def test_a_run_reuses_the_cached_independent_evidence(suite, tmp_path, monkeypatch):
+    """A complete ci run stores the evidence of the tests that do not take ``impl``; the next run with
+    the same key does not run them, reuses their evidence (marked with when it was computed) and their
+    figures, and reaches the same outcomes; ``fresh`` runs them again."""
+    from attnclaims import cache
+    from attnclaims.orchestrator import RunOptions, run
+
+    for k in ("PYTHONPATH", "ATTNCLAIMS_TESTS_PACKAGE", "TMPDIR"):
+        monkeypatch.setenv(k, suite[k])
+    monkeypatch.delenv("ATTNCLAIMS_CACHE", raising=False)
+    monkeypatch.setenv("ATTNCLAIMS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cache, "key", lambda profile, tests_package: "k" * 64)  # the checkout may change meanwhile
+
+    def one(fresh: bool = False, name: str = "a"):
+        options = RunOptions(implementations=["reference"], artifacts=tmp_path / name, fresh=fresh)
+        result = run(options, REGISTRY)
+        outcomes = sorted((e.claim, e.name, e.outcome, e.implementation) for e in result.evidence)
+        return result, outcomes
+
+    cold, cold_outcomes = one(name="cold")
+    assert cold.environment["cache"]["used"] is False and cold.environment["cache"]["stored"]
+    assert cold.runs[0].tests == 4
+    warm, warm_outcomes = one(name="warm")
+    assert warm.environment["cache"] == {"used": True, "key": "k" * 12, "computed": cold.environment["cache"]["stored"]}
+    assert warm.runs[0].tests == 3, "the independent test should not run again"
+    assert warm_outcomes == cold_outcomes
+    (figure,) = [e for e in warm.evidence if e.claim == "scaling-variance"]
+    assert figure.data["cache"]["computed"] == cold.environment["cache"]["stored"]
+    assert [Path(f).name for f in figure.figures] == ["late.svg"] and Path(figure.figures[0]).is_file()
+    assert Path(figure.figures[0]).parent == tmp_path / "warm"
+    fresh, fresh_outcomes = one(fresh=True, name="fresh")
+    assert fresh.environment["cache"]["used"] is False and fresh.runs[0].tests == 4
+    assert fresh_outcomes == cold_outcomes
