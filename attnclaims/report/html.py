@@ -261,7 +261,7 @@ line-height:1.3;margin:8px 0;max-width:100%}
 pre.long{max-height:26em;overflow:auto}
 math{font-family:"STIX Two Math","Latin Modern Math","Cambria Math","Noto Sans Math",math;font-size:1.05em}
 .mathblock{overflow-x:auto;overflow-y:hidden;max-width:100%;padding:2px 0}
-.mathblock math{display:block;text-align:left;margin:0}
+.mathblock math{display:math;math-style:normal;margin:0}
 .mathinline{display:inline-block;max-width:100%;overflow-x:auto;overflow-y:hidden;vertical-align:middle}
 .wide-math{display:inline-block;max-width:100%;overflow-x:auto;overflow-y:hidden;vertical-align:bottom}
 .scroll{overflow-x:auto;-webkit-overflow-scrolling:touch;margin:8px 0;border:1px solid var(--line);border-radius:6px;
