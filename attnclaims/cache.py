@@ -3,9 +3,10 @@
 Derivations, measurements on the reference and the reference's own checks (the claim tests
 that do not take ``impl``: their evidence has ``implementation`` null) come out the same for
 every implementation, and under the derandomized ``ci`` profile the same in every run. A run
-that computed all of them (every claim selected, the session complete, no collection error)
-stores their evidence and figures; a later run whose key matches reuses them and runs only the
-tests that exercise an implementation. The key is a SHA-256 of
+that computed them (its session complete, no collection error) stores their evidence and
+figures; a later run whose key matches reuses them and runs only the tests that exercise an
+implementation (a run of some claims also reuses the entry of a run of every claim, filtered).
+The key is a SHA-256 of the claims selected (or "every claim") and
 
 * the attnclaims version and the hypothesis profile (only ``ci`` is cached: the other profiles
   draw new examples every run);
@@ -80,8 +81,9 @@ def source_hash(tests_package: str) -> str:
     return h.hexdigest()
 
 
-def key(profile: str, tests_package: str) -> str | None:
-    """The cache key of a run, or None when its profile is not cached (or ``ATTNCLAIMS_CACHE=off``)."""
+def key(profile: str, tests_package: str, claims: list[str] | None = None) -> str | None:
+    """The cache key of a run (of ``claims``, None: every claim), or None when its profile is not
+    cached (or ``ATTNCLAIMS_CACHE=off``)."""
     if profile not in CACHED_PROFILES or os.environ.get(SWITCH_ENV, "").lower() in ("off", "0", "no"):
         return None
     from importlib.metadata import PackageNotFoundError, version
@@ -89,7 +91,8 @@ def key(profile: str, tests_package: str) -> str | None:
     from attnclaims import __version__
 
     parts = {"attnclaims": __version__, "profile": profile, "python": sys.version.split()[0],
-             "tests": tests_package, "sources": source_hash(tests_package)}
+             "tests": tests_package, "sources": source_hash(tests_package),
+             "claims": sorted(claims) if claims else None}
     for dist in _LIBRARIES:
         try:
             parts[dist] = version(dist)

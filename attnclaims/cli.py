@@ -343,6 +343,9 @@ class _Progress:
                 name = safe_text(ev.get("test", "").rsplit("::", 1)[-1][:48], markup=True)
                 status = (f"[red]{self.failed} failed[/red] · " if self.failed else "") + name
                 self._progress.update(self._task, completed=ev["done"], status=status)
+        elif kind == "cache":
+            print(f"attnclaims: the checks that do not depend on the implementation ({ev['items']} items) come "
+                  f"from the cache of {ev['computed']} (--fresh recomputes them)", file=sys.stderr, flush=True)
         elif kind == "end":
             msg = f"{ev['tests']} tests in {ev['seconds']:.1f} s" + (f", {self.failed} failed" if self.failed else "")
             if ev.get("reason"):

@@ -882,14 +882,23 @@ def run(options: RunOptions, registry, progress: ProgressFn | None = None,
     used_names: set[str] = set()
     from attnclaims import cache
 
-    cache_key = cache.key(options.profile, options.tests_package)
+    cache_key = cache.key(options.profile, options.tests_package, options.claims)
     cache_info: dict = {"used": False, "key": cache_key[:12] if cache_key else None}
     with tempfile.TemporaryDirectory(prefix="attnclaims-run-") as tmp:
         work = Path(tmp)
         # Absolute: the pytest child runs in the temporary folder, not in the caller's.
         artifacts = Path(options.artifacts).resolve() if options.artifacts else work / "figures"
         artifacts.mkdir(parents=True, exist_ok=True)
-        cached = cache.load(cache_key, artifacts) if cache_key and not options.fresh else None
+        cached = None
+        if cache_key and not options.fresh:
+            cached = cache.load(cache_key, artifacts)
+            every = cache.key(options.profile, options.tests_package) if options.claims else None
+            if cached is None and every:  # the entry of a run of every claim serves any selection
+                found = cache.load(every, artifacts)
+                if found is not None:
+                    cached = ([e for e in found[0] if e.claim in options.claims], found[1])
+        if cached is not None and progress:
+            progress({"event": "cache", "implementation": specs[0], "computed": cached[1], "items": len(cached[0])})
         first = True
         for spec in specs:
             # with the independent evidence cached, the first implementation runs only its own tests too
@@ -907,7 +916,7 @@ def run(options: RunOptions, registry, progress: ProgressFn | None = None,
             if first and cached is not None:
                 items += cached[0]
                 cache_info.update(used=True, computed=cached[1])
-            elif first and cache_key and s.complete and not options.claims and not impl_run.collect_errors:
+            elif first and cache_key and s.complete and not impl_run.collect_errors:
                 independent = [e for e in items if e.implementation is None]
                 stored = cache.store(cache_key, independent, artifacts)
                 cache_info.update(stored=stored)

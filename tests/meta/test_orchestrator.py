@@ -414,10 +414,11 @@ def test_a_run_reuses_the_cached_independent_evidence(suite, tmp_path, monkeypat
         monkeypatch.setenv(k, suite[k])
     monkeypatch.delenv("ATTNCLAIMS_CACHE", raising=False)
     monkeypatch.setenv("ATTNCLAIMS_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(cache, "key", lambda profile, tests_package: "k" * 64)  # the checkout may change meanwhile
+    # a fixed key: the checkout may change meanwhile (the key's sensitivity is tested above)
+    monkeypatch.setattr(cache, "key", lambda profile, tests_package, claims=None: ("c" if claims else "k") * 64)
 
-    def one(fresh: bool = False, name: str = "a"):
-        options = RunOptions(implementations=["reference"], artifacts=tmp_path / name, fresh=fresh)
+    def one(fresh: bool = False, name: str = "a", claims=None):
+        options = RunOptions(implementations=["reference"], artifacts=tmp_path / name, fresh=fresh, claims=claims)
         result = run(options, REGISTRY)
         outcomes = sorted((e.claim, e.name, e.outcome, e.implementation) for e in result.evidence)
         return result, outcomes
@@ -433,6 +434,9 @@ def test_a_run_reuses_the_cached_independent_evidence(suite, tmp_path, monkeypat
     assert figure.data["cache"]["computed"] == cold.environment["cache"]["stored"]
     assert [Path(f).name for f in figure.figures] == ["late.svg"] and Path(figure.figures[0]).is_file()
     assert Path(figure.figures[0]).parent == tmp_path / "warm"
+    sub, sub_outcomes = one(name="sub", claims=["scaling-variance", "layer-norm"])  # served by the full entry
+    assert sub.environment["cache"]["used"] is True and sub.runs[0].tests == 1
+    assert sub_outcomes == [o for o in cold_outcomes if o[0] in ("scaling-variance", "layer-norm")]
     fresh, fresh_outcomes = one(fresh=True, name="fresh")
     assert fresh.environment["cache"]["used"] is False and fresh.runs[0].tests == 4
     assert fresh_outcomes == cold_outcomes
