@@ -42,12 +42,27 @@ BUILTINS: dict[str, str] = {
 }
 
 
-#: The libraries a built-in needs, looked up without importing them (a built-in not listed here is
-#: taken as installed; its pytest child says otherwise with one line).
-REQUIRES: dict[str, tuple[str, ...]] = {
-    "torch": ("torch",), "torch-fastpath": ("torch",), "torch-float32": ("torch",),
-    "jax": ("jax", "flax"), "jax-float32": ("jax", "flax"),
+#: The libraries a built-in needs, looked up without importing them: per built-in, else per adapter
+#: module (a built-in found in neither is taken as installed; its pytest child says otherwise).
+REQUIRES: dict[str, tuple[str, ...]] = {"onnx-reference": ("onnx",)}
+ADAPTER_REQUIRES: dict[str, tuple[str, ...]] = {
+    "attnclaims.adapters.torch_adapter": ("torch",),
+    "attnclaims.adapters.jax_adapter": ("jax", "flax"),
+    "attnclaims.adapters.hf_adapter": ("torch", "transformers"),
+    "attnclaims.adapters.keras_adapter": ("torch", "keras"),
+    "attnclaims.adapters.onnx_adapter": ("onnx", "onnxruntime"),
 }
+
+
+#: library -> the extra of pyproject.toml that installs it
+_EXTRA = {"flax": "jax", "transformers": "hf", "onnxruntime": "onnx"}
+
+
+def required(spec: str) -> tuple[str, ...]:
+    """The libraries the built-in ``spec`` needs (none for the reference or a ``module:attr``)."""
+    if spec in REQUIRES:
+        return REQUIRES[spec]
+    return ADAPTER_REQUIRES.get(BUILTINS.get(spec, "").partition(":")[0], ())
 #: What a raised exception that is not an Exception is reported as (the implementation's, never ours).
 _FATAL = (SystemExit, KeyboardInterrupt)
 
@@ -131,14 +146,15 @@ def installed(spec: str) -> Availability:
     """Whether a built-in's libraries are installed, without importing them (or the adapter)."""
     import importlib.util
 
-    for lib in REQUIRES.get(spec, ()):
+    for lib in required(spec):
         try:
             found = importlib.util.find_spec(lib) is not None
         except (ImportError, ValueError):
             found = False
         if not found:
+            extra = _EXTRA.get(lib, lib)
             return Availability(spec, False, f"implementation {spec!r} is unavailable: {lib} is not installed "
-                                             f"(pip install 'attnclaims[{spec.split('-')[0]}]')")
+                                             f"(pip install 'attnclaims[{extra}]')")
     return Availability(spec, True)
 
 
