@@ -217,7 +217,10 @@ def test_torch_describes_itself(torch_impl, torch_fast):
         assert impl.dtype == np.float64
         assert impl.versions == {"torch": torch.__version__}
         capabilities = {c for c in ("softmax", "attention", "multi_head_attention", "positional_encoding",
-                                    "layer_norm", "feed_forward", "encoder_layer", "decoder_layer")
+                                    "layer_norm", "feed_forward", "encoder_layer", "decoder_layer",
+                                    # modern components
+                                    "rms_norm", "gated_feed_forward", "rotary_embedding", "causal_attention",
+                                    "decoder_block", "decoder_block_decode")
                         if callable(getattr(impl, c, None))}
         assert capabilities == set(impl.responsible)
     assert (torch_impl.name, torch_fast.name) == ("torch", "torch-fastpath")
@@ -340,6 +343,13 @@ def test_float32_adapters_compute_in_float32(name, twin, libraries):
              "layer_norm": lambda: impl.layer_norm(x, np.ones(4), np.zeros(4), 1e-5),
              "feed_forward": lambda: impl.feed_forward(x, layer.ffn),
              "encoder_layer": lambda: impl.encoder_layer(x, layer)}
+    from attnclaims.reference.params import init_decoder_block, init_gated_feed_forward
+
+    block = init_decoder_block(rng, 4, 2, 8, num_kv_heads=1, ffn="silu", norm="rms")
+    calls.update({"rms_norm": lambda: impl.rms_norm(x, np.ones(4), 1e-5),
+                  "gated_feed_forward": lambda: impl.gated_feed_forward(x, init_gated_feed_forward(rng, 4, 8)),
+                  "causal_attention": lambda: impl.causal_attention(x, x, x, "bottom-right"),
+                  "decoder_block": lambda: impl.decoder_block(x, block)})
     for capability, call in calls.items():
         if hasattr(impl, capability):
             assert call().dtype == np.float32, capability
