@@ -165,6 +165,13 @@ def _normalized(x: np.ndarray, eps: float):
 def _layer_norm_backward(x, gamma, eps, d):
     """(dx, dγ at every position, dβ at every position) in the arrays' dtype. See :func:`layer_norm_vjp`."""
     xhat, r = _normalized(x, eps)
+    u_fwd = getattr(type(d), "forward_u", 0.0)
+    if u_fwd:  # a |·|-evaluation (attnclaims.checks.backward_precision.Magnitude): x̂ widened by its rounding,
+        # r·(2(n + 1) + 4 ln n + 4)·u·max|x| (the mean's error; tolerances.layer_norm_error), so that a constant
+        # row, x̂ = 0 here, still allows the x̂ ~ u·r·|x| another implementation computes
+        n = x.shape[-1]
+        xhat = np.abs(xhat) + r * (2.0 * (n + 1) + 4.0 * math.log(n) + 4.0) * u_fwd * np.max(np.abs(x), axis=-1,
+                                                                                               keepdims=True)
     g = d * gamma
     with np.errstate(over="ignore", invalid="ignore"):
         dx = r * (g - g.mean(axis=-1, keepdims=True) - xhat * np.mean(g * xhat, axis=-1, keepdims=True))

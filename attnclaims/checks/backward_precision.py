@@ -6,7 +6,7 @@ term. The same rule here, for the vjps of multi-head attention and of the encode
 layers, whose derived bounds compose too loosely to be useful (attnclaims/checks/same_precision.py
 explains why for the forward):
 
-    τ = C_SAME · (max |naive − golden| + n_stages · u · |g|̄)   elementwise,
+    τ = C_SAME · (max |naive − golden| + n_stages · u · |g|̄ + |g|̄_fwd)   elementwise,
 
 with ``naive`` the reference's backward formulas (:mod:`attnclaims.reference.backward`, its
 dtype-generic cores) evaluated with every intermediate in the implementation's dtype and
@@ -19,7 +19,9 @@ max-norm comparison); the floor elementwise: |g|̄ is the |·|-evaluation of the
 (:class:`Magnitude`: every term's absolute value, so a cancelling sum such as db_K = Σ_j dK_j, exactly
 0, keeps the size of its terms), and ``n_stages`` counts the rounded stages of the pass — the a-priori
 γ_N|g|̄ bound of a backward with exact forward values, which an input whose naive evaluation happens
-to be exact still allows. C_SAME is same_precision's factor, 8.
+to be exact still allows; |g|̄_fwd is what the rounding of forward values adds directly (the same
+evaluation with the layer norm's x̂ widened by u·r·(2(d + 1) + 4 ln d + 4)·max|x|, minus |g|̄): a
+constant row has x̂ = 0 exactly in the reference and ~u·r·|x| in another implementation. C_SAME is same_precision's factor, 8.
 Where long double is float64 (no golden result for a float64 implementation), the reference
 serves as golden and the floor alone remains.
 """
@@ -65,7 +67,10 @@ class Magnitude(np.ndarray):
     :mod:`attnclaims.reference.backward`, run on d_out = Magnitude(|d|) with the forward values as they are,
     returns for every gradient entry the sum of the absolute values of all the terms it is built from —
     what the rounding of the backward pass scales with (γ_N times it bounds that rounding for exact forward
-    values), cancellation included: db_K = Σ_j dK_j is exactly 0, its terms are not."""
+    values), cancellation included: db_K = Σ_j dK_j is exactly 0, its terms are not. ``forward_u``: the
+    unit roundoff whose rounding of forward values the evaluation widens them by (the layer norm's x̂)."""
+
+    forward_u = 0.0
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         if kwargs.get("out") is not None:
@@ -147,14 +152,21 @@ def measured_bounds(capability: str, reference_out, args: tuple, dtype) -> dict[
     bar_args = list(args)
     bar_args[index] = np.abs(np.asarray(args[index], dtype=np.float64)).view(Magnitude)
     with np.errstate(all="ignore"):
+        Magnitude.forward_u = 0.0
         bars = dict(leaves(evaluate(*bar_args, np.float64)))
+        # the same with forward values widened by their rounding (the layer norm's x̂): the difference is the
+        # error those roundings cause directly (a constant row's x̂ is 0 here, u·r·|x| elsewhere)
+        Magnitude.forward_u = u
+        widened = dict(leaves(evaluate(*bar_args, np.float64)))
+        Magnitude.forward_u = 0.0
     ref = dict(leaves(reference_out))
     out = {}
     for (name, gold), (_, nai) in zip(leaves(golden), leaves(naive)):
         gold_l = np.asarray(gold, dtype=np.longdouble)
         err = float(np.max(np.abs(np.asarray(nai, dtype=np.longdouble) - gold_l))) if gold.size else 0.0
         bar = np.asarray(bars[name].view(np.ndarray), dtype=np.float64)
-        tau = C_SAME * (err + STAGES[capability] * u * bar)
+        forward = np.asarray(widened[name].view(np.ndarray), dtype=np.float64) - bar
+        tau = C_SAME * (err + STAGES[capability] * u * bar + forward)
         if golden is not reference_out:
             tau = tau + np.abs(np.asarray(ref[name], dtype=np.longdouble) - gold_l).astype(np.float64)
         out[name] = T.Bound(tau, u)
