@@ -603,7 +603,10 @@ def main(argv: list[str] | None = None) -> int:
         print("attnclaims: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Terminated as exc:
-        print(f"attnclaims: terminated ({exc})", file=sys.stderr)
+        try:
+            print(f"attnclaims: terminated ({exc})", file=sys.stderr)
+        except OSError:  # SIGHUP: the terminal may be gone
+            pass
         return 128 + exc.signum
     except BrokenPipeError:  # `attnclaims list | head`
         try:

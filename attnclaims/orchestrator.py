@@ -93,6 +93,8 @@ def install_signal_handlers() -> None:
     """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread (SIGINT raises KeyboardInterrupt)."""
 
     def handler(signum, frame):
+        for sig in (signal.SIGTERM, signal.SIGHUP):  # a second signal must not interrupt the cleaning up
+            signal.signal(sig, signal.SIG_IGN)
         raise Terminated(signum)
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
