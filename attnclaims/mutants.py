@@ -342,7 +342,7 @@ def run_matrix(targets: list[Target], *, profile: str = "ci", full: bool = False
         tmp = tempfile.TemporaryDirectory(prefix="attnclaims-mutants-")
         work = Path(tmp.name)
     else:
-        work = Path(out)
+        work = Path(out).resolve()  # absolute: the children run in other folders
         work.mkdir(parents=True, exist_ok=True)
     # Slowest first (controls run every test), so that the pool does not end on one long run.
     order = sorted(range(len(targets)), key=lambda i: not targets[i].control)
