@@ -65,9 +65,15 @@ def _batch(*shapes: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _flat(a, batch: tuple[int, ...]) -> np.ndarray:
-    """(..., n, d) broadcast to batch + (n, d) and flattened to (B, n, d), B = prod(batch) (1 if none)."""
+    """(..., n, d) broadcast to batch + (n, d) and flattened to (B, n, d), B = prod(batch) (1 if none).
+
+    An input that needs broadcasting is materialised (contiguous): a broadcast is this adapter's
+    doing, and its stride-0 layout would otherwise reach the library as an odd non-contiguous
+    tensor. An input that does not keeps its own layout, so a non-contiguous view the tests pass
+    reaches the library as one (GPT-2's Conv1D finding)."""
     a = np.asarray(a, dtype=np.float64)
-    a = np.broadcast_to(a, batch + a.shape[-2:])
+    if a.shape[:-2] != batch:
+        a = np.ascontiguousarray(np.broadcast_to(a, batch + a.shape[-2:]))
     return a.reshape((math.prod(batch),) + a.shape[-2:])
 
 
@@ -277,6 +283,7 @@ class HFBert(_HFBase):
         "attention": "transformers.models.bert.modeling_bert.eager_attention_forward",
         "attention_vjp": "torch.autograd through transformers.models.bert.modeling_bert.eager_attention_forward",
         "feed_forward_vjp": "torch.autograd through transformers BertIntermediate + BertOutput.dense",
+        "multi_head_attention_vjp": "torch.autograd through transformers BertCrossAttention + BertSelfOutput.dense",
         "multi_head_attention": "transformers BertSelfAttention / BertCrossAttention (+ BertSelfOutput.dense as W_O)",
         "feed_forward": "transformers BertIntermediate + BertOutput.dense (hidden_act='relu')",
         "encoder_layer": "transformers BertLayer",
@@ -377,6 +384,34 @@ class HFBert(_HFBase):
             out = dense(heads)
         return _numpy(out).reshape(batch + (n_q, params.d_model))
 
+    def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
+        """autograd through ``BertCrossAttention`` + ``BertSelfOutput.dense`` (the cross-attention module
+        for self-attention too, so that dx_q and dx_kv come apart; same weights and computation as
+        ``BertSelfAttention``); nn.Linear stores Wᵀ, so dW = weight.gradᵀ."""
+        from transformers.models.bert import modeling_bert as mb
+
+        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference.params import MultiHeadParams
+
+        torch, p = self._torch, params
+        x_q_shape, x_kv_shape = np.shape(x_q), np.shape(x_kv)
+        batch = _batch(x_q_shape, x_kv_shape)
+        n_q, n_k = x_q_shape[-2], x_kv_shape[-2]
+        attn = self._module(mb.BertCrossAttention, self._mha_state(p), self._config(p.d_model, p.num_heads))
+        dense = self._module(torch.nn.Linear, {"weight": self._w(p.w_o).T, "bias": self._w(p.b_o)}, p.d_model, p.d_model)
+        xq, xkv = self._leaf(_flat(x_q, batch)), self._leaf(_flat(x_kv, batch))
+        with torch.enable_grad():
+            heads, _ = attn(xq, encoder_hidden_states=xkv, attention_mask=self._hf_mask(mask, batch, n_q, n_k))
+            out = dense(heads)
+            tensors = [xq, xkv] + [getattr(attn, n).weight for n in ("query", "key", "value")] + [dense.weight] + \
+                [getattr(attn, n).bias for n in ("query", "key", "value")] + [dense.bias]
+            gq, gk, wq, wk, wv, wo, bq, bk, bv, bo = self._grads(out, tensors, np.asarray(d_out).reshape(out.shape))
+        dparams = MultiHeadParams(w_q=np.ascontiguousarray(wq.T), w_k=np.ascontiguousarray(wk.T),
+                                  w_v=np.ascontiguousarray(wv.T), w_o=np.ascontiguousarray(wo.T), b_q=bq, b_k=bk,
+                                  b_v=bv, b_o=bo, num_heads=p.num_heads, num_kv_heads=p.num_kv_heads)
+        return (sum_to(gq.reshape(batch + (n_q, p.d_model)), x_q_shape),
+                sum_to(gk.reshape(batch + (n_k, p.d_model)), x_kv_shape), dparams)
+
     def feed_forward(self, x, params):
         """``BertIntermediate`` (dense + ReLU) then ``BertOutput.dense`` (BertOutput's residual +
         LayerNorm belong to the layer)."""
@@ -458,6 +493,7 @@ class HFGPT2(_HFBase):
         "attention": "transformers.models.gpt2.modeling_gpt2.eager_attention_forward",
         "attention_vjp": "torch.autograd through transformers.models.gpt2.modeling_gpt2.eager_attention_forward",
         "feed_forward_vjp": "torch.autograd through transformers GPT2MLP (Conv1D)",
+        "multi_head_attention_vjp": "torch.autograd through transformers GPT2Attention (is_cross_attention=True)",
         "multi_head_attention": "transformers GPT2Attention (self; is_cross_attention=True for cross-attention)",
         "feed_forward": "transformers GPT2MLP (Conv1D, activation_function='relu')",
         "encoder_layer": "transformers GPT2Block",
@@ -551,6 +587,34 @@ class HFGPT2(_HFBase):
             else:
                 out, _ = attn(xq, attention_mask=hf_mask)
         return _numpy(out).reshape(batch + (n_q, params.d_model))
+
+    def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
+        """autograd through ``GPT2Attention(config, is_cross_attention=True)`` (for self-attention too,
+        so that dx_q and dx_kv come apart: q_attn takes x_q, c_attn x_kv); Conv1D stores the paper's
+        layout, ``c_attn``'s gradient is cut into [dW_K | dW_V]."""
+        from transformers.models.gpt2 import modeling_gpt2 as mg
+
+        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference.params import MultiHeadParams
+
+        torch, p = self._torch, params
+        x_q_shape, x_kv_shape = np.shape(x_q), np.shape(x_kv)
+        batch = _batch(x_q_shape, x_kv_shape)
+        n_q, n_k, d = x_q_shape[-2], x_kv_shape[-2], p.d_model
+        attn = self._module(mg.GPT2Attention, self._attn_state(torch, p, cross=True), self._config(d, p.num_heads),
+                            is_cross_attention=True)
+        xq, xkv = self._leaf(_flat(x_q, batch)), self._leaf(_flat(x_kv, batch))
+        with torch.enable_grad():
+            out, _ = attn(xq, encoder_hidden_states=xkv,
+                          encoder_attention_mask=self._hf_mask(mask, batch, n_q, n_k, always=True))
+            tensors = [xq, xkv, attn.q_attn.weight, attn.q_attn.bias, attn.c_attn.weight, attn.c_attn.bias,
+                       attn.c_proj.weight, attn.c_proj.bias]
+            gq, gk, wq, bq, wkv, bkv, wo, bo = self._grads(out, tensors, np.asarray(d_out).reshape(out.shape))
+        dparams = MultiHeadParams(w_q=wq, w_k=np.ascontiguousarray(wkv[:, :d]), w_v=np.ascontiguousarray(wkv[:, d:]),
+                                  w_o=wo, b_q=bq, b_k=bkv[:d], b_v=bkv[d:], b_o=bo, num_heads=p.num_heads,
+                                  num_kv_heads=p.num_kv_heads)
+        return (sum_to(gq.reshape(batch + (n_q, d)), x_q_shape), sum_to(gk.reshape(batch + (n_k, d)), x_kv_shape),
+                dparams)
 
     def feed_forward(self, x, params):
         """``GPT2MLP(d_ff, config)``: ``c_proj(relu(c_fc(x)))`` with ``Conv1D``."""

@@ -65,6 +65,7 @@ class KerasImplementation:
         "attention_vjp": "torch.autograd through keras.ops.dot_product_attention",
         "layer_norm_vjp": "torch.autograd through keras.layers.LayerNormalization",
         "feed_forward_vjp": "torch.autograd through keras.layers.Dense",
+        "multi_head_attention_vjp": "torch.autograd through keras.layers.MultiHeadAttention",
     }
     conventions = {
         "fully masked rows": "MultiHeadAttention: the mean of the values",
@@ -116,21 +117,14 @@ class KerasImplementation:
     def multi_head_attention(self, x_q, x_kv, params, mask=None):
         """``keras.layers.MultiHeadAttention(num_heads, key_dim=d_k, dtype=...)(x_q, x_kv,
         attention_mask=mask)`` with its kernels set from the params (module docstring)."""
-        keras, p = self._keras, params
+        p = params
         batch = tuple(np.broadcast_shapes(np.shape(x_q)[:-2], np.shape(x_kv)[:-2]))
         n_q, n_k = np.shape(x_q)[-2], np.shape(x_kv)[-2]
-        d, h, d_k = p.d_model, p.num_heads, p.d_k
+        d = p.d_model
         xq = np.broadcast_to(self._c(x_q), batch + (n_q, d)).reshape(-1, n_q, d)
         xkv = np.broadcast_to(self._c(x_kv), batch + (n_k, d)).reshape(-1, n_k, d)
         m = None if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool), batch + (n_q, n_k)).reshape(-1, n_q, n_k)
-        layer = keras.layers.MultiHeadAttention(num_heads=h, key_dim=d_k, dtype=self.dtype.name)
-        layer.build(xq.shape, xkv.shape)
-        for dense, w, b in ((layer._query_dense, p.w_q, p.b_q), (layer._key_dense, p.w_k, p.b_k),
-                            (layer._value_dense, p.w_v, p.b_v)):
-            dense.kernel.assign(self._c(w).reshape(d, h, d_k))  # (d_model, heads, d_k)
-            dense.bias.assign(self._c(b).reshape(h, d_k))
-        layer._output_dense.kernel.assign(self._c(p.w_o).reshape(h, d_k, d))  # (heads, d_k, d_model)
-        layer._output_dense.bias.assign(self._c(p.b_o))
+        layer = self._mha_layer(p, xq.shape, xkv.shape)
         out = layer(xq, xkv, attention_mask=m, training=False)
         return self._np(out).reshape(batch + (n_q, d))
 
@@ -192,6 +186,45 @@ class KerasImplementation:
             out = self._keras.ops.dot_product_attention(q4, k4, v4, mask=None if m is None else torch.tensor(m),
                                                         scale=None if scale is None else float(scale))
             return tuple(self._grads(out.reshape(batch + (n_q, v_shape[-1])), leaves, d_out))
+
+    def _mha_layer(self, p, q_shape, kv_shape):
+        """``keras.layers.MultiHeadAttention`` built for these input shapes, kernels set from the params."""
+        d, h, d_k = p.d_model, p.num_heads, p.d_k
+        layer = self._keras.layers.MultiHeadAttention(num_heads=h, key_dim=d_k, dtype=self.dtype.name)
+        layer.build(q_shape, kv_shape)
+        for dense, w, b in ((layer._query_dense, p.w_q, p.b_q), (layer._key_dense, p.w_k, p.b_k),
+                            (layer._value_dense, p.w_v, p.b_v)):
+            dense.kernel.assign(self._c(w).reshape(d, h, d_k))  # (d_model, heads, d_k)
+            dense.bias.assign(self._c(b).reshape(h, d_k))
+        layer._output_dense.kernel.assign(self._c(p.w_o).reshape(h, d_k, d))  # (heads, d_k, d_model)
+        layer._output_dense.bias.assign(self._c(p.b_o))
+        return layer
+
+    def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
+        """autograd through ``keras.layers.MultiHeadAttention`` called as :meth:`multi_head_attention`
+        does; the kernels' gradients reshaped back to the paper's (d_model, d_model) matrices."""
+        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference.params import MultiHeadParams
+
+        torch, p = self._torch, params
+        x_q_shape, x_kv_shape = np.shape(x_q), np.shape(x_kv)
+        batch = tuple(np.broadcast_shapes(x_q_shape[:-2], x_kv_shape[:-2]))
+        n_q, n_k, d = x_q_shape[-2], x_kv_shape[-2], p.d_model
+        xq = self._leaf(np.broadcast_to(np.asarray(x_q, dtype=np.float64), batch + (n_q, d)).reshape(-1, n_q, d))
+        xkv = self._leaf(np.broadcast_to(np.asarray(x_kv, dtype=np.float64), batch + (n_k, d)).reshape(-1, n_k, d))
+        m = None if mask is None else torch.tensor(np.ascontiguousarray(
+            np.broadcast_to(np.asarray(mask, dtype=bool), batch + (n_q, n_k)).reshape(-1, n_q, n_k)))
+        layer = self._mha_layer(p, tuple(xq.shape), tuple(xkv.shape))
+        denses = (layer._query_dense, layer._key_dense, layer._value_dense, layer._output_dense)
+        with torch.enable_grad():
+            out = layer(xq, xkv, attention_mask=m, training=False)
+            tensors = [xq, xkv] + [t.kernel.value for t in denses] + [t.bias.value for t in denses]
+            gq, gk, wq, wk, wv, wo, bq, bk, bv, bo = self._grads(out, tensors, np.asarray(d_out).reshape(out.shape))
+        dparams = MultiHeadParams(w_q=wq.reshape(d, d), w_k=wk.reshape(d, d), w_v=wv.reshape(d, d), w_o=wo.reshape(d, d),
+                                  b_q=bq.reshape(d), b_k=bk.reshape(d), b_v=bv.reshape(d), b_o=bo,
+                                  num_heads=p.num_heads, num_kv_heads=p.num_kv_heads)
+        return (sum_to(gq.reshape(batch + (n_q, d)), x_q_shape), sum_to(gk.reshape(batch + (n_k, d)), x_kv_shape),
+                dparams)
 
     def layer_norm_vjp(self, x, gamma, beta, eps, d_out):
         """autograd through ``keras.layers.LayerNormalization``: dx, d gamma, d beta."""

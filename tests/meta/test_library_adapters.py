@@ -341,6 +341,12 @@ def test_backward_passes_match_the_reference(impls, name):
     if _has(impl, "feed_forward_vjp"):
         f = P.init_feed_forward(rng, D, DFF)
         _close_tree(impl.feed_forward_vjp(x, f, dx), REF.feed_forward_vjp(x, f, dx), f"{name} feed_forward_vjp")
+    if _has(impl, "multi_head_attention_vjp"):
+        p = P.init_multi_head(rng, D, H)
+        x_kv = rng.normal(size=(1, 4, D))  # broadcast along the batch: its gradient is summed back
+        for kv, mask in ((x_kv, _mask(3, 4)), (x, None)):
+            _close_tree(impl.multi_head_attention_vjp(x, kv, p, dx, mask), REF.multi_head_attention_vjp(x, kv, p, dx, mask),
+                        f"{name} multi_head_attention_vjp")
 
 
 def test_onnx_modern_operators_match_the_reference(impls):
