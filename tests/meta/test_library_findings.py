@@ -271,6 +271,15 @@ def test_onnx_layer_normalization_epsilon_is_a_float32_attribute():
         assert np.abs(out - ln(1e-5)).max() > F32_SEEN  # not the layer norm with eps = 1e-5 ...
         assert np.abs(out - ln(float(np.float32(1e-5)))).max() < F64_OK  # ... the one with float32(1e-5)
 
+    # RMSNormalization (opset 23): the same FLOAT epsilon, on a row whose mean square is comparable to it
+    r = np.array([[0.001, 0.002, 0.003, 0.004]])  # mean square 7.5e-6
+    model = _onnx_model(helper.make_node("RMSNormalization", ["x", "g"], ["y"], axis=-1, epsilon=1e-5), "xg")
+    for out in (ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, {"x": r, "g": g})[0], ReferenceEvaluator(model).run(None, {"x": r, "g": g})[0]):
+        exact = r / np.sqrt((r ** 2).mean() + 1e-5)
+        assert np.abs(out - exact).max() > F32_SEEN
+        assert np.abs(out - r / np.sqrt((r ** 2).mean() + float(np.float32(1e-5)))).max() < F64_OK
+
 
 def test_onnx_attention_scale_is_a_float32_attribute():
     """The ``Attention`` operator's ``scale`` is a FLOAT (32-bit) attribute too: scale 1e300 (finite in
