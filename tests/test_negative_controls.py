@@ -29,6 +29,8 @@ from attnclaims.guard import GuardedImplementation
 from attnclaims.plugin import unwrap_check
 from attnclaims.checks import strategies as S
 from attnclaims.tests import test_contract as contract
+from attnclaims.tests import test_gradients as grad
+from attnclaims.zoo import backward_mutants as BM
 from attnclaims.tests import test_s31_attention as s31
 from attnclaims.tests import test_s32_self_attention as s32
 from attnclaims.tests import test_s61_multihead as s61
@@ -160,6 +162,14 @@ CONTROLS = [
      B.NondeterministicOnce),
     (contract.test_positional_encoding_of_fewer_positions_is_a_prefix, {"capability": "positional_encoding"},
      B.PeRelativeToLength),
+    # backward passes (tests/test_gradients.py; the other gradient tests are the first to catch a mutant)
+    (grad.test_softmax_gradient_vanishes_with_the_score_gap, {}, zoo("softmax_backward_uncentered")),
+    (grad.test_softmax_gradient_sums_to_zero, {}, zoo("softmax_backward_uncentered")),
+    (grad.test_key_gradients_sum_to_zero, {}, zoo("softmax_backward_uncentered")),
+    (grad.test_decoder_gradient_does_not_reach_future_positions, {}, zoo("attention_backward_mask_ignored")),
+    (grad.test_encoder_gradients_are_permutation_equivariant, {}, BM.BackwardLastPositionDropped),
+    (grad.test_one_causal_backward_equals_the_sum_of_per_position_backwards, {}, BM.BackwardClipsGradient),
+    (grad.test_encoder_layer_vjp_matches_reference, {}, zoo("encoder_backward_residual_dropped")),
 ]
 
 #: the claim each section test backs, read from its marker (the control is evidence for that claim)

@@ -224,3 +224,28 @@ class _DecoderBackwardMemoryDetached(BackwardComposed):
         dy, dmem, dp = super().decoder_layer_vjp(y, memory, params, d_out, self_mask, memory_mask)
         return dy, np.zeros_like(dmem), dp
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Negative controls (not in the registry): bugs that only the structural gradient tests see
+# ---------------------------------------------------------------------------------------------
+
+class BackwardClipsGradient(BackwardComposed):
+    """attention_vjp clips the output gradient to norm 1 first (a "safety" clip inside the kernel): the
+    backward is no longer linear in d_out, so one backward over the sequence is not the per-position sum."""
+
+    def attention_vjp(self, q, k, v, d_out, mask=None, scale=None):
+        d = np.asarray(d_out, dtype=np.float64)
+        norm = float(np.linalg.norm(d))
+        return super().attention_vjp(q, k, v, d / norm if norm > 1 else d, mask=mask, scale=scale)
+
+
+class BackwardLastPositionDropped(BackwardComposed):
+    """encoder_layer_vjp drops the gradient of the last position (an off-by-one in a loop over positions):
+    the gradients no longer permute with the tokens."""
+
+    def encoder_layer_vjp(self, x, params, d_out, mask=None):
+        dx, dp = super().encoder_layer_vjp(x, params, d_out, mask=mask)
+        dx = dx.copy()
+        dx[..., -1, :] = 0.0
+        return dx, dp
