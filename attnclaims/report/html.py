@@ -33,7 +33,7 @@ from attnclaims.report.common import (
     fmt_number, fmt_seconds, is_problem, outcome_counts, passing_summary, repro_text, scalar_data, section_label,
     summary_counts, table_of, verdict_category,
 )
-from attnclaims.report.mathtext import has_math, sanitize_mathml, to_html
+from attnclaims.report.mathtext import has_math, number_tex, sanitize_mathml, tex_to_mathml, to_html
 from attnclaims.report.model import conventions_by_implementation
 from attnclaims.proofs.render import folded, instances_label
 
@@ -666,8 +666,10 @@ def _failure(e: Mapping, env: Mapping, lang: str = "en") -> str:
     if e.get("message"):
         p.append(f'<pre class="long">{esc(e["message"])}</pre>')
     nums = failure_lines(e)
-    if nums:
-        p.append('<ul class="tight">' + "".join(f"<li>{esc(k)}: <b>{esc(v)}</b></li>" for k, v in nums) + "</ul>")
+    if nums:  # measured error, bound and the smallest passing tolerance typeset as numbers (3.0 × 10⁻³)
+        p.append('<ul class="tight">' + "".join(
+            f"<li>{esc(k)}: <b>{tex_to_mathml(number_tex(v)) if number_tex(v) else esc(v)}</b></li>"
+            for k, v in nums) + "</ul>")
     if e.get("counterexample"):
         p.append(f'<p>{esc(T("counterexample"))}</p><pre class="long">{esc(e["counterexample"])}</pre>')
     if e["outcome"] == "failed":

@@ -24,7 +24,7 @@ from attnclaims.report.common import (
     fmt_number, fmt_seconds, is_problem, passing_summary, repro_text, scalar_data, section_label, summary_counts,
     table_of,
 )
-from attnclaims.report.mathtext import to_markdown
+from attnclaims.report.mathtext import number_tex, to_markdown
 from attnclaims.report.model import conventions_by_implementation
 
 #: a derivation step whose LaTeX is longer than this is shown as one line of text (its MathML is in
@@ -363,8 +363,9 @@ def _claim(c: Mapping, report: Mapping, lang: str = "en") -> list[str]:
         if e.get("message"):
             out.append(fenced(e["message"], "text"))
             out.append("")
-        for label, value in failure_lines(e):
-            out.append(f"- {text(label)}: {text(value)}")
+        for label, value in failure_lines(e):  # numbers as math: 3.000 × 10^{-3}
+            tex = number_tex(value)
+            out.append(f"- {text(label)}: {f'$`{tex}`$' if tex else text(value)}")
         if failure_lines(e):
             out.append("")
         if e.get("counterexample"):

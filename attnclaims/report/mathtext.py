@@ -148,6 +148,30 @@ def to_markdown(text: str, escape_text: Callable[[str], str]) -> str:
     return "".join(escape_text(s) if kind == "text" else _md_math(s) for kind, s in segments(text))
 
 
+_NUM = r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?"
+_MEASURE = re.compile(rf"^(≥ )?({_NUM})(?: \(({_NUM}) × the bound\))?$")
+
+
+def _num(text: str) -> str:
+    if "e" not in text:
+        return text
+    mant, exp = text.split("e")
+    return f"{mant} \\times 10^{{{int(exp)}}}"
+
+
+def number_tex(value: str) -> str | None:
+    """A number as the report prints it (``3.000e-03``, ``≥ 0.003 (6.82e+12 × the bound)``) as TeX
+    (``3.000 \\times 10^{-3}``); None when it is not in one of those forms."""
+    m = _MEASURE.match(str(value).strip())
+    if not m:
+        return None
+    ge, number, ratio = m.groups()
+    tex = (r"\ge " if ge else "") + _num(number)
+    if ratio:
+        tex += r"\ \left(" + _num(ratio) + r" \times \text{the bound}\right)"
+    return tex
+
+
 # --- plain Unicode -----------------------------------------------------------------------------
 
 _MACROS = {
