@@ -238,3 +238,59 @@ def test_longdouble_core_agrees_with_float64():
     dxl, _ = B._encoder_layer_backward(x.astype(np.longdouble), p, None, d.astype(np.longdouble), np.longdouble)
     assert dxl.dtype == np.longdouble
     assert np.max(np.abs(dx64 - dxl.astype(np.float64))) <= 1e4 * U * np.max(np.abs(dx64))
+
+
+class _Vjps:
+    """A float64 implementation whose vjps misbehave on request (for the guard's structure checks)."""
+
+    name, dtype = "vjps", np.dtype(np.float64)
+
+    def __init__(self, bug):
+        self.bug, self.calls = bug, 0
+
+    def attention_vjp(self, q, k, v, d_out, mask=None, scale=None):
+        self.calls += 1
+        dq, dk, dv = B.attention_vjp(q, k, v, d_out, mask=mask, scale=scale)
+        return {"arity": lambda: (dq, dk), "shape": lambda: (dq, dk[..., :1, :], dv),
+                "dtype": lambda: (dq.astype(np.float32), dk, dv), "nan": lambda: (dq * np.nan, dk, dv),
+                "list": lambda: [dq, dk, dv], "noise": lambda: (dq + self.calls * 1e-3, dk, dv),
+                "none": lambda: (dq, dk, dv)}[self.bug]()
+
+    def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
+        dq, dkv, dp = B.multi_head_attention_vjp(x_q, x_kv, params, d_out, mask=mask)
+        if self.bug == "heads":
+            extra = {"num_kv_heads": 1} if hasattr(dp, "num_kv_heads") else {}
+            dp = dataclasses.replace(dp, num_heads=1, **extra)
+        if self.bug == "params-type":
+            dp = {"w_q": dp.w_q}
+        if self.bug == "field-shape":
+            dp = dataclasses.replace(dp, b_o=dp.b_o[:1])
+        return dq, dkv, dp
+
+
+@pytest.mark.parametrize("bug, message", [
+    ("arity", "should be a tuple of 3"), ("shape", "dk.shape="), ("dtype", "dq.dtype=float32"),
+    ("nan", "dq has"), ("list", "should be a tuple of 3"), ("noise", "different outputs"),
+])
+def test_guard_checks_the_structure_of_attention_vjp(bug, message):
+    from attnclaims.guard import CheckFailure, GuardedImplementation
+
+    rng = np.random.default_rng(11)
+    q, k, v, d = rng.normal(size=(2, 3)), rng.normal(size=(4, 3)), rng.normal(size=(4, 5)), rng.normal(size=(2, 5))
+    guard = GuardedImplementation(_Vjps(bug), timeout=None)
+    with pytest.raises(CheckFailure, match=message.replace("(", r"\(")):
+        guard.attention_vjp(q, k, v, d)
+    GuardedImplementation(_Vjps("none"), timeout=None).attention_vjp(q, k, v, d)  # the correct one passes
+
+
+@pytest.mark.parametrize("bug, message", [("heads", "num_heads=1, but should be 2"),
+                                          ("params-type", "should be MultiHeadParams"),
+                                          ("field-shape", r"b_o.shape=\(1,\)")])
+def test_guard_checks_dparams(bug, message):
+    from attnclaims.guard import CheckFailure, GuardedImplementation
+
+    rng = np.random.default_rng(12)
+    p = init_multi_head(rng, 4, 2)
+    x, d = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
+    with pytest.raises(CheckFailure, match=message):
+        GuardedImplementation(_Vjps(bug), timeout=None).multi_head_attention_vjp(x, x, p, d)
