@@ -177,14 +177,14 @@ class _CacheUpdatedTwice(Composed):
         return super()._cache_append(super()._cache_append(cache, k, v), k, v)
 
 
-@mutant("rope_positions_restart", "decoder_block_decode", CACHE + ROPE,
+@mutant("rope_positions_restart", "decoder_block_decode", CACHE,
         "during cached decoding the rotary positions restart at 0 for every step (position offset ignored)")
 class _RopePositionsRestart(Composed):
     def _step_positions(self, position, n_t):
         return np.arange(n_t)
 
 
-@mutant("rope_positions_off_by_one", "decoder_block_decode", CACHE + ROPE,
+@mutant("rope_positions_off_by_one", "decoder_block_decode", CACHE,
         "during cached decoding the new tokens are rotated one position too far (position + 1 …)")
 class _RopePositionsOffByOne(Composed):
     def _step_positions(self, position, n_t):
