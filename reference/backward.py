@@ -285,6 +285,10 @@ def _mha_backward(x_q, x_kv, p: dict, cache, d):
 
 
 def _mha_dict(params: MultiHeadParams, dtype) -> dict:
+    kv = getattr(params, "num_kv_heads", params.num_heads)
+    if kv != params.num_heads:
+        raise ValueError(f"num_kv_heads={kv} != num_heads={params.num_heads}: the reference backward covers "
+                         f"multi-head attention without grouped-query heads")
     out = {n: np.asarray(getattr(params, n), dtype=np.float64).astype(dtype)
            for n in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")}
     out["h"] = params.num_heads
