@@ -133,12 +133,16 @@ def repro_text(e: Mapping, environment: Mapping) -> str:
     return "\n".join(lines)
 
 
-def summary_counts(counts: Mapping[str, int]) -> str:
+def summary_counts(counts: Mapping[str, int], lang: str = "en") -> str:
+    """"6 proven, 8 verified, …" (in the Chinese edition "6 已证明，8 已验证，…")."""
     order = ("proven", "verified", "qualified", "illustrative", "historical", "refuted", "blocked", "error",
              "no evidence", "not applicable")
-    parts = [f"{counts[k]} {k}" for k in order if counts.get(k)]
-    parts += [f"{v} {k}" for k, v in counts.items() if k not in order and v]
-    return ", ".join(parts) or "nothing"
+    keys = [k for k in order if counts.get(k)] + [k for k, v in counts.items() if k not in order and v]
+    if lang == "zh":
+        from attnclaims.report.i18n import VERDICT_ZH
+
+        return "，".join(f"{counts[k]} {VERDICT_ZH.get(k, k)}" for k in keys) or "无"
+    return ", ".join(f"{counts[k]} {k}" for k in keys) or "nothing"
 
 
 _SEVERITY = {"failed": 0, "error": 1, "not-applicable": 2, "passed": 3}

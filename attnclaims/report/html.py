@@ -358,7 +358,7 @@ def render(report: Mapping, out_dir: Path | None = None, lang: str = "en") -> st
     parts.append('<div class="sub">' + " · ".join(esc(s) for s in sub if s) + "</div>")
     parts.append('<div class="counts">')
     for impl, counts in report["summary"]["verdicts"].items():
-        parts.append(f"<span><b>{esc(impl)}</b>: {esc(summary_counts(counts))}</span>")
+        parts.append(f"<span><b>{esc(i18n.verdict_word(impl, lang))}</b>: {esc(summary_counts(counts, lang))}</span>")
     dis = report["summary"]["disagreements"]
     if dis:
         parts.append(f"<span>≠ {esc(T('n_differ', n=len(dis)))}</span>")
@@ -514,7 +514,8 @@ def _claim(c: Mapping, report: Mapping, out_dir: Path | None, fig_index: list[in
         p.append(f"<dt>{esc(T('notes'))}</dt><dd>{rich(ct('notes'))}</dd>")
     p.append("</dl>")
     if c.get("qualification"):
-        p.append(f'<div class="qual"><b>{esc(T("qualification"))}.</b> {rich(ct("qualification"))}</div>')
+        p.append(f'<div class="qual"><b>{esc(T("qualification"))}{"：" if lang == "zh" else "."}</b> '
+                 f'{rich(ct("qualification"))}</div>')
 
     if c["derivations"] or c.get("derivation_note"):
         p.append(f"<h4>{esc(T('derivations'))}</h4>")

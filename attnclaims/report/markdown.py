@@ -135,7 +135,7 @@ def render(report: Mapping, lang: str = "en") -> str:
     out.append(f"[{T('article')}]({files['article']}) · [{T('other_edition')}]({other['md']})")
     out.append("")
     for impl, counts in report["summary"]["verdicts"].items():
-        out.append(f"- **{text(impl)}**: {summary_counts(counts)}")
+        out.append(f"- **{text(i18n.verdict_word(impl, lang))}**: {summary_counts(counts, lang)}")
     if report["summary"]["disagreements"]:
         out.append(f"- ⚠ {text(T('n_differ', n=len(report['summary']['disagreements'])))}")
     out.append("")
@@ -288,6 +288,7 @@ def _claim(c: Mapping, report: Mapping, lang: str = "en") -> list[str]:
     env = report["environment"]
     T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
     ct = lambda name: i18n.claim_text(c, name, lang)  # noqa: E731
+    dot = "：" if lang == "zh" else "."
     out = [f"### {c['id']}", ""]
     out.append(f"**{rich(ct('title'))}** · {text(section_label(c['section']))} · {T('methods')}: "
                f"{text(', '.join(c['methods']))} · {T('expected_short')}: "
@@ -302,20 +303,20 @@ def _claim(c: Mapping, report: Mapping, lang: str = "en") -> list[str]:
     out.append("")
     out.append(f"> {text(c['quote'])} ([{T('to_article')}]({i18n.FILES[lang]['article']}#q-{c['id']}))")
     out.append("")
-    out.append(f"**{T('statement')}.** {rich(ct('statement'))}")
+    out.append(f"**{T('statement')}{dot}** {rich(ct('statement'))}")
     out.append("")
-    out.append(f"**{T('precise')}.** " + "  \n".join(rich(ln) for ln in str(ct("precise")).strip().splitlines()))
+    out.append(f"**{T('precise')}{dot}** " + "  \n".join(rich(ln) for ln in str(ct("precise")).strip().splitlines()))
     out.append("")
     if c.get("assumptions"):
-        out.append(f"**{T('assumptions')}.**")
+        out.append(f"**{T('assumptions')}{dot}**")
         out.append("")
         out.extend(f"- {rich(a)}" for a in ct("assumptions"))
         out.append("")
     if c.get("qualification"):
-        out.append(f"**{T('qualification')}.** {rich(ct('qualification'))}")
+        out.append(f"**{T('qualification')}{dot}** {rich(ct('qualification'))}")
         out.append("")
     if c.get("notes"):
-        out.append(f"**{T('notes')}.** {rich(ct('notes'))}")
+        out.append(f"**{T('notes')}{dot}** {rich(ct('notes'))}")
         out.append("")
     if c["depends_on"]:
         out.append(f"**{T('depends_on')}:** " + ", ".join(f"[{d}](#{d})" for d in c["depends_on"]))
