@@ -215,3 +215,18 @@ def scalar_data(data: Mapping | None) -> tuple[dict, list[str]]:
         else:
             raw.append(str(k))
     return shown, raw
+
+
+#: a failure's counterexample or message longer than this shows its beginning; report.json has all of it
+MAX_FAILURE_TEXT = 4000
+
+
+def clipped(text: object, claim: str, limit: int = MAX_FAILURE_TEXT) -> str:
+    """``text`` up to ``limit`` characters, then where the rest is (a shrunk counterexample is small;
+    one of tens of kilobytes is shown in part, never dropped: report.json keeps it whole)."""
+    text = "" if text is None else str(text)
+    if len(text) <= limit:
+        return text
+    cut = text.rfind("\n", 0, limit)
+    cut = cut if cut > limit // 2 else limit
+    return text[:cut] + f"\n… {len(text) - cut} more characters in report.json (claims → {claim} → evidence)"

@@ -29,7 +29,7 @@ from typing import Iterable, Mapping, Sequence
 
 from attnclaims.report import i18n
 from attnclaims.report.common import (
-    MAX_TABLE_ROWS, OUTCOME_MARK, STEP_MARK, by_severity, columns, compact_json, failure_lines, first_line,
+    MAX_TABLE_ROWS, OUTCOME_MARK, STEP_MARK, by_severity, clipped, columns, compact_json, failure_lines, first_line,
     fmt_number, fmt_seconds, is_problem, outcome_counts, passing_summary, repro_text, scalar_data, section_label,
     summary_counts, table_of, verdict_category,
 )
@@ -665,14 +665,15 @@ def _failure(e: Mapping, env: Mapping, lang: str = "en") -> str:
     p = [f'<div class="fail"><h4>{esc(what)}: <code>{esc(e["name"])}</code> '
          f'({esc(e["implementation"] or T("any_impl"))})</h4>']
     if e.get("message"):
-        p.append(f'<pre class="long">{esc(e["message"])}</pre>')
+        p.append(f'<pre class="long">{esc(clipped(e["message"], e.get("claim", "…")))}</pre>')
     nums = failure_lines(e)
     if nums:  # measured error, bound and the smallest passing tolerance typeset as numbers (3.0 × 10⁻³)
         p.append('<ul class="tight">' + "".join(
             f"<li>{esc(k)}: <b>{tex_to_mathml(number_tex(v)) if number_tex(v) else esc(v)}</b></li>"
             for k, v in nums) + "</ul>")
     if e.get("counterexample"):
-        p.append(f'<p>{esc(T("counterexample"))}</p><pre class="long">{esc(e["counterexample"])}</pre>')
+        p.append(f'<p>{esc(T("counterexample"))}</p><pre class="long">'
+                 f'{esc(clipped(e["counterexample"], e.get("claim", "…")))}</pre>')
     if e["outcome"] == "failed":
         p.append(f'<p>{esc(T("repro"))}</p><pre class="long">{esc(repro_text(e, env))}</pre>')
     if e.get("data"):

@@ -21,7 +21,7 @@ from attnclaims.proofs.render import folded, instances_label
 from attnclaims.report import i18n
 from attnclaims.report.common import (
     OUTCOME_MARK, STEP_MARK, by_severity, columns, compact_json, failure_lines, first_line,
-    fmt_number, fmt_seconds, is_problem, passing_summary, repro_text, scalar_data, section_label, summary_counts,
+    clipped, fmt_number, fmt_seconds, is_problem, passing_summary, repro_text, scalar_data, section_label, summary_counts,
     table_of,
 )
 from attnclaims.report.mathtext import number_tex, to_markdown
@@ -362,7 +362,7 @@ def _claim(c: Mapping, report: Mapping, lang: str = "en") -> list[str]:
                    f"({text(e['implementation'] or T('any_impl'))})")
         out.append("")
         if e.get("message"):
-            out.append(fenced(e["message"], "text"))
+            out.append(fenced(clipped(e["message"], c["id"]), "text"))
             out.append("")
         for label, value in failure_lines(e):  # numbers as math: 3.000 × 10^{-3}
             tex = number_tex(value)
@@ -372,7 +372,7 @@ def _claim(c: Mapping, report: Mapping, lang: str = "en") -> list[str]:
         if e.get("counterexample"):
             out.append(T("counterexample"))
             out.append("")
-            out.append(fenced(e["counterexample"], "text"))
+            out.append(fenced(clipped(e["counterexample"], c["id"]), "text"))
             out.append("")
         if e["outcome"] == "failed":
             out.append(T("repro"))
@@ -381,6 +381,8 @@ def _claim(c: Mapping, report: Mapping, lang: str = "en") -> list[str]:
             out.append("")
 
     for e in ev:
+        if e.get("role") == "control":  # a control's data and figures: in index.html and report.json
+            continue
         data = e.get("data") or {}
         special = {k: data[k] for k in ("decision", "false_alarm", "table") if data.get(k) is not None}
         scalars, raw = scalar_data(data)
