@@ -23,6 +23,8 @@ BUILTINS: dict[str, str] = {
     "torch": "attnclaims.adapters.torch_adapter:TorchImplementation",
     "torch-fastpath": "attnclaims.adapters.torch_adapter:TorchFastPathImplementation",
     "torch-float32": "attnclaims.adapters.torch_adapter:TorchFloat32Implementation",
+    "torch-bfloat16": "attnclaims.adapters.torch_adapter:TorchBFloat16Implementation",
+    "torch-float16": "attnclaims.adapters.torch_adapter:TorchFloat16Implementation",
     "jax": "attnclaims.adapters.jax_adapter:JaxImplementation",
     "jax-float32": "attnclaims.adapters.jax_adapter:JaxFloat32Implementation",
     "hf-bert": "attnclaims.adapters.hf_adapter:HFBert",

@@ -23,6 +23,8 @@ def as_float64(name: str, a, min_ndim: int = 0) -> np.ndarray:
     reference only ever builds new arrays from it, so inputs are never modified.
     """
     a = np.asarray(a)
+    if a.dtype.name == "bfloat16":  # ml_dtypes' bfloat16 (numpy does not count it as a number): exact in float64
+        a = a.astype(np.float64)
     if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.number) or np.issubdtype(a.dtype, np.complexfloating):
         raise ValueError(f"{name}.dtype={a.dtype}, but should be a real floating or integer dtype")
     if a.ndim < min_ndim:

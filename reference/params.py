@@ -31,7 +31,7 @@ def _as_matrix(name: str, a, shape: tuple[int, ...]) -> np.ndarray:
     a = np.asarray(a)
     if a.shape != shape:
         raise ValueError(f"{name}.shape={a.shape}, but should be {shape}")
-    if not np.issubdtype(a.dtype, np.floating):
+    if not np.issubdtype(a.dtype, np.floating) and a.dtype.name != "bfloat16":  # ml_dtypes' bfloat16 is one too
         raise ValueError(f"{name}.dtype={a.dtype}, but should be a floating dtype")
     return a
 

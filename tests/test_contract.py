@@ -10,7 +10,7 @@ contract shows in the report where it matters.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable
 
 import numpy as np
@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
+from attnclaims.guard import CheckFailure
 
 #: the claim each capability's contract checks back
 CLAIM_OF = {
@@ -203,3 +204,121 @@ def test_calls_are_deterministic_and_keep_the_declared_dtype(impl, capability, d
             diff = float(np.max(np.abs(outs[0].astype(np.float64) - outs[j])))
             raise AssertionError(f"call {j + 1} differs from call 1 by up to {diff:.3g} [{capability}]")
     note(f"{capability}: out.shape={outs[0].shape}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The protocol's edges: configurations outside it must be rejected, not silently reinterpreted
+# ---------------------------------------------------------------------------------------------
+# Real libraries reject these (torch: "embed_dim must be divisible by num_heads"; a matmul of q (…, 4)
+# with k (…, 3) cannot be formed; a mask that does not broadcast to the scores raises). An
+# implementation that computes *something* instead — truncated heads, a cropped or tiled mask, the
+# common prefix of the feature axes — gives a plausible output for a call no caller meant, and fails.
+
+def unchecked(params, **changes):
+    """``params`` with ``changes``, bypassing the dataclass' own validation (``__post_init__``), which
+    would refuse the configuration before the implementation could be asked."""
+    obj = object.__new__(type(params))
+    for f in fields(params):
+        object.__setattr__(obj, f.name, changes.get(f.name, getattr(params, f.name)))
+    return obj
+
+
+def must_reject(impl, capability: str, args: tuple, accepted: str) -> None:
+    """The call must raise (any exception: the guard turns it into a "raised …" failure, which is the
+    expected outcome here). A result, of any shape, is a failed check saying what was accepted."""
+    try:
+        out = impl.call(capability, *args, finite=False)
+    except CheckFailure as exc:
+        if exc.__cause__ is not None:  # the implementation raised: rejected, as it should
+            note(f"rejected: {str(exc)[:200]}")
+            return
+        raise CheckFailure(f"{capability} accepted {accepted} (a configuration outside the protocol) and then: "
+                           f"{exc}", capability=capability) from None
+    raise CheckFailure(f"{capability} accepted {accepted} (a configuration outside the protocol) and returned "
+                       f"an output of shape {out.shape} instead of raising", capability=capability)
+
+
+@pytest.mark.claim("multihead-structure")
+@pytest.mark.requires("multi_head_attention")
+@FEWER
+@given(data=st.data())
+def test_heads_that_do_not_divide_d_model_are_rejected(impl, data):
+    """d_model = h·d_head + r (0 < r < h): there are no h equal heads; truncating to h·⌊d_model/h⌋ columns
+    would compute another layer. Self-attention (x_kv is x_q), so self-attention-only modules are asked too."""
+    h = data.draw(st.integers(2, 4), label="num_heads")
+    d_model = h * data.draw(st.integers(1, 3), label="d_head") + data.draw(st.integers(1, h - 1), label="r")
+    n = data.draw(st.integers(1, 5), label="n")
+    p = data.draw(S.multi_head_params(d_model, 1), label="params (one head, then relabelled)")
+    x = data.draw(S.arrays((2, n, d_model)), label="x")
+    must_reject(impl, "multi_head_attention", (x, x, unchecked(p, num_heads=h, num_kv_heads=h), None),
+                f"d_model={d_model} with num_heads={h} (not divisible)")
+
+
+@pytest.mark.claim("multihead-structure")
+@pytest.mark.requires("multi_head_attention")
+@S.needs_variant(grouped_query=True)
+@FEWER
+@given(data=st.data())
+def test_kv_heads_that_do_not_divide_the_heads_are_rejected(impl, data):
+    """num_heads = 4 query heads over num_kv_heads = 3 key/value heads: no equal groups exist."""
+    d_head = data.draw(st.integers(1, 3), label="d_head")
+    h, kv = 4, 3
+    d_model = h * d_head
+    p = data.draw(S.multi_head_params(d_model, h), label="params")
+    rng = np.random.default_rng(d_head)
+    w_k, w_v = (S.cast(rng.uniform(-0.5, 0.5, (d_model, kv * d_head)), p.w_q.dtype) for _ in range(2))
+    bad = unchecked(p, num_kv_heads=kv, w_k=w_k, w_v=w_v, b_k=p.b_k[: kv * d_head], b_v=p.b_v[: kv * d_head])
+    x = data.draw(S.arrays((1, 3, d_model)), label="x")
+    must_reject(impl, "multi_head_attention", (x, x, bad, None), f"num_heads={h} with num_kv_heads={kv} (not divisible)")
+
+
+@pytest.mark.claim("softmax-distribution")
+@pytest.mark.requires("attention")
+@FEWER
+@given(data=st.data())
+def test_queries_and_keys_of_different_widths_are_rejected(impl, data):
+    """q (…, n_q, d) and k (…, n_k, d'), d ≠ d': the scores q·k are not defined."""
+    d = data.draw(S.dims(batch_ndim=(0, 1), max_seq=6), label="dims")
+    extra = data.draw(st.integers(1, 3), label="extra width")
+    q = data.draw(S.arrays(d.batch + (d.n_q, d.d_k)), label="q")
+    k = data.draw(S.arrays(d.batch + (d.n_k, d.d_k + extra)), label="k")
+    v = data.draw(S.arrays(d.batch + (d.n_k, d.d_v)), label="v")
+    must_reject(impl, "attention", (q, k, v), f"q.shape[-1]={d.d_k} != k.shape[-1]={d.d_k + extra}")
+
+
+@st.composite
+def _bad_mask_shapes(draw, batch: tuple[int, ...], n_q: int, n_k: int):
+    """Mask shapes that do not broadcast to batch + (n_q, n_k): a key or query too many or too few, or a
+    batch axis of the wrong size."""
+    options = [(n_q, n_k + 1), (n_q + 1, n_k)]
+    if n_k > 2:  # one fewer key (an axis of 1 would broadcast)
+        options.append((n_q, n_k - 1))
+    if n_q > 2:
+        options.append((n_q - 1, n_k))
+    if batch:
+        options.append((batch[0] + 1,) + batch[1:] + (n_q, n_k))
+    return draw(st.sampled_from(options))
+
+
+@pytest.mark.claim("softmax-distribution")
+@pytest.mark.parametrize("capability", _params(["attention", "multi_head_attention"]))
+@FEWER
+@given(data=st.data())
+def test_masks_that_do_not_broadcast_are_rejected(impl, capability, data):
+    """A mask that does not broadcast to (…, n_q, n_k) — the shape of the scores — is an error; cropping it,
+    tiling it or reading it with another stride would weight keys the caller never described."""
+    if capability == "attention":
+        d = data.draw(S.dims(batch_ndim=(0, 1), max_seq=6), label="dims")
+        q = data.draw(S.arrays(d.batch + (d.n_q, d.d_k)), label="q")
+        k = data.draw(S.arrays(d.batch + (d.n_k, d.d_k)), label="k")
+        v = data.draw(S.arrays(d.batch + (d.n_k, d.d_v)), label="v")
+        shape = data.draw(_bad_mask_shapes(d.batch, d.n_q, d.n_k), label="mask shape")
+        args = (q, k, v, np.ones(shape, dtype=bool))
+    else:
+        d = data.draw(S.dims(batch_ndim=(1, 1), max_seq=6, square=True), label="dims")
+        p = data.draw(S.multi_head_params(d.d_model, d.num_heads), label="params")
+        x = data.draw(S.arrays(d.batch + (d.n_q, d.d_model)), label="x")
+        shape = data.draw(_bad_mask_shapes(d.batch, d.n_q, d.n_q), label="mask shape")
+        args = (x, x, p, np.ones(shape, dtype=bool))
+    note(f"mask.shape={shape}")
+    must_reject(impl, capability, args, f"mask.shape={shape} for scores of shape {d.batch + (d.n_q, args[1].shape[-2])}")

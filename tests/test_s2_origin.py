@@ -77,7 +77,12 @@ def test_china_attends_to_zhongguo_more_as_the_margin_grows(impl, attn_record):
                 decision=f"weight on 中国 {on_china.round(4).tolist()} for margins {margins.tolist()}")
     T.assert_close(on_china, exact, T.Bound(bound.abs[:, 2], bound.tol), "weight on 中国 vs e^m/(e^m+2)")
     assert np.all(np.argmax(weights[1:], axis=1) == 2), "中国 does not get the largest weight for margin > 0"
-    assert np.all(np.diff(on_china) > 0), f"weight on 中国 is not increasing with the margin: {on_china}"
+    # Increasing: strictly where the exact step exceeds the rounding of the two weights; where it does not
+    # (float16/bfloat16 round e^16/(e^16 + 2) and e^32/(e^32 + 2) both to 1), at least not decreasing beyond it.
+    step, slack = np.diff(on_china), bound.abs[:-1, 2] + bound.abs[1:, 2]
+    resolved = np.diff(exact) > slack
+    assert np.all(np.where(resolved, step > 0, step >= -slack)), (
+        f"weight on 中国 is not increasing with the margin: {on_china}")
     assert on_china[-1] >= 1 - 2 * np.exp(-32) - bound.abs[-1, 2], f"weight on 中国 at margin 32 is {on_china[-1]!r}, not ≈ 1"
 
 

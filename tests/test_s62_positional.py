@@ -309,6 +309,8 @@ def test_adding_an_encoding_breaks_equivariance(impl, kind, data, params):
     """With X + PE (the implementation's sinusoidal table, or a learned N(0, 0.02²) table) the self-attention
     layer is no longer equivariant: a permutation that changes the output beyond rounding exists — the
     drawn one, made a non-identity permutation."""
+    if kind == "learned":  # a table of N(0, 0.02²) moves the output by less than float16/bfloat16 rounding
+        T.require_resolving_power(impl.dtype, "show the small effect of a learned N(0, 0.02²) table")
     case, perm, _ = data
     c = case.cast(impl.dtype)
     d = c.dims

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import example, given, note
+from hypothesis import assume, example, given, note
 from hypothesis import strategies as st
 
 from attnclaims.reference import layer_norm as ref_layer_norm
@@ -32,6 +32,7 @@ LARGE_OFFSET = 1e6 + np.array([[1.0, -0.5, 0.25, 2.0, -1.0, 0.75]])
 def test_layer_norm_matches_reference(impl, x, eps, data):
     """LN(x; γ, β, ε) equals the reference's for perturbed γ, β and ε from 1e-12 to 0.1."""
     x = S.cast(x, impl.dtype)
+    assume(bool(np.isfinite(x).all()))  # LARGE_OFFSET (≈ 1e6) is beyond float16 (max 65504): no claim there
     if data is None:
         gamma, beta = np.full(x.shape[-1], 1.5, dtype=impl.dtype), np.full(x.shape[-1], -0.25, dtype=impl.dtype)
     else:
@@ -52,6 +53,7 @@ def test_each_position_has_mean_zero_and_variance_ratio(impl, x, eps):
     """With γ = 1, β = 0: mean(LN(x)) = 0 and var(LN(x)) = σ²/(σ² + ε) at every position (rows of small
     variance included, where the ratio is far from 1)."""
     x = S.cast(x, impl.dtype)
+    assume(bool(np.isfinite(x).all()))  # LARGE_OFFSET (≈ 1e6) is beyond float16 (max 65504): no claim there
     d = x.shape[-1]
     y = impl.layer_norm(x, np.ones(d, dtype=impl.dtype), np.zeros(d, dtype=impl.dtype), eps).astype(np.float64)
     mean_bound, var_bound, exact_mean, exact_var = T.layer_norm_moments_bound(x, eps, dtype=impl.dtype)
@@ -85,6 +87,9 @@ def test_invariant_to_positive_affine_maps_when_eps_is_zero(impl, case):
     d = x.shape[-1]
     gamma, beta = np.ones(d, dtype=impl.dtype), np.zeros(d, dtype=impl.dtype)
     y = S.cast(a * x.astype(np.float64) + b, impl.dtype)
+    # A generic row stays generic in float64 and float32; rounded to float16/bfloat16 next to an offset of
+    # 100 it can become constant, where LN with ε = 0 is 0/0 (not a claim about anything).
+    assume(bool(np.all(np.ptp(y.astype(np.float64), axis=-1) > 0)))
     u = T.unit_roundoff(impl.dtype)
     bound = (T.Bound(T.layer_norm_error(y, gamma, beta, 0.0, u=u, ex=u * np.abs(y.astype(np.float64))), u)
              + T.Bound(T.layer_norm_error(x, gamma, beta, 0.0, u=u), u))

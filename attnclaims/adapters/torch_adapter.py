@@ -105,7 +105,12 @@ def _norm_state(torch, name: str, norm) -> dict:
 
 def _numpy(t) -> np.ndarray:
     """A tensor as a fresh numpy array of the dtype torch computed in (not cast: a wrong dtype shows)."""
-    return t.detach().cpu().numpy().copy()
+    t = t.detach().cpu()
+    if str(t.dtype) == "torch.bfloat16":  # numpy has no bfloat16: through float32 (exact) to ml_dtypes'
+        import ml_dtypes
+
+        return t.float().numpy().astype(ml_dtypes.bfloat16)
+    return t.numpy().copy()
 
 
 def _mha_grads(g: dict, prefix: str, p):
@@ -636,3 +641,41 @@ class TorchFastPathImplementation(_TorchBase):
 
     def __repr__(self) -> str:
         return "TorchFastPathImplementation()"
+
+
+class _TorchReducedPrecision(TorchImplementation):
+    """:class:`TorchImplementation` in a 16-bit dtype on CPU: inputs (already representable: the
+    strategies draw them so) become tensors of the dtype, modules are built in it, and every check uses
+    that dtype's unit roundoff (float16 2⁻¹¹, bfloat16 2⁻⁸) in the same derivations, which hold for the
+    expected practice — storage in the 16-bit dtype, accumulation in float32 — as torch's CPU kernels do
+    (``attnclaims/checks/tolerances.py``, "float16 and bfloat16")."""
+
+    def _t(self, a):
+        """float64 -> the 16-bit dtype in torch (numpy has no bfloat16 tensor interchange)."""
+        return self._torch.tensor(np.asarray(a, dtype=np.float64)).to(self._dt)
+
+
+class TorchBFloat16Implementation(_TorchReducedPrecision):
+    """``torch`` in bfloat16 (``torch.bfloat16``; numpy side: ``ml_dtypes.bfloat16``)."""
+
+    name = "torch-bfloat16"
+
+    def __init__(self):
+        import ml_dtypes
+
+        self.dtype = np.dtype(ml_dtypes.bfloat16)
+        super().__init__()
+
+    def __repr__(self) -> str:
+        return "TorchBFloat16Implementation()"
+
+
+class TorchFloat16Implementation(_TorchReducedPrecision):
+    """``torch`` in float16 (IEEE half: 5 exponent bits, so values beyond 65504 overflow; the strategies
+    keep scales and offsets within its range)."""
+
+    name = "torch-float16"
+    dtype = np.dtype(np.float16)
+
+    def __repr__(self) -> str:
+        return "TorchFloat16Implementation()"

@@ -45,8 +45,8 @@ strategies then draw only what it supports — Post-LN or Pre-LN layers (``norm_
 only self-attention (``cross_attention``; self-attention is always called with ``x_kv is x_q``),
 even head dimensions (``head_dim``), positive explicit scales (``scale``). A test that needs a
 variant the implementation does not support says so with :func:`needs_variant` (checked before the
-test runs: "not applicable (variant …)"), and a strategy asked for an unsupported variant raises
-:class:`VariantNotApplicable` with the same message.
+test runs: "not applicable (variant …)"), and a strategy asked for an unsupported variant stops the
+check the same way (:func:`require_variant`, a pytest skip with that message).
 
 No subnormal numbers
 --------------------
@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -71,7 +72,6 @@ from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from attnclaims.guard import NotApplicable
 from attnclaims.profiles import limits
 from attnclaims.protocol import VARIANTS, declared_variants, supports, unsupported_message
 from attnclaims.reference.params import (
@@ -88,7 +88,7 @@ __all__ = [
     "AttentionCase", "attention_cases", "ModelCase", "model_cases", "layer_norm_inputs",
     "weights_probe", "softmax_inputs", "cast", "EDGE", "edge_attention_case",
     "variants", "require_variant", "needs_variant", "VariantNotApplicable", "norm_firsts", "cross_or_self",
-    "explicit_scales", "EXPLICIT_SCALES", "flush_subnormals", "finfo",
+    "explicit_scales", "EXPLICIT_SCALES", "flush_subnormals", "finfo", "not_applicable",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -139,13 +139,15 @@ def follow_implementation(request):
 # Declared variants (attnclaims.protocol.VARIANTS)
 # ---------------------------------------------------------------------------------------------
 
-class VariantNotApplicable(NotApplicable):
-    """A check needs a variant the implementation does not declare: recorded as not applicable with the
-    message ``not applicable (variant norm_first=True): bert declares norm_first=(False,)``."""
+#: What a check that needs an undeclared variant raises: pytest's skip, with the message ``not applicable
+#: (variant norm_first=True): bert declares norm_first=(False,)`` — hypothesis re-raises it at once (from a
+#: strategy or a test body), pytest reports a skip, and the plugin records "not applicable" with the message.
+VariantNotApplicable = pytest.skip.Exception
 
-    def __init__(self, message: str, implementation: str = "", key: str = "", value: Any = None):
-        Exception.__init__(self, message)
-        self.implementation, self.capability, self.key, self.value = implementation, None, key, value
+
+def not_applicable(message: str):
+    """Stop the running check as not applicable with ``message`` (a pytest skip: see VariantNotApplicable)."""
+    pytest.skip(message)
 
 
 _NEEDS_ATTR = "attnclaims_variants"
@@ -153,14 +155,24 @@ _NEEDS_ATTR = "attnclaims_variants"
 
 def needs_variant(**required):
     """Decorator: the test needs these variants (``@needs_variant(cross_attention=True)``); an implementation
-    that does not support one is "not applicable (variant …)" for it. Put it above or below ``@given``."""
+    that does not support one is "not applicable (variant …)" for it, before any example is drawn (the
+    wrapper reads the ``impl`` argument). Put it directly above ``@given``."""
     for key in required:
         if key not in VARIANTS:
             raise ValueError(f"needs_variant({key}=...): unknown variant; known: {', '.join(VARIANTS)}")
 
     def mark(fn):
-        setattr(fn, _NEEDS_ATTR, {**getattr(fn, _NEEDS_ATTR, {}), **required})
-        return fn
+        @functools.wraps(fn)  # keeps the signature pytest reads and hypothesis' attributes
+        def checked(*args, **kwargs):
+            impl = kwargs.get("impl")
+            if impl is not None:  # pytest passes fixtures by keyword
+                for key, value in required.items():
+                    if not supports(impl, key, value):
+                        not_applicable(unsupported_message(impl, key, value))
+            return fn(*args, **kwargs)
+
+        setattr(checked, _NEEDS_ATTR, {**getattr(fn, _NEEDS_ATTR, {}), **required})
+        return checked
     return mark
 
 
@@ -179,7 +191,7 @@ def require_variant(key: str, value: Any) -> None:
     """Raise :class:`VariantNotApplicable` unless the followed implementation supports ``value`` of ``key``."""
     impl = _FOLLOWED[0]
     if impl is not None and not supports(impl, key, value):
-        raise VariantNotApplicable(unsupported_message(impl, key, value), getattr(impl, "name", ""), key, value)
+        not_applicable(unsupported_message(impl, key, value))
 
 
 def norm_firsts() -> st.SearchStrategy[bool]:
@@ -247,28 +259,6 @@ def flush_subnormals(a):
 def _dtype() -> np.dtype:
     impl = _FOLLOWED[0]
     return np.dtype(getattr(impl, "dtype", np.float64)) if impl is not None else np.dtype(np.float64)
-
-
-def _param_dtype() -> np.dtype:
-    """The dtype parameter sets are drawn in: the followed dtype, except bfloat16 (which numpy does not count
-    as a floating dtype, so the parameter dataclasses refuse it): float32 holding bfloat16 values."""
-    dtype = _dtype()
-    return np.dtype(np.float32) if dtype.kind == "V" else dtype
-
-
-def _in_param_dtype(params):
-    """``params`` (drawn in :func:`_param_dtype`) rounded to the followed dtype's values, subnormals flushed."""
-    dtype = _dtype()
-    if dtype.kind == "V":
-        changes = {}
-        for f in fields(params):
-            value = getattr(params, f.name)
-            if isinstance(value, np.ndarray) and value.dtype.kind == "f":
-                changes[f.name] = value.astype(dtype).astype(np.float32)
-            elif dataclasses.is_dataclass(value):
-                changes[f.name] = _in_param_dtype(value)
-        params = replace(params, **changes)
-    return flush_subnormals(params)
 
 
 def _raw(impl):
@@ -509,8 +499,7 @@ def permutations(n: int) -> st.SearchStrategy[np.ndarray]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Parameter sets (seeded Glorot/Xavier weights in the paper's layout, in the followed dtype; for
-# bfloat16, float32 arrays holding bfloat16 values: see _param_dtype)
+# Parameter sets (seeded Glorot/Xavier weights in the paper's layout, in the followed dtype)
 # ---------------------------------------------------------------------------------------------
 
 def epsilons() -> st.SearchStrategy[float]:
@@ -527,21 +516,21 @@ def multi_head_params(draw, d_model: int, num_heads: int, *, bias_scale: float |
     note(f"multi_head_params(seed={seed}, d_model={d_model}, num_heads={num_heads}, bias_scale={b})")
     if d_model % num_heads == 0:
         require_variant("head_dim", d_model // num_heads)
-    return _in_param_dtype(init_multi_head(seed, d_model, num_heads, bias_scale=b, dtype=_param_dtype()))
+    return flush_subnormals(init_multi_head(seed, d_model, num_heads, bias_scale=b, dtype=_dtype()))
 
 
 @st.composite
 def feed_forward_params(draw, d_model: int, d_ff: int) -> FeedForwardParams:
     seed = draw(seeds())
     note(f"feed_forward_params(seed={seed}, d_model={d_model}, d_ff={d_ff})")
-    return _in_param_dtype(init_feed_forward(seed, d_model, d_ff, dtype=_param_dtype()))
+    return flush_subnormals(init_feed_forward(seed, d_model, d_ff, dtype=_dtype()))
 
 
 @st.composite
 def layer_norm_params(draw, d_model: int) -> LayerNormParams:
     """γ = 1, β = 0 (the usual initialisation), or both perturbed so that γ and β can be told apart."""
     spread = draw(st.sampled_from([0.5, 0.0]))
-    return _in_param_dtype(init_layer_norm(d_model, draw(seeds()), spread=spread, dtype=_param_dtype()))
+    return flush_subnormals(init_layer_norm(d_model, draw(seeds()), spread=spread, dtype=_dtype()))
 
 
 @st.composite
@@ -556,8 +545,8 @@ def encoder_layer_params(draw, d_model: int, num_heads: int, d_ff: int, *, norm_
     eps = draw(st.sampled_from([1e-5, 1e-6]))
     note(f"encoder_layer_params(seed={seed}, d_model={d_model}, num_heads={num_heads}, d_ff={d_ff}, "
          f"norm_first={nf}, eps={eps})")
-    return _in_param_dtype(init_encoder_layer(seed, d_model, num_heads, d_ff, norm_first=nf, eps=eps,
-                                              norm_spread=0.3, dtype=_param_dtype()))
+    return flush_subnormals(init_encoder_layer(seed, d_model, num_heads, d_ff, norm_first=nf, eps=eps,
+                                              norm_spread=0.3, dtype=_dtype()))
 
 
 @st.composite
@@ -569,8 +558,8 @@ def decoder_layer_params(draw, d_model: int, num_heads: int, d_ff: int, *, norm_
     eps = draw(st.sampled_from([1e-5, 1e-6]))
     note(f"decoder_layer_params(seed={seed}, d_model={d_model}, num_heads={num_heads}, d_ff={d_ff}, "
          f"norm_first={nf}, eps={eps})")
-    return _in_param_dtype(init_decoder_layer(seed, d_model, num_heads, d_ff, norm_first=nf, eps=eps,
-                                              norm_spread=0.3, dtype=_param_dtype()))
+    return flush_subnormals(init_decoder_layer(seed, d_model, num_heads, d_ff, norm_first=nf, eps=eps,
+                                              norm_spread=0.3, dtype=_dtype()))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -64,6 +64,14 @@ class EinsumImplementation(EinsumBackward):
         q, k, v = _f64(q), _f64(k), _f64(v)
         if scale is None:
             scale = 1.0 / np.sqrt(q.shape[-1])
+        # einsum broadcasts axes of length 1 where matmul would refuse: say no to what the protocol excludes
+        if q.shape[-1] != k.shape[-1]:
+            raise ValueError(f"q.shape[-1]={q.shape[-1]} != k.shape[-1]={k.shape[-1]}")
+        if k.shape[-2] != v.shape[-2]:
+            raise ValueError(f"k.shape[-2]={k.shape[-2]} != v.shape[-2]={v.shape[-2]}")
+        if mask is not None:  # must broadcast *to* the scores' shape (raises otherwise)
+            np.broadcast_to(np.asarray(mask), np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+                            + (q.shape[-2], k.shape[-2]))
         s = np.einsum("...qd,...kd->...qk", q, k) * scale  # (..., n_q, n_k)
         a = _softmax_last(_masked_scores(s, mask))
         batch = np.broadcast_shapes(a.shape[:-2], v.shape[:-2])
@@ -83,8 +91,9 @@ class EinsumImplementation(EinsumBackward):
             return self._grouped_query_attention(x_q, x_kv, p, mask)
         q, k, v = heads(x_q, p.w_q, p.b_q), heads(x_kv, p.w_k, p.b_k), heads(x_kv, p.w_v, p.b_v)
         s = np.einsum("...qhd,...khd->...hqk", q, k) / np.sqrt(d_k)  # (..., h, n_q, n_k)
-        if mask is not None:
-            mask = np.asarray(mask, dtype=bool)[..., None, :, :]  # the same mask for every head
+        if mask is not None:  # it must broadcast to (..., n_q, n_k) (raises otherwise), then the same for every head
+            np.broadcast_to(np.asarray(mask), s.shape[:-3] + s.shape[-2:])
+            mask = np.asarray(mask, dtype=bool)[..., None, :, :]
         a = _softmax_last(_masked_scores(s, mask))
         out = np.einsum("...hqk,...khd->...qhd", a, v)  # (..., n_q, h, d_k)
         return _linear(out.reshape(out.shape[:-2] + (h * d_k,)), p.w_o, p.b_o)

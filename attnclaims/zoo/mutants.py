@@ -806,3 +806,55 @@ from attnclaims.zoo import backward_mutants  # noqa: E402,F401  (registers the b
 # ---------------------------------------------------------------------------------------------
 
 from attnclaims.zoo import backward_mutants  # noqa: E402,F401  (registers the backward mutants in MUTANTS)
+
+
+# ---------------------------------------------------------------------------------------------
+# The protocol's edges: configurations outside it accepted and silently reinterpreted
+# (caught only by tests/test_contract.py's rejection checks; on valid calls each is exact)
+# ---------------------------------------------------------------------------------------------
+
+@mutant("heads_truncated", "multi_head_attention", ["multihead-structure"],
+        "num_heads not dividing d_model accepted: heads of ⌊d_model/h⌋ columns, the rest dropped")
+class _HeadsTruncated(Composed):
+    def _split(self, x, h):
+        d_k = x.shape[-1] // h
+        return super()._split(x[..., : h * d_k], h)
+
+    def _output(self, concat, p):
+        return concat @ p.w_o[: concat.shape[-1]] + p.b_o
+
+
+@mutant("kv_groups_rounded", "multi_head_attention", ["multihead-structure"],
+        "num_kv_heads not dividing num_heads accepted: groups of ⌈h/h_kv⌉ query heads, the last one short")
+class _KvGroupsRounded(Composed):
+    def _qkv(self, x_q, x_kv, p):
+        h, kv = p.num_heads, p.num_kv_heads
+        r = -(-h // kv)  # ceil
+        q = self._split(self._project(x_q, p.w_q, p.b_q), h)
+        k = self._split(self._project(x_kv, p.w_k, p.b_k), kv)
+        v = self._split(self._project(x_kv, p.w_v, p.b_v), kv)
+        return q, np.repeat(k, r, axis=-3)[..., :h, :, :], np.repeat(v, r, axis=-3)[..., :h, :, :]
+
+
+@mutant("features_truncated", "attention", ["softmax-distribution"],
+        "q and k of different widths accepted: scores from their common leading features")
+class _FeaturesTruncated(Composed):
+    def _scores(self, q, k, scale):
+        d = min(q.shape[-1], k.shape[-1])
+        return super()._scores(q[..., :d], k[..., :d], scale)
+
+
+@mutant("mask_cropped", "attention", ["softmax-distribution"],
+        "a mask that does not broadcast accepted: cropped to the scores, missing keys/queries allowed")
+class _MaskCropped(Composed):
+    def _allowed(self, mask, target):
+        if mask is None:
+            return None
+        m = np.asarray(mask, dtype=bool)
+        n_q, n_k = target[-2:]
+        m = m[..., :n_q, :n_k]  # too many queries/keys: cropped
+        if 2 < m.ndim <= len(target):  # a batch axis too large: cropped
+            m = m[tuple(slice(0, t) for t in target[len(target) - m.ndim : -2])]
+        pad = [(0, 0)] * (m.ndim - 2) + [(0, want - have if have not in (1, want) else 0)
+                                         for have, want in zip(m.shape[-2:], (n_q, n_k))]
+        return np.broadcast_to(np.pad(m, pad, constant_values=True), target)  # too few: padded as allowed
