@@ -198,8 +198,10 @@ def derivation_lines(claim_id: str, check: bool, last: Mapping | None, report_pa
         statuses = {s["index"]: s for s in general["steps"]}
         lines.extend(text_lines(general, statuses, STEP_MARK))
         if instances:
-            marks = ", ".join(f"{i['instance_label'] or i['name']} {status.get(i['outcome'], i['outcome'])}"
-                              for i in instances)
+            outcomes = {i["outcome"] for i in instances}
+            marks = (f"{status.get(outcomes.pop(), '?')} in each" if len(outcomes) == 1 else
+                     ", ".join(f"{i['instance_label'] or i['name']} {status.get(i['outcome'], i['outcome'])}"
+                               for i in instances))
             lines.append(f"    {T('also_checked', what=instances_label(instances))}: {marks}")
             for i in instances:
                 if i["outcome"] == "failed":
