@@ -284,6 +284,7 @@ class HFBert(_HFBase):
         "attention_vjp": "torch.autograd through transformers.models.bert.modeling_bert.eager_attention_forward",
         "feed_forward_vjp": "torch.autograd through transformers BertIntermediate + BertOutput.dense",
         "multi_head_attention_vjp": "torch.autograd through transformers BertCrossAttention + BertSelfOutput.dense",
+        "encoder_layer_vjp": "torch.autograd through transformers BertLayer",
         "multi_head_attention": "transformers BertSelfAttention / BertCrossAttention (+ BertSelfOutput.dense as W_O)",
         "feed_forward": "transformers BertIntermediate + BertOutput.dense (hidden_act='relu')",
         "encoder_layer": "transformers BertLayer",
@@ -425,22 +426,55 @@ class HFBert(_HFBase):
         with torch.no_grad():
             return _numpy(dense(inter(self._t(x))))
 
-    def encoder_layer(self, x, params, mask=None):
-        """``BertLayer(config)`` — Post-LN — with the mask from ``masking_utils.eager_mask``."""
+    def _encoder(self, p):
         from transformers.models.bert import modeling_bert as mb
 
-        torch, p = self._torch, params
-        batch, n = _batch(np.shape(x)), np.shape(x)[-2]
+        torch = self._torch
         c = self._config(p.d_model, p.self_attn.num_heads, p.ffn.d_ff, p.eps)
         state = {**self._mha_state(p.self_attn, "attention.self."),
                  **_linear(torch, "attention.output.dense", p.self_attn.w_o, p.self_attn.b_o),
                  **_ln(torch, "attention.output.LayerNorm", p.norm1),
                  **_linear(torch, "intermediate.dense", p.ffn.w1, p.ffn.b1),
                  **_linear(torch, "output.dense", p.ffn.w2, p.ffn.b2), **_ln(torch, "output.LayerNorm", p.norm2)}
-        layer = self._module(mb.BertLayer, state, c)
+        return self._module(mb.BertLayer, state, c)
+
+    def encoder_layer(self, x, params, mask=None):
+        """``BertLayer(config)`` — Post-LN — with the mask from ``masking_utils.eager_mask``."""
+        torch, p = self._torch, params
+        batch, n = _batch(np.shape(x)), np.shape(x)[-2]
+        layer = self._encoder(p)
         with torch.no_grad():
             out = layer(self._t(_flat(x, batch)), attention_mask=self._hf_mask(mask, batch, n, n))
         return _numpy(out).reshape(batch + (n, p.d_model))
+
+    def encoder_layer_vjp(self, x, params, d_out, mask=None):
+        """autograd through ``BertLayer`` called as :meth:`encoder_layer` does; nn.Linear's gradients
+        transposed back to the paper's layout."""
+        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference.params import EncoderLayerParams, FeedForwardParams, LayerNormParams, MultiHeadParams
+
+        torch, p = self._torch, params
+        batch, n = _batch(np.shape(x)), np.shape(x)[-2]
+        layer = self._encoder(p)
+        tx = self._leaf(_flat(x, batch))
+        with torch.enable_grad():
+            out = layer(tx, attention_mask=self._hf_mask(mask, batch, n, n))
+            named = dict(layer.named_parameters())
+            dx, *gp = self._grads(out, [tx] + list(named.values()), np.asarray(d_out).reshape(out.shape))
+        g = dict(zip(named, gp))
+        w = lambda name: np.ascontiguousarray(g[f"{name}.weight"].T)  # noqa: E731 - nn.Linear stores Wᵀ
+        a = "attention.self."
+        return sum_to(dx.reshape(batch + (n, p.d_model)), np.shape(x)), EncoderLayerParams(
+            self_attn=MultiHeadParams(w_q=w(a + "query"), w_k=w(a + "key"), w_v=w(a + "value"),
+                                      w_o=w("attention.output.dense"), b_q=g[a + "query.bias"],
+                                      b_k=g[a + "key.bias"], b_v=g[a + "value.bias"],
+                                      b_o=g["attention.output.dense.bias"], num_heads=p.self_attn.num_heads,
+                                      num_kv_heads=p.self_attn.num_kv_heads),
+            ffn=FeedForwardParams(w1=w("intermediate.dense"), b1=g["intermediate.dense.bias"], w2=w("output.dense"),
+                                  b2=g["output.dense.bias"]),
+            norm1=LayerNormParams(g["attention.output.LayerNorm.weight"], g["attention.output.LayerNorm.bias"]),
+            norm2=LayerNormParams(g["output.LayerNorm.weight"], g["output.LayerNorm.bias"]),
+            norm_first=p.norm_first, eps=p.eps)
 
     def decoder_layer(self, y, memory, params, self_mask=None, memory_mask=None):
         """``BertLayer(config)`` with ``is_decoder=True, add_cross_attention=True`` (Post-LN:
@@ -494,6 +528,7 @@ class HFGPT2(_HFBase):
         "attention_vjp": "torch.autograd through transformers.models.gpt2.modeling_gpt2.eager_attention_forward",
         "feed_forward_vjp": "torch.autograd through transformers GPT2MLP (Conv1D)",
         "multi_head_attention_vjp": "torch.autograd through transformers GPT2Attention (is_cross_attention=True)",
+        "encoder_layer_vjp": "torch.autograd through transformers GPT2Block",
         "multi_head_attention": "transformers GPT2Attention (self; is_cross_attention=True for cross-attention)",
         "feed_forward": "transformers GPT2MLP (Conv1D, activation_function='relu')",
         "encoder_layer": "transformers GPT2Block",
@@ -650,6 +685,35 @@ class HFGPT2(_HFBase):
         with torch.no_grad():
             out = block(self._t(_flat(x, batch)), attention_mask=self._hf_mask(mask, batch, n, n, always=True))
         return _numpy(out).reshape(batch + (n, p.d_model))
+
+    def encoder_layer_vjp(self, x, params, d_out, mask=None):
+        """autograd through ``GPT2Block`` called as :meth:`encoder_layer` does; ``c_attn``'s gradient
+        (d_model, 3·d_model) cut into dW_Q, dW_K, dW_V (Conv1D stores the paper's layout)."""
+        from transformers.models.gpt2 import modeling_gpt2 as mg
+
+        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference.params import EncoderLayerParams, FeedForwardParams, LayerNormParams, MultiHeadParams
+
+        torch, p = self._torch, params
+        batch, n, d = _batch(np.shape(x)), np.shape(x)[-2], p.d_model
+        c = self._config(d, p.self_attn.num_heads, p.ffn.d_ff, p.eps)
+        block = self._module(mg.GPT2Block, self._block_state(p), c)
+        tx = self._leaf(_flat(x, batch))
+        with torch.enable_grad():
+            out = block(tx, attention_mask=self._hf_mask(mask, batch, n, n, always=True))
+            named = dict(block.named_parameters())
+            dx, *gp = self._grads(out, [tx] + list(named.values()), np.asarray(d_out).reshape(out.shape))
+        g = dict(zip(named, gp))
+        wqkv, bqkv = g["attn.c_attn.weight"], g["attn.c_attn.bias"]
+        return sum_to(dx.reshape(batch + (n, d)), np.shape(x)), EncoderLayerParams(
+            self_attn=MultiHeadParams(w_q=np.ascontiguousarray(wqkv[:, :d]), w_k=np.ascontiguousarray(wqkv[:, d:2 * d]),
+                                      w_v=np.ascontiguousarray(wqkv[:, 2 * d:]), w_o=g["attn.c_proj.weight"],
+                                      b_q=bqkv[:d], b_k=bqkv[d:2 * d], b_v=bqkv[2 * d:], b_o=g["attn.c_proj.bias"],
+                                      num_heads=p.self_attn.num_heads, num_kv_heads=p.self_attn.num_kv_heads),
+            ffn=FeedForwardParams(w1=g["mlp.c_fc.weight"], b1=g["mlp.c_fc.bias"], w2=g["mlp.c_proj.weight"],
+                                  b2=g["mlp.c_proj.bias"]),
+            norm1=LayerNormParams(g["ln_1.weight"], g["ln_1.bias"]), norm2=LayerNormParams(g["ln_2.weight"], g["ln_2.bias"]),
+            norm_first=p.norm_first, eps=p.eps)
 
     def decoder_layer(self, y, memory, params, self_mask=None, memory_mask=None):
         """``GPT2Block(config)`` with ``add_cross_attention=True`` — Pre-LN: ln_1 / attn,

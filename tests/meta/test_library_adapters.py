@@ -307,9 +307,13 @@ def _close_tree(out, want, what):
     import dataclasses
 
     if dataclasses.is_dataclass(want):
+        assert type(out) is type(want), f"{what}: {type(out).__name__}, but should be {type(want).__name__}"
         for f in dataclasses.fields(want):
-            if isinstance(getattr(want, f.name), np.ndarray):
-                _close_tree(getattr(out, f.name), getattr(want, f.name), f"{what}.{f.name}")
+            w = getattr(want, f.name)
+            if isinstance(w, np.ndarray) or dataclasses.is_dataclass(w):
+                _close_tree(getattr(out, f.name), w, f"{what}.{f.name}")
+            else:
+                assert getattr(out, f.name) == w, f"{what}.{f.name} = {getattr(out, f.name)!r}, but should be {w!r}"
     elif isinstance(want, tuple):
         assert isinstance(out, tuple) and len(out) == len(want), f"{what}: {type(out).__name__} of {len(out)}"
         for i, (o, w) in enumerate(zip(out, want)):
@@ -347,6 +351,12 @@ def test_backward_passes_match_the_reference(impls, name):
         for kv, mask in ((x_kv, _mask(3, 4)), (x, None)):
             _close_tree(impl.multi_head_attention_vjp(x, kv, p, dx, mask), REF.multi_head_attention_vjp(x, kv, p, dx, mask),
                         f"{name} multi_head_attention_vjp")
+    if _has(impl, "encoder_layer_vjp"):
+        for norm_first in declared_variants(impl)["norm_first"]:
+            e = P.init_encoder_layer(rng, D, H, DFF, norm_first=norm_first, eps=1e-4, norm_spread=0.3)
+            for mask in (None, _mask(3, 3)):
+                _close_tree(impl.encoder_layer_vjp(x, e, dx, mask), REF.encoder_layer_vjp(x, e, dx, mask),
+                            f"{name} encoder_layer_vjp")
 
 
 def test_onnx_modern_operators_match_the_reference(impls):
