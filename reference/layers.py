@@ -22,6 +22,7 @@ from attnclaims.reference.multihead import multi_head_attention
 from attnclaims.reference.params import (
     DecoderLayerParams, EncoderLayerParams, FeedForwardParams, LayerNormParams,
 )
+from attnclaims.reference.wiring import sublayer_stack
 
 __all__ = ["DEFAULT_EPS", "layer_norm", "feed_forward", "encoder_layer", "decoder_layer", "encoder", "decoder"]
 
@@ -118,12 +119,10 @@ def encoder_layer(x, params: EncoderLayerParams, mask=None) -> np.ndarray:
     """
     x = _check_stream("x", x, "params", params, EncoderLayerParams)
     p = params
-    if p.norm_first:
-        h = _ln(x, p.norm1, p.eps)
-        x = x + multi_head_attention(h, h, p.self_attn, mask)
-        return x + feed_forward(_ln(x, p.norm2, p.eps), p.ffn)
-    x = _ln(x + multi_head_attention(x, x, p.self_attn, mask), p.norm1, p.eps)
-    return _ln(x + feed_forward(x, p.ffn), p.norm2, p.eps)
+    return sublayer_stack(x, [
+        (lambda h: multi_head_attention(h, h, p.self_attn, mask), lambda z: _ln(z, p.norm1, p.eps)),
+        (lambda h: feed_forward(h, p.ffn), lambda z: _ln(z, p.norm2, p.eps)),
+    ], p.norm_first)
 
 
 def decoder_layer(y, memory, params: DecoderLayerParams, self_mask=None, memory_mask=None) -> np.ndarray:
@@ -148,14 +147,11 @@ def decoder_layer(y, memory, params: DecoderLayerParams, self_mask=None, memory_
     self_mask = combine_masks(causal_mask(n_t), as_mask("self_mask", self_mask, batch + (n_t, n_t)))
     memory_mask = as_mask("memory_mask", memory_mask, batch + (n_t, n_s))
     p = params
-    if p.norm_first:
-        h = _ln(y, p.norm1, p.eps)
-        y = y + multi_head_attention(h, h, p.self_attn, self_mask)
-        y = y + multi_head_attention(_ln(y, p.norm2, p.eps), memory, p.cross_attn, memory_mask)
-        return y + feed_forward(_ln(y, p.norm3, p.eps), p.ffn)
-    y = _ln(y + multi_head_attention(y, y, p.self_attn, self_mask), p.norm1, p.eps)
-    y = _ln(y + multi_head_attention(y, memory, p.cross_attn, memory_mask), p.norm2, p.eps)
-    return _ln(y + feed_forward(y, p.ffn), p.norm3, p.eps)
+    return sublayer_stack(y, [
+        (lambda h: multi_head_attention(h, h, p.self_attn, self_mask), lambda z: _ln(z, p.norm1, p.eps)),
+        (lambda h: multi_head_attention(h, memory, p.cross_attn, memory_mask), lambda z: _ln(z, p.norm2, p.eps)),
+        (lambda h: feed_forward(h, p.ffn), lambda z: _ln(z, p.norm3, p.eps)),
+    ], p.norm_first)
 
 
 def _final(x: np.ndarray, layers: Sequence, final_norm: LayerNormParams | None, final_eps) -> np.ndarray:

@@ -35,6 +35,7 @@ from attnclaims.reference.params import (
     DecoderBlockParams, FeedForwardParams, GatedFeedForwardParams, LayerNormParams, MultiHeadParams,
 )
 from attnclaims.reference.rotary import rotary_embedding
+from attnclaims.reference.wiring import sublayer_stack
 
 __all__ = [
     "repeat_kv", "expand_kv", "rms_norm", "gated_activation", "gated_feed_forward", "causal_attention",
@@ -211,11 +212,8 @@ def decoder_block(x, params: DecoderBlockParams, mask=None) -> np.ndarray:
         k, v = _keys_values(h, p, positions)
         return block_attention(h, k, v, p, positions, own)
 
-    if p.norm_first:
-        x = x + attn(_norm(x, p.norm1, p.eps))
-        return x + _ffn(_norm(x, p.norm2, p.eps), p.ffn)
-    x = _norm(x + attn(x), p.norm1, p.eps)
-    return _norm(x + _ffn(x, p.ffn), p.norm2, p.eps)
+    return sublayer_stack(x, [(attn, lambda z: _norm(z, p.norm1, p.eps)),
+                              (lambda h: _ffn(h, p.ffn), lambda z: _norm(z, p.norm2, p.eps))], p.norm_first)
 
 
 @dataclass(frozen=True)
@@ -264,6 +262,8 @@ def decoder_block_step(x_t, cache: KVCache | None, params: DecoderBlockParams, p
     positions = np.arange(position, position + n_t)
     mask = sliding_window_mask(n_t, position + n_t, None, "bottom-right")  # (n_t, position + n_t)
 
+    new_cache = []
+
     def attn(h):
         k_new, v_new = _keys_values(h, p, positions)
         shape = np.broadcast_shapes(cache.k.shape[:-3], k_new.shape[:-3])
@@ -271,15 +271,12 @@ def decoder_block_step(x_t, cache: KVCache | None, params: DecoderBlockParams, p
                             np.broadcast_to(k_new, shape + k_new.shape[-3:])], axis=-2)
         v = np.concatenate([np.broadcast_to(cache.v, shape + cache.v.shape[-3:]),
                             np.broadcast_to(v_new, shape + v_new.shape[-3:])], axis=-2)
-        return block_attention(h, k, v, p, positions, mask), KVCache(k, v)
+        new_cache.append(KVCache(k, v))
+        return block_attention(h, k, v, p, positions, mask)
 
-    if p.norm_first:
-        a, new_cache = attn(_norm(x_t, p.norm1, p.eps))
-        x = x_t + a
-        return x + _ffn(_norm(x, p.norm2, p.eps), p.ffn), new_cache
-    a, new_cache = attn(x_t)
-    x = _norm(x_t + a, p.norm1, p.eps)
-    return _norm(x + _ffn(x, p.ffn), p.norm2, p.eps), new_cache
+    y = sublayer_stack(x_t, [(attn, lambda z: _norm(z, p.norm1, p.eps)),
+                             (lambda h: _ffn(h, p.ffn), lambda z: _norm(z, p.norm2, p.eps))], p.norm_first)
+    return y, new_cache[0]
 
 
 def cached_decode(step: Callable, x, params, prompt_length: int, chunk: int = 1, cache=None) -> np.ndarray:

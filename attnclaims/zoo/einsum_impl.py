@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit, ndtr
 
+from attnclaims.reference.wiring import residual_sublayer, sublayer_stack
+
 from attnclaims.zoo.style_backward import EinsumBackward  # the backward passes of this style
 
 __all__ = ["EinsumImplementation", "einsum_impl"]
@@ -121,9 +123,8 @@ class EinsumImplementation(EinsumBackward):
         return _linear(hidden, params.w2, params.b2)
 
     def _sublayer(self, x, f, norm, eps, norm_first):
-        if norm_first:
-            return x + f(self.layer_norm(x, norm.gamma, norm.beta, eps))
-        return self.layer_norm(x + f(x), norm.gamma, norm.beta, eps)
+        """The reference's residual wiring (reference/wiring.py) around this style's own layer norm."""
+        return residual_sublayer(x, f, lambda z: self.layer_norm(z, norm.gamma, norm.beta, eps), norm_first)
 
     def encoder_layer(self, x, params, mask=None):
         p = params
@@ -237,11 +238,9 @@ class EinsumImplementation(EinsumBackward):
             return self.feed_forward(h, p.ffn)
 
         state = [None]
-        if p.norm_first:
-            x = x + attn(self._norm(x, p.norm1, p.eps))
-            return x + ffn(self._norm(x, p.norm2, p.eps)), state[0]
-        x = self._norm(x + attn(x), p.norm1, p.eps)
-        return self._norm(x + ffn(x), p.norm2, p.eps), state[0]
+        out = sublayer_stack(x, [(attn, lambda z: self._norm(z, p.norm1, p.eps)),
+                                 (ffn, lambda z: self._norm(z, p.norm2, p.eps))], p.norm_first)
+        return out, state[0]
 
     def decoder_block(self, x, params, mask=None):
         return self._block_forward(_f64(x), params, None, 0, mask)[0]

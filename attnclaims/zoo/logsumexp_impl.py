@@ -20,6 +20,8 @@ import math
 import numpy as np
 import scipy.special
 
+from attnclaims.reference.wiring import residual_sublayer
+
 from attnclaims.zoo.style_backward import LogSumExpBackward  # the backward passes of this style
 
 __all__ = ["LogSumExpImplementation", "logsumexp_impl"]
@@ -103,8 +105,8 @@ class LogSumExpImplementation(LogSumExpBackward):
         return _linear(np.clip(_linear(_f64(x), params.w1, params.b1), 0.0, None), params.w2, params.b2)
 
     def _residual(self, x, sub, norm, eps, norm_first):
-        ln = lambda t: self.layer_norm(t, norm.gamma, norm.beta, eps)  # noqa: E731
-        return x + sub(ln(x)) if norm_first else ln(x + sub(x))
+        """The reference's residual wiring (reference/wiring.py) around this style's own layer norm."""
+        return residual_sublayer(x, sub, lambda t: self.layer_norm(t, norm.gamma, norm.beta, eps), norm_first)
 
     def encoder_layer(self, x, params, mask=None):
         p = params
@@ -194,7 +196,7 @@ class LogSumExpImplementation(LogSumExpBackward):
             n = lambda t: self.layer_norm(t, norm.gamma, norm.beta, eps)  # noqa: E731
         else:
             n = lambda t: self.rms_norm(t, norm.gamma, eps)  # noqa: E731
-        return x + sub(n(x)) if norm_first else n(x + sub(x))
+        return residual_sublayer(x, sub, n, norm_first)
 
     def _block(self, x, p, cache, start: int, mask=None):
         """Positions start … start + n − 1 against ``cache`` = (K, V) of the positions before (or None);

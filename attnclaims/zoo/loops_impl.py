@@ -25,6 +25,8 @@ import math
 import numpy as np
 from scipy.special import erfc
 
+from attnclaims.reference.wiring import sublayer_stack
+
 from attnclaims.zoo.style_backward import LoopsBackward  # the backward passes of this style
 
 __all__ = ["LoopsImplementation", "loops_impl"]
@@ -165,13 +167,11 @@ class LoopsImplementation(LoopsBackward):
 
     def encoder_layer(self, x, params, mask=None):
         p = params
-        x = _f64(x)
-        if p.norm_first:
-            h = self._norm(x, p.norm1, p.eps)
-            x = x + self.multi_head_attention(h, h, p.self_attn, mask)
-            return x + self.feed_forward(self._norm(x, p.norm2, p.eps), p.ffn)
-        x = self._norm(x + self.multi_head_attention(x, x, p.self_attn, mask), p.norm1, p.eps)
-        return self._norm(x + self.feed_forward(x, p.ffn), p.norm2, p.eps)
+        # the residual wiring is the reference's (reference/wiring.py); the sub-layers and norms are this style's
+        return sublayer_stack(_f64(x), [
+            (lambda h: self.multi_head_attention(h, h, p.self_attn, mask), lambda z: self._norm(z, p.norm1, p.eps)),
+            (lambda h: self.feed_forward(h, p.ffn), lambda z: self._norm(z, p.norm2, p.eps)),
+        ], p.norm_first)
 
     def decoder_layer(self, y, memory, params, self_mask=None, memory_mask=None):
         p = params
@@ -183,14 +183,12 @@ class LoopsImplementation(LoopsBackward):
         for i in range(n_t):
             causal[i, : i + 1] = True
         own = causal if self_mask is None else causal & np.asarray(self_mask, dtype=bool)
-        if p.norm_first:
-            h = self._norm(y, p.norm1, p.eps)
-            y = y + self.multi_head_attention(h, h, p.self_attn, own)
-            y = y + self.multi_head_attention(self._norm(y, p.norm2, p.eps), memory, p.cross_attn, memory_mask)
-            return y + self.feed_forward(self._norm(y, p.norm3, p.eps), p.ffn)
-        y = self._norm(y + self.multi_head_attention(y, y, p.self_attn, own), p.norm1, p.eps)
-        y = self._norm(y + self.multi_head_attention(y, memory, p.cross_attn, memory_mask), p.norm2, p.eps)
-        return self._norm(y + self.feed_forward(y, p.ffn), p.norm3, p.eps)
+        return sublayer_stack(y, [
+            (lambda h: self.multi_head_attention(h, h, p.self_attn, own), lambda z: self._norm(z, p.norm1, p.eps)),
+            (lambda h: self.multi_head_attention(h, memory, p.cross_attn, memory_mask),
+             lambda z: self._norm(z, p.norm2, p.eps)),
+            (lambda h: self.feed_forward(h, p.ffn), lambda z: self._norm(z, p.norm3, p.eps)),
+        ], p.norm_first)
 
     # -- modern components, in the same style (loops over features, pairs and positions; the decoder
     # block streams positions one at a time against its own KV cache, as generation does) ------------
@@ -273,11 +271,9 @@ class LoopsImplementation(LoopsBackward):
                      for i in range(h)]
             return _linear(np.concatenate(heads, axis=-1), a.w_o, a.b_o)
 
-        if p.norm_first:
-            x = x_t + attn(self._block_norm(x_t, p.norm1, p.eps))
-            return x + self._block_ffn(self._block_norm(x, p.norm2, p.eps), p.ffn)
-        x = self._block_norm(x_t + attn(x_t), p.norm1, p.eps)
-        return self._block_norm(x + self._block_ffn(x, p.ffn), p.norm2, p.eps)
+        return sublayer_stack(x_t, [(attn, lambda z: self._block_norm(z, p.norm1, p.eps)),
+                                    (lambda h: self._block_ffn(h, p.ffn), lambda z: self._block_norm(z, p.norm2, p.eps))],
+                              p.norm_first)
 
     def _stream(self, x, params, mask=None):
         n = x.shape[-2]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import erf
 
+from attnclaims.reference.wiring import residual_sublayer
+
 __all__ = ["ModernComposition"]
 
 
@@ -115,9 +117,7 @@ class ModernComposition:
         return self._output(self._merge(heads), a)
 
     def _block_sublayer(self, x, f, norm, eps, norm_first: bool):
-        if norm_first:
-            return x + f(self._norm(x, norm, eps))
-        return self._norm(x + f(x), norm, eps)
+        return residual_sublayer(x, f, lambda z: self._norm(z, norm, eps), norm_first)
 
     def _block_mask(self, n: int, mask):
         causal = self._causal_mask(n, n, "top-left")

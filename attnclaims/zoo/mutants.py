@@ -34,6 +34,7 @@ from attnclaims.reference.layers import layer_norm as reference_layer_norm
 from attnclaims.reference.masks import causal_mask, combine_masks
 from attnclaims.reference.multihead import merge_heads, split_heads
 from attnclaims.reference.positional import sinusoidal_encoding
+from attnclaims.reference.wiring import residual_sublayer
 from attnclaims.zoo.modern_composed import ModernComposition
 
 __all__ = ["Mutant", "MUTANTS", "Composed", "composed"]
@@ -158,10 +159,8 @@ class Composed(ModernComposition, Reference):
         return self.layer_norm(x, norm.gamma, norm.beta, eps)
 
     def _sublayer(self, x, f, norm, eps, norm_first: bool):
-        """Post-LN: LN(x + f(x)); Pre-LN: x + f(LN(x)) (§6.3; Xiong et al. 2020)."""
-        if norm_first:
-            return x + f(self._ln(x, norm, eps))
-        return self._ln(x + f(x), norm, eps)
+        """Post-LN: LN(x + f(x)); Pre-LN: x + f(LN(x)) (§6.3; Xiong et al. 2020), the reference's wiring."""
+        return residual_sublayer(x, f, lambda z: self._ln(z, norm, eps), norm_first)
 
     def encoder_layer(self, x, params, mask=None):
         """Self-attention then FFN, each wrapped in residual + LN (§7)."""
