@@ -344,7 +344,9 @@ def render(registry, claim, args) -> str:
         else:
             out.append(f"  from {path} ({when}, profile {last.get('environment', {}).get('profile')}):")
             for impl, d in (row.get("verdict_details") or {}).items():
-                out.append(f"  {impl}: {d.get('verdict')}" + (f" — {to_plain(d['reason'])}" if d.get("reason") else ""))
+                why = to_plain(i18n.reason(d["reason"], lang)) if d.get("reason") else ""
+                out.append(f"  {i18n.verdict_word(impl, lang)}: {i18n.verdict_word(str(d.get('verdict')), lang)}"
+                           + (f" — {why}" if why else ""))
             if not row.get("verdict_details"):
                 out.extend(f"  {impl}: {v}" for impl, v in (row.get("verdicts") or {}).items())
     return "\n".join(out)

@@ -499,7 +499,7 @@ def _claim(c: Mapping, report: Mapping, out_dir: Path | None, fig_index: list[in
                 f' <span class="flag">≠ {esc(T("expected_short"))} {esc(i18n.verdict_word(c["expected_verdict"], lang))}</span>'
             p.append(f"<li><b>{esc(i18n.verdict_word(impl, lang))}</b>: "
                      f"{badge(d['verdict'], None, lang, d.get('category'))}{differs} "
-                     f'<span class="muted">{_reason(d["reason"])}</span></li>')
+                     f'<span class="muted">{_reason(i18n.reason(d["reason"], lang))}</span></li>')
         p.append("</ul>")
     p.append('<dl class="fields">')
     p.append(f"<dt>{esc(T('statement'))}</dt><dd>{rich(ct('statement'))}</dd>")

@@ -8,6 +8,7 @@ completeness by the loader). Technical terms follow Chinese textbooks (注意力
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
 
 LANGS = ("en", "zh")
@@ -186,9 +187,33 @@ def claim_text(c: Mapping, name: str, lang: str) -> Any:
     return c.get(name)
 
 
+#: the verdict engine's reasons in their common forms, and their Chinese (others stay in English)
+REASONS_ZH = [
+    (re.compile(r"^(\d+) check\(s\) pass, nothing failed$"), "{0} 项检查通过，没有失败"),
+    (re.compile(r"^(\d+) derivation\(s\) check and (\d+) numerical check\(s\) pass$"),
+     "{0} 个推导逐步验证通过，{1} 项数值检查通过"),
+    (re.compile(r"^(\d+) check\(s\) demonstrate the qualification, e\.g\. (.+)$", re.S), "{0} 项检查表明原句需要限定，例如 {1}"),
+    (re.compile(r"^cited \((\d+) citations?\)$"), "有文献引用（{0} 条）"),
+    (re.compile(r"^shown on constructed examples \((\d+) check\(s\)\)$"), "在构造的示例上展示（{0} 项检查）"),
+    (re.compile(r"^(\S+) failed: (.+)$", re.S), "{0} 失败：{1}"),
+]
+
+
+def reason(text: str, lang: str) -> str:
+    """A verdict's reason in the edition's language (the engine writes English; the common forms are
+    translated, anything else is shown as it is)."""
+    if lang != "zh":
+        return text
+    for pattern, template in REASONS_ZH:
+        m = pattern.match(str(text))
+        if m:
+            return template.format(*m.groups())
+    return text
+
+
 def how_to_read(row: Mapping, lang: str) -> str:
     return HOW_TO_READ_ZH.get(row["verdict"], row["meaning"]) if lang == "zh" else row["meaning"]
 
 
-__all__ = ["LANGS", "FILES", "HTML_LANG", "STRINGS", "VERDICT_ZH", "HOW_TO_READ_ZH", "t", "verdict_word",
+__all__ = ["LANGS", "FILES", "HTML_LANG", "STRINGS", "VERDICT_ZH", "HOW_TO_READ_ZH", "t", "verdict_word", "reason",
            "claim_text", "how_to_read", "word", "KIND_ZH", "OUTCOME_ZH", "STEP_ZH"]

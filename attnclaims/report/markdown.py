@@ -297,7 +297,7 @@ def _claim(c: Mapping, report: Mapping, lang: str = "en") -> list[str]:
     for impl, d in c["verdict_details"].items():
         mark = "" if d["verdict"] == c["expected_verdict"] else \
             f" ⚠ ({T('expected_short')} {text(i18n.verdict_word(c['expected_verdict'], lang))})"
-        reason = d["reason"]
+        reason = i18n.reason(d["reason"], lang)
         out.append(f"- **{text(i18n.verdict_word(impl, lang))}: {text(i18n.verdict_word(d['verdict'], lang))}**"
                    f"{mark}: {rich(reason) if str(reason).count('$') % 2 == 0 else text(reason)}")
     out.append("")

@@ -604,6 +604,7 @@ def test_the_chinese_edition(hostile_registry, tmp_path):
 
         assert rich(c.zh["title"]) in zh, c.id
         assert c.zh["statement"].split("$")[0][:12] in md, c.id
+    assert "个推导逐步验证通过" in zh and "项检查通过" in md  # the engine's reasons in their common forms
     for word in ("论断核查报告", "阅读说明", "精确陈述", "被否定", "已证明", "受阻于 softmax-distribution"):
         assert word in zh, word
     assert "<script" not in zh.lower()  # the hostile texts stay escaped in this edition too
