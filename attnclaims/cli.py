@@ -274,8 +274,9 @@ def _configure_report(p: argparse.ArgumentParser) -> None:
                    help="build the report from the results files (pytest --attn-results) or report.json files of "
                         "separate runs, without running anything (same attnclaims version and profile)")
     p.add_argument("--lang", metavar="LANG", default="en",
-                   help="edition(s): en (default: report.md, index.html, article.html), zh (the Chinese edition: "
-                        "report.zh.md, index.zh.html, article.zh.html) or en,zh (both from one run)")
+                   help="edition(s): en (default: report.md, index.html, article.html); zh adds the Chinese edition "
+                        "(report.zh.md, index.zh.html, article.zh.html; the English one is written too, so each "
+                        "links the other)")
 
 
 def _options(args, artifacts: Path | None):
@@ -479,7 +480,7 @@ def _langs(value: str) -> list[str]:
     if bad or not langs:
         raise UsageError(f"--lang {value!r}: unknown edition {bad[0] if bad else '(none)'!r} "
                          f"(expected {', '.join(LANGS)} or a comma-separated list of them)")
-    return langs
+    return ["en"] + [x for x in langs if x != "en"]  # English always: each edition links the other
 
 
 def _run_report(args) -> int:
@@ -564,6 +565,8 @@ def _run_mutants(args):
 
 register("mutants", "run the property tests against the mutant zoo; print the kill matrix (mutant × claim)",
          _configure_mutants, _run_mutants)
+register("smoke", "a few seconds' check of a new adapter: each capability once against the reference (attnclaims/smoke.py)",
+         lambda p: __import__("attnclaims.smoke").smoke.configure(p), lambda a: __import__("attnclaims.smoke").smoke.run(a))
 
 
 # ---------------------------------------------------------------------------------------------
