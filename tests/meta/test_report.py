@@ -614,3 +614,23 @@ def _svg_figure_copy(tmp_path: Path) -> Path:
     path = tmp_path / "elsewhere" / "hostile.svg"
     path.write_text(HOSTILE_SVG, encoding="utf-8")
     return path
+
+
+def test_report_lang_zh_writes_both_editions_and_a_bad_lang_is_one_line(tmp_path, capsys):
+    """``attnclaims report --lang zh`` (here on a recorded report.json, --merge: nothing runs): the
+    Chinese edition and the English one it links to; ``--lang fr``: one line, exit status 2."""
+    from attnclaims import cli
+
+    src = tmp_path / "src"
+    report = build_report(load_registry(), [Evidence("layer-norm", "property", "t::x", "passed",
+                                                     implementation="reference")],
+                          [{"name": "reference", "spec": "reference"}], ENV)
+    write_report(report, src, ["json"])
+    out = tmp_path / "out"
+    assert cli.main(["report", "--merge", str(src / "report.json"), "--out", str(out), "--lang", "zh"]) == 0
+    names = {p.name for p in out.iterdir()}
+    assert {"index.html", "index.zh.html", "article.html", "article.zh.html", "report.md", "report.zh.md"} <= names
+    capsys.readouterr()
+    assert cli.main(["report", "--merge", str(src / "report.json"), "--out", str(out), "--lang", "fr"]) == 2
+    err = capsys.readouterr().err
+    assert "--lang 'fr': unknown edition 'fr'" in err and len(err.strip().splitlines()) == 1
