@@ -285,6 +285,7 @@ class HFBert(_HFBase):
         "feed_forward_vjp": "torch.autograd through transformers BertIntermediate + BertOutput.dense",
         "multi_head_attention_vjp": "torch.autograd through transformers BertCrossAttention + BertSelfOutput.dense",
         "encoder_layer_vjp": "torch.autograd through transformers BertLayer",
+        "decoder_layer_vjp": "torch.autograd through transformers BertLayer (is_decoder=True, add_cross_attention=True)",
         "multi_head_attention": "transformers BertSelfAttention / BertCrossAttention (+ BertSelfOutput.dense as W_O)",
         "feed_forward": "transformers BertIntermediate + BertOutput.dense (hidden_act='relu')",
         "encoder_layer": "transformers BertLayer",
@@ -476,14 +477,10 @@ class HFBert(_HFBase):
             norm2=LayerNormParams(g["output.LayerNorm.weight"], g["output.LayerNorm.bias"]),
             norm_first=p.norm_first, eps=p.eps)
 
-    def decoder_layer(self, y, memory, params, self_mask=None, memory_mask=None):
-        """``BertLayer(config)`` with ``is_decoder=True, add_cross_attention=True`` (Post-LN:
-        self-attention, ``crossattention``, FFN); self-attention mask causal ∧ self_mask."""
+    def _decoder(self, p):
         from transformers.models.bert import modeling_bert as mb
 
-        torch, p = self._torch, params
-        batch = _batch(np.shape(y), np.shape(memory))
-        n_t, n_s = np.shape(y)[-2], np.shape(memory)[-2]
+        torch = self._torch
         c = self._config(p.d_model, p.self_attn.num_heads, p.ffn.d_ff, p.eps, decoder=True)
         state = {**self._mha_state(p.self_attn, "attention.self."),
                  **_linear(torch, "attention.output.dense", p.self_attn.w_o, p.self_attn.b_o),
@@ -493,12 +490,58 @@ class HFBert(_HFBase):
                  **_ln(torch, "crossattention.output.LayerNorm", p.norm2),
                  **_linear(torch, "intermediate.dense", p.ffn.w1, p.ffn.b1),
                  **_linear(torch, "output.dense", p.ffn.w2, p.ffn.b2), **_ln(torch, "output.LayerNorm", p.norm3)}
-        layer = self._module(mb.BertLayer, state, c)
-        with torch.no_grad():
-            out = layer(self._t(_flat(y, batch)), attention_mask=self._hf_mask(self_mask, batch, n_t, n_t, causal=True),
-                        encoder_hidden_states=self._t(_flat(memory, batch)),
-                        encoder_attention_mask=self._hf_mask(memory_mask, batch, n_t, n_s))
-        return _numpy(out).reshape(batch + (n_t, p.d_model))
+        return self._module(mb.BertLayer, state, c)
+
+    def _decoder_call(self, layer, y, memory, self_mask, memory_mask, batch, n_t, n_s):
+        return layer(y, attention_mask=self._hf_mask(self_mask, batch, n_t, n_t, causal=True),
+                     encoder_hidden_states=memory, encoder_attention_mask=self._hf_mask(memory_mask, batch, n_t, n_s))
+
+    def decoder_layer(self, y, memory, params, self_mask=None, memory_mask=None):
+        """``BertLayer(config)`` with ``is_decoder=True, add_cross_attention=True`` (Post-LN:
+        self-attention, ``crossattention``, FFN); self-attention mask causal ∧ self_mask."""
+        batch = _batch(np.shape(y), np.shape(memory))
+        n_t, n_s = np.shape(y)[-2], np.shape(memory)[-2]
+        layer = self._decoder(params)
+        with self._torch.no_grad():
+            out = self._decoder_call(layer, self._t(_flat(y, batch)), self._t(_flat(memory, batch)), self_mask,
+                                     memory_mask, batch, n_t, n_s)
+        return _numpy(out).reshape(batch + (n_t, params.d_model))
+
+    @staticmethod
+    def _mha_grads(g, prefix: str, out_prefix: str, p):
+        from attnclaims.reference.params import MultiHeadParams
+
+        w = lambda name: np.ascontiguousarray(g[f"{name}.weight"].T)  # noqa: E731 - nn.Linear stores Wᵀ
+        return MultiHeadParams(w_q=w(prefix + "query"), w_k=w(prefix + "key"), w_v=w(prefix + "value"),
+                               w_o=w(out_prefix), b_q=g[prefix + "query.bias"], b_k=g[prefix + "key.bias"],
+                               b_v=g[prefix + "value.bias"], b_o=g[out_prefix + ".bias"], num_heads=p.num_heads,
+                               num_kv_heads=p.num_kv_heads)
+
+    def decoder_layer_vjp(self, y, memory, params, d_out, self_mask=None, memory_mask=None):
+        """autograd through the ``BertLayer`` decoder called as :meth:`decoder_layer` does."""
+        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference.params import DecoderLayerParams, FeedForwardParams, LayerNormParams
+
+        torch, p = self._torch, params
+        batch = _batch(np.shape(y), np.shape(memory))
+        n_t, n_s, d = np.shape(y)[-2], np.shape(memory)[-2], p.d_model
+        layer = self._decoder(p)
+        ty, tm = self._leaf(_flat(y, batch)), self._leaf(_flat(memory, batch))
+        with torch.enable_grad():
+            out = self._decoder_call(layer, ty, tm, self_mask, memory_mask, batch, n_t, n_s)
+            named = dict(layer.named_parameters())
+            dy, dm, *gp = self._grads(out, [ty, tm] + list(named.values()), np.asarray(d_out).reshape(out.shape))
+        g = dict(zip(named, gp))
+        ln = lambda name: LayerNormParams(g[f"{name}.weight"], g[f"{name}.bias"])  # noqa: E731
+        return (sum_to(dy.reshape(batch + (n_t, d)), np.shape(y)), sum_to(dm.reshape(batch + (n_s, d)), np.shape(memory)),
+                DecoderLayerParams(
+                    self_attn=self._mha_grads(g, "attention.self.", "attention.output.dense", p.self_attn),
+                    cross_attn=self._mha_grads(g, "crossattention.self.", "crossattention.output.dense", p.cross_attn),
+                    ffn=FeedForwardParams(w1=np.ascontiguousarray(g["intermediate.dense.weight"].T),
+                                          b1=g["intermediate.dense.bias"],
+                                          w2=np.ascontiguousarray(g["output.dense.weight"].T), b2=g["output.dense.bias"]),
+                    norm1=ln("attention.output.LayerNorm"), norm2=ln("crossattention.output.LayerNorm"),
+                    norm3=ln("output.LayerNorm"), norm_first=p.norm_first, eps=p.eps))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -529,6 +572,7 @@ class HFGPT2(_HFBase):
         "feed_forward_vjp": "torch.autograd through transformers GPT2MLP (Conv1D)",
         "multi_head_attention_vjp": "torch.autograd through transformers GPT2Attention (is_cross_attention=True)",
         "encoder_layer_vjp": "torch.autograd through transformers GPT2Block",
+        "decoder_layer_vjp": "torch.autograd through transformers GPT2Block (add_cross_attention=True)",
         "multi_head_attention": "transformers GPT2Attention (self; is_cross_attention=True for cross-attention)",
         "feed_forward": "transformers GPT2MLP (Conv1D, activation_function='relu')",
         "encoder_layer": "transformers GPT2Block",
@@ -715,21 +759,63 @@ class HFGPT2(_HFBase):
             norm1=LayerNormParams(g["ln_1.weight"], g["ln_1.bias"]), norm2=LayerNormParams(g["ln_2.weight"], g["ln_2.bias"]),
             norm_first=p.norm_first, eps=p.eps)
 
+    def _decoder_call(self, block, y, memory, self_mask, memory_mask, batch, n_t, n_s):
+        return block(y, attention_mask=self._hf_mask(self_mask, batch, n_t, n_t, causal=True),
+                     encoder_hidden_states=memory,
+                     encoder_attention_mask=self._hf_mask(memory_mask, batch, n_t, n_s, always=True))
+
+    def _decoder(self, p):
+        from transformers.models.gpt2 import modeling_gpt2 as mg
+
+        c = self._config(p.d_model, p.self_attn.num_heads, p.ffn.d_ff, p.eps, cross=True)
+        return self._module(mg.GPT2Block, self._block_state(p, cross=True), c)
+
     def decoder_layer(self, y, memory, params, self_mask=None, memory_mask=None):
         """``GPT2Block(config)`` with ``add_cross_attention=True`` — Pre-LN: ln_1 / attn,
         ln_cross_attn / crossattention, ln_2 / mlp — self-attention mask causal ∧ self_mask."""
-        from transformers.models.gpt2 import modeling_gpt2 as mg
+        batch = _batch(np.shape(y), np.shape(memory))
+        n_t, n_s = np.shape(y)[-2], np.shape(memory)[-2]
+        block = self._decoder(params)
+        with self._torch.no_grad():
+            out = self._decoder_call(block, self._t(_flat(y, batch)), self._t(_flat(memory, batch)), self_mask,
+                                     memory_mask, batch, n_t, n_s)
+        return _numpy(out).reshape(batch + (n_t, params.d_model))
+
+    def decoder_layer_vjp(self, y, memory, params, d_out, self_mask=None, memory_mask=None):
+        """autograd through the cross-attention ``GPT2Block`` called as :meth:`decoder_layer` does."""
+        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference.params import (
+            DecoderLayerParams, FeedForwardParams, LayerNormParams, MultiHeadParams,
+        )
 
         torch, p = self._torch, params
         batch = _batch(np.shape(y), np.shape(memory))
-        n_t, n_s = np.shape(y)[-2], np.shape(memory)[-2]
-        c = self._config(p.d_model, p.self_attn.num_heads, p.ffn.d_ff, p.eps, cross=True)
-        block = self._module(mg.GPT2Block, self._block_state(p, cross=True), c)
-        with torch.no_grad():
-            out = block(self._t(_flat(y, batch)), attention_mask=self._hf_mask(self_mask, batch, n_t, n_t, causal=True),
-                        encoder_hidden_states=self._t(_flat(memory, batch)),
-                        encoder_attention_mask=self._hf_mask(memory_mask, batch, n_t, n_s, always=True))
-        return _numpy(out).reshape(batch + (n_t, p.d_model))
+        n_t, n_s, d = np.shape(y)[-2], np.shape(memory)[-2], p.d_model
+        block = self._decoder(p)
+        ty, tm = self._leaf(_flat(y, batch)), self._leaf(_flat(memory, batch))
+        with torch.enable_grad():
+            out = self._decoder_call(block, ty, tm, self_mask, memory_mask, batch, n_t, n_s)
+            named = dict(block.named_parameters())
+            dy, dm, *gp = self._grads(out, [ty, tm] + list(named.values()), np.asarray(d_out).reshape(out.shape))
+        g = dict(zip(named, gp))
+        ln = lambda name: LayerNormParams(g[f"{name}.weight"], g[f"{name}.bias"])  # noqa: E731
+        c = lambda a: np.ascontiguousarray(a)  # noqa: E731
+        sw, sb = g["attn.c_attn.weight"], g["attn.c_attn.bias"]  # (d, 3d): [W_Q | W_K | W_V]
+        cw, cb = g["crossattention.c_attn.weight"], g["crossattention.c_attn.bias"]  # (d, 2d): [W_K | W_V]
+        self_attn = MultiHeadParams(w_q=c(sw[:, :d]), w_k=c(sw[:, d:2 * d]), w_v=c(sw[:, 2 * d:]),
+                                    w_o=g["attn.c_proj.weight"], b_q=sb[:d], b_k=sb[d:2 * d], b_v=sb[2 * d:],
+                                    b_o=g["attn.c_proj.bias"], num_heads=p.self_attn.num_heads,
+                                    num_kv_heads=p.self_attn.num_kv_heads)
+        cross_attn = MultiHeadParams(w_q=g["crossattention.q_attn.weight"], w_k=c(cw[:, :d]), w_v=c(cw[:, d:]),
+                                     w_o=g["crossattention.c_proj.weight"], b_q=g["crossattention.q_attn.bias"],
+                                     b_k=cb[:d], b_v=cb[d:], b_o=g["crossattention.c_proj.bias"],
+                                     num_heads=p.cross_attn.num_heads, num_kv_heads=p.cross_attn.num_kv_heads)
+        return (sum_to(dy.reshape(batch + (n_t, d)), np.shape(y)), sum_to(dm.reshape(batch + (n_s, d)), np.shape(memory)),
+                DecoderLayerParams(self_attn=self_attn, cross_attn=cross_attn,
+                                   ffn=FeedForwardParams(w1=g["mlp.c_fc.weight"], b1=g["mlp.c_fc.bias"],
+                                                         w2=g["mlp.c_proj.weight"], b2=g["mlp.c_proj.bias"]),
+                                   norm1=ln("ln_1"), norm2=ln("ln_cross_attn"), norm3=ln("ln_2"),
+                                   norm_first=p.norm_first, eps=p.eps))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

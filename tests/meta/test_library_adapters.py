@@ -351,6 +351,13 @@ def test_backward_passes_match_the_reference(impls, name):
         for kv, mask in ((x_kv, _mask(3, 4)), (x, None)):
             _close_tree(impl.multi_head_attention_vjp(x, kv, p, dx, mask), REF.multi_head_attention_vjp(x, kv, p, dx, mask),
                         f"{name} multi_head_attention_vjp")
+    if _has(impl, "decoder_layer_vjp"):
+        memory = rng.normal(size=(1, 4, D))
+        for norm_first in declared_variants(impl)["norm_first"]:
+            dp = P.init_decoder_layer(rng, D, H, DFF, norm_first=norm_first, eps=1e-4, norm_spread=0.3)
+            mm = _mask(3, 4)
+            _close_tree(impl.decoder_layer_vjp(x, memory, dp, dx, None, mm),
+                        REF.decoder_layer_vjp(x, memory, dp, dx, None, mm), f"{name} decoder_layer_vjp")
     if _has(impl, "encoder_layer_vjp"):
         for norm_first in declared_variants(impl)["norm_first"]:
             e = P.init_encoder_layer(rng, D, H, DFF, norm_first=norm_first, eps=1e-4, norm_spread=0.3)
