@@ -146,8 +146,6 @@ def summary_counts(counts: Mapping[str, int], lang: str = "en") -> str:
 
 
 _SEVERITY = {"failed": 0, "error": 1, "not-applicable": 2, "passed": 3}
-#: evidence tables longer than this are collapsed (problems are always shown above them)
-MAX_OPEN_ROWS = 15
 
 
 def by_severity(evidence: list) -> list:

@@ -85,10 +85,6 @@ def rich(s: object) -> str:
     return to_markdown("" if s is None else str(s), text)
 
 
-def rich_cell(s: object) -> str:
-    return to_markdown(" ".join(str(s if s is not None else "").split()), text).replace("|", "\\|")
-
-
 def _tex(latex: str) -> str:
     """LaTeX that cannot carry HTML into the rendered page (GitHub renders ``$$…$$`` with MathJax);
     sympy's ``\\left(``/``\\right)`` shortened to plain parentheses (the same formula, fewer bytes)."""
