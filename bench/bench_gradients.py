@@ -252,7 +252,7 @@ def main(argv=None) -> int:
     summary = summarise(att, enc)
     times = {} if args.no_timing else time_tests(["reference"] + ([] if args.no_libraries else ["torch"]), args.quick)
     print_summary(summary, times)
-    result = {"machine": machine(), "gradcheck_defaults": GRADCHECK, "summary": summary, "timing": times,
+    result = {"benchmark": "gradients", "quick": args.quick, "machine": machine(), "gradcheck_defaults": GRADCHECK, "summary": summary, "timing": times,
               "attention_cases": att, "encoder_cases": enc}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(jsonable(result), indent=1, ensure_ascii=False) + "\n")

@@ -77,6 +77,17 @@ def test_sensitivity_quick(tmp_path):
     assert isinstance(summary["zero_false_alarms"], bool)
 
 
+def test_gradients_quick(tmp_path):
+    doc = _run("bench_gradients.py", tmp_path, "--no-libraries", "--no-timing")
+    assert doc["benchmark"] == "gradients"
+    for name in ("dq", "dk", "dv"):
+        s = doc["summary"][name]
+        assert set(s) >= {"suite_float64", "suite_float32", "gradcheck", "flash_float64", "flash_float32",
+                          "max_alarm_ratio"}
+        assert set(s["max_alarm_ratio"]) == {"einsum", "loops", "logsumexp"}
+    assert "encoder_layer" in doc["summary"]
+
+
 def test_speed_verdicts_judge_only_what_was_measured(monkeypatch):
     """bench_speed's target table: a library check is met under its limit and missed over it; the reference's
     2-worker speed-up is judged only when the reference ran with 1 and 2 workers (``--impl jax`` alone once
