@@ -298,10 +298,11 @@ def render(registry, claim, args) -> str:
     f = lambda name: to_plain(zh.get(name) or getattr(claim, name))  # noqa: E731
     last, path = load_last(args.report)
     out = [f"{claim.id} — {f('title')} (§{claim.section})",
-           f"expected verdict: {claim.expected_verdict} · methods: {', '.join(claim.methods)}"]
+           f"{T('expected_verdict')}: {i18n.verdict_word(claim.expected_verdict, lang)} · {T('methods')}: "
+           f"{', '.join(claim.methods)}"]
     deps = registry.dependencies(claim.id)
-    out.append("depends on: " + (", ".join(claim.depends_on) if claim.depends_on else "nothing")
-               + (f" (transitively: {', '.join(deps)})" if len(deps) > len(claim.depends_on) else ""))
+    out.append(f"{T('depends_on_line')}: " + (", ".join(claim.depends_on) if claim.depends_on else T("nothing"))
+               + (f" ({T('transitively')}: {', '.join(deps)})" if len(deps) > len(claim.depends_on) else ""))
     out += ["", f"{T('quote')} (zh):", _wrap(claim.quote), f"{T('statement')}:", _wrap(f("statement")),
             f"{T('precise')}:", _wrap(f("precise"))]
     if claim.assumptions:
@@ -324,7 +325,7 @@ def render(registry, claim, args) -> str:
 
     if not args.no_tests:
         items, where = tests_for(claim.id, last, path)
-        out += ["Tests that back it:", f"  ({where})"]
+        out += [f"{T('tests_back')}:", f"  ({where})"]
         for it in items:
             tags = [str(it.get("kind") or "property"), str(it.get("role") or "support")]
             if it.get("impl_test"):
@@ -333,7 +334,7 @@ def render(registry, claim, args) -> str:
         if not items:
             out.append("  (none)")
 
-    out += ["", "Last verdicts:"]
+    out += ["", f"{T('last_verdicts')}:"]
     if last is None:
         out.append(f"  (no report in {path.parent}/; run `attnclaims report`)")
     else:

@@ -74,6 +74,8 @@ STRINGS: dict[str, dict[str, str]] = {
         "not_found": "Quotes not found in the text", "to_article": "in the article",
         "mathml_note": "Formulas are MathML, laid out by the browser.",
         "expected_short": "expected",
+        "tests_back": "Tests that back it", "last_verdicts": "Last verdicts", "depends_on_line": "depends on",
+        "nothing": "nothing", "transitively": "transitively",
     },
     "zh": {
         "title": "论断核查报告", "summary": "总览", "how_to_read": "阅读说明",
@@ -121,6 +123,8 @@ STRINGS: dict[str, dict[str, str]] = {
         "not_found": "在原文中未找到的引文", "to_article": "在原文中",
         "mathml_note": "公式为 MathML，由浏览器排版。",
         "expected_short": "预期",
+        "tests_back": "支持它的测试", "last_verdicts": "最近的结论", "depends_on_line": "依赖",
+        "nothing": "无", "transitively": "间接",
     },
 }
 
