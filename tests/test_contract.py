@@ -322,3 +322,30 @@ def test_masks_that_do_not_broadcast_are_rejected(impl, capability, data):
         args = (x, x, p, np.ones(shape, dtype=bool))
     note(f"mask.shape={shape}")
     must_reject(impl, capability, args, f"mask.shape={shape} for scores of shape {d.batch + (d.n_q, args[1].shape[-2])}")
+
+
+def _strided(value, copies: dict):
+    """A non-contiguous view with the values of an array (every other column of a twice-as-wide buffer); one
+    view per array object, so x_kv is x_q stays so. Others unchanged."""
+    if not isinstance(value, np.ndarray) or value.ndim == 0:
+        return value
+    if id(value) not in copies:
+        wide = np.zeros(value.shape[:-1] + (2 * value.shape[-1],), dtype=value.dtype)
+        wide[..., ::2] = value
+        copies[id(value)] = wide[..., ::2]
+    return copies[id(value)]
+
+
+@pytest.mark.parametrize("capability", _params(BATCHED))
+@FEWER
+@given(data=st.data())
+def test_non_contiguous_views_give_the_same_outputs(impl, capability, data):
+    """The same values as strided (non-contiguous) views give the output of the contiguous arrays, within
+    twice the rounding bound (a library may take another code path for other strides)."""
+    call = data.draw(calls(capability), label="call")
+    copies: dict = {}
+    views = tuple(_strided(a, copies) for a in call.args)
+    u = T.unit_roundoff(impl.dtype)
+    T.assert_close(impl.call(capability, *views), impl.call(capability, *call.args),
+                   2 * T.Bound(call.error(call.args, u), u), f"{capability}: strided views vs contiguous arrays",
+                   names=("f(views)", "f(arrays)"))

@@ -80,7 +80,7 @@ def test_the_numbers_in_the_drawing_rules_are_the_codes():
     assert said(r"heads: 1 … min\((\d+), `max_dim`\)") == [inspect.signature(S.dims).parameters["max_heads"].default]
     assert said(r"Arrays of up to (\d+) entries are drawn entry by entry") == [S.ELEMENTWISE_LIMIT]
     assert said(r"Masks of up to (\d+) entries") == [4 * S.ELEMENTWISE_LIMIT]
-    assert "d_ff: 1 … 2·`max_dim`" in page and "no subnormal numbers" in page
+    assert "d_ff: 1 … 2·`max_dim`" in page and "**No array contains a subnormal number**" in page
     assert "with density 0.1, 0.5 or 0.9" in page and "with density 0.1, 0.5 or 0.9" in inspect.getdoc(S.masks)
     # The per-case measured bound of whole layers (docs/adapters.md, "The built-in adapters").
     assert said(r"in (\d+) evaluation orders") == [SP.ORDERS]
@@ -134,3 +134,33 @@ def test_the_mask_notation_reads_batches_and_rows():
     assert np.array_equal(_mask("01 10"), [[False, True], [True, False]])
     assert _mask("0111 0111; 1000 1000; 1111 1101").shape == (3, 2, 4)
     assert _shape("(n, 3)", 128) == (128, 3) and _scale("1e300") == 1e300 and _scale("1/√d_k") is None
+
+
+def test_the_variants_table_is_the_protocols():
+    """Every row of the page's variants table is a key of protocol.VARIANTS with its default and values; the
+    keys of the 2017 architecture are all there (the modern components' keys are documented in their section)."""
+    from attnclaims.protocol import VARIANTS
+
+    rows = _table(_docs_page(), "| key | default |")
+    keys = [r["key"] for r in rows]
+    assert {"norm_first", "cross_attention", "head_dim", "scale", "flush_to_zero"} <= set(keys)
+    for row in rows:
+        spec = VARIANTS[row["key"]]
+        assert row["default"] == repr(spec.default).replace("'", '"'), row
+        for choice in spec.choices:
+            assert repr(choice).replace("'", '"') in row["values"], (row["key"], choice)
+
+
+def test_the_explicit_scales_are_the_published_ones():
+    """The scale values the page lists (0, negative, 1e300 and 1e-300 included) are S.EXPLICIT_SCALES, and the
+    positive-only list is what an implementation declaring scale='positive' gets."""
+    page = _docs_page()
+    line = next(p for p in page.split("\n* ") if p.startswith("Explicit scales"))
+    listed = re.search(r"s ∈ \{([^}]*)\}", line).group(1)
+    numbers = [float(x.replace("10⁶", "1e6").replace("10³⁰⁰", "1e300").replace("10⁻³⁰⁰", "1e-300").replace("−", "-"))
+               for x in re.sub(r"\s+", " ", listed).split(", ")]
+    assert numbers == list(S.EXPLICIT_SCALES)
+    positive = re.search(r"gets only (.*)\.\s*$", re.sub(r"\s+", " ", line.split("\n\n")[0])).group(1)
+    got = [float(x.replace("10⁶", "1e6").replace("10³⁰⁰", "1e300").replace("10⁻³⁰⁰", "1e-300"))
+           for x in positive.replace(" and ", ", ").split(", ")]
+    assert got == [s for s in S.EXPLICIT_SCALES if s > 0]
