@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 from attnclaims.checks import strategies as S
 from attnclaims.profiles import limits
-from attnclaims.protocol import unsupported_message
 from attnclaims.reference.params import (
     DecoderBlockParams, GatedFeedForwardParams, MultiHeadParams, RotaryParams, init_decoder_block,
     init_gated_feed_forward, init_multi_head,
@@ -33,11 +32,11 @@ __all__ = [
 ]
 
 
-def _not_applicable(key: str, value) -> S.VariantNotApplicable:
-    impl = S.followed()
-    name = getattr(impl, "name", "") if impl is not None else ""
-    return S.VariantNotApplicable(unsupported_message(impl, key, value) if impl is not None else
-                                  f"not applicable (variant {key}={value!r})", name, key, value)
+def _not_applicable(key: str, value) -> Exception:
+    """Stop as "not applicable (variant key=value)" for the followed implementation (it raises); outside a
+    test, where the defaults stand in for an implementation, the ValueError returned for the caller to raise."""
+    S.require_variant(key, value)
+    return ValueError(f"variant {key}={value!r} is not among the defaults {S.variants()[key]!r}")
 
 
 def _divisors(n: int) -> list[int]:

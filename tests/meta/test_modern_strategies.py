@@ -1,0 +1,131 @@
+"""The modern components' strategies draw only what an implementation declares, and never an input the
+protocol leaves undefined.
+
+* a Llama-like declaration (RMSNorm, SwiGLU, RoPE in rotate-half pairs, Pre-LN, GQA) gets only such
+  blocks; a GPT-2-like one (LayerNorm, ReLU, no RoPE) only those; both get every draw in 50 examples;
+* without ``grouped_query`` every K/V head count is num_heads, and asking for GQA is not applicable;
+* causal cases keep at least one key per query for every alignment and window (a fully masked row
+  would be judged by a convention, not by the claim), and a top-left-only implementation never gets
+  bottom-right;
+* decoding schedules cover prompt lengths 0 … n and chunks 1, 2, 3 and n;
+* every float array drawn is finite and free of subnormal numbers.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attnclaims.checks import modern_strategies as M
+from attnclaims.checks import strategies as S
+from attnclaims.reference import RMSNormParams, sliding_window_mask
+from attnclaims.reference.params import FeedForwardParams, GatedFeedForwardParams, LayerNormParams
+
+
+class _Declares:
+    name = "declares"
+    dtype = np.dtype(np.float64)
+
+    def __init__(self, **variants):
+        self.variants = variants
+
+
+LLAMA = _Declares(block_norm=("rms",), block_ffn=("silu",), block_rope=(True,), block_norm_first=(True,),
+                  rope_layout=("half",), grouped_query=True)
+GPT2 = _Declares(block_norm=("layer",), block_ffn=("relu",), block_rope=(False,), block_norm_first=(True,))
+TOP_LEFT_ONLY = _Declares(causal_alignment=("top-left",), sliding_window=False)
+
+
+def _no_subnormals(a) -> bool:
+    a = np.asarray(a, dtype=np.float64)
+    tiny = np.finfo(np.float64).smallest_normal
+    return bool(np.isfinite(a).all() and not ((a != 0) & (np.abs(a) < tiny)).any())
+
+
+@settings(max_examples=50, deadline=None)
+@given(data=st.data())
+def test_a_llama_like_declaration_gets_only_llama_blocks(data):
+    with S.following(LLAMA):
+        case = data.draw(M.block_cases())
+    p = case.params
+    assert isinstance(p.norm1, RMSNormParams) and isinstance(p.norm2, RMSNormParams)
+    assert isinstance(p.ffn, GatedFeedForwardParams) and p.ffn.activation == "silu"
+    assert p.rope is not None and p.rope.layout == "half" and p.self_attn.d_k % 2 == 0
+    assert p.norm_first is True
+    assert p.self_attn.num_heads % p.self_attn.num_kv_heads == 0
+    assert _no_subnormals(case.x) and _no_subnormals(p.self_attn.w_k) and _no_subnormals(p.ffn.w_up)
+
+
+@settings(max_examples=50, deadline=None)
+@given(data=st.data())
+def test_a_gpt2_like_declaration_gets_only_gpt2_blocks(data):
+    with S.following(GPT2):
+        case = data.draw(M.block_cases())
+    p = case.params
+    assert isinstance(p.norm1, LayerNormParams) and isinstance(p.ffn, FeedForwardParams)
+    assert p.rope is None and p.norm_first is True
+    assert p.self_attn.num_kv_heads == p.self_attn.num_heads  # grouped_query is not declared
+
+
+def test_the_default_declaration_reaches_every_block_variant():
+    seen = set()
+
+    @settings(max_examples=120, deadline=None, derandomize=True)
+    @given(data=st.data())
+    def draw(data):
+        with S.following(_Declares(grouped_query=True)):
+            p = data.draw(M.block_cases()).params
+        seen.add(("norm", type(p.norm1).__name__))
+        seen.add(("ffn", getattr(p.ffn, "activation", "relu")))
+        seen.add(("rope", None if p.rope is None else p.rope.layout))
+        seen.add(("norm_first", p.norm_first))
+        seen.add(("gqa", p.self_attn.num_kv_heads < p.self_attn.num_heads))
+
+    draw()
+    want = {("norm", "LayerNormParams"), ("norm", "RMSNormParams"), ("ffn", "relu"), ("ffn", "silu"),
+            ("ffn", "gelu"), ("rope", None), ("rope", "half"), ("rope", "interleaved"), ("norm_first", True),
+            ("norm_first", False), ("gqa", True), ("gqa", False)}
+    assert want <= seen, f"never drawn: {sorted(want - seen, key=str)}"
+
+
+@settings(max_examples=20, deadline=None)
+@given(data=st.data())
+def test_grouped_query_is_opt_in(data):
+    with S.following(_Declares()):
+        assert data.draw(M.kv_head_counts(4)) == 4
+        with pytest.raises(S.VariantNotApplicable, match=r"not applicable \(variant grouped_query=True\)"):
+            M.kv_head_counts(4, grouped=True)
+    with S.following(_Declares(grouped_query=True)):
+        assert data.draw(M.kv_head_counts(4, grouped=True)) in (1, 2)
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_causal_cases_leave_every_query_a_key(data):
+    with S.following(_Declares()):
+        c = data.draw(M.causal_cases())
+    mask = sliding_window_mask(c.q.shape[-2], c.k.shape[-2], c.window, c.alignment)
+    assert mask.any(axis=-1).all(), c.describe()
+    assert _no_subnormals(c.q) and _no_subnormals(c.k) and _no_subnormals(c.v)
+
+
+@settings(max_examples=50, deadline=None)
+@given(data=st.data())
+def test_a_top_left_only_declaration_never_gets_bottom_right_or_windows(data):
+    with S.following(TOP_LEFT_ONLY):
+        c = data.draw(M.causal_cases())
+    assert c.alignment == "top-left" and c.window is None
+
+
+def test_decode_schedules_cover_every_prompt_length_and_chunk():
+    seen = set()
+
+    @settings(max_examples=200, deadline=None, derandomize=True)
+    @given(s=M.decode_schedules(5))
+    def draw(s):
+        seen.add(s)
+
+    draw()
+    assert {p for p, _ in seen} == set(range(6))
+    assert {c for _, c in seen} == {1, 2, 3, 5}
