@@ -115,8 +115,12 @@ def report_json(proc, out: Path) -> dict:
 
 
 def details(data: dict, impl: str) -> dict[str, dict]:
-    """claim id -> the verdict details of one implementation."""
-    return {c["id"]: c["verdict_details"][impl] for c in data["claims"] if impl in c["verdict_details"]}
+    """claim id -> the verdict details of one implementation's column, or of the column "independent of
+    the implementation" for a claim none of whose implementation checks ran (its errors go there)."""
+    from attnclaims.vocab import INDEPENDENT
+
+    return {c["id"]: c["verdict_details"].get(impl) or c["verdict_details"][INDEPENDENT] for c in data["claims"]
+            if impl in c["verdict_details"] or INDEPENDENT in c["verdict_details"]}
 
 
 def impl_name(data: dict, spec: str) -> str:
