@@ -5,6 +5,8 @@
 * ``multi_head_attention`` ``keras.layers.MultiHeadAttention`` (its ``_compute_attention`` calls
                            ``keras.ops.dot_product_attention`` when there is no dropout)
 * ``layer_norm``           ``keras.layers.LayerNormalization`` (``keras.ops.layer_normalization``)
+* ``rms_norm``             ``keras.layers.RMSNormalization``; grouped-query attention:
+                           ``keras.layers.GroupQueryAttention`` (``num_kv_heads < num_heads``)
 * ``feed_forward``         ``keras.layers.Dense(d_ff, activation="relu")`` → ``keras.layers.Dense(d_model)``
 
 Keras has no sinusoidal positional encoding and no Transformer encoder / decoder layer (those are
@@ -55,10 +57,13 @@ class KerasImplementation:
 
     name = "keras"
     dtype = np.dtype(np.float64)
+    #: keras.layers.GroupQueryAttention takes num_key_value_heads < num_query_heads
+    variants = {"grouped_query": True}
     responsible = {
         "softmax": "keras.ops.softmax",
         "attention": "keras.ops.dot_product_attention",
-        "multi_head_attention": "keras.layers.MultiHeadAttention (keras.ops.dot_product_attention)",
+        "multi_head_attention": "keras.layers.MultiHeadAttention / GroupQueryAttention (keras.ops.dot_product_attention)",
+        "rms_norm": "keras.layers.RMSNormalization (keras.ops.rms_normalization)",
         "layer_norm": "keras.layers.LayerNormalization (keras.ops.layer_normalization)",
         "feed_forward": "keras.layers.Dense (activation='relu') + keras.layers.Dense",
         "softmax_vjp": "torch.autograd through keras.ops.softmax",
@@ -128,6 +133,14 @@ class KerasImplementation:
         out = layer(xq, xkv, attention_mask=m, training=False)
         return self._np(out).reshape(batch + (n_q, d))
 
+    def rms_norm(self, x, gamma, eps):
+        """``keras.layers.RMSNormalization(epsilon=eps, dtype=...)`` with ``scale = gamma``."""
+        x = self._c(x)
+        layer = self._keras.layers.RMSNormalization(epsilon=float(eps), dtype=self.dtype.name)
+        layer.build(x.shape)
+        layer.scale.assign(self._c(gamma))
+        return self._np(layer(x))
+
     def layer_norm(self, x, gamma, beta, eps):
         """``keras.layers.LayerNormalization(epsilon=eps, dtype=...)`` with ``gamma``, ``beta`` set."""
         x = self._c(x)
@@ -188,14 +201,19 @@ class KerasImplementation:
             return tuple(self._grads(out.reshape(batch + (n_q, v_shape[-1])), leaves, d_out))
 
     def _mha_layer(self, p, q_shape, kv_shape):
-        """``keras.layers.MultiHeadAttention`` built for these input shapes, kernels set from the params."""
-        d, h, d_k = p.d_model, p.num_heads, p.d_k
-        layer = self._keras.layers.MultiHeadAttention(num_heads=h, key_dim=d_k, dtype=self.dtype.name)
+        """``keras.layers.MultiHeadAttention`` (or, for ``num_kv_heads < num_heads``,
+        ``keras.layers.GroupQueryAttention``) built for these input shapes, kernels set from the params."""
+        d, h, d_k, kv = p.d_model, p.num_heads, p.d_k, p.num_kv_heads
+        if kv == h:
+            layer = self._keras.layers.MultiHeadAttention(num_heads=h, key_dim=d_k, dtype=self.dtype.name)
+        else:
+            layer = self._keras.layers.GroupQueryAttention(head_dim=d_k, num_query_heads=h, num_key_value_heads=kv,
+                                                           dtype=self.dtype.name)
         layer.build(q_shape, kv_shape)
-        for dense, w, b in ((layer._query_dense, p.w_q, p.b_q), (layer._key_dense, p.w_k, p.b_k),
-                            (layer._value_dense, p.w_v, p.b_v)):
-            dense.kernel.assign(self._c(w).reshape(d, h, d_k))  # (d_model, heads, d_k)
-            dense.bias.assign(self._c(b).reshape(h, d_k))
+        for dense, w, b, heads in ((layer._query_dense, p.w_q, p.b_q, h), (layer._key_dense, p.w_k, p.b_k, kv),
+                                   (layer._value_dense, p.w_v, p.b_v, kv)):
+            dense.kernel.assign(self._c(w).reshape(d, heads, d_k))  # (d_model, heads, d_k)
+            dense.bias.assign(self._c(b).reshape(heads, d_k))
         layer._output_dense.kernel.assign(self._c(p.w_o).reshape(h, d_k, d))  # (heads, d_k, d_model)
         layer._output_dense.bias.assign(self._c(p.b_o))
         return layer
@@ -220,8 +238,9 @@ class KerasImplementation:
             out = layer(xq, xkv, attention_mask=m, training=False)
             tensors = [xq, xkv] + [t.kernel.value for t in denses] + [t.bias.value for t in denses]
             gq, gk, wq, wk, wv, wo, bq, bk, bv, bo = self._grads(out, tensors, np.asarray(d_out).reshape(out.shape))
-        dparams = MultiHeadParams(w_q=wq.reshape(d, d), w_k=wk.reshape(d, d), w_v=wv.reshape(d, d), w_o=wo.reshape(d, d),
-                                  b_q=bq.reshape(d), b_k=bk.reshape(d), b_v=bv.reshape(d), b_o=bo,
+        kvd = p.num_kv_heads * p.d_k
+        dparams = MultiHeadParams(w_q=wq.reshape(d, d), w_k=wk.reshape(d, kvd), w_v=wv.reshape(d, kvd),
+                                  w_o=wo.reshape(d, d), b_q=bq.reshape(d), b_k=bk.reshape(kvd), b_v=bv.reshape(kvd), b_o=bo,
                                   num_heads=p.num_heads, num_kv_heads=p.num_kv_heads)
         return (sum_to(gq.reshape(batch + (n_q, d)), x_q_shape), sum_to(gk.reshape(batch + (n_k, d)), x_kv_shape),
                 dparams)

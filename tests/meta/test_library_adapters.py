@@ -384,3 +384,18 @@ def test_onnx_modern_operators_match_the_reference(impls):
     _close_modern(op.causal_attention(q, k, v, "top-left", None, 0.7),
                   REF.causal_attention(q, k, v, alignment="top-left", scale=0.7), "Attention(is_causal=1)")
     assert declared_variants(op)["causal_alignment"] == ("top-left",)
+
+
+def test_keras_grouped_query_attention_and_rms_norm(impls):
+    """``keras.layers.GroupQueryAttention`` for num_kv_heads < num_heads (its K/V kernels (d_model,
+    kv_heads, d_k)), ``MultiHeadAttention`` otherwise; ``keras.layers.RMSNormalization``."""
+    impl = impls("keras")
+    rng = _rng(11)
+    x, y = rng.normal(size=(B, 5, D)), rng.normal(size=(B, 3, D))
+    mask = _mask(5, 3)
+    for kv in (1, 2, 4):
+        p = P.init_multi_head(rng, D, 4, num_kv_heads=kv)
+        _close_modern(impl.multi_head_attention(x, y, p, mask), REF.multi_head_attention(x, y, p, mask),
+                      f"keras multi_head_attention kv_heads={kv}")
+    gamma = rng.normal(size=D)
+    _close_modern(impl.rms_norm(x, gamma, 1e-5), REF.rms_norm(x, gamma, 1e-5), "keras rms_norm")
