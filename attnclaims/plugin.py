@@ -502,7 +502,10 @@ def pytest_runtest_makereport(item, call):
         is_check = isinstance(exc, (AssertionError, pytest.fail.Exception)) and rep.when == "call"
         entry["outcome"] = "failed" if is_check else "error"
         if isinstance(exc, NotApplicable):
+            # A method that raised NotImplementedError/NotApplicable, or a variant it does not
+            # declare: not applicable for this implementation, so pytest shows it as skipped too.
             entry["outcome"], entry["message"] = "not-applicable", str(exc)
+            rep.outcome, rep.longrepr = "skipped", (str(item.path), item.location[1], f"Skipped: {exc}")
         elif exc is not None:
             entry["message"] = (f"{type(exc).__name__}: " if not is_check else "") + str(exc).strip()
             notes = getattr(exc, "__notes__", None)

@@ -65,6 +65,12 @@ class WrongAttention(SoftmaxOnly):
     def attention(self, q, k, v, mask=None, scale=None):
         return np.zeros(q.shape[:-1] + v.shape[-1:])
 
+class RaisesNotImplemented(SoftmaxOnly):
+    name = "no-masks"
+
+    def attention(self, q, k, v, mask=None, scale=None):
+        raise NotImplementedError("masks are not supported")
+
 not_an_implementation = 42
 '''
 
@@ -112,6 +118,22 @@ def test_module_attr_factory_and_not_applicable_are_recorded(project):
     assert by_claim["softmax-distribution"]["implementation"] == "softmax-only"
     assert by_claim["convex-combination"]["outcome"] == "not-applicable"
     assert by_claim["convex-combination"]["message"] == "not applicable: softmax-only has no attention"
+
+
+def test_not_implemented_in_a_call_is_not_applicable_and_skipped(project):
+    """A method raising NotImplementedError is not applicable with its message: the evidence says so
+    and pytest reports the test as skipped, so the user's run stays green (a failure is a bug here)."""
+    out = project / "results.json"
+    result = _run(project, "test_user.py", "-rs", "--attn-impl", "user_impl:RaisesNotImplemented",
+                  "--attn-results", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 skipped" in result.stdout and "failed" not in result.stdout, result.stdout
+    by_test = {e["name"]: e for e in json.loads(out.read_text(encoding="utf-8"))["evidence"]}
+    attention = [e for name, e in by_test.items() if "attention" in name or "identical" in name]
+    assert len(attention) == 2
+    for e in attention:
+        assert e["outcome"] == "not-applicable"
+        assert "masks are not supported" in e["message"]
 
 
 def test_plugin_is_registered_as_an_entry_point():
