@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, note
+from hypothesis import assume, given, note
 from hypothesis import strategies as st
 
 from attnclaims.checks import modern_strategies as M
@@ -73,6 +73,8 @@ def test_rms_norm_is_invariant_to_scaling_the_row(impl, data, c):
     x, gamma, eps = data
     factor = 2.0 ** c
     xs = S.cast(x.astype(np.float64) * factor, impl.dtype)
+    # 2^c·x must stay exact: in float16 (smallest normal 6e-5) 1e-4·2⁻⁵ is subnormal and loses bits
+    assume(bool(np.array_equal(xs.astype(np.float64), x.astype(np.float64) * factor)))
     bound = T.Bound(MT.rms_norm_error(x, gamma, eps, u=_u(impl)) + MT.rms_norm_error(xs, gamma, eps * factor**2,
                                                                                      u=_u(impl)), _u(impl))
     T.assert_close(impl.rms_norm(xs, gamma, eps * factor**2), impl.rms_norm(x, gamma, eps), bound,
