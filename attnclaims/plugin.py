@@ -678,6 +678,12 @@ def _last_line(text: str) -> str:
     return lines[-1][:500] if lines else ""
 
 
+def _suite_version() -> str:
+    from attnclaims import __version__
+
+    return __version__
+
+
 def _write_results(config, complete: bool) -> dict | None:
     """(Re)write ``--attn-results``: atomically, from the evidence serialised as each test finished.
     While the run goes the file says ``"complete": false``; so does the last one of a stopped run."""
@@ -699,6 +705,7 @@ def _write_results(config, complete: bool) -> dict | None:
     head = {
         "implementation": info or {"name": spec, "spec": spec},
         "profile": settings.get_current_profile_name(),
+        "suite_version": _suite_version(),
         "exitstatus": state.exitstatus,
         "complete": bool(complete and not state.stopped and ran_all),
         "tests_run": state.finished,

@@ -112,6 +112,9 @@ def test_module_attr_factory_and_not_applicable_are_recorded(project):
     assert result.returncode == 0, result.stdout + result.stderr
     payload = json.loads(out.read_text(encoding="utf-8"))
     assert payload["implementation"]["name"] == "softmax-only"
+    import attnclaims
+
+    assert payload["suite_version"] == attnclaims.__version__  # what report --merge checks
     assert payload["implementation"]["capabilities"] == ["softmax"]
     by_claim = {e["claim"]: e for e in payload["evidence"]}
     assert by_claim["softmax-distribution"]["outcome"] == "passed"
