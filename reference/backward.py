@@ -213,6 +213,9 @@ def _feed_forward_backward(x, w1, b1, w2, d):
     """(dx, dW1, db1, dW2, db2) in the arrays' dtype. See :func:`feed_forward_vjp`."""
     pre = x @ w1 + b1
     hidden = np.maximum(pre.dtype.type(0), pre)
+    u_fwd = getattr(type(d), "forward_u", 0.0)
+    if u_fwd:  # |·|-evaluation: the hidden units widened by their rounding u(d + 1)(|x||W₁| + |b₁|)
+        hidden = hidden + u_fwd * (x.shape[-1] + 1) * (np.abs(x) @ np.abs(w1) + np.abs(b1))
     dpre = (d @ w2.T) * (pre > 0)
     return (dpre @ w1.T, _rows(x).T @ _rows(dpre), _rows(dpre).sum(axis=0),
             _rows(hidden).T @ _rows(d), _rows(d).sum(axis=0))
@@ -268,6 +271,9 @@ def _mha_backward(x_q, x_kv, p: dict, cache, d):
     """(dx_q, dx_kv, {w_q: …}) in the arrays' dtype; x_q, x_kv, d at one common batch shape."""
     q, k, v, a, merged, c = cache
     h = p["h"]
+    u_fwd = getattr(type(d), "forward_u", 0.0)
+    if u_fwd:  # a |·|-evaluation with forward values widened by their rounding (see _layer_norm_backward)
+        q, k, v, a, merged = _widened_attention(x_q, x_kv, p, q, k, v, a, u_fwd)
     grads = {"w_o": _rows(merged).T @ _rows(d), "b_o": _rows(d).sum(axis=0)}
     dheads = _split(d @ p["w_o"].T, h)  # (..., h, n_q, d_k)
     dq, dk, dv, _ = _attention_backward(q, k, v, a, dheads, c)
@@ -282,6 +288,27 @@ def _mha_backward(x_q, x_kv, p: dict, cache, d):
         else:
             dx_kv = dx_kv + gm @ p["w_" + name].T
     return dx_q, dx_kv, grads
+
+
+def _widened_attention(x_q, x_kv, p: dict, q, k, v, a, u):
+    """|q|, |k|, |v|, |A|, |merged| plus first-order bounds of their rounding for a |·|-evaluation: the
+    projections u(d + 1)(|x||W| + |b|) (tolerances.linear_error), the weights' relative u(8(n_k + 1) + 4 ln n_k)
+    (tolerances.weight_relative_error without the score-range term), the weighted sum u(n_k + 2)|A||V| plus
+    the weights' and values' errors carried through it. Cancellation in A V (values of both signs) leaves
+    |merged| ≪ |A||V| while its rounding scales with |A||V|: the reason the widening is needed."""
+    h = p["h"]
+    ax_q, ax_kv = np.abs(x_q), np.abs(x_kv)
+    d_in = x_q.shape[-1]
+
+    def proj_err(ax, name):
+        return _split(u * (d_in + 1) * (ax @ np.abs(p["w_" + name]) + np.abs(p["b_" + name])), h)
+
+    eq, ek, ev = proj_err(ax_q, "q"), proj_err(ax_kv, "k"), proj_err(ax_kv, "v")
+    n_k = a.shape[-1]
+    ea = a * u * (8.0 * (n_k + 1) + 4.0 * math.log(max(n_k, 1)))
+    av = np.abs(v)
+    merged = _merge(np.abs(a @ v) + u * (n_k + 2) * (a @ av) + ea @ av + a @ ev)
+    return np.abs(q) + eq, np.abs(k) + ek, av + ev, a + ea, merged
 
 
 def _mha_dict(params: MultiHeadParams, dtype) -> dict:
