@@ -503,12 +503,14 @@ def permutations(n: int) -> st.SearchStrategy[np.ndarray]:
 # Parameter sets (seeded Glorot/Xavier weights in the paper's layout, in the followed dtype)
 # ---------------------------------------------------------------------------------------------
 
-def epsilons() -> st.SearchStrategy[float]:
+@st.composite
+def epsilons(draw) -> float:
     """Layer-norm ε: torch's 1e-5, flax's 1e-6, and values that matter (0.1) or nearly don't (1e-12) — those
     whose 1/√ε (a constant row's scale, and its Jacobian's size) the followed dtype can hold: float16
-    (max 65504) does not get 1e-12."""
+    (max 65504) does not get 1e-12. Decided when drawn (``@given(eps=epsilons())`` is built at import,
+    before any implementation is followed)."""
     top = float(finfo(_dtype()).max) / 16.0
-    return st.sampled_from([e for e in (1e-5, 1e-6, 1e-12, 0.1) if e ** -0.5 <= top])
+    return draw(st.sampled_from([e for e in (1e-5, 1e-6, 1e-12, 0.1) if e ** -0.5 <= top]))
 
 
 @st.composite

@@ -864,3 +864,14 @@ def test_needs_variant_skips_before_drawing():
     assert S._needed_variants(needs_cross) == {"cross_attention": True}
     with pytest.raises(ValueError, match="unknown variant"):
         S.needs_variant(colour=True)
+
+
+def test_epsilons_follow_the_dtype_when_drawn():
+    """Built once (as @given does at import), the strategy leaves out 1e-12 for float16 (1/√ε = 10⁶ > 65504)
+    and keeps it for float64: the choice is made when drawing, under the followed implementation."""
+    strategy = S.epsilons()
+    with S.following(SimpleNamespace(name="f16", dtype=np.dtype(np.float16))):
+        _never(strategy, lambda e: e == 1e-12, 100)
+        assert _reach(strategy, lambda e: e == 0.1)
+    with S.following(SimpleNamespace(name="f64", dtype=np.dtype(np.float64))):
+        assert _reach(strategy, lambda e: e == 1e-12)
