@@ -111,6 +111,9 @@ CONTROLS = [
     # §7
     (s7.test_encoder_layer_matches_reference, {}, zoo("pre_ln_always")),
     (s7.test_encoder_layer_matches_reference, {}, zoo("norm1_reused")),
+    (s7.test_pre_ln_encoder_layer_matches_reference, {}, zoo("residual_missing")),
+    (s7.test_pre_ln_encoder_layer_matches_reference, {}, zoo("norm1_reused")),
+    (s7.test_a_stack_of_pre_ln_layers_composes, {}, zoo("residual_missing")),
     (s7.test_a_stack_of_layers_composes, {}, zoo("residual_missing")),
     (s7.test_decoder_layer_matches_reference, {}, zoo("decoder_memory_mask_ignored")),
     (s7.test_decoder_outputs_ignore_later_targets, {}, zoo("decoder_self_mask_replaces_causal")),
@@ -154,6 +157,11 @@ CONTROLS = [
     # the contract
     (contract.test_batch_elements_are_independent, {"capability": "attention"}, zoo("batch_uses_first_values")),
     (contract.test_masks_broadcast, {"capability": "attention"}, B.MaskDroppedWhenShared),
+    (contract.test_heads_that_do_not_divide_d_model_are_rejected, {}, zoo("heads_truncated")),
+    (contract.test_kv_heads_that_do_not_divide_the_heads_are_rejected, {}, zoo("kv_groups_rounded")),
+    (contract.test_queries_and_keys_of_different_widths_are_rejected, {}, zoo("features_truncated")),
+    (contract.test_masks_that_do_not_broadcast_are_rejected, {"capability": "attention"}, zoo("mask_cropped")),
+    (contract.test_non_contiguous_views_give_the_same_outputs, {"capability": "attention"}, B.RejectsStridedViews),
     (contract.test_batch_elements_are_independent, {"capability": "attention"}, zoo("mask_first_batch_only")),
     (contract.test_inputs_are_not_modified, {"capability": "attention"}, zoo("mutates_input")),
     (contract.test_calls_are_deterministic_and_keep_the_declared_dtype, {"capability": "attention"},

@@ -156,3 +156,14 @@ class NondeterministicOnce(Composed):
         self.calls = getattr(self, "calls", 0) + 1
         out = super()._weighted_sum(a, v)
         return np.nextafter(out, np.inf) if self.calls == 2 else out
+
+
+class RejectsStridedViews(Composed):
+    """attention refuses inputs that are not C-contiguous, as a ``view`` on a strided tensor does (GPT-2's
+    Conv1D in transformers fails the same way)."""
+
+    def attention(self, q, k, v, mask=None, scale=None):
+        for name, a in (("q", q), ("k", k), ("v", v)):
+            if not np.asarray(a).flags.c_contiguous:
+                raise RuntimeError(f"view size is not compatible with {name}'s size and stride")
+        return super().attention(q, k, v, mask, scale)
