@@ -127,6 +127,9 @@ def reduced_precision(dtype) -> bool:
 
 
 U64 = unit_roundoff(np.float64)
+#: a bound on η of float64's gradual underflow, the most one rounding adds in absolute terms below the
+#: normal range (Higham §2.1): η is half the smallest subnormal, which float64 cannot hold, so the whole one
+ETA64 = 2.0 ** -1074
 
 
 def _f64(a) -> np.ndarray:
@@ -567,6 +570,12 @@ def layer_norm_moments_bound(x, eps, *, dtype) -> tuple[Bound, Bound, np.ndarray
     value σ²/(σ² + ε)), from the elementwise bound Δy of :func:`layer_norm_error` (implementation) and the
     test's float64 sums: |Δ mean y| ≤ mean Δy + d u_64 max|y|, |Δ var y| ≤ 2 mean(|y| Δy) + mean Δy² +
     (d + 3) u_64 mean y² (the test forms the variance two-pass in float64).
+    Gradual underflow: every float64 operation may also add an absolute η ≤ 2⁻¹⁰⁷⁴ (the smallest
+    subnormal, ETA64; Higham §2.1, fl(a ∘ b) = (a ∘ b)(1 + δ) + η). For rows whose σ² is below float64's
+    normal range (entries ~1e-159 apart), the squares and sums of the test's variance and of σ² itself
+    lose their relative accuracy to it: each of the 2d + 2 operations adds ≤ η, and through
+    σ²/(σ² + ε), whose derivative in σ² is ε/(σ² + ε)² ≤ 1/(σ² + ε), so does the exact value: the
+    variance bound gets (2d + 2)·η·(1 + 1/(σ² + ε)), below 1e-300 whenever σ² + ε ≥ 1e-15.
     Returns (mean bound, variance bound, exact mean 0, exact variance)."""
     x = _f64(x)
     d = x.shape[-1]
@@ -581,6 +590,8 @@ def layer_norm_moments_bound(x, eps, *, dtype) -> tuple[Bound, Bound, np.ndarray
     ay = np.abs(y)
     mean_b = np.mean(dy, axis=-1) + d * U64 * np.max(ay, axis=-1)
     var_b = 2.0 * np.mean(ay * dy, axis=-1) + np.mean(dy * dy, axis=-1) + (d + 3) * U64 * np.mean(y * y, axis=-1)
+    with np.errstate(divide="ignore"):
+        var_b = var_b + (2 * d + 2) * ETA64 * (1.0 + 1.0 / (var + eps))
     return Bound(mean_b, u), Bound(var_b, u), np.zeros(var.shape), exact_var
 
 

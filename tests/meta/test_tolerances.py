@@ -549,7 +549,8 @@ def test_layer_norm_moments_bound_follows_its_docstring(dtype, u):
             y = [(v - mu) / math.sqrt(var + eps) for v in row]
             want_m[idx] = math.fsum(dy) / d + d * U64 * max(abs(v) for v in y)
             want_v[idx] = (2.0 * math.fsum(abs(y[i]) * dy[i] for i in range(d)) / d
-                           + math.fsum(e * e for e in dy) / d + (d + 3) * U64 * math.fsum(v * v for v in y) / d)
+                           + math.fsum(e * e for e in dy) / d + (d + 3) * U64 * math.fsum(v * v for v in y) / d
+                           + (2 * d + 2) * 2.0 ** -1074 * (1.0 + 1.0 / (var + eps)))
             want_var[idx] = var / (var + eps)
         check(mean_b.abs, want_m)
         check(var_b.abs, want_v)
