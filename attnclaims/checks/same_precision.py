@@ -23,7 +23,10 @@ costs u·|y|, and ``n_floor`` = the number of sub-layers whose output is rounded
 3), so an input whose naive evaluation happens to be exact still allows each sub-layer one
 rounding. One naive evaluation is one sample of the rounding error; the naive error is therefore
 taken as the worst of ``ORDERS`` evaluation orders (:class:`_Order`: the features, the FFN's
-hidden units and the tokens permuted, which the layer commutes with exactly). The check uses
+hidden units and the tokens permuted, which the layer commutes with exactly, and the layer norms'
+sums accumulated in 1–8 partial sums, as SIMD and blocked reductions do: no permutation changes the
+rounding of a sum of equal values, and a constant row's mean, amplified by 1/√ε, is the largest
+error a correct Pre-LN layer makes). The check uses
 the smaller of τ and the derived bound, so it is never looser than the derived bound.
 
 ``C_SAME``. FlashAttention's tests use 2. An implementation is not one more random order,
@@ -60,6 +63,8 @@ C_SAME = 8.0
 #: evaluation orders of the naive computation (the given one and ORDERS − 1 random ones; docs/adapters.md
 #: states the number)
 ORDERS = 16
+#: partial-sum counts a random order draws for the layer norms' sums (1 = numpy's own reduction)
+LANES = (1, 2, 3, 4, 8)
 
 
 def _c(a, dtype) -> np.ndarray:
@@ -78,6 +83,10 @@ class _Order:
         self.sigma = np.arange(d_ff) if identity else rng.permutation(d_ff)
         self.tau = np.arange(n) if identity else rng.permutation(n)
         self.rho = np.arange(n_mem) if identity else rng.permutation(n_mem)
+        # how many partial sums a layer norm's mean and variance accumulate (as SIMD lanes or a blocked
+        # BLAS reduction do): permuting the features cannot change the rounding of a sum of equal
+        # values (a constant row), a different association can
+        self.lanes = 1 if identity else int(rng.choice(LANES))
 
     def tokens(self, x, perm):  # (..., n, d) with its features and tokens permuted
         return x[..., perm, :][..., self.pi]
@@ -105,7 +114,7 @@ class _Order:
                     w2=_c(p.w2, dtype)[sigma][:, pi], b2=_c(p.b2, dtype)[pi])
 
     def norm(self, n, dtype):
-        return _c(n.gamma, dtype)[self.pi], _c(n.beta, dtype)[self.pi]
+        return _c(n.gamma, dtype)[self.pi], _c(n.beta, dtype)[self.pi], self.lanes
 
 
 def _softmax(s: np.ndarray, allowed) -> np.ndarray:
@@ -131,11 +140,26 @@ def _multi_head(x_q, x_kv, p: dict, mask) -> np.ndarray:
     return out.reshape(out.shape[:-2] + (out.shape[-2] * out.shape[-1],)) @ p["w_o"] + p["b_o"]
 
 
-def _layer_norm(x, gamma_beta, eps) -> np.ndarray:
-    """Two-pass layer norm in the array's dtype: μ, then the biased variance of the centred values."""
-    gamma, beta = gamma_beta
-    c = x - x.mean(axis=-1, keepdims=True)
-    var = (c * c).mean(axis=-1, keepdims=True)
+def _lane_mean(x: np.ndarray, lanes: int) -> np.ndarray:
+    """Mean over the last axis, summed in ``lanes`` interleaved partial sums that are then added (1: one
+    running sum; zeros pad the row to a multiple of ``lanes``, which adds nothing). (..., d) -> (..., 1)."""
+    d = x.shape[-1]
+    if lanes > 1:
+        pad = np.zeros(x.shape[:-1] + (-d % lanes,), dtype=x.dtype)
+        parts = np.concatenate([x, pad], axis=-1).reshape(x.shape[:-1] + (-1, lanes))  # (..., d / lanes, lanes)
+        total = np.zeros(x.shape[:-1], dtype=x.dtype)
+        for s in np.moveaxis(np.add.reduce(parts, axis=-2), -1, 0):  # the partial sums, added one by one
+            total = total + s
+        return (total / x.dtype.type(d))[..., None]
+    return x.mean(axis=-1, keepdims=True)
+
+
+def _layer_norm(x, norm, eps) -> np.ndarray:
+    """Two-pass layer norm in the array's dtype: μ, then the biased variance of the centred values, each
+    mean summed in the order's number of lanes (:class:`_Order`)."""
+    gamma, beta, lanes = norm
+    c = x - _lane_mean(x, lanes)
+    var = _lane_mean(c * c, lanes)
     return gamma * (c / np.sqrt(var + x.dtype.type(eps))) + beta
 
 
