@@ -160,20 +160,22 @@ def smoke(spec: str, *, timeout: float = 20.0, out=None) -> int:
     from attnclaims.impls import ImplementationError, resolve
 
     out = out or sys.stdout
+    from attnclaims.terminal import safe_text
+
     try:
         raw = resolve(spec)
     except ImplementationError as exc:
-        print(f"attnclaims smoke: {exc}", file=sys.stderr)
+        print(f"attnclaims smoke: {safe_text(exc)}", file=sys.stderr)
         return 2
     g = GuardedImplementation(raw, spec=spec, timeout=timeout)
     try:
         declared_variants(raw)
     except ValueError as exc:
-        print(f"{g.name}: {exc}", file=out)
+        print(safe_text(f"{g.name}: {exc}"), file=out)
         return 1
     declared = getattr(raw, "variants", None) or {}
-    print(f"{g.name} · dtype {g.dtype.name}" + (f" · variants {declared}" if declared else "")
-          + (f" · versions {raw.versions}" if getattr(raw, "versions", None) else ""), file=out)
+    print(safe_text(f"{g.name} · dtype {g.dtype.name}" + (f" · variants {declared}" if declared else "")
+                    + (f" · versions {raw.versions}" if getattr(raw, "versions", None) else "")), file=out)
     responsible = getattr(raw, "responsible", None) or {}
     failed, others = 0, []
     for cap in CAPABILITIES:
@@ -189,7 +191,7 @@ def smoke(spec: str, *, timeout: float = 20.0, out=None) -> int:
         except CheckFailure as exc:
             failed += 1
             where = f" [responsible: {responsible[cap]}]" if cap in responsible and "responsible" not in str(exc) else ""
-            print(f"  FAILED   {cap:<22} {str(exc).splitlines()[0]}{where}", file=out)
+            print(f"  FAILED   {cap:<22} {safe_text(str(exc).splitlines()[0])}{safe_text(where)}", file=out)
             continue
         print(f"  ok       {cap:<22} {what} ({time.perf_counter() - start:.2f} s)", file=out)
     if others:
@@ -203,11 +205,65 @@ def smoke(spec: str, *, timeout: float = 20.0, out=None) -> int:
 
 
 def configure(parser) -> None:
+    from attnclaims.guard import call_timeout_arg
+
     parser.add_argument("--impl", metavar="NAME", required=True,
                         help="the implementation: a built-in name or package.module:attr")
-    parser.add_argument("--call-timeout", metavar="SECONDS", type=float, default=20.0,
+    parser.add_argument("--call-timeout", metavar="SECONDS", type=call_timeout_arg, default=20.0,
                         help="time limit of one call (default 20)")
 
 
+def _limit(call_timeout: float) -> float:
+    """The whole smoke run's deadline: importing the library (120 s at most, as the orchestrator's probe
+    allows) and two guarded calls per smoke-tested capability, each within the per-call limit."""
+    return 120.0 + 2 * len(SMOKE) * (call_timeout or 20.0) + 30.0
+
+
 def run(args) -> int:
-    return smoke(args.impl, timeout=args.call_timeout)
+    """The checks run in a child process (``python -m attnclaims.smoke``), in a process group of its own:
+    the implementation's code never runs in the command line's process, so a SystemExit, an abort, a
+    hang or a thread of the implementation cannot take the CLI with it."""
+    import os
+    import subprocess
+
+    from attnclaims.orchestrator import kill_group
+
+    cmd = [sys.executable, "-m", "attnclaims.smoke", "--impl", args.impl, "--call-timeout", str(args.call_timeout)]
+    proc = subprocess.Popen(cmd, start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        code = proc.wait(timeout=_limit(args.call_timeout))
+    except subprocess.TimeoutExpired:
+        kill_group(proc.pid)
+        proc.wait()
+        print(f"attnclaims smoke: {args.impl!r} did not finish within {_limit(args.call_timeout):g} s", file=sys.stderr)
+        return 1
+    finally:
+        if proc.poll() is None:  # interrupted: take the child's process group down too
+            kill_group(proc.pid)
+    if code < 0 or code not in (0, 1, 2):
+        print(f"attnclaims smoke: the check of {args.impl!r} ended with exit status {code} "
+              "(the implementation exited or crashed the process)", file=sys.stderr)
+        return 2 if code == 2 else 1
+    return code
+
+
+def _child_main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="attnclaims smoke")
+    configure(parser)
+    args = parser.parse_args(argv)
+    try:
+        return smoke(args.impl, timeout=args.call_timeout)
+    except SystemExit as exc:  # the implementation's import or factory called sys.exit
+        print(f"attnclaims smoke: {args.impl!r} called sys.exit({exc.code!r})", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    import os
+
+    code = _child_main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # threads the implementation started cannot keep the child alive

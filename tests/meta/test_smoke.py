@@ -54,3 +54,25 @@ def test_the_cli_has_the_command():
 
     with pytest.raises(SystemExit):
         main(["smoke", "--help"])
+
+
+@pytest.mark.parametrize("spec, code, says", [
+    ("sys:exit", 2, "SystemExit"),
+    ("os:abort", 1, "exit status"),
+    ("reference", 0, ""),
+])
+def test_the_command_runs_the_implementation_in_a_child(spec, code, says):
+    """``attnclaims smoke`` never runs implementation code in its own process: an implementation whose
+    factory exits or aborts the process gives one line and an exit status, never a silent exit 0 or a
+    core dump of the command line."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "attnclaims", "smoke", "--impl", spec],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    if says:
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and says in lines[0], proc.stderr
+    else:
+        assert "all smoke checks passed" in proc.stdout
