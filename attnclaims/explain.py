@@ -293,9 +293,9 @@ def render(registry, claim, args) -> str:
     from attnclaims.report.mathtext import to_plain
 
     lang = getattr(args, "lang", "en")
-    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
+    T = lambda key, **kw: i18n.t(lang, key, **kw)
     zh = dict(getattr(claim, "zh", {}) or {}) if lang == "zh" else {}
-    f = lambda name: to_plain(zh.get(name) or getattr(claim, name))  # noqa: E731
+    f = lambda name: to_plain(zh.get(name) or getattr(claim, name))
     last, path = load_last(args.report)
     out = [f"{claim.id} — {f('title')} (§{claim.section})",
            f"{T('expected_verdict')}: {i18n.verdict_word(claim.expected_verdict, lang)} · {T('methods')}: "

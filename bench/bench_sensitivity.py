@@ -280,7 +280,7 @@ def run(quick: bool = False, seed: int = 0, libraries: bool = True, draws: int |
                 for ch, hit in hits.items():
                     counts[case.op][ch][k] += hit
                     detected[case.op][ch][k] &= hit
-            perturb = lambda e: out * (1.0 + e * signs)  # noqa: E731
+            perturb = lambda e: out * (1.0 + e * signs)
             exact = {"suite": lambda e: suite_check(perturb(e), ref, bound)[0],
                      "numpy assert_allclose": lambda e: numpy_check(perturb(e), ref),
                      "torch assert_close": lambda e: torch_check(perturb(e), ref)}

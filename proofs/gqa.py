@@ -61,7 +61,7 @@ def _case(h: int, h_kv: int) -> Derivation:
     WO = [sp.MatrixSymbol(f"W_O{i}", d_k, d_model) for i in range(h)]
     K, V = kv_blocks(h_kv, "K"), kv_blocks(h_kv, "V")
     # head i: softmax(Q_i K_iᵀ / √d_k) V_i (the softmax opaque: only its argument matters here)
-    head = lambda q, k, v: sp.MatMul(MatFn("softmax", q * k.T / sp.sqrt(d_k)), v, evaluate=False)  # noqa: E731
+    head = lambda q, k, v: sp.MatMul(MatFn("softmax", q * k.T / sp.sqrt(d_k)), v, evaluate=False)
     Kp = [block_of_product(h, h_kv, i, "K") for i in range(h)]
     Vp = [block_of_product(h, h_kv, i, "V") for i in range(h)]
     mha = sp.MatAdd(*[sp.MatMul(head(Qh[i], Kp[i], Vp[i]), WO[i], evaluate=False) for i in range(h)], evaluate=False)

@@ -68,7 +68,7 @@ def calls(draw, capability: str, *, generic: bool = False) -> Call:
     d = draw(S.dims(batch_ndim=(0, 0), max_seq=8))
     b = (BATCH,)
     make = S.random_arrays if generic else S.arrays
-    arr = lambda shape, scale=1.0: draw(make(shape, scale=scale))  # noqa: E731
+    arr = lambda shape, scale=1.0: draw(make(shape, scale=scale))
     if capability == "softmax":
         return Call((arr(b + (d.n_q, d.n_k), 4.0),), (0,), lambda a, u: T.softmax_error(a[0], -1, u=u))
     if capability == "attention":

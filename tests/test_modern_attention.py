@@ -187,7 +187,7 @@ def test_rotary_scores_depend_only_on_the_offset(impl, data, k):
     keys = k.draw(S.arrays(q.shape, scale=1.0), label="keys")
     q, keys = S.cast(q, impl.dtype), S.cast(keys, impl.dtype)
     shift = k.draw(st.sampled_from([1, 3, 100, 4096]), label="shift")
-    scores = lambda p: (impl.rotary_embedding(q, p, base, layout).astype(np.float64)  # noqa: E731
+    scores = lambda p: (impl.rotary_embedding(q, p, base, layout).astype(np.float64)
                         @ np.swapaxes(impl.rotary_embedding(keys, p, base, layout).astype(np.float64), -1, -2))
     u = _u(impl)
     bound = (T.Bound(MT.rotary_scores_error(q, keys, pos, pos, base, layout, u=u), u)

@@ -255,8 +255,8 @@ def test_output_is_linear_in_values(impl, case, data, alpha):
     v2 = data.draw(S.arrays(c.v.shape, scale=2.0), label="V2")
     v3 = S.cast(alpha * c.v.astype(np.float64) + v2.astype(np.float64), impl.dtype)
     u = T.unit_roundoff(impl.dtype)
-    f = lambda v: impl.attention(c.q, c.k, v, c.mask, c.scale).astype(np.float64)  # noqa: E731
-    err = lambda v, ev=None: T.attention_error(c.q, c.k, v, c.mask, c.scale, u=u, ev=ev)  # noqa: E731
+    f = lambda v: impl.attention(c.q, c.k, v, c.mask, c.scale).astype(np.float64)
+    err = lambda v, ev=None: T.attention_error(c.q, c.k, v, c.mask, c.scale, u=u, ev=ev)
     bound = (T.Bound(err(v3, u * np.abs(v3.astype(np.float64))), u) + T.Bound(abs(alpha) * err(c.v), u)
              + T.Bound(err(v2), u))
     T.assert_close(f(v3), alpha * f(c.v) + f(v2), bound, c.describe() + f": linear in V (alpha={alpha})",

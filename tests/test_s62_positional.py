@@ -163,11 +163,11 @@ def test_rnn_and_convolution_fail_the_equivariance_check(baseline, x, data):
     rng = np.random.default_rng(data.draw(S.seeds(), label="weights seed"))
     if baseline == "tanh_rnn":
         w, u = rng.normal(0, 0.5, (4, 4)), rng.normal(0, 1.0, (3, 4))
-        f = lambda a: tanh_rnn(a, w, u)  # noqa: E731
+        f = lambda a: tanh_rnn(a, w, u)
         terms = 7
     else:
         w = rng.normal(0, 1.0, (3, 3, 4))
-        f = lambda a: conv1d(a, w, padding="same")  # noqa: E731
+        f = lambda a: conv1d(a, w, padding="same")
         terms = 9
     with pytest.raises(CheckFailure):
         check_equivariant(f, x, perm, _baseline_bound(f(x), terms), f"{baseline} (control)")
@@ -323,7 +323,7 @@ def test_adding_an_encoding_breaks_equivariance(impl, kind, data, params):
         pe = impl.positional_encoding(d.n_q, d.d_model).astype(np.float64)
     else:
         pe = learned_encoding(params.draw(S.seeds(), label="table seed"), d.n_q, d.d_model)
-    with_pe = lambda x: S.cast(x.astype(np.float64) + pe, impl.dtype)  # noqa: E731
+    with_pe = lambda x: S.cast(x.astype(np.float64) + pe, impl.dtype)
     a, b = with_pe(c.x[..., perm, :]), with_pe(c.x)
     out_p = impl.multi_head_attention(a, a, p)
     out = impl.multi_head_attention(b, b, p)

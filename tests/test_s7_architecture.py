@@ -213,7 +213,7 @@ def test_cross_attention_depends_on_memory_through_unmasked_rows(impl, data, pic
     assert out.shape == (batch, n_t, d_model), f"out.shape={out.shape}, but should be {(batch, n_t, d_model)}"
     seen = np.broadcast_to(memory_mask, (batch, n_t, n_s)).any(axis=-2)  # (batch, n_s): rows some query attends
     u = _u(impl)
-    err = lambda m: T.multi_head_error(c.x, m, attn, memory_mask, u=u)  # noqa: E731
+    err = lambda m: T.multi_head_error(c.x, m, attn, memory_mask, u=u)
     changed = c.memory.copy()
     shift = pick.draw(S.random_arrays(changed[seen].shape, scale=1.0), label="shift of attended rows")
     changed[seen] = S.cast(changed[seen].astype(np.float64) + 1.0 + shift, impl.dtype)  # never the same rows
@@ -242,7 +242,7 @@ def test_decoder_output_has_target_length_and_ignores_masked_memory_rows(impl, d
     seen = np.broadcast_to(memory_mask, (batch, n_t, n_s)).any(axis=-2)
     if (~seen).any():
         u = _u(impl)
-        err = lambda m: T.decoder_layer_error(c.x, m, p, self_mask, memory_mask, u=u)  # noqa: E731
+        err = lambda m: T.decoder_layer_error(c.x, m, p, self_mask, memory_mask, u=u)
         hidden = c.memory.copy()
         hidden[~seen] = pick.draw(S.random_arrays(hidden[~seen].shape, scale=2.0), label="new hidden rows")
         T.assert_close(impl.decoder_layer(c.x, hidden, p, self_mask, memory_mask), out,
@@ -307,7 +307,7 @@ def test_causal_attention_pass_equals_attention_on_prefixes(impl, case):
     n = c.n_q
     causal = S.causal_masks(n)
     full = impl.attention(c.q, c.k, c.v, causal, c.scale)
-    prefix = lambda a, t: np.ascontiguousarray(a[..., : t + 1, :])  # noqa: E731
+    prefix = lambda a, t: np.ascontiguousarray(a[..., : t + 1, :])
     steps = np.stack([impl.attention(prefix(c.q, t), prefix(c.k, t), prefix(c.v, t), S.causal_masks(t + 1), c.scale)[..., t, :]
                       for t in range(n)], axis=-2)
     T.assert_close(steps, full, T.self_consistency(T.attention_error, c.q, c.k, c.v, causal, c.scale, dtype=impl.dtype),

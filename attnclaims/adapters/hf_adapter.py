@@ -264,12 +264,12 @@ class _HFBase:
 
 # -- BERT ---------------------------------------------------------------------------------------
 def _linear(torch, name: str, w, b) -> dict:
-    t = lambda a: torch.tensor(np.asarray(a, dtype=np.float64))  # noqa: E731
+    t = lambda a: torch.tensor(np.asarray(a, dtype=np.float64))
     return {f"{name}.weight": t(w).T, f"{name}.bias": t(b)}  # nn.Linear: x @ weight.T + bias
 
 
 def _ln(torch, name: str, norm) -> dict:
-    t = lambda a: torch.tensor(np.asarray(a, dtype=np.float64))  # noqa: E731
+    t = lambda a: torch.tensor(np.asarray(a, dtype=np.float64))
     return {f"{name}.weight": t(norm.gamma), f"{name}.bias": t(norm.beta)}
 
 
@@ -532,7 +532,7 @@ class HFBert(_HFBase):
             named = dict(layer.named_parameters())
             dy, dm, *gp = self._grads(out, [ty, tm] + list(named.values()), np.asarray(d_out).reshape(out.shape))
         g = dict(zip(named, gp))
-        ln = lambda name: LayerNormParams(g[f"{name}.weight"], g[f"{name}.bias"])  # noqa: E731
+        ln = lambda name: LayerNormParams(g[f"{name}.weight"], g[f"{name}.bias"])
         return (sum_to(dy.reshape(batch + (n_t, d)), np.shape(y)), sum_to(dm.reshape(batch + (n_s, d)), np.shape(memory)),
                 DecoderLayerParams(
                     self_attn=self._mha_grads(g, "attention.self.", "attention.output.dense", p.self_attn),
@@ -556,7 +556,7 @@ class HFBertFloat32(HFBert):
 
 # -- GPT-2 --------------------------------------------------------------------------------------
 def _conv1d(torch, name: str, w, b) -> dict:
-    t = lambda a: torch.tensor(np.asarray(a, dtype=np.float64))  # noqa: E731
+    t = lambda a: torch.tensor(np.asarray(a, dtype=np.float64))
     return {f"{name}.weight": t(w), f"{name}.bias": t(b)}  # Conv1D: x @ weight + bias, weight (in, out)
 
 
@@ -798,8 +798,8 @@ class HFGPT2(_HFBase):
             named = dict(block.named_parameters())
             dy, dm, *gp = self._grads(out, [ty, tm] + list(named.values()), np.asarray(d_out).reshape(out.shape))
         g = dict(zip(named, gp))
-        ln = lambda name: LayerNormParams(g[f"{name}.weight"], g[f"{name}.bias"])  # noqa: E731
-        c = lambda a: np.ascontiguousarray(a)  # noqa: E731
+        ln = lambda name: LayerNormParams(g[f"{name}.weight"], g[f"{name}.bias"])
+        c = lambda a: np.ascontiguousarray(a)
         sw, sb = g["attn.c_attn.weight"], g["attn.c_attn.bias"]  # (d, 3d): [W_Q | W_K | W_V]
         cw, cb = g["crossattention.c_attn.weight"], g["crossattention.c_attn.bias"]  # (d, 2d): [W_K | W_V]
         self_attn = MultiHeadParams(w_q=c(sw[:, :d]), w_k=c(sw[:, d:2 * d]), w_v=c(sw[:, 2 * d:]),

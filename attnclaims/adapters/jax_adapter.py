@@ -260,7 +260,7 @@ class JaxImplementation:
     def layer_norm(self, x, gamma, beta, eps):
         """``flax.nnx.LayerNorm(d, epsilon=eps, dtype=float64, param_dtype=float64)`` with
         ``scale = gamma``, ``bias = beta`` and flax's other defaults (``use_fast_variance=True``)."""
-        c = lambda a: _cast(a, self.dtype)  # noqa: E731
+        c = lambda a: _cast(a, self.dtype)
         return _numpy(self._fn["layer_norm"](c(x), c(gamma), c(beta), float(eps)))
 
     def feed_forward(self, x, params):
@@ -334,7 +334,7 @@ class JaxImplementation:
 
     def layer_norm_vjp(self, x, gamma, beta, eps, d_out):
         """``jax.vjp`` of :meth:`layer_norm`'s ``flax.nnx.LayerNorm`` call with respect to x, scale, bias."""
-        c = lambda a: _cast(a, self.dtype)  # noqa: E731
+        c = lambda a: _cast(a, self.dtype)
         fn = _vjp_functions(self.dtype.name)["layer_norm"]
         return tuple(_numpy(a) for a in fn(c(x), c(gamma), c(beta), float(eps), c(d_out)))
 

@@ -83,7 +83,7 @@ def _negated_masks(torch, mask, batch: tuple[int, ...], n_q: int, n_k: int, num_
 
 def _mha_state(torch, p, prefix: str = "") -> dict:
     """MultiHeadParams -> nn.MultiheadAttention's state dict (Linear computes x @ weight.T + bias)."""
-    t = lambda a: torch.tensor(np.asarray(a, dtype=np.float64))  # noqa: E731
+    t = lambda a: torch.tensor(np.asarray(a, dtype=np.float64))
     return {
         f"{prefix}in_proj_weight": torch.cat([t(p.w_q).T, t(p.w_k).T, t(p.w_v).T]),  # (3·d_model, d_model)
         f"{prefix}in_proj_bias": torch.cat([t(p.b_q), t(p.b_k), t(p.b_v)]),  # (3·d_model,)
@@ -93,13 +93,13 @@ def _mha_state(torch, p, prefix: str = "") -> dict:
 
 
 def _ffn_state(torch, p) -> dict:
-    t = lambda a: torch.tensor(np.asarray(a, dtype=np.float64))  # noqa: E731
+    t = lambda a: torch.tensor(np.asarray(a, dtype=np.float64))
     return {"linear1.weight": t(p.w1).T, "linear1.bias": t(p.b1),  # (d_ff, d_model)
             "linear2.weight": t(p.w2).T, "linear2.bias": t(p.b2)}  # (d_model, d_ff)
 
 
 def _norm_state(torch, name: str, norm) -> dict:
-    t = lambda a: torch.tensor(np.asarray(a, dtype=np.float64))  # noqa: E731
+    t = lambda a: torch.tensor(np.asarray(a, dtype=np.float64))
     return {f"{name}.weight": t(norm.gamma), f"{name}.bias": t(norm.beta)}
 
 
@@ -437,7 +437,7 @@ class TorchImplementation(_TorchBase):
                 return self._gated(z, p.ffn)
             return self._linear(nn.functional.relu(self._linear(z, p.ffn.w1, p.ffn.b1)), p.ffn.w2, p.ffn.b2)
 
-        attn = lambda z: self._sdpa_heads(z, z, p.self_attn, attn_mask=attn_mask, is_causal=mask is None)  # noqa: E731
+        attn = lambda z: self._sdpa_heads(z, z, p.self_attn, attn_mask=attn_mask, is_causal=mask is None)
         n1, n2 = norm(p.norm1), norm(p.norm2)
         with torch.no_grad():
             if p.norm_first:

@@ -125,7 +125,7 @@ def rotary_scores_error(q, k, q_positions, k_positions, base: float, layout: str
     eq = rotary_error(q, q_positions, base, layout, u=u)
     ek = rotary_error(k, k_positions, base, layout, u=u)
     aq, ak = np.abs(qr), np.abs(kr)
-    swap = lambda a: np.swapaxes(a, -1, -2)  # noqa: E731
+    swap = lambda a: np.swapaxes(a, -1, -2)
     return eq @ swap(ak) + aq @ swap(ek) + (q.shape[-1] + 1) * T.U64 * (aq @ swap(ak))
 
 

@@ -720,7 +720,7 @@ def weights_probe(q, k, scale=None):
     eye[:, :n_k] = np.eye(n_k)
     if width == d_k:
         return q, k, eye, scale
-    pad = lambda a: np.concatenate([a, np.zeros(a.shape[:-1] + (width - d_k,), a.dtype)], axis=-1)  # noqa: E731
+    pad = lambda a: np.concatenate([a, np.zeros(a.shape[:-1] + (width - d_k,), a.dtype)], axis=-1)
     return pad(q), pad(k), eye, 1.0 / math.sqrt(d_k) if scale is None else scale
 
 
@@ -758,7 +758,7 @@ def edge_attention_case(name: str) -> AttentionCase:
     mask, scale, the bug it is for); tests/meta/test_documented_inputs.py keeps that table and this code
     in agreement."""
     rng = np.random.default_rng(sum(map(ord, name)))
-    u = lambda *shape: rng.uniform(-1.0, 1.0, size=shape)  # noqa: E731
+    u = lambda *shape: rng.uniform(-1.0, 1.0, size=shape)
     if name == "one-key":
         return AttentionCase(u(3, 4), u(1, 4), u(1, 5), label=name)
     if name == "one-query":

@@ -372,7 +372,7 @@ def score_error(q, k, scale=None, *, u: float, eq=None, ek=None) -> np.ndarray:
     s = abs(_default_scale(d_k, scale))
     aq, ak = np.abs(q), np.abs(k)
     eq, ek = _zeros_like(q, eq), _zeros_like(k, ek)
-    kt = lambda a: np.swapaxes(a, -1, -2)  # noqa: E731
+    kt = lambda a: np.swapaxes(a, -1, -2)
     return s * (u * (d_k + 3) * (aq @ kt(ak)) + eq @ kt(ak) + aq @ kt(ek) + eq @ kt(ek))
 
 
@@ -501,7 +501,7 @@ def multi_head_error(x_q, x_kv, params, mask=None, *, u: float, ex_q=None, ex_kv
     p = params
     x_q, x_kv = _f64(x_q), _f64(x_kv)
     h = p.num_heads
-    proj = lambda x, w, b: x @ _f64(w) + _f64(b)  # noqa: E731
+    proj = lambda x, w, b: x @ _f64(w) + _f64(b)
     q, k, v = proj(x_q, p.w_q, p.b_q), proj(x_kv, p.w_k, p.b_k), proj(x_kv, p.w_v, p.b_v)
     eq = linear_error(x_q, p.w_q, p.b_q, u=u, ex=ex_q)
     ek = linear_error(x_kv, p.w_k, p.b_k, u=u, ex=ex_kv)
@@ -813,7 +813,7 @@ def attention_vjp_error(q, k, v, d, mask=None, scale=None, *, u: float) -> tuple
     with np.errstate(over="ignore", invalid="ignore"):
         da_w = np.where(a > 0, np.minimum(a * ((1.0 + r_score) * (1.0 + r_round) - 1.0), 1.0), 0.0)
     n_q, n_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
-    t = lambda x: np.swapaxes(x, -1, -2)  # noqa: E731
+    t = lambda x: np.swapaxes(x, -1, -2)
     ad, av, aq, ak = np.abs(d), np.abs(vb), np.abs(qb), np.abs(kb)
     big_m = np.where(a > 0, ad @ t(av), 0.0)  # (..., n_q, n_k)
     e_da = u * (d_v + 2) * big_m
@@ -903,7 +903,7 @@ def feed_forward_vjp_error(x, params, d, *, u: float) -> tuple[np.ndarray, dict]
     dpre_bar = dh_bar * active
     rows_x = x.reshape(-1, x.shape[-1])
     r = rows_x.shape[0]
-    flat = lambda a: a.reshape(-1, a.shape[-1])  # noqa: E731
+    flat = lambda a: a.reshape(-1, a.shape[-1])
     h = np.maximum(pre, 0.0)
     e_h = e_pre * active
     ad = np.abs(d)

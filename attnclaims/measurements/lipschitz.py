@@ -80,8 +80,8 @@ def attention_lipschitz(profile: str, out_dir, seed: int = CI_SEED, swap: bool =
         dp, l2 = [], []
         for c in scales:
             x = c * x0
-            f_dp = lambda xx: dot_product_attention_c(xx, wq, wk, wv)  # noqa: E731
-            f_l2 = lambda xx: l2_attention_c(xx, wq, wv)  # noqa: E731
+            f_dp = lambda xx: dot_product_attention_c(xx, wq, wk, wv)
+            f_l2 = lambda xx: l2_attention_c(xx, wq, wv)
             ref_dp = attention(x @ wq, x @ wk, x @ wv)
             ref_l2 = l2_attention(x, wq, wv)
             primal_err = max(primal_err,

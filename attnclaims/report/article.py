@@ -200,7 +200,7 @@ def _open(group, claims: Mapping) -> str:
 
 def _close(group, claims: Mapping, cols: Sequence[str], lang: str) -> str:
     _, _, ids = group
-    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
+    T = lambda key, **kw: i18n.t(lang, key, **kw)
     tip, ann = [], []
     for cid in ids:
         c = claims[cid]

@@ -480,8 +480,8 @@ def _conventions(report: Mapping) -> str:
 def _claim(c: Mapping, report: Mapping, out_dir: Path | None, fig_index: list[int], lang: str = "en",
            cols: Sequence[str] = ()) -> str:
     env = report["environment"]
-    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
-    ct = lambda name: i18n.claim_text(c, name, lang)  # noqa: E731
+    T = lambda key, **kw: i18n.t(lang, key, **kw)
+    ct = lambda name: i18n.claim_text(c, name, lang)
     shown = [n for n in (cols or c["verdicts"]) if n in c["verdicts"]]
     bad = any(is_problem(c, n) for n in c["verdict_details"])
     p: list[str] = [f'<section class="claim{" bad" if bad else ""}" id="claim-{esc(c["id"])}" data-claim="{esc(c["id"])}">']
@@ -544,7 +544,7 @@ def _claim(c: Mapping, report: Mapping, out_dir: Path | None, fig_index: list[in
 def _evidence(c: Mapping, lang: str) -> str:
     """Problems open (failed, error, not applicable); passing checks as one line (count, kinds, slowest);
     every check in a collapsed table."""
-    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
+    T = lambda key, **kw: i18n.t(lang, key, **kw)
     ev = c["evidence"]
     if not ev:
         return f'<p class="note">{esc(T("no_evidence"))}</p>'
@@ -589,7 +589,7 @@ def _math_block(mathml: str, fallback: str) -> str:
 
 
 def _derivation(d: Mapping, lang: str = "en", instances: Sequence[Mapping] = (), nested: bool = False) -> str:
-    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
+    T = lambda key, **kw: i18n.t(lang, key, **kw)
     status = {"passed": T("every_step"), "failed": T("a_step_fails"), "not run": T("not_checked")}
     cls = {"passed": "o-passed", "failed": "o-failed"}.get(d["outcome"], "o-not-applicable")
     n = len(d["steps"])
@@ -651,7 +651,7 @@ MAX_INSTANCE_MATHML = 6000
 
 
 def _instance_line(d: Mapping, lang: str) -> str:
-    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
+    T = lambda key, **kw: i18n.t(lang, key, **kw)
     status = {"passed": T("every_step"), "not run": T("not_checked")}.get(d["outcome"], d["outcome"])
     return (f'<p class="inst">{esc(d.get("instance_label", ""))}: <b>{esc(d["title"] or d["name"])}</b> '
             f'<span class="o {"o-passed" if d["outcome"] == "passed" else "o-not-applicable"}">{esc(status)}</span> '
@@ -660,7 +660,7 @@ def _instance_line(d: Mapping, lang: str) -> str:
 
 
 def _failure(e: Mapping, env: Mapping, lang: str = "en") -> str:
-    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
+    T = lambda key, **kw: i18n.t(lang, key, **kw)
     what = T("failure") if e["outcome"] == "failed" else T("error")
     p = [f'<div class="fail"><h4>{esc(what)}: <code>{esc(e["name"])}</code> '
          f'({esc(e["implementation"] or T("any_impl"))})</h4>']
@@ -683,7 +683,7 @@ def _failure(e: Mapping, env: Mapping, lang: str = "en") -> str:
 
 
 def _measurement(e: Mapping, out_dir: Path | None, fig_index: list[int], lang: str = "en") -> str:
-    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
+    T = lambda key, **kw: i18n.t(lang, key, **kw)
     data = e.get("data") or {}
     special = {k: data[k] for k in ("decision", "false_alarm", "table") if data.get(k) is not None}
     scalars, raw = scalar_data(data)

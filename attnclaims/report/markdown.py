@@ -101,7 +101,7 @@ def verdict_cell(verdict: str, expected: str, lang: str = "en", problem: bool | 
 
 def summary_table(report: Mapping, link: bool = True, lang: str = "en") -> str:
     cols = columns(report)
-    T = lambda key: i18n.t(lang, key)  # noqa: E731
+    T = lambda key: i18n.t(lang, key)
     header = [T("claim"), T("section"), T("expected")] + [cell(i18n.verdict_word(i, lang)) for i in cols]
     rows = []
     for c in report["claims"]:
@@ -114,7 +114,7 @@ def summary_table(report: Mapping, link: bool = True, lang: str = "en") -> str:
 
 def render(report: Mapping, lang: str = "en") -> str:
     env = report["environment"]
-    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
+    T = lambda key, **kw: i18n.t(lang, key, **kw)
     files, other = i18n.FILES[lang], i18n.FILES["zh" if lang == "en" else "en"]
     out: list[str] = []
     title = report["source"]["title"]
@@ -232,7 +232,7 @@ def _conventions_table(report: Mapping) -> str:
 
 
 def _step_lines(s: Mapping, lang: str) -> list[str]:
-    T = lambda key: i18n.t(lang, key)  # noqa: E731
+    T = lambda key: i18n.t(lang, key)
     out = []
     latex = s.get("latex") or ""
     if latex and len(latex) <= MAX_LATEX:
@@ -254,7 +254,7 @@ def _step_lines(s: Mapping, lang: str) -> list[str]:
 
 
 def _derivation(d: Mapping, instances: Sequence[Mapping], lang: str) -> list[str]:
-    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
+    T = lambda key, **kw: i18n.t(lang, key, **kw)
     status = {"passed": T("every_step"), "failed": T("a_step_fails"), "not run": T("not_checked")}
     mark = {"passed": "✓", "failed": "✗"}.get(d["outcome"], "?")
     out = ["<details open>" if d["outcome"] == "failed" or not d.get("instance_of") else "<details>",
@@ -282,8 +282,8 @@ def _derivation(d: Mapping, instances: Sequence[Mapping], lang: str) -> list[str
 
 def _claim(c: Mapping, report: Mapping, lang: str = "en") -> list[str]:
     env = report["environment"]
-    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731
-    ct = lambda name: i18n.claim_text(c, name, lang)  # noqa: E731
+    T = lambda key, **kw: i18n.t(lang, key, **kw)
+    ct = lambda name: i18n.claim_text(c, name, lang)
     dot = "：" if lang == "zh" else "."
     out = [f"### {c['id']}", ""]
     out.append(f"**{rich(ct('title'))}** · {text(section_label(c['section']))} · {T('methods')}: "

@@ -83,7 +83,7 @@ class BackwardComposed(LayerBackward, Composed):
         head_mask = self._head_mask(mask, xq, xkv)
         heads = self.attention(q, k, v, mask=head_mask)
         merged = self._merge(heads)
-        rows = lambda a: a.reshape(-1, a.shape[-1])  # noqa: E731
+        rows = lambda a: a.reshape(-1, a.shape[-1])
         dheads = self._split(d @ p.w_o.T, p.num_heads)
         dq, dk, dv = self.attention_vjp(q, k, v, dheads, mask=head_mask)
         g = {"q": self._merge(dq), "k": self._merge(dk), "v": self._merge(dv)}
@@ -117,7 +117,7 @@ class BackwardComposed(LayerBackward, Composed):
         pre = x @ p.w1 + p.b1
         hidden = self._activation(pre)
         dpre = (d @ p.w2.T) * (pre > 0)
-        rows = lambda a: a.reshape(-1, a.shape[-1])  # noqa: E731
+        rows = lambda a: a.reshape(-1, a.shape[-1])
         return dpre @ p.w1.T, FeedForwardParams(w1=rows(x).T @ rows(dpre), b1=self._bias_gradient(dpre),
                                                 w2=rows(hidden).T @ rows(d), b2=self._bias_gradient(d))
 

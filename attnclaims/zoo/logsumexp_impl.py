@@ -193,9 +193,9 @@ class LogSumExpImplementation(LogSumExpBackward):
 
     def _block_residual(self, x, sub, norm, eps, norm_first):
         if hasattr(norm, "beta"):
-            n = lambda t: self.layer_norm(t, norm.gamma, norm.beta, eps)  # noqa: E731
+            n = lambda t: self.layer_norm(t, norm.gamma, norm.beta, eps)
         else:
-            n = lambda t: self.rms_norm(t, norm.gamma, eps)  # noqa: E731
+            n = lambda t: self.rms_norm(t, norm.gamma, eps)
         return residual_sublayer(x, sub, n, norm_first)
 
     def _block(self, x, p, cache, start: int, mask=None):

@@ -256,7 +256,7 @@ class LoopsImplementation(LoopsBackward):
         def attn(z):
             q, k, v = _linear(z, a.w_q, a.b_q), _linear(z, a.w_k, a.b_k), _linear(z, a.w_v, a.b_v)
             if p.rope is not None:
-                rot = lambda y, heads: np.concatenate(  # noqa: E731
+                rot = lambda y, heads: np.concatenate(
                     [self.rotary_embedding(y[..., j * d_k:(j + 1) * d_k], [t], p.rope.base, p.rope.layout)
                      for j in range(heads)], axis=-1)
                 q, k = rot(q, h), rot(k, h_kv)

@@ -39,7 +39,7 @@ def _table(page: str, header_start: str) -> list[dict[str, str]]:
     lines = page.splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith(header_start)]
     assert len(starts) == 1, f"docs/adapters.md: expected one table starting {header_start!r}, found {len(starts)}"
-    cells = lambda line: [c.strip().strip("`") for c in line.strip().strip("|").split("|")]  # noqa: E731
+    cells = lambda line: [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
     header = cells(lines[starts[0]])
     rows = []
     for line in lines[starts[0] + 2:]:
@@ -74,7 +74,7 @@ def test_profile_sizes_are_those_of_the_page():
 
 def test_the_numbers_in_the_drawing_rules_are_the_codes():
     page = _docs_page()
-    said = lambda pattern: [int(x) for x in re.findall(pattern, page)]  # noqa: E731
+    said = lambda pattern: [int(x) for x in re.findall(pattern, page)]
     assert said(r"short lengths 1 … (\d+)") == [S.SHORT_SEQ]
     assert said(r"min\(`max_seq`, (\d+)\)") == [S.LAYER_MAX_SEQ]
     assert said(r"heads: 1 … min\((\d+), `max_dim`\)") == [inspect.signature(S.dims).parameters["max_heads"].default]

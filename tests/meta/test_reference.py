@@ -525,8 +525,8 @@ def test_encoder_layer_matches_the_formula(norm_first):
     p = init_encoder_layer(rng, 8, 2, 16, norm_first=norm_first, norm_spread=0.2)
     x = rng.normal(size=(2, 5, 8))
     mask = padding_mask([5, 4], 5)
-    ln1 = lambda h: direct_layer_norm(h, p.norm1, p.eps)  # noqa: E731
-    ln2 = lambda h: direct_layer_norm(h, p.norm2, p.eps)  # noqa: E731
+    ln1 = lambda h: direct_layer_norm(h, p.norm1, p.eps)
+    ln2 = lambda h: direct_layer_norm(h, p.norm2, p.eps)
     if norm_first:  # x = x + SA(LN1(x)); x = x + FFN(LN2(x))
         h = x + direct_multi_head(ln1(x), ln1(x), p.self_attn, mask)
         expected = h + direct_ffn(ln2(h), p.ffn)

@@ -356,7 +356,7 @@ def _ffn32(x, p):
 
 
 def _mha32(x_q, x_kv, p, mask=None):
-    f = lambda a: np.asarray(a).astype(_F32)  # noqa: E731
+    f = lambda a: np.asarray(a).astype(_F32)
     q, k, v = (split_heads(x @ f(w) + f(b), p.num_heads).astype(_F32)
                for x, w, b in ((f(x_q), p.w_q, p.b_q), (f(x_kv), p.w_k, p.b_k), (f(x_kv), p.w_v, p.b_v)))
     heads = _attn32(q, k, v, None if mask is None else np.asarray(mask)[..., None, :, :])
@@ -678,7 +678,7 @@ def test_bound_arithmetic_and_the_two_comparison_bounds():
     for m in (a * 3, 3 * a):
         assert m.abs.tolist() == [3.0, 6.0] and m.tol == 1.5
     assert a.scale.tolist() == [2.0, 4.0]
-    err = lambda x, *, u: u * np.asarray(x)  # noqa: E731
+    err = lambda x, *, u: u * np.asarray(x)
     u32, u64 = T.unit_roundoff(np.float32), T.U64
     c = T.conformance(err, [1.0, 2.0], dtype=np.float32)
     assert c.tol == u32 + u64 and c.abs.tolist() == [u32 + u64, 2 * (u32 + u64)]
@@ -836,7 +836,7 @@ def test_score_and_linear_bounds_follow_their_docstrings():
     eq, ek = np.full(q.shape, 1e-9), np.full(k.shape, 2e-9)
     u, s = 1e-8, 1 / np.sqrt(5)
     aq, ak = np.abs(q), np.abs(k)
-    kt = lambda m: np.swapaxes(m, -1, -2)  # noqa: E731
+    kt = lambda m: np.swapaxes(m, -1, -2)
     want = s * (u * (5 + 3) * (aq @ kt(ak)) + eq @ kt(ak) + aq @ kt(ek) + eq @ kt(ek))
     np.testing.assert_allclose(T.score_error(q, k, u=u, eq=eq, ek=ek), want, rtol=1e-12)
     np.testing.assert_allclose(T.score_error(q, k, 0.5, u=u), 0.5 * u * 8 * (aq @ kt(ak)), rtol=1e-12)

@@ -219,7 +219,7 @@ def _failed_at(derivation: Derivation) -> int:
 def test_checker_rejects_a_tiled_kv_repeat():
     """With E_tile (query head i -> K/V head i mod h_kv) the blocks are K_0, K_1, K_0, K_1: claiming they
     are GQA's K_⌊i/r⌋ fails at query head 1."""
-    tiled = lambda i: i % 2  # noqa: E731
+    tiled = lambda i: i % 2
     steps = [Step.of(P_gqa.block_of_product(4, 2, i, "K", group=tiled), "=", P_gqa.kv_blocks(2)[i // 2],
                      f"block {i}", method="doit") for i in range(4)]
     assert _failed_at(Derivation("multihead-structure", "gqa-tiled", "t", "s", steps)) == 1

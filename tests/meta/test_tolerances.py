@@ -169,7 +169,7 @@ def attention_loops(q, k, v, mask, scale, u, eq=None, ek=None, ev=None):
     n_q, n_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     shapes = [q.shape[:-2], k.shape[:-2], v.shape[:-2]] + ([] if mask is None else [np.shape(mask)[:-2]])
     batch = np.broadcast_shapes(*shapes)
-    full = lambda a, tail: np.broadcast_to(a, batch + tail)  # noqa: E731
+    full = lambda a, tail: np.broadcast_to(a, batch + tail)
     Q, EQ = full(q, q.shape[-2:]), full(eq, q.shape[-2:])
     K, EK, V, EV = full(k, k.shape[-2:]), full(ek, k.shape[-2:]), full(v, v.shape[-2:]), full(ev, v.shape[-2:])
     M = full(np.ones((n_q, n_k), bool) if mask is None else np.asarray(mask, bool), (n_q, n_k))
