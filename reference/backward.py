@@ -214,8 +214,9 @@ def _feed_forward_backward(x, w1, b1, w2, d):
     pre = x @ w1 + b1
     hidden = np.maximum(pre.dtype.type(0), pre)
     u_fwd = getattr(type(d), "forward_u", 0.0)
-    if u_fwd:  # |·|-evaluation: the hidden units widened by their rounding u(d + 1)(|x||W₁| + |b₁|)
-        hidden = hidden + u_fwd * (x.shape[-1] + 1) * (np.abs(x) @ np.abs(w1) + np.abs(b1))
+    if u_fwd:  # |·|-evaluation: the input and hidden units widened by their rounding u(d + 1)(|x||W₁| + |b₁|)
+        x = _widened_input(x, u_fwd)
+        hidden = np.abs(hidden) + u_fwd * (x.shape[-1] + 1) * (x @ np.abs(w1) + np.abs(b1))
     dpre = (d @ w2.T) * (pre > 0)
     return (dpre @ w1.T, _rows(x).T @ _rows(dpre), _rows(dpre).sum(axis=0),
             _rows(hidden).T @ _rows(d), _rows(d).sum(axis=0))
@@ -273,6 +274,7 @@ def _mha_backward(x_q, x_kv, p: dict, cache, d):
     h = p["h"]
     u_fwd = getattr(type(d), "forward_u", 0.0)
     if u_fwd:  # a |·|-evaluation with forward values widened by their rounding (see _layer_norm_backward)
+        x_q, x_kv = _widened_input(x_q, u_fwd), _widened_input(x_kv, u_fwd)
         q, k, v, a, merged = _widened_attention(x_q, x_kv, p, q, k, v, a, u_fwd)
     grads = {"w_o": _rows(merged).T @ _rows(d), "b_o": _rows(d).sum(axis=0)}
     dheads = _split(d @ p["w_o"].T, h)  # (..., h, n_q, d_k)
@@ -288,6 +290,13 @@ def _mha_backward(x_q, x_kv, p: dict, cache, d):
         else:
             dx_kv = dx_kv + gm @ p["w_" + name].T
     return dx_q, dx_kv, grads
+
+
+def _widened_input(x, u):
+    """|x| plus the error a sub-layer's input may carry from the layer norm before it: u(2(d + 1) + 4 ln d + 4)
+    times the row's largest entry (tolerances.layer_norm_error's mean term relative to its output)."""
+    n = x.shape[-1]
+    return np.abs(x) + u * (2.0 * (n + 1) + 4.0 * math.log(n) + 4.0) * np.max(np.abs(x), axis=-1, keepdims=True)
 
 
 def _widened_attention(x_q, x_kv, p: dict, q, k, v, a, u):
