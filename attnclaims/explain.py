@@ -125,7 +125,9 @@ def stored_results(claim_id: str, last: Mapping | None, report_path: Path | None
         candidates.append((str(cached.get("date", "")), cached["results"], "the cache of `explain --check`"))
     if not candidates:
         return {}, ""
-    date, results, where = max(candidates, key=lambda c: c[0])
+    # the newest; on a tie (both within one second: dates have second resolution) the cache, which only
+    # an explicit `explain --check` writes
+    date, results, where = max(candidates, key=lambda c: (c[0], c[2].startswith("the cache")))
     return results, f"results of {date} from {where}"
 
 
@@ -155,7 +157,7 @@ def derivation_lines(claim_id: str, check: bool, last: Mapping | None, report_pa
     """The Derivations block of explain, as lines."""
     from attnclaims.report import i18n
 
-    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731 (a short local alias reads better here)
+    T = lambda key, **kw: i18n.t(lang, key, **kw)
     from attnclaims.proofs import MODULES
     from attnclaims.proofs.render import folded, instances_label, order_derivations, renderings_for, text_lines
     from attnclaims.report.common import STEP_MARK

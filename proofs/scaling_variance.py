@@ -50,7 +50,7 @@ def _moments(*pairs):
 
 def _moment_algebra(scale, target, name, title) -> Derivation:
     """Var[q·k · scale] = target, via Var(q_i k_i) = 1 and Cov = 0 between terms."""
-    X = lambda a: q[a] * k[a]  # noqa: E731 - the i-th term of q·k
+    X = lambda a: q[a] * k[a]
     dot = sp.Sum(X(i), (i, 1, d))
     steps = [
         # E[q·k] = 0

@@ -60,28 +60,6 @@ class Reference:
     def decoder_layer(self, y, memory, params, self_mask=None, memory_mask=None):
         return decoder_layer(y, memory, params, self_mask=self_mask, memory_mask=memory_mask)
 
-    # -- modern components (attnclaims.reference.modern, .rotary); the reference supports every
-    # declared variant, grouped-query attention included (its default is opt-in).
-    variants = {"grouped_query": True}
-
-    def rms_norm(self, x, gamma, eps):
-        return _modern.rms_norm(x, gamma, eps)
-
-    def gated_feed_forward(self, x, params):
-        return _modern.gated_feed_forward(x, params)
-
-    def rotary_embedding(self, x, positions, base=10000.0, layout="interleaved"):
-        return rotary_embedding(x, positions, base, layout)
-
-    def causal_attention(self, q, k, v, alignment="top-left", window=None, scale=None):
-        return _modern.causal_attention(q, k, v, alignment=alignment, window=window, scale=scale)
-
-    def decoder_block(self, x, params, mask=None):
-        return _modern.decoder_block(x, params, mask=mask)
-
-    def decoder_block_decode(self, x, params, prompt_length, chunk=1):
-        return _modern.decoder_block_decode(x, params, prompt_length, chunk)
-
     # -- backward passes (vector-Jacobian products, attnclaims/reference/backward.py) ---------------
     def softmax_vjp(self, x, d_out, axis=-1):
         return _backward.softmax_vjp(x, d_out, axis=axis)

@@ -125,7 +125,7 @@ class _HFBase:
         ours = self._torch.tensor(full)
         # masking_utils calls mask functions with absolute positions (q_idx + q_offset); ours is indexed
         # by the row of this call
-        fn = lambda bi, hi, qi, ki: ours[bi, qi - q_offset, ki]  # noqa: E731 - masking_utils' mask_function
+        fn = lambda bi, hi, qi, ki: ours[bi, qi - q_offset, ki]
         if causal:
             fn = mu.and_masks(mu.causal_mask_function, fn)
         if window is not None:
@@ -463,7 +463,7 @@ class HFBert(_HFBase):
             named = dict(layer.named_parameters())
             dx, *gp = self._grads(out, [tx] + list(named.values()), np.asarray(d_out).reshape(out.shape))
         g = dict(zip(named, gp))
-        w = lambda name: np.ascontiguousarray(g[f"{name}.weight"].T)  # noqa: E731 - nn.Linear stores Wᵀ
+        w = lambda name: np.ascontiguousarray(g[f"{name}.weight"].T)
         a = "attention.self."
         return sum_to(dx.reshape(batch + (n, p.d_model)), np.shape(x)), EncoderLayerParams(
             self_attn=MultiHeadParams(w_q=w(a + "query"), w_k=w(a + "key"), w_v=w(a + "value"),
@@ -511,7 +511,7 @@ class HFBert(_HFBase):
     def _mha_grads(g, prefix: str, out_prefix: str, p):
         from attnclaims.reference.params import MultiHeadParams
 
-        w = lambda name: np.ascontiguousarray(g[f"{name}.weight"].T)  # noqa: E731 - nn.Linear stores Wᵀ
+        w = lambda name: np.ascontiguousarray(g[f"{name}.weight"].T)
         return MultiHeadParams(w_q=w(prefix + "query"), w_k=w(prefix + "key"), w_v=w(prefix + "value"),
                                w_o=w(out_prefix), b_q=g[prefix + "query.bias"], b_k=g[prefix + "key.bias"],
                                b_v=g[prefix + "value.bias"], b_o=g[out_prefix + ".bias"], num_heads=p.num_heads,

@@ -322,132 +322,6 @@ class TorchImplementation(_TorchBase):
                         memory_key_padding_mask=mem_kpm)
         return _numpy(out).reshape(batch + (n_t, params.d_model))
 
-    # -- modern components (docs/adapters.md "Modern components"): what torch provides. torch has no
-    # rotary embeddings, no sliding-window option of scaled_dot_product_attention and no KV cache, so
-    # rotary_embedding and decoder_block_decode are absent and the variants say the rest.
-    variants = {"grouped_query": True, "sliding_window": False, "block_rope": (False,)}
-    responsible = {
-        **responsible,
-        "rms_norm": "torch.nn.RMSNorm",
-        "gated_feed_forward": "torch.nn.functional.linear + silu / gelu",
-        "causal_attention": "torch.nn.functional.scaled_dot_product_attention (is_causal=True; "
-                            "torch.nn.attention.bias.causal_lower_right)",
-        "decoder_block": "torch.nn.functional.scaled_dot_product_attention (is_causal, enable_gqa) + "
-                         "torch.nn.LayerNorm / torch.nn.RMSNorm + torch.nn.functional.linear",
-    }
-
-    def _linear(self, x, w, b):
-        """``F.linear(x, wᵀ, b)``: our x @ w + b in torch's (out, in) weight layout."""
-        return self._torch.nn.functional.linear(x, self._t(w).T, self._t(b))
-
-    def _sdpa_heads(self, x_q, x_kv, p, attn_mask=None, is_causal=False):
-        """Projections with F.linear, then ``scaled_dot_product_attention`` on (B, h, n, d_k) queries and
-        (B, h_kv, n, d_k) keys/values with ``enable_gqa=True`` when h_kv < h (torch repeats each K/V head
-        for h / h_kv consecutive query heads, as ``repeat_interleave``); the output projection."""
-        F = self._torch.nn.functional
-        B, n_q, n_k, dk = x_q.shape[0], x_q.shape[1], x_kv.shape[1], p.d_k
-        q = self._linear(x_q, p.w_q, p.b_q).view(B, n_q, p.num_heads, dk).transpose(1, 2)
-        k = self._linear(x_kv, p.w_k, p.b_k).view(B, n_k, p.num_kv_heads, dk).transpose(1, 2)
-        v = self._linear(x_kv, p.w_v, p.b_v).view(B, n_k, p.num_kv_heads, dk).transpose(1, 2)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
-                                             enable_gqa=p.num_kv_heads != p.num_heads)
-        return self._linear(out.transpose(1, 2).reshape(B, n_q, p.d_model), p.w_o, p.b_o)
-
-    def _grouped_query_attention(self, x_q, x_kv, params, mask=None):
-        """Grouped-query attention: ``nn.MultiheadAttention`` has no K/V head count, so F.linear +
-        ``scaled_dot_product_attention(..., enable_gqa=True)``; the mask (True = may attend, SDPA's
-        polarity) shared by the heads as (B, 1, n_q, n_k)."""
-        torch = self._torch
-        batch = _batch(np.shape(x_q), np.shape(x_kv))
-        n_q, n_k = np.shape(x_q)[-2], np.shape(x_kv)[-2]
-        xq, xkv = self._t(_flat(x_q, batch)), self._t(_flat(x_kv, batch))
-        attn_mask = None
-        if mask is not None:
-            attn_mask = torch.tensor(np.broadcast_to(np.asarray(mask), batch + (n_q, n_k)).reshape(-1, 1, n_q, n_k))
-        with torch.no_grad():
-            out = self._sdpa_heads(xq, xkv, params, attn_mask=attn_mask)
-        return _numpy(out).reshape(batch + (n_q, params.d_model))
-
-    def rms_norm(self, x, gamma, eps):
-        """``torch.nn.RMSNorm(d, eps=eps)`` with ``weight = gamma``."""
-        x = self._t(x)
-        norm = self._torch.nn.RMSNorm(x.shape[-1], eps=eps, dtype=self._dt)
-        norm.load_state_dict({"weight": self._t(gamma)}, strict=True)
-        with self._torch.no_grad():
-            return _numpy(norm(x))
-
-    def _gated(self, x, p):
-        F = self._torch.nn.functional
-        act = F.silu if p.activation == "silu" else (lambda a: F.gelu(a, approximate="none"))
-        hidden = act(self._linear(x, p.w_gate, p.b_gate)) * self._linear(x, p.w_up, p.b_up)
-        return self._linear(hidden, p.w_down, p.b_down)
-
-    def gated_feed_forward(self, x, params):
-        """``F.linear(F.silu(F.linear(x, W_gate)) * F.linear(x, W_up), W_down)`` (SwiGLU; ``F.gelu`` with
-        ``approximate='none'`` for GeGLU) — torch has no gated FFN module; this is how Llama-style MLPs
-        are written in torch."""
-        with self._torch.no_grad():
-            return _numpy(self._gated(self._t(x), params))
-
-    def causal_attention(self, q, k, v, alignment="top-left", window=None, scale=None):
-        """``scaled_dot_product_attention(q, k, v, is_causal=True)`` (top-left, torch's documented
-        alignment) or with ``attn_mask=torch.nn.attention.bias.causal_lower_right(n_q, n_k)``
-        (bottom-right). torch offers no sliding window here."""
-        if window is not None:
-            raise NotImplementedError("torch's scaled_dot_product_attention has no sliding-window option")
-        torch = self._torch
-        F = torch.nn.functional
-        tq, tk, tv = self._t(q), self._t(k), self._t(v)
-        if alignment == "bottom-right":
-            from torch.nn.attention.bias import causal_lower_right
-
-            return _numpy(F.scaled_dot_product_attention(tq, tk, tv, attn_mask=causal_lower_right(tq.shape[-2],
-                                                                                                 tk.shape[-2]),
-                                                         scale=scale))
-        return _numpy(F.scaled_dot_product_attention(tq, tk, tv, is_causal=True, scale=scale))
-
-    def decoder_block(self, x, params, mask=None):
-        """A decoder-only block from torch's parts: ``nn.LayerNorm`` or ``nn.RMSNorm``, causal
-        ``scaled_dot_product_attention`` (``is_causal=True``, or the bool mask causal ∧ mask; ``enable_gqa``
-        for grouped-query attention), ``F.linear`` projections and the ReLU or gated FFN; Pre-LN or
-        Post-LN. torch has no decoder-only layer (``nn.TransformerDecoderLayer`` needs a memory) and no
-        rotary embeddings (a block with ``rope`` raises NotImplementedError: not applicable)."""
-        if params.rope is not None:
-            raise NotImplementedError("torch has no rotary position embeddings")
-        torch, nn = self._torch, self._torch.nn
-        p = params
-        batch, n = _batch(np.shape(x)), np.shape(x)[-2]
-        h = self._t(_flat(x, batch))  # (B, n, d_model)
-        attn_mask = None
-        if mask is not None:
-            causal = np.tril(np.ones((n, n), dtype=bool))
-            attn_mask = torch.tensor((causal & np.broadcast_to(np.asarray(mask), batch + (n, n))).reshape(-1, 1, n, n))
-
-        def norm(module_params):
-            if hasattr(module_params, "beta"):
-                m = nn.LayerNorm(p.d_model, eps=p.eps, dtype=self._dt)
-                m.load_state_dict({"weight": self._t(module_params.gamma), "bias": self._t(module_params.beta)})
-            else:
-                m = nn.RMSNorm(p.d_model, eps=p.eps, dtype=self._dt)
-                m.load_state_dict({"weight": self._t(module_params.gamma)}, strict=True)
-            return m
-
-        def ffn(z):
-            if hasattr(p.ffn, "w_gate"):
-                return self._gated(z, p.ffn)
-            return self._linear(nn.functional.relu(self._linear(z, p.ffn.w1, p.ffn.b1)), p.ffn.w2, p.ffn.b2)
-
-        attn = lambda z: self._sdpa_heads(z, z, p.self_attn, attn_mask=attn_mask, is_causal=mask is None)
-        n1, n2 = norm(p.norm1), norm(p.norm2)
-        with torch.no_grad():
-            if p.norm_first:
-                h = h + attn(n1(h))
-                h = h + ffn(n2(h))
-            else:
-                h = n1(h + attn(h))
-                h = n2(h + ffn(h))
-        return _numpy(h).reshape(batch + (n, p.d_model))
-
     # -- backward passes: torch.autograd on the same calls as the forward (docs/adapters.md "Backward passes")
     def _leaf(self, a):
         """An input as a leaf tensor of the implementation's dtype that records gradients."""
@@ -586,6 +460,132 @@ class TorchImplementation(_TorchBase):
                                    cross_attn=_mha_grads(g, "multihead_attn.", p.cross_attn), ffn=_ffn_grads(g),
                                    norm1=_norm_grads(g, "norm1"), norm2=_norm_grads(g, "norm2"),
                                    norm3=_norm_grads(g, "norm3"), norm_first=p.norm_first, eps=p.eps))
+
+    # -- modern components (docs/adapters.md "Modern components"): what torch provides. torch has no
+    # rotary embeddings, no sliding-window option of scaled_dot_product_attention and no KV cache, so
+    # rotary_embedding and decoder_block_decode are absent and the variants say the rest.
+    variants = {"grouped_query": True, "sliding_window": False, "block_rope": (False,)}
+    responsible = {
+        **responsible,
+        "rms_norm": "torch.nn.RMSNorm",
+        "gated_feed_forward": "torch.nn.functional.linear + silu / gelu",
+        "causal_attention": "torch.nn.functional.scaled_dot_product_attention (is_causal=True; "
+                            "torch.nn.attention.bias.causal_lower_right)",
+        "decoder_block": "torch.nn.functional.scaled_dot_product_attention (is_causal, enable_gqa) + "
+                         "torch.nn.LayerNorm / torch.nn.RMSNorm + torch.nn.functional.linear",
+    }
+
+    def _linear(self, x, w, b):
+        """``F.linear(x, wᵀ, b)``: our x @ w + b in torch's (out, in) weight layout."""
+        return self._torch.nn.functional.linear(x, self._t(w).T, self._t(b))
+
+    def _sdpa_heads(self, x_q, x_kv, p, attn_mask=None, is_causal=False):
+        """Projections with F.linear, then ``scaled_dot_product_attention`` on (B, h, n, d_k) queries and
+        (B, h_kv, n, d_k) keys/values with ``enable_gqa=True`` when h_kv < h (torch repeats each K/V head
+        for h / h_kv consecutive query heads, as ``repeat_interleave``); the output projection."""
+        F = self._torch.nn.functional
+        B, n_q, n_k, dk = x_q.shape[0], x_q.shape[1], x_kv.shape[1], p.d_k
+        q = self._linear(x_q, p.w_q, p.b_q).view(B, n_q, p.num_heads, dk).transpose(1, 2)
+        k = self._linear(x_kv, p.w_k, p.b_k).view(B, n_k, p.num_kv_heads, dk).transpose(1, 2)
+        v = self._linear(x_kv, p.w_v, p.b_v).view(B, n_k, p.num_kv_heads, dk).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
+                                             enable_gqa=p.num_kv_heads != p.num_heads)
+        return self._linear(out.transpose(1, 2).reshape(B, n_q, p.d_model), p.w_o, p.b_o)
+
+    def _grouped_query_attention(self, x_q, x_kv, params, mask=None):
+        """Grouped-query attention: ``nn.MultiheadAttention`` has no K/V head count, so F.linear +
+        ``scaled_dot_product_attention(..., enable_gqa=True)``; the mask (True = may attend, SDPA's
+        polarity) shared by the heads as (B, 1, n_q, n_k)."""
+        torch = self._torch
+        batch = _batch(np.shape(x_q), np.shape(x_kv))
+        n_q, n_k = np.shape(x_q)[-2], np.shape(x_kv)[-2]
+        xq, xkv = self._t(_flat(x_q, batch)), self._t(_flat(x_kv, batch))
+        attn_mask = None
+        if mask is not None:
+            attn_mask = torch.tensor(np.broadcast_to(np.asarray(mask), batch + (n_q, n_k)).reshape(-1, 1, n_q, n_k))
+        with torch.no_grad():
+            out = self._sdpa_heads(xq, xkv, params, attn_mask=attn_mask)
+        return _numpy(out).reshape(batch + (n_q, params.d_model))
+
+    def rms_norm(self, x, gamma, eps):
+        """``torch.nn.RMSNorm(d, eps=eps)`` with ``weight = gamma``."""
+        x = self._t(x)
+        norm = self._torch.nn.RMSNorm(x.shape[-1], eps=eps, dtype=self._dt)
+        norm.load_state_dict({"weight": self._t(gamma)}, strict=True)
+        with self._torch.no_grad():
+            return _numpy(norm(x))
+
+    def _gated(self, x, p):
+        F = self._torch.nn.functional
+        act = F.silu if p.activation == "silu" else (lambda a: F.gelu(a, approximate="none"))
+        hidden = act(self._linear(x, p.w_gate, p.b_gate)) * self._linear(x, p.w_up, p.b_up)
+        return self._linear(hidden, p.w_down, p.b_down)
+
+    def gated_feed_forward(self, x, params):
+        """``F.linear(F.silu(F.linear(x, W_gate)) * F.linear(x, W_up), W_down)`` (SwiGLU; ``F.gelu`` with
+        ``approximate='none'`` for GeGLU) — torch has no gated FFN module; this is how Llama-style MLPs
+        are written in torch."""
+        with self._torch.no_grad():
+            return _numpy(self._gated(self._t(x), params))
+
+    def causal_attention(self, q, k, v, alignment="top-left", window=None, scale=None):
+        """``scaled_dot_product_attention(q, k, v, is_causal=True)`` (top-left, torch's documented
+        alignment) or with ``attn_mask=torch.nn.attention.bias.causal_lower_right(n_q, n_k)``
+        (bottom-right). torch offers no sliding window here."""
+        if window is not None:
+            raise NotImplementedError("torch's scaled_dot_product_attention has no sliding-window option")
+        torch = self._torch
+        F = torch.nn.functional
+        tq, tk, tv = self._t(q), self._t(k), self._t(v)
+        if alignment == "bottom-right":
+            from torch.nn.attention.bias import causal_lower_right
+
+            return _numpy(F.scaled_dot_product_attention(tq, tk, tv, attn_mask=causal_lower_right(tq.shape[-2],
+                                                                                                 tk.shape[-2]),
+                                                         scale=scale))
+        return _numpy(F.scaled_dot_product_attention(tq, tk, tv, is_causal=True, scale=scale))
+
+    def decoder_block(self, x, params, mask=None):
+        """A decoder-only block from torch's parts: ``nn.LayerNorm`` or ``nn.RMSNorm``, causal
+        ``scaled_dot_product_attention`` (``is_causal=True``, or the bool mask causal ∧ mask; ``enable_gqa``
+        for grouped-query attention), ``F.linear`` projections and the ReLU or gated FFN; Pre-LN or
+        Post-LN. torch has no decoder-only layer (``nn.TransformerDecoderLayer`` needs a memory) and no
+        rotary embeddings (a block with ``rope`` raises NotImplementedError: not applicable)."""
+        if params.rope is not None:
+            raise NotImplementedError("torch has no rotary position embeddings")
+        torch, nn = self._torch, self._torch.nn
+        p = params
+        batch, n = _batch(np.shape(x)), np.shape(x)[-2]
+        h = self._t(_flat(x, batch))  # (B, n, d_model)
+        attn_mask = None
+        if mask is not None:
+            causal = np.tril(np.ones((n, n), dtype=bool))
+            attn_mask = torch.tensor((causal & np.broadcast_to(np.asarray(mask), batch + (n, n))).reshape(-1, 1, n, n))
+
+        def norm(module_params):
+            if hasattr(module_params, "beta"):
+                m = nn.LayerNorm(p.d_model, eps=p.eps, dtype=self._dt)
+                m.load_state_dict({"weight": self._t(module_params.gamma), "bias": self._t(module_params.beta)})
+            else:
+                m = nn.RMSNorm(p.d_model, eps=p.eps, dtype=self._dt)
+                m.load_state_dict({"weight": self._t(module_params.gamma)}, strict=True)
+            return m
+
+        def ffn(z):
+            if hasattr(p.ffn, "w_gate"):
+                return self._gated(z, p.ffn)
+            return self._linear(nn.functional.relu(self._linear(z, p.ffn.w1, p.ffn.b1)), p.ffn.w2, p.ffn.b2)
+
+        attn = lambda z: self._sdpa_heads(z, z, p.self_attn, attn_mask=attn_mask, is_causal=mask is None)
+        n1, n2 = norm(p.norm1), norm(p.norm2)
+        with torch.no_grad():
+            if p.norm_first:
+                h = h + attn(n1(h))
+                h = h + ffn(n2(h))
+            else:
+                h = n1(h + attn(h))
+                h = n2(h + ffn(h))
+        return _numpy(h).reshape(batch + (n, p.d_model))
 
     def __repr__(self) -> str:
         return "TorchImplementation()"

@@ -108,7 +108,7 @@ def _groups(spans: Sequence[tuple[int, int, str]]) -> list[tuple[int, int, list[
 
 def render(report: Mapping, article_text: str, lang: str = "en") -> str:
     """The annotated article page (``article.html`` / ``article.zh.html``)."""
-    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731 (a short local alias reads better here)
+    T = lambda key, **kw: i18n.t(lang, key, **kw)
     files, other = i18n.FILES[lang], i18n.FILES["zh" if lang == "en" else "en"]
     cols = columns(report)
     claims = {c["id"]: c for c in report["claims"]}

@@ -340,7 +340,7 @@ def page_head(title: str, lang: str, css: str) -> list[str]:
 def render(report: Mapping, out_dir: Path | None = None, lang: str = "en") -> str:
     env = report["environment"]
     cols = columns(report)
-    T = lambda key, **kw: i18n.t(lang, key, **kw)  # noqa: E731 (a short local alias reads better here)
+    T = lambda key, **kw: i18n.t(lang, key, **kw)
     files, other = i18n.FILES[lang], i18n.FILES["zh" if lang == "en" else "en"]
     src_title = report["source"]["title"]
     title = T("title") + (f": {src_title}" if src_title else "")

@@ -64,8 +64,6 @@ class EinsumImplementation(EinsumBackward):
     def attention(self, q, k, v, mask=None, scale=None):
         """softmax(Q Kᵀ · scale) V; q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v)."""
         q, k, v = _f64(q), _f64(k), _f64(v)
-        if scale is None:
-            scale = 1.0 / np.sqrt(q.shape[-1])
         # einsum broadcasts axes of length 1 where matmul would refuse: say no to what the protocol excludes
         if q.shape[-1] != k.shape[-1]:
             raise ValueError(f"q.shape[-1]={q.shape[-1]} != k.shape[-1]={k.shape[-1]}")
@@ -74,6 +72,8 @@ class EinsumImplementation(EinsumBackward):
         if mask is not None:  # must broadcast *to* the scores' shape (raises otherwise)
             np.broadcast_to(np.asarray(mask), np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
                             + (q.shape[-2], k.shape[-2]))
+        if scale is None:
+            scale = 1.0 / np.sqrt(q.shape[-1])
         s = np.einsum("...qd,...kd->...qk", q, k) * scale  # (..., n_q, n_k)
         a = _softmax_last(_masked_scores(s, mask))
         batch = np.broadcast_shapes(a.shape[:-2], v.shape[:-2])

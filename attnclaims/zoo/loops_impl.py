@@ -104,10 +104,10 @@ class LoopsImplementation(LoopsBackward):
 
     def attention(self, q, k, v, mask=None, scale=None):
         q, k, v = _f64(q), _f64(k), _f64(v)
-        if scale is None:
-            scale = 1.0 / math.sqrt(q.shape[-1])
         if q.shape[-1] != k.shape[-1]:  # the loops would broadcast a width of 1
             raise ValueError(f"q.shape[-1]={q.shape[-1]} != k.shape[-1]={k.shape[-1]}")
+        if scale is None:
+            scale = 1.0 / math.sqrt(q.shape[-1])
         allowed = None
         if mask is not None:
             target = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]) + (q.shape[-2], k.shape[-2])

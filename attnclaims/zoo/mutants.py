@@ -799,14 +799,6 @@ from attnclaims.zoo import modern_mutants  # noqa: E402,F401  (imported for its 
 from attnclaims.zoo import backward_mutants  # noqa: E402,F401  (registers the backward mutants in MUTANTS)
 
 
-
-# ---------------------------------------------------------------------------------------------
-# Backward passes: the mutants of attnclaims/zoo/backward_mutants.py register here when it is imported
-# ---------------------------------------------------------------------------------------------
-
-from attnclaims.zoo import backward_mutants  # noqa: E402,F401  (registers the backward mutants in MUTANTS)
-
-
 # ---------------------------------------------------------------------------------------------
 # The protocol's edges: configurations outside it accepted and silently reinterpreted
 # (caught only by tests/test_contract.py's rejection checks; on valid calls each is exact)
