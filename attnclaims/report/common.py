@@ -228,3 +228,17 @@ def clipped(text: object, claim: str, limit: int = MAX_FAILURE_TEXT) -> str:
     cut = text.rfind("\n", 0, limit)
     cut = cut if cut > limit // 2 else limit
     return text[:cut] + f"\n… {len(text) - cut} more characters in report.json (claims → {claim} → evidence)"
+
+
+def cache_line(env, lang: str) -> str | None:
+    """Where the implementation-independent evidence came from (the run's ``environment.cache``):
+    the cache and when it was computed, or this run; None when the run says nothing about it."""
+    from attnclaims.report import i18n
+
+    cache = env.get("cache") if isinstance(env, dict) else None
+    if not isinstance(cache, dict):
+        return None
+    if cache.get("used"):
+        return i18n.t(lang, "cache_used", computed=cache.get("computed", "?"),
+                      cache_key=cache.get("key", "?"))
+    return i18n.t(lang, "cache_fresh")

@@ -29,7 +29,8 @@ from typing import Iterable, Mapping, Sequence
 
 from attnclaims.report import i18n
 from attnclaims.report.common import (
-    MAX_TABLE_ROWS, OUTCOME_MARK, STEP_MARK, by_severity, clipped, columns, compact_json, failure_lines, first_line,
+    MAX_TABLE_ROWS, OUTCOME_MARK, STEP_MARK, by_severity, cache_line, clipped, columns, compact_json, failure_lines,
+    first_line,
     fmt_number, fmt_seconds, is_problem, outcome_counts, passing_summary, repro_text, scalar_data, section_label,
     summary_counts, table_of, verdict_category,
 )
@@ -426,6 +427,9 @@ def render(report: Mapping, out_dir: Path | None = None, lang: str = "en") -> st
     if libs:
         parts.append(f'<p class="muted">{esc(T("libraries"))}: '
                      + esc(", ".join(f"{k} {v}" for k, v in libs.items())) + "</p>")
+    cached = cache_line(env, lang)
+    if cached:
+        parts.append(f'<p class="muted" id="cache">{esc(cached)}.</p>')
     parts.append("</section>")
 
     # -- negative controls --------------------------------------------------------------------

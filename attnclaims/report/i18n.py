@@ -57,6 +57,10 @@ STRINGS: dict[str, dict[str, str]] = {
         "caps": "Capabilities", "conventions": "Conventions",
         "conventions_intro": "Where implementations legitimately differ and the article says nothing, the "
                              "convention each follows is reported, not judged.",
+        "cache_used": "Evidence independent of the implementation (derivations, measurements on the "
+                      "reference, citations) came from the cache computed {computed} (key {cache_key}; "
+                      "--fresh recomputes it)",
+        "cache_fresh": "Evidence independent of the implementation was computed in this run",
         "libraries": "Libraries", "name": "Name", "dtype": "dtype", "status": "status", "versions": "versions",
         "tests": "tests", "time": "time", "note": "note", "ran": "ran", "not_available": "not available",
         "stopped": "stopped", "outcome": "outcome", "kind": "kind", "role": "role", "check": "check",
@@ -107,6 +111,9 @@ STRINGS: dict[str, dict[str, str]] = {
         "figures_of_control": "对照的图", "written_by": "生成工具", "machine_readable": "机器可读版本",
         "caps": "能力", "conventions": "约定",
         "conventions_intro": "在各实现可以合理地不同、而原文未作规定之处，报告各实现遵循的约定，不作评判。",
+        "cache_used": "与实现无关的证据（推导、在参考实现上的测量、引文）取自 {computed} 计算的缓存"
+                      "（键 {cache_key}；--fresh 重新计算）",
+        "cache_fresh": "与实现无关的证据在本次运行中计算",
         "libraries": "库", "name": "名称", "dtype": "数据类型", "status": "状态", "versions": "版本",
         "tests": "测试数", "time": "用时", "note": "说明", "ran": "已运行", "not_available": "不可用",
         "stopped": "已中止", "outcome": "结果", "kind": "类别", "role": "角色", "check": "检查",

@@ -20,7 +20,7 @@ from typing import Iterable, Mapping, Sequence
 from attnclaims.proofs.render import folded, instances_label
 from attnclaims.report import i18n
 from attnclaims.report.common import (
-    OUTCOME_MARK, STEP_MARK, by_severity, columns, compact_json, failure_lines, first_line,
+    OUTCOME_MARK, STEP_MARK, by_severity, cache_line, columns, compact_json, failure_lines, first_line,
     clipped, fmt_number, fmt_seconds, is_problem, passing_summary, repro_text, scalar_data, section_label, summary_counts,
     table_of,
 )
@@ -184,6 +184,10 @@ def render(report: Mapping, lang: str = "en") -> str:
     libs = env.get("libraries") or {}
     if libs:
         out.append(f"{T('libraries')}: " + ", ".join(f"{text(k)} {text(v)}" for k, v in libs.items()))
+        out.append("")
+    cached = cache_line(env, lang)
+    if cached:
+        out.append(text(cached) + ".")
         out.append("")
 
     if report["negative_controls"]:

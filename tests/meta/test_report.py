@@ -634,3 +634,18 @@ def test_report_lang_zh_writes_both_editions_and_a_bad_lang_is_one_line(tmp_path
     assert cli.main(["report", "--merge", str(src / "report.json"), "--out", str(out), "--lang", "fr"]) == 2
     err = capsys.readouterr().err
     assert "--lang 'fr': unknown edition 'fr'" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("cache, says", [
+    ({"used": True, "computed": "2026-01-02T03:04:05+00:00", "key": "abc123def456"},
+     "came from the cache computed 2026-01-02T03:04:05+00:00 (key abc123def456"),
+    ({"used": False, "key": "abc123def456"}, "was computed in this run"),
+])
+def test_the_report_says_where_the_independent_evidence_came_from(hostile_registry, tmp_path, cache, says):
+    """A run that reused cached implementation-independent evidence says so, with the time it was
+    computed, in both renderings; one that computed it says that (a report that hid it would fail)."""
+    report = build_report(hostile_registry, [], IMPLS[:1], {**ENV, "cache": cache}, claims=["layer-norm"])
+    paths = write_report(report, tmp_path, ["md", "html"])
+    texts = {p.name: p.read_text(encoding="utf-8") for p in paths}
+    assert says in texts["report.md"] and says in texts["index.html"]
+    assert validate(report) == []
