@@ -190,6 +190,12 @@ class JaxImplementation:
                                 "jax.nn.dot_product_attention)",
         "layer_norm": "flax.nnx.LayerNorm",
         "feed_forward": "flax.nnx.Linear + jax.nn.relu",
+        # the backward passes are jax.vjp of the same calls: a failure names the forward function
+        "softmax_vjp": "jax.vjp of jax.nn.softmax",
+        "attention_vjp": "jax.vjp of jax.nn.dot_product_attention",
+        "multi_head_attention_vjp": "jax.vjp of flax.nnx.MultiHeadAttention (-> jax.nn.dot_product_attention)",
+        "layer_norm_vjp": "jax.vjp of flax.nnx.LayerNorm",
+        "feed_forward_vjp": "jax.vjp of flax.nnx.Linear + jax.nn.relu",
     }
 
     def __init__(self):
