@@ -291,7 +291,9 @@ def test_jax_describes_itself(jax_impl):
     assert jax_impl.versions["jax"] == jax.__version__ and jax_impl.versions["flax"] == flax.__version__
     for missing in ("positional_encoding", "encoder_layer", "decoder_layer"):  # no library function to call
         assert not hasattr(jax_impl, missing)
-    assert set(jax_impl.responsible) == {"softmax", "attention", "multi_head_attention", "layer_norm", "feed_forward"}
+    forward = {"softmax", "attention", "multi_head_attention", "layer_norm", "feed_forward"}
+    # every capability, the backward passes included, names the library function behind it
+    assert set(jax_impl.responsible) == forward | {f"{c}_vjp" for c in forward}
 
 
 # -- missing libraries ------------------------------------------------------------------------------
