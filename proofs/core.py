@@ -43,7 +43,7 @@ import sympy as sp
 from sympy.matrices.expressions import MatrixExpr
 from sympy.matrices.expressions.blockmatrix import block_collapse
 
-from .render import MAX_TREE, render_expr, render_relation, tree_size  # noqa: F401 (tree_size: re-exported)
+from .render import MAX_TREE, _symbols_on_dag, render_expr, render_relation, tree_size  # noqa: F401 (tree_size: re-exported)
 
 __all__ = [
     "Step",
@@ -842,23 +842,10 @@ class Derivation:
     def symbols_declared(self) -> list[str]:
         """``name: assumption, ...`` for every symbol the steps use."""
         syms: set = set()
-        seen: set = set()
-
-        def walk(e):  # on the DAG: free_symbols would walk the (possibly huge) tree
-            stack = list(e) if isinstance(e, sp.MatrixBase) else [e]
-            while stack:
-                x = stack.pop()
-                if not isinstance(x, sp.Basic) or x in seen:
-                    continue
-                seen.add(x)
-                if isinstance(x, sp.Symbol):
-                    syms.add(x)
-                stack.extend(x.args)
-
         for s in self.get_steps():
             for e in (s.expr, s.lhs):
                 if isinstance(e, (sp.Basic, sp.MatrixBase)):
-                    walk(e)
+                    syms |= _symbols_on_dag(e)  # on the DAG: free_symbols would walk the (possibly huge) tree
         keys = ("integer", "positive", "nonnegative", "real")
         out = []
         for x in sorted(syms, key=lambda x: x.name):
