@@ -97,7 +97,7 @@ def hostile_run(tmp_path_factory) -> dict:
     out = root / "rep"
     proc = subprocess.run(
         [sys.executable, "-m", "attnclaims", "report", "--impl", "hostile_impls:SoftmaxOnly", "hostile_impls:Hostile",
-         "--claim", "layer-norm", "multihead-structure", "--profile", "dev", "-n", "0", "--out", str(out)],
+         "--claim", "layer-norm", "multihead-structure", "--profile", "ci", "-n", "0", "--out", str(out)],
         capture_output=True, text=True, env=_env(root), cwd=root, timeout=900)
     assert (out / "report.json").is_file(), proc.stdout + proc.stderr
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
