@@ -5,6 +5,8 @@ import json
 import math
 from typing import Any, Mapping
 
+from attnclaims.vocab import BLOCKED_PREFIX
+
 #: outcome -> short mark shown before a check's name
 OUTCOME_MARK = {"passed": "✓", "failed": "✗", "error": "!", "not-applicable": "–"}
 #: proof step status -> mark
@@ -26,7 +28,7 @@ def section_label(section: str) -> str:
 
 def verdict_class(verdict: str) -> str:
     """A CSS-safe category for a verdict string."""
-    if verdict.startswith("blocked by "):
+    if verdict.startswith(BLOCKED_PREFIX):
         return "blocked"
     return verdict.replace(" ", "-")
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from attnclaims.vocab import BLOCKED_PREFIX
+
 LANGS = ("en", "zh")
 #: file names per edition: the English ones are the defaults
 FILES = {
@@ -179,8 +181,8 @@ def verdict_word(verdict: str, lang: str, category: str | None = None) -> str:
     """A verdict as the edition shows it ("blocked by X" -> "受阻于 X" in Chinese)."""
     if lang != "zh":
         return verdict
-    if (category == "blocked" or verdict.startswith("blocked by ")) and verdict.startswith("blocked by "):
-        return "受阻于 " + verdict.removeprefix("blocked by ")
+    if category in (None, "blocked") and verdict.startswith(BLOCKED_PREFIX):
+        return "受阻于 " + verdict.removeprefix(BLOCKED_PREFIX)
     return VERDICT_ZH.get(verdict, verdict)
 
 

@@ -26,6 +26,7 @@ from attnclaims.report.common import (
 )
 from attnclaims.report.mathtext import number_tex, to_markdown
 from attnclaims.report.model import conventions_by_implementation
+from attnclaims.vocab import BLOCKED_PREFIX
 
 #: a derivation step whose LaTeX is longer than this is shown as one line of text (its MathML is in
 #: index.html); keeps report.md small and readable
@@ -94,7 +95,7 @@ def _tex(latex: str) -> str:
 
 def verdict_cell(verdict: str, expected: str, lang: str = "en", problem: bool | None = None) -> str:
     shown = cell(i18n.verdict_word(verdict, lang))
-    if problem if problem is not None else (verdict in ("refuted", "error") or verdict.startswith("blocked by")):
+    if problem if problem is not None else (verdict in ("refuted", "error") or verdict.startswith(BLOCKED_PREFIX)):
         shown = f"**{shown}**"
     return shown + (" ⚠" if verdict != expected else "")
 
