@@ -377,9 +377,12 @@ class TorchImplementation(_TorchBase):
     def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
         """autograd through ``nn.MultiheadAttention`` called as :meth:`multi_head_attention` does (query and
         key/value as separate leaves, so that dx_q and dx_kv come apart); the in-projection's gradient
-        [dW_Qᵀ; dW_Kᵀ; dW_Vᵀ] is cut back into the paper's matrices."""
+        [dW_Qᵀ; dW_Kᵀ; dW_Vᵀ] is cut back into the paper's matrices. Grouped-query parameters go to
+        :meth:`_grouped_query_attention_vjp`, as the forward goes to :meth:`_grouped_query_attention`."""
         from attnclaims.reference.backward import sum_to
 
+        if params.num_kv_heads != params.num_heads:
+            return self._grouped_query_attention_vjp(x_q, x_kv, params, d_out, mask)
         torch = self._torch
         x_q_shape, x_kv_shape = np.shape(x_q), np.shape(x_kv)
         batch = _batch(x_q_shape, x_kv_shape)
@@ -473,11 +476,28 @@ class TorchImplementation(_TorchBase):
                             "torch.nn.attention.bias.causal_lower_right)",
         "decoder_block": "torch.nn.functional.scaled_dot_product_attention (is_causal, enable_gqa) + "
                          "torch.nn.LayerNorm / torch.nn.RMSNorm + torch.nn.functional.linear",
+        # the backward passes are torch.autograd through the same calls: a failure names the forward's functions
+        "softmax_vjp": "torch.autograd through torch.softmax",
+        "attention_vjp": "torch.autograd through torch.nn.functional.scaled_dot_product_attention",
+        "multi_head_attention_vjp": "torch.autograd through torch.nn.MultiheadAttention (grouped-query: "
+                                    "torch.nn.functional.linear + scaled_dot_product_attention(enable_gqa=True))",
+        "layer_norm_vjp": "torch.autograd through torch.nn.LayerNorm",
+        "feed_forward_vjp": "torch.autograd through torch.nn.Linear + torch.nn.functional.relu",
+        "encoder_layer_vjp": "torch.autograd through torch.nn.TransformerEncoderLayer",
+        "decoder_layer_vjp": "torch.autograd through torch.nn.TransformerDecoderLayer",
+        "rms_norm_vjp": "torch.autograd through torch.nn.RMSNorm",
+        "gated_feed_forward_vjp": "torch.autograd through torch.nn.functional.linear + silu / gelu",
+        "causal_attention_vjp": "torch.autograd through torch.nn.functional.scaled_dot_product_attention "
+                                "(is_causal=True; torch.nn.attention.bias.causal_lower_right)",
+        "decoder_block_vjp": "torch.autograd through torch.nn.functional.scaled_dot_product_attention (is_causal, "
+                             "enable_gqa) + torch.nn.LayerNorm / torch.nn.RMSNorm + torch.nn.functional.linear",
     }
 
     def _linear(self, x, w, b):
-        """``F.linear(x, wᵀ, b)``: our x @ w + b in torch's (out, in) weight layout."""
-        return self._torch.nn.functional.linear(x, self._t(w).T, self._t(b))
+        """``F.linear(x, wᵀ, b)``: our x @ w + b in torch's (out, in) weight layout. ``w``, ``b`` are numpy
+        arrays, or tensors already (the leaves of a backward pass: :meth:`_leaf_params`)."""
+        t = lambda a: a if isinstance(a, self._torch.Tensor) else self._t(a)
+        return self._torch.nn.functional.linear(x, t(w).T, t(b))
 
     def _sdpa_heads(self, x_q, x_kv, p, attn_mask=None, is_causal=False):
         """Projections with F.linear, then ``scaled_dot_product_attention`` on (B, h, n, d_k) queries and
@@ -586,6 +606,149 @@ class TorchImplementation(_TorchBase):
                 h = n1(h + attn(h))
                 h = n2(h + ffn(h))
         return _numpy(h).reshape(batch + (n, p.d_model))
+
+    # -- backward passes of the modern components: torch.autograd through the forwards' own helpers
+    # (_sdpa_heads, _gated, _linear and the norm modules), their parameters as leaf tensors
+    def _leaf_params(self, p):
+        """A stand-in for the parameter dataclass ``p`` that the forward's helpers read as they read ``p``: its
+        array fields leaf tensors of the implementation's dtype that record gradients, its other fields and
+        size properties copied; and those leaves by field name."""
+        import dataclasses
+        import types
+
+        leaves = {f.name: self._leaf(getattr(p, f.name)) for f in dataclasses.fields(p)
+                  if isinstance(getattr(p, f.name), np.ndarray)}
+        fields = {f.name: leaves.get(f.name, getattr(p, f.name)) for f in dataclasses.fields(p)}
+        sizes = {n: getattr(p, n) for n in ("d_model", "d_k", "d_ff") if hasattr(type(p), n)}
+        return types.SimpleNamespace(**fields, **sizes), leaves
+
+    @staticmethod
+    def _params_grads(p, names, grads):
+        """dparams: ``p`` with the gradient of each named leaf in its field (the other fields copied). The
+        leaves are the paper's matrices themselves (``_linear`` transposes them), so nothing is transposed."""
+        import dataclasses
+
+        return dataclasses.replace(p, **dict(zip(names, grads)))
+
+    def _norm_module(self, params, d: int, eps: float):
+        """``nn.LayerNorm`` (LayerNormParams) or ``nn.RMSNorm`` (RMSNormParams) loaded with the params, as
+        :meth:`decoder_block` builds them; its parameters are the leaves of a backward pass."""
+        nn = self._torch.nn
+        if hasattr(params, "beta"):
+            m = nn.LayerNorm(d, eps=eps, dtype=self._dt)
+            m.load_state_dict({"weight": self._t(params.gamma), "bias": self._t(params.beta)}, strict=True)
+        else:
+            m = nn.RMSNorm(d, eps=eps, dtype=self._dt)
+            m.load_state_dict({"weight": self._t(params.gamma)}, strict=True)
+        return m
+
+    @staticmethod
+    def _norm_grads(params, module_grads):
+        """The norm's dparams from [weight.grad, bias.grad] (LayerNorm) or [weight.grad] (RMSNorm)."""
+        import dataclasses
+
+        names = ("gamma", "beta") if hasattr(params, "beta") else ("gamma",)
+        return dataclasses.replace(params, **dict(zip(names, module_grads)))
+
+    def _grouped_query_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
+        """autograd through :meth:`_grouped_query_attention`'s ``F.linear`` projections and
+        ``scaled_dot_product_attention(..., enable_gqa=True)``; x_q and x_kv separate leaves, so that
+        dx_q and dx_kv come apart."""
+        from attnclaims.reference.backward import sum_to
+
+        torch = self._torch
+        q_shape, kv_shape = np.shape(x_q), np.shape(x_kv)
+        batch = _batch(q_shape, kv_shape)
+        n_q, n_k, d = q_shape[-2], kv_shape[-2], params.d_model
+        xq, xkv = self._leaf(_flat(x_q, batch)), self._leaf(_flat(x_kv, batch))
+        attn_mask = None
+        if mask is not None:
+            attn_mask = torch.tensor(np.broadcast_to(np.asarray(mask), batch + (n_q, n_k)).reshape(-1, 1, n_q, n_k))
+        p, leaves = self._leaf_params(params)
+        with torch.enable_grad():
+            out = self._sdpa_heads(xq, xkv, p, attn_mask=attn_mask)
+            gq, gk, *gp = self._grads(out, [xq, xkv, *leaves.values()], np.asarray(d_out).reshape(out.shape))
+        return (sum_to(gq.reshape(batch + (n_q, d)), q_shape), sum_to(gk.reshape(batch + (n_k, d)), kv_shape),
+                self._params_grads(params, leaves, gp))
+
+    def rms_norm_vjp(self, x, gamma, eps, d_out):
+        """autograd through ``torch.nn.RMSNorm`` (the call of :meth:`rms_norm`): dx, weight.grad."""
+        tx = self._leaf(x)
+        norm = self._torch.nn.RMSNorm(tx.shape[-1], eps=eps, dtype=self._dt)
+        norm.load_state_dict({"weight": self._t(gamma)}, strict=True)
+        with self._torch.enable_grad():
+            out = norm(tx)
+            return tuple(self._grads(out, [tx, norm.weight], d_out))
+
+    def gated_feed_forward_vjp(self, x, params, d_out):
+        """autograd through :meth:`gated_feed_forward`'s ``F.linear`` + ``F.silu`` / ``F.gelu``."""
+        tx = self._leaf(x)
+        p, leaves = self._leaf_params(params)
+        with self._torch.enable_grad():
+            out = self._gated(tx, p)
+            dx, *gp = self._grads(out, [tx, *leaves.values()], d_out)
+        return dx, self._params_grads(params, leaves, gp)
+
+    def causal_attention_vjp(self, q, k, v, d_out, alignment="top-left", window=None, scale=None):
+        """autograd through :meth:`causal_attention`'s ``scaled_dot_product_attention`` call (``is_causal=True``,
+        or ``causal_lower_right``); torch's autograd sums the gradients of broadcast batch axes back."""
+        if window is not None:
+            raise NotImplementedError("torch's scaled_dot_product_attention has no sliding-window option")
+        torch = self._torch
+        F = torch.nn.functional
+        tq, tk, tv = self._leaf(q), self._leaf(k), self._leaf(v)
+        with torch.enable_grad():
+            if alignment == "bottom-right":
+                from torch.nn.attention.bias import causal_lower_right
+
+                out = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=causal_lower_right(tq.shape[-2],
+                                                                                             tk.shape[-2]), scale=scale)
+            else:
+                out = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True, scale=scale)
+            return tuple(self._grads(out, [tq, tk, tv], d_out))
+
+    def decoder_block_vjp(self, x, params, d_out, mask=None):
+        """autograd through :meth:`decoder_block`'s composition (the same mask, ``_sdpa_heads``, the ReLU or
+        gated FFN and the norm modules), with the projections' and FFN's matrices as leaves and the norms'
+        weights (and biases) as the module parameters; no rotary embeddings (torch has none)."""
+        import dataclasses
+
+        if params.rope is not None:
+            raise NotImplementedError("torch has no rotary position embeddings")
+        torch = self._torch
+        p = params
+        batch, n = _batch(np.shape(x)), np.shape(x)[-2]
+        h = self._leaf(_flat(x, batch))  # (B, n, d_model)
+        attn_mask = None
+        if mask is not None:
+            causal = np.tril(np.ones((n, n), dtype=bool))
+            attn_mask = torch.tensor((causal & np.broadcast_to(np.asarray(mask), batch + (n, n))).reshape(-1, 1, n, n))
+        ap, attn_leaves = self._leaf_params(p.self_attn)
+        fp, ffn_leaves = self._leaf_params(p.ffn)
+        n1, n2 = self._norm_module(p.norm1, p.d_model, p.eps), self._norm_module(p.norm2, p.d_model, p.eps)
+
+        def ffn(z):
+            if hasattr(p.ffn, "w_gate"):
+                return self._gated(z, fp)
+            return self._linear(torch.nn.functional.relu(self._linear(z, fp.w1, fp.b1)), fp.w2, fp.b2)
+
+        attn = lambda z: self._sdpa_heads(z, z, ap, attn_mask=attn_mask, is_causal=mask is None)
+        with torch.enable_grad():
+            if p.norm_first:
+                y = h + attn(n1(h))
+                y = y + ffn(n2(y))
+            else:
+                y = n1(h + attn(h))
+                y = n2(y + ffn(y))
+            norm1, norm2 = list(n1.parameters()), list(n2.parameters())
+            dx, *g = self._grads(y, [h, *attn_leaves.values(), *ffn_leaves.values(), *norm1, *norm2],
+                                 np.asarray(d_out).reshape(y.shape))
+        a, f = len(attn_leaves), len(ffn_leaves)
+        return dx.reshape(np.shape(x)), dataclasses.replace(
+            p, self_attn=self._params_grads(p.self_attn, attn_leaves, g[:a]),
+            ffn=self._params_grads(p.ffn, ffn_leaves, g[a:a + f]),
+            norm1=self._norm_grads(p.norm1, g[a + f:a + f + len(norm1)]),
+            norm2=self._norm_grads(p.norm2, g[a + f + len(norm1):]))
 
     def __repr__(self) -> str:
         return "TorchImplementation()"

@@ -1,0 +1,208 @@
+"""The adapters' backward passes of the modern components (RMSNorm, gated FFN, rotary embeddings, causal
+attention, grouped-query attention, decoder-only blocks) against central differences of the same
+adapter's forward pass.
+
+These test the adapters' wiring — which tensors are leaves, how a parameter's gradient is mapped back
+into the protocol's dataclass (nn.Linear's (out, in) weights transposed, GPT-2's fused c_attn cut,
+Llama's k/v projections), how broadcast batch axes are summed back — not the libraries' precision,
+which the claim tests judge against the reference's exact backward.
+
+Central differences (as in tests/meta/test_reference_backward.py): for a direction w and the loss
+φ(t) = ⟨d, f(x + t w)⟩, the vjp gives φ'(0) = ⟨x̄, w⟩. D(h) = (φ(h) − φ(−h)) / 2h errs by
+h²φ'''/6 + O(h⁴) (truncation) plus rounding ≤ 2ε_φ/(2h), ε_φ the error of one evaluation of φ. The
+truncation term is estimated a posteriori by |D(h) − D(2h)| (= 3·h²|φ'''|/6 + O(h⁴): it over-covers
+the truncation of D(h) by 3×), ε_φ by (n + 64)·u·Σ|d ⊙ f| + u·|φ| and the vjp's own rounding by
+(n + 64)·u·Σ|x̄ ⊙ w|, u the unit roundoff the forward really computes in: float64 for torch and
+most library calls, float32 (``U32``) where the library computes in float32 inside a float64 call
+(Llama's RMSNorm and eager softmax, docs/findings.md). The step h is near the optimum u^(1/3) of
+that trade-off: 2⁻²⁰ for float64, 2⁻⁷ for float32. The inputs are seeded, so the checks are
+deterministic. A mapping error — a transposed or swapped weight gradient, a gradient left on the
+wrong input, a broadcast axis not summed — moves ⟨x̄, w⟩ by O(1) relative;
+``test_directional_check_catches_a_mapping_error`` shows one caught.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+
+import numpy as np
+import pytest
+
+from attnclaims.reference import params as P
+
+U64, U32 = 2.0 ** -53, 2.0 ** -24
+STEP = {U64: 2.0 ** -20, U32: 2.0 ** -7}
+B, N, D, DFF = 2, 4, 8, 6
+
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def _leaves(p, prefix=""):
+    """(dotted name, array) of every array field of a parameter dataclass, recursively."""
+    out = []
+    for f in dataclasses.fields(p):
+        val = getattr(p, f.name)
+        if isinstance(val, np.ndarray):
+            out.append((prefix + f.name, val))
+        elif dataclasses.is_dataclass(val):
+            out += _leaves(val, prefix + f.name + ".")
+    return out
+
+
+def _get(p, name):
+    for part in name.split("."):
+        p = getattr(p, part)
+    return p
+
+
+def _replace(p, name, value):
+    head, _, rest = name.partition(".")
+    if rest:
+        return dataclasses.replace(p, **{head: _replace(getattr(p, head), rest, value)})
+    return dataclasses.replace(p, **{head: value})
+
+
+def check_directional(f, x, w, d, grad, what, u=U64):
+    """⟨grad, w⟩ against the central difference of φ(t) = ⟨d, f(x + t w)⟩ (module docstring)."""
+    h = STEP[u]
+
+    def phi(t):
+        return float(np.sum(d * f(x + t * w)))
+
+    def central(s):
+        return (phi(s) - phi(-s)) / (2 * s)
+
+    assert np.shape(grad) == np.shape(x), f"{what}: gradient shape {np.shape(grad)} != input shape {np.shape(x)}"
+    grad_dot_w = float(np.sum(grad * w))
+    d1, d2 = central(h), central(2 * h)
+    fx = f(x)
+    n = max(np.shape(fx)[-1], np.shape(x)[-1] if np.ndim(x) else 1, 2)
+    eps_phi = (n + 64) * u * float(np.sum(np.abs(d * fx))) + u * abs(phi(0.0))
+    bound = abs(d1 - d2) + 2 * eps_phi / (2 * h) + (n + 64) * u * float(np.sum(np.abs(grad * w)))
+    assert abs(d1 - grad_dot_w) <= bound, (f"{what}: central difference {d1!r} vs vjp {grad_dot_w!r}, "
+                                           f"|diff| = {abs(d1 - grad_dot_w):.3g} > {bound:.3g}")
+
+
+def check_vjp(forward, vjp, args: dict, d, what, u=U64, rng=None):
+    """Every gradient of ``vjp(**args, d_out=d)`` against central differences of ``forward(**args)``: an
+    array argument by one direction, a parameter dataclass by one direction per array field. ``vjp`` returns
+    the gradients in the order of the array / dataclass arguments of ``args``."""
+    rng = rng or _rng(99)
+    grads = vjp(d)
+    grads = grads if isinstance(grads, tuple) else (grads,)
+    names = [k for k, v in args.items() if isinstance(v, np.ndarray) or dataclasses.is_dataclass(v)]
+    assert len(grads) == len(names), f"{what}: {len(grads)} gradients for {names}"
+    for name, g in zip(names, grads):
+        value = args[name]
+        if isinstance(value, np.ndarray):
+            w = rng.normal(size=value.shape)
+            check_directional(lambda a, name=name: forward(**{**args, name: a}), value, w, d, g, f"{what} d{name}", u)
+            continue
+        assert type(g) is type(value), f"{what}: d{name} is {type(g).__name__}, but should be {type(value).__name__}"
+        for field, array in _leaves(value):
+            for f in dataclasses.fields(value):  # non-array fields copied
+                if not isinstance(getattr(value, f.name), np.ndarray) and not dataclasses.is_dataclass(
+                        getattr(value, f.name)):
+                    assert getattr(g, f.name) == getattr(value, f.name), f"{what}: d{name}.{f.name} not copied"
+            w = rng.normal(size=array.shape)
+            check_directional(lambda a, field=field, name=name: forward(**{**args, name: _replace(value, field, a)}),
+                              array, w, d, _get(g, field), f"{what} d{name}.{field}", u)
+
+
+def _mask(n_q, n_k, seed=3):
+    m = _rng(seed).random((B, n_q, n_k)) < 0.6
+    m[..., 0] = True
+    return m
+
+
+# -- torch ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def torch_impl():
+    pytest.importorskip("torch")
+    from attnclaims.adapters.torch_adapter import TorchImplementation
+
+    return TorchImplementation()
+
+
+def test_torch_rms_norm_and_gated_feed_forward_vjps(torch_impl):
+    impl, rng = torch_impl, _rng(1)
+    x, d = rng.normal(size=(B, N, D)), rng.normal(size=(B, N, D))
+    gamma = rng.normal(size=D)
+    check_vjp(lambda x, gamma: impl.rms_norm(x, gamma, 1e-5), lambda d: impl.rms_norm_vjp(x, gamma, 1e-5, d),
+              dict(x=x, gamma=gamma), d, "torch rms_norm_vjp")
+    for act in P.GATED_ACTIVATIONS:
+        p = P.init_gated_feed_forward(rng, D, DFF, activation=act)
+        check_vjp(impl.gated_feed_forward, lambda d, p=p: impl.gated_feed_forward_vjp(x, p, d), dict(x=x, params=p), d,
+                  f"torch gated_feed_forward_vjp {act}")
+
+
+@pytest.mark.parametrize("alignment", ["top-left", "bottom-right"])
+def test_torch_causal_attention_vjp(torch_impl, alignment):
+    """n_q < n_k (the alignments differ) and a broadcast batch axis of k (its gradient summed back)."""
+    impl, rng = torch_impl, _rng(2)
+    q, k, v = rng.normal(size=(B, 3, 4)), rng.normal(size=(1, 5, 4)), rng.normal(size=(B, 5, 3))
+    d = rng.normal(size=(B, 3, 3))
+    for scale in (None, 0.7):
+        check_vjp(lambda q, k, v: impl.causal_attention(q, k, v, alignment, None, scale),
+                  lambda d: impl.causal_attention_vjp(q, k, v, d, alignment, None, scale), dict(q=q, k=k, v=v), d,
+                  f"torch causal_attention_vjp {alignment} scale={scale}")
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_torch_grouped_query_attention_vjp(torch_impl, kv_heads):
+    """enable_gqa: dparams with w_k, w_v of num_kv_heads·d_k columns; cross-attention with a broadcast x_kv."""
+    impl, rng = torch_impl, _rng(3)
+    p = P.init_multi_head(rng, D, 4, num_kv_heads=kv_heads)
+    x_q, x_kv = rng.normal(size=(B, 3, D)), rng.normal(size=(1, 5, D))
+    d = rng.normal(size=(B, 3, D))
+    for mask in (None, _mask(3, 5)):
+        check_vjp(lambda x_q, x_kv, params: impl.multi_head_attention(x_q, x_kv, params, mask),
+                  lambda d: impl.multi_head_attention_vjp(x_q, x_kv, p, d, mask), dict(x_q=x_q, x_kv=x_kv, params=p), d,
+                  f"torch GQA multi_head_attention_vjp kv_heads={kv_heads} mask={mask is not None}")
+
+
+@pytest.mark.parametrize("norm, ffn, norm_first, kv_heads", [
+    ("layer", "relu", True, None), ("rms", "silu", True, 2), ("layer", "gelu", False, 1), ("rms", "relu", False, None),
+])
+def test_torch_decoder_block_vjp(torch_impl, norm, ffn, norm_first, kv_heads):
+    impl, rng = torch_impl, _rng(4)
+    p = P.init_decoder_block(rng, D, 4, DFF, num_kv_heads=kv_heads, ffn=ffn, norm=norm, norm_first=norm_first,
+                             eps=1e-4, norm_spread=0.3)
+    x, d = rng.normal(size=(B, N, D)), rng.normal(size=(B, N, D))
+    for mask in (None, _mask(N, N)):
+        check_vjp(lambda x, params: impl.decoder_block(x, params, mask), lambda d: impl.decoder_block_vjp(x, p, d, mask),
+                  dict(x=x, params=p), d, f"torch decoder_block_vjp {norm}/{ffn}/norm_first={norm_first}")
+
+
+def test_directional_check_catches_a_mapping_error(torch_impl):
+    """The check can fail: a vjp whose w_gate and w_up gradients are swapped (a mapping error of the
+    kind these tests are for) is caught."""
+    impl, rng = torch_impl, _rng(5)
+    x, d = rng.normal(size=(B, N, D)), rng.normal(size=(B, N, D))
+    p = P.init_gated_feed_forward(rng, D, DFF)
+
+    def swapped(d):
+        dx, g = impl.gated_feed_forward_vjp(x, p, d)
+        return dx, dataclasses.replace(g, w_gate=g.w_up, w_up=g.w_gate)
+
+    with pytest.raises(AssertionError, match="dparams.w_gate"):
+        check_vjp(impl.gated_feed_forward, swapped, dict(x=x, params=p), d, "swapped")
+
+
+def test_torch_modern_vjps_keep_the_dtype():
+    """torch-float32 inherits the backward passes and returns float32 gradients."""
+    pytest.importorskip("torch")
+    from attnclaims.adapters.torch_adapter import TorchFastPathImplementation, TorchFloat32Implementation
+
+    impl, rng = TorchFloat32Implementation(), _rng(6)
+    p = P.init_decoder_block(rng, D, 4, DFF, num_kv_heads=2, ffn="silu", norm="rms", dtype=np.float32)
+    x = rng.normal(size=(B, N, D)).astype(np.float32)
+    dx, dp = impl.decoder_block_vjp(x, p, x)
+    assert dx.dtype == np.float32 and all(a.dtype == np.float32 for _, a in _leaves(dp))
+    assert not any(hasattr(TorchFastPathImplementation, c) for c in (
+        "rms_norm_vjp", "gated_feed_forward_vjp", "causal_attention_vjp", "decoder_block_vjp"))
+
+
+_HAS_HF = importlib.util.find_spec("transformers") is not None
