@@ -193,9 +193,11 @@ class _HFBase:
                                           allow_unused=True)
         return [np.zeros(tuple(t.shape), dtype=self.dtype) if g is None else _numpy(g) for g, t in zip(grads, tensors)]
 
-    def _attention_vjp(self, module_name: str, q, k, v, d_out, mask=None, scale=None, needs_scale=False):
-        """autograd through the model's attention function, called as :meth:`_attention` does; the
-        inputs are leaves of their own shapes, broadcast in torch (its autograd sums the gradients back)."""
+    def _attention_vjp(self, module_name: str, q, k, v, d_out, mask=None, scale=None, needs_scale=False,
+                       mask_args=None):
+        """autograd through the model's attention function, called as :meth:`_attention` does (``mask_args``
+        as there: the causal mask of :meth:`_causal_attention_vjp`); the inputs are leaves of their own
+        shapes, broadcast in torch (its autograd sums the gradients back)."""
         torch = self._torch
         q_shape, k_shape, v_shape = np.shape(q), np.shape(k), np.shape(v)
         batch = _batch(q_shape, k_shape, v_shape)
@@ -209,9 +211,34 @@ class _HFBase:
         kwargs = {"is_causal": False} if self.attn_implementation == "sdpa" else {}
         with torch.enable_grad():
             q4, k4, v4 = (t.expand(batch + tuple(t.shape[-2:])).reshape((b, 1) + tuple(t.shape[-2:])) for t in leaves)
-            out, _ = fn(module, q4, k4, v4, self._hf_mask(mask, batch, n_q, n_k), scaling=scale, dropout=0.0, **kwargs)
+            out, _ = fn(module, q4, k4, v4, self._hf_mask(mask, batch, n_q, n_k, **(mask_args or {})), scaling=scale,
+                        dropout=0.0, **kwargs)
             out = out.reshape(batch + (n_q, v_shape[-1]))
             return tuple(self._grads(out, leaves, d_out))
+
+    def _causal_attention_vjp(self, module_name: str, q, k, v, d_out, alignment="top-left", window=None, scale=None,
+                              needs_scale=False):
+        """autograd through :meth:`_causal_attention`'s call: the model's attention function with the causal
+        mask (``q_offset``, ``sliding_window_overlay``) transformers builds."""
+        if alignment not in ("top-left", "bottom-right"):
+            raise ValueError(f"alignment={alignment!r}, but should be 'top-left' or 'bottom-right'")
+        n_q, n_k = np.shape(q)[-2], np.shape(k)[-2]
+        offset = 0 if alignment == "top-left" else n_k - n_q
+        return self._attention_vjp(module_name, q, k, v, d_out, None, scale, needs_scale,
+                                   mask_args=dict(causal=True, q_offset=offset, window=window))
+
+    def _module_vjp(self, module, call, x, d_out, mask=None):
+        """autograd through ``call(h, attention_mask)`` — one of the model's layers as a decoder-only block, on
+        x (batch, n, d) with the causal ∧ mask of :meth:`_segment` — with respect to x and every parameter of
+        ``module``: dx and {parameter name: gradient} in the module's own layout."""
+        torch = self._torch
+        batch, n = _batch(np.shape(x)), np.shape(x)[-2]
+        h = self._leaf(_flat(x, batch))
+        with torch.enable_grad():
+            out = call(h, self._hf_mask(mask, batch, n, n, causal=True))
+            named = dict(module.named_parameters())
+            dx, *gp = self._grads(out, [h, *named.values()], np.asarray(d_out).reshape(out.shape))
+        return dx.reshape(np.shape(x)), dict(zip(named, gp))
 
     def _attention(self, module_name: str, q, k, v, mask=None, scale=None, needs_scale=False, mask_args=None):
         """The model's attention function on (B, 1, n, d): our batch axes flattened into B, one head.
@@ -888,6 +915,15 @@ class HFLlama(_HFBase):
         "decoder_block": "transformers LlamaDecoderLayer (LlamaRotaryEmbedding, LlamaAttention, LlamaMLP, "
                          "LlamaRMSNorm)",
         "decoder_block_decode": "transformers LlamaDecoderLayer with DynamicCache (LlamaAttention's cache update)",
+        "causal_attention_vjp": "torch.autograd through transformers.models.llama.modeling_llama."
+                                "eager_attention_forward + transformers.masking_utils",
+        "multi_head_attention_vjp": "torch.autograd through transformers LlamaAttention (repeat_kv, "
+                                    "eager_attention_forward)",
+        "rotary_embedding_vjp": "torch.autograd through transformers apply_rotary_pos_emb (LlamaRotaryEmbedding)",
+        "rms_norm_vjp": "torch.autograd through transformers LlamaRMSNorm",
+        "gated_feed_forward_vjp": "torch.autograd through transformers LlamaMLP",
+        "decoder_block_vjp": "torch.autograd through transformers LlamaDecoderLayer (LlamaRotaryEmbedding, "
+                             "LlamaAttention, LlamaMLP, LlamaRMSNorm)",
     }
     conventions = {
         "masked-fill value": "additive torch.finfo(dtype).min (masking_utils.eager_mask)",
@@ -1042,6 +1078,127 @@ class HFLlama(_HFBase):
         c, layer = self._block(params)
         return self._decode(x, prompt_length, chunk, lambda xs, s, cache: self._block_segment(c, layer, xs, s, cache))
 
+    # -- backward passes: torch.autograd through the same modules as the forwards. nn.Linear stores Wᵀ, so
+    # every projection's gradient is weight.gradᵀ (the inverse of _linear's weight copy).
+    @staticmethod
+    def _attn_grads(g: dict, prefix: str, p):
+        """LlamaAttention's q/k/v/o_proj gradients -> MultiHeadParams (k_proj, v_proj: num_kv_heads·d_k rows)."""
+        from attnclaims.reference.params import MultiHeadParams
+
+        w = lambda name: np.ascontiguousarray(g[f"{prefix}{name}.weight"].T)
+        return MultiHeadParams(w_q=w("q_proj"), w_k=w("k_proj"), w_v=w("v_proj"), w_o=w("o_proj"),
+                               b_q=g[f"{prefix}q_proj.bias"], b_k=g[f"{prefix}k_proj.bias"],
+                               b_v=g[f"{prefix}v_proj.bias"], b_o=g[f"{prefix}o_proj.bias"], num_heads=p.num_heads,
+                               num_kv_heads=p.num_kv_heads)
+
+    @staticmethod
+    def _mlp_grads(g: dict, prefix: str, p):
+        """LlamaMLP's gate/up/down_proj gradients -> GatedFeedForwardParams (the activation copied)."""
+        from attnclaims.reference.params import GatedFeedForwardParams
+
+        w = lambda name: np.ascontiguousarray(g[f"{prefix}{name}.weight"].T)
+        return GatedFeedForwardParams(w_gate=w("gate_proj"), b_gate=g[f"{prefix}gate_proj.bias"], w_up=w("up_proj"),
+                                      b_up=g[f"{prefix}up_proj.bias"], w_down=w("down_proj"),
+                                      b_down=g[f"{prefix}down_proj.bias"], activation=p.activation)
+
+    def causal_attention_vjp(self, q, k, v, d_out, alignment="top-left", window=None, scale=None):
+        """autograd through :meth:`causal_attention`'s call (Llama's attention function + masking_utils)."""
+        return self._causal_attention_vjp("llama", q, k, v, d_out, alignment, window, scale, needs_scale=True)
+
+    def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
+        """autograd through ``LlamaAttention`` called as :meth:`multi_head_attention` does (self-attention, GQA,
+        position_embeddings = (1, 0)). So that dx_q and dx_kv come apart, ``k_proj`` and ``v_proj`` get their
+        input from a second leaf holding the same values (a forward pre-hook: the module computes exactly what
+        it computes on x, and x_kv's gradient is what flows through the keys and values)."""
+        from transformers.models.llama import modeling_llama as ml
+
+        from attnclaims.reference.backward import sum_to
+
+        if x_kv is not x_q and not (np.shape(x_q) == np.shape(x_kv) and np.array_equal(x_q, x_kv)):
+            raise NotImplementedError("LlamaAttention is self-attention only (variant cross_attention=False)")
+        torch, p = self._torch, params
+        batch, n = _batch(np.shape(x_q)), np.shape(x_q)[-2]
+        c = self._config(p.d_model, p.num_heads, p.num_kv_heads)
+        attn = self._module(ml.LlamaAttention, self._attn_state(p), c, layer_idx=0)
+        xq, xkv = self._leaf(_flat(x_q, batch)), self._leaf(_flat(x_kv, batch))
+        hooks = [getattr(attn, name).register_forward_pre_hook(lambda module, args: (xkv,) + tuple(args[1:]))
+                 for name in ("k_proj", "v_proj")]
+        try:
+            with torch.enable_grad():
+                out, _ = attn(xq, position_embeddings=self._identity_rotation(xq.shape[0], n, p.d_k),
+                              attention_mask=self._hf_mask(mask, batch, n, n, always=True))
+                named = dict(attn.named_parameters())
+                gq, gk, *gp = self._grads(out, [xq, xkv, *named.values()], np.asarray(d_out).reshape(out.shape))
+        finally:
+            for hook in hooks:
+                hook.remove()
+        shape = batch + (n, p.d_model)
+        return (sum_to(gq.reshape(shape), np.shape(x_q)), sum_to(gk.reshape(shape), np.shape(x_kv)),
+                self._attn_grads(dict(zip(named, gp)), "", p))
+
+    def rotary_embedding_vjp(self, x, positions, d_out, base=10000.0, layout="interleaved"):
+        """autograd through :meth:`rotary_embedding`'s ``apply_rotary_pos_emb`` with respect to x (the cos and
+        sin of ``LlamaRotaryEmbedding`` are constants of x)."""
+        from transformers.models.llama import modeling_llama as ml
+
+        if layout != "half":
+            raise NotImplementedError(f"Llama's rotary embeddings use the 'half' pair layout, not {layout!r}")
+        torch = self._torch
+        shape = np.shape(x)
+        n, d = shape[-2], shape[-1]
+        c = self._config(d, 1, base=base)
+        tx = self._leaf(x)
+        position_ids = torch.tensor(np.asarray(positions, dtype=np.int64).reshape(1, n))
+        with torch.enable_grad():
+            xt = tx.reshape((-1, 1, n, d))  # (B, 1, n, d)
+            cos, sin = self._rotary(c, xt, position_ids)  # (1, n, d)
+            out, _ = ml.apply_rotary_pos_emb(xt, xt, cos, sin)
+            return self._grads(out.reshape(shape), [tx], d_out)[0]
+
+    def rms_norm_vjp(self, x, gamma, eps, d_out):
+        """autograd through ``LlamaRMSNorm`` (the call of :meth:`rms_norm`): dx, weight.grad."""
+        from transformers.models.llama import modeling_llama as ml
+
+        tx = self._leaf(x)
+        norm = self._module(ml.LlamaRMSNorm, {"weight": self._w(gamma)}, tx.shape[-1], eps=float(eps))
+        with self._torch.enable_grad():
+            out = norm(tx)
+            return tuple(self._grads(out, [tx, norm.weight], d_out))
+
+    def gated_feed_forward_vjp(self, x, params, d_out):
+        """autograd through ``LlamaMLP`` (the call of :meth:`gated_feed_forward`)."""
+        from transformers.models.llama import modeling_llama as ml
+
+        p = params
+        c = self._config(p.d_model, 1, d_ff=p.d_ff, act=p.activation, head_dim=2)
+        mlp = self._module(ml.LlamaMLP, self._mlp_state(p), c)
+        tx = self._leaf(x)
+        with self._torch.enable_grad():
+            out = mlp(tx)
+            named = dict(mlp.named_parameters())
+            dx, *gp = self._grads(out, [tx, *named.values()], d_out)
+        return dx, self._mlp_grads(dict(zip(named, gp)), "", p)
+
+    def decoder_block_vjp(self, x, params, d_out, mask=None):
+        """autograd through ``LlamaDecoderLayer`` called as :meth:`decoder_block` does: its real rotary
+        embeddings (``LlamaRotaryEmbedding`` at positions 0 … n − 1), GQA, causal ∧ mask; the gradients of
+        ``self_attn.*_proj``, ``mlp.*_proj``, ``input_layernorm`` and ``post_attention_layernorm`` mapped back
+        into the DecoderBlockParams the forward loads them from."""
+        import dataclasses
+
+        from attnclaims.reference.params import RMSNormParams
+
+        c, layer = self._block(params)
+        n = np.shape(x)[-2]
+        position_ids = self._torch.arange(n)[None]
+        call = lambda h, m: layer(h, attention_mask=m, position_ids=position_ids,
+                                  position_embeddings=self._rotary(c, h, position_ids))
+        dx, g = self._module_vjp(layer, call, x, d_out, mask)
+        p = params
+        return dx, dataclasses.replace(
+            p, self_attn=self._attn_grads(g, "self_attn.", p.self_attn), ffn=self._mlp_grads(g, "mlp.", p.ffn),
+            norm1=RMSNormParams(g["input_layernorm.weight"]), norm2=RMSNormParams(g["post_attention_layernorm.weight"]))
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -1058,7 +1215,11 @@ class HFLlamaSdpa(HFLlama):
                                     "sdpa_attention_forward",
                    "causal_attention": "transformers.integrations.sdpa_attention.sdpa_attention_forward + "
                                        "transformers.masking_utils (causal_mask_function, sliding_window_overlay)",
-                   "multi_head_attention": "transformers LlamaAttention (sdpa_attention_forward)"}
+                   "multi_head_attention": "transformers LlamaAttention (sdpa_attention_forward)",
+                   "causal_attention_vjp": "torch.autograd through transformers.integrations.sdpa_attention."
+                                           "sdpa_attention_forward + transformers.masking_utils",
+                   "multi_head_attention_vjp": "torch.autograd through transformers LlamaAttention "
+                                               "(sdpa_attention_forward)"}
     conventions = {"masked-fill value": "bool mask (masking_utils.sdpa_mask) to torch's SDPA",
                    "fully masked rows": "zeros (torch's scaled_dot_product_attention)",
                    "causal alignment": HFLlama.conventions["causal alignment"]}

@@ -206,3 +206,91 @@ def test_torch_modern_vjps_keep_the_dtype():
 
 
 _HAS_HF = importlib.util.find_spec("transformers") is not None
+
+
+# -- transformers -------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def hf():
+    """name -> the transformers implementation (built once), or a skip without transformers."""
+    if not _HAS_HF:
+        pytest.skip("transformers is not installed")
+    from attnclaims.impls import resolve
+
+    built = {}
+
+    def get(name):
+        if name not in built:
+            built[name] = resolve(name)
+        return built[name]
+
+    return get
+
+
+#: (implementation, capability) whose library call computes in float32 inside a float64 call
+#: (docs/findings.md): Llama's RMSNorm (hidden_states.to(float32)) and its eager softmax
+FLOAT32_INSIDE = {("hf-llama", "rms_norm"), ("hf-llama-sdpa", "rms_norm"), ("hf-llama", "decoder_block"),
+                  ("hf-llama-sdpa", "decoder_block"), ("hf-llama", "multi_head_attention"),
+                  ("hf-llama", "causal_attention")}
+
+
+def _u(name, capability):
+    return U32 if (name, capability) in FLOAT32_INSIDE else U64
+
+
+@pytest.mark.parametrize("name", ["hf-llama", "hf-llama-sdpa"])
+def test_llama_rms_norm_rotary_and_mlp_vjps(hf, name):
+    impl, rng = hf(name), _rng(11)
+    x, d = rng.normal(size=(B, N, D)), rng.normal(size=(B, N, D))
+    gamma = rng.normal(size=D)
+    check_vjp(lambda x, gamma: impl.rms_norm(x, gamma, 1e-5), lambda d: impl.rms_norm_vjp(x, gamma, 1e-5, d),
+              dict(x=x, gamma=gamma), d, f"{name} rms_norm_vjp", _u(name, "rms_norm"))
+    positions = np.array([0, 3, 1, 7])
+    check_vjp(lambda x: impl.rotary_embedding(x, positions, 500.0, "half"),
+              lambda d: impl.rotary_embedding_vjp(x, positions, d, 500.0, "half"), dict(x=x), d,
+              f"{name} rotary_embedding_vjp")
+    for act in P.GATED_ACTIVATIONS:
+        p = P.init_gated_feed_forward(rng, D, DFF, activation=act)
+        check_vjp(impl.gated_feed_forward, lambda d, p=p: impl.gated_feed_forward_vjp(x, p, d), dict(x=x, params=p), d,
+                  f"{name} gated_feed_forward_vjp {act}")
+
+
+@pytest.mark.parametrize("name", ["hf-llama", "hf-llama-sdpa"])
+def test_llama_attention_vjps(hf, name):
+    """LlamaAttention is self-attention only, so its own forward can only be differenced along x_q = x_kv:
+    dx_q + dx_kv and dparams against that; dx_q and dx_kv apart against the reference's forward, which
+    takes them apart (the same GQA, position_embeddings (1, 0) being the identity rotation)."""
+    from attnclaims.reference.impl import Reference
+
+    ref, impl, rng = Reference(), hf(name), _rng(12)
+    u = _u(name, "multi_head_attention")
+    x, d = rng.normal(size=(B, N, D)), rng.normal(size=(B, N, D))
+    for kv_heads in (1, 2, 4):
+        p = P.init_multi_head(rng, D, 4, num_kv_heads=kv_heads)
+        for mask in (None, _mask(N, N)):
+            what = f"{name} multi_head_attention_vjp kv_heads={kv_heads} mask={mask is not None}"
+            dq, dkv, dp = impl.multi_head_attention_vjp(x, x, p, d, mask)
+            check_vjp(lambda x, params: impl.multi_head_attention(x, x, params, mask), lambda d: (dq + dkv, dp),
+                      dict(x=x, params=p), d, what, u)
+            w = rng.normal(size=x.shape)
+            check_directional(lambda a: ref.multi_head_attention(a, x, p, mask), x, w, d, dq, f"{what} dx_q", u)
+            check_directional(lambda a: ref.multi_head_attention(x, a, p, mask), x, w, d, dkv, f"{what} dx_kv", u)
+    q, k, v = rng.normal(size=(B, 3, 4)), rng.normal(size=(1, 5, 4)), rng.normal(size=(B, 5, 3))
+    dd = rng.normal(size=(B, 3, 3))
+    for alignment, window in (("top-left", None), ("bottom-right", None), ("bottom-right", 2)):
+        check_vjp(lambda q, k, v: impl.causal_attention(q, k, v, alignment, window, 0.7),
+                  lambda dd: impl.causal_attention_vjp(q, k, v, dd, alignment, window, 0.7), dict(q=q, k=k, v=v), dd,
+                  f"{name} causal_attention_vjp {alignment} window={window}", _u(name, "causal_attention"))
+
+
+@pytest.mark.parametrize("name", ["hf-llama", "hf-llama-sdpa"])
+def test_llama_decoder_block_vjp(hf, name):
+    """LlamaDecoderLayer with its real rotary embeddings and GQA; every parameter's gradient mapped back."""
+    impl, rng = hf(name), _rng(13)
+    x, d = rng.normal(size=(B, N, D)), rng.normal(size=(B, N, D))
+    for kv_heads, act in ((2, "silu"), (4, "gelu")):
+        p = P.init_decoder_block(rng, D, 4, DFF, num_kv_heads=kv_heads, ffn=act, norm="rms", eps=1e-4,
+                                 rope=P.RotaryParams(500.0, "half"), norm_spread=0.3)
+        for mask in (None, _mask(N, N)):
+            check_vjp(lambda x, params: impl.decoder_block(x, params, mask),
+                      lambda d: impl.decoder_block_vjp(x, p, d, mask), dict(x=x, params=p), d,
+                      f"{name} decoder_block_vjp kv_heads={kv_heads} {act}", _u(name, "decoder_block"))
