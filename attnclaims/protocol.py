@@ -45,6 +45,14 @@ VJP_CAPABILITIES: dict[str, str] = {
     "encoder_layer_vjp": "encoder_layer_vjp(x, params, d_out, mask=None) -> (dx, dparams)",
     "decoder_layer_vjp": "decoder_layer_vjp(y, memory, params, d_out, self_mask=None, memory_mask=None) "
                          "-> (dy, dmemory, dparams)",
+    # modern components (grouped-query attention: multi_head_attention_vjp with params.num_kv_heads <
+    # num_heads, dparams in the grouped-query shapes, the K/V gradients summed over each group)
+    "rms_norm_vjp": "rms_norm_vjp(x, gamma, eps, d_out) -> (dx, dgamma)",
+    "gated_feed_forward_vjp": "gated_feed_forward_vjp(x, params, d_out) -> (dx, dparams)",
+    "rotary_embedding_vjp": "rotary_embedding_vjp(x, positions, d_out, base=10000.0, layout='interleaved') -> dx",
+    "causal_attention_vjp": "causal_attention_vjp(q, k, v, d_out, alignment='top-left', window=None, scale=None) "
+                            "-> (dq, dk, dv)",
+    "decoder_block_vjp": "decoder_block_vjp(x, params, d_out, mask=None) -> (dx, dparams)",
 }
 CAPABILITIES.update(VJP_CAPABILITIES)
 
@@ -58,13 +66,19 @@ VJP_OUTPUTS: dict[str, tuple[tuple[str, int, str], ...]] = {
     "feed_forward_vjp": (("dx", 0, "x"), ("dparams", 1, "params")),
     "encoder_layer_vjp": (("dx", 0, "x"), ("dparams", 1, "params")),
     "decoder_layer_vjp": (("dy", 0, "y"), ("dmemory", 1, "memory"), ("dparams", 2, "params")),
+    "rms_norm_vjp": (("dx", 0, "x"), ("dgamma", 1, "gamma")),
+    "gated_feed_forward_vjp": (("dx", 0, "x"), ("dparams", 1, "params")),
+    "rotary_embedding_vjp": (("dx", 0, "x"),),
+    "causal_attention_vjp": (("dq", 0, "q"), ("dk", 1, "k"), ("dv", 2, "v")),
+    "decoder_block_vjp": (("dx", 0, "x"), ("dparams", 1, "params")),
 }
 
 
 def vjp_expected(capability: str, args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
     """[(output name, what it must look like)] for a ``*_vjp`` call: the input's shape (a tuple) for an
     array gradient, the params object itself for ``dparams`` (same dataclass, same array shapes, same
-    non-array fields). A tuple of this length is returned, except softmax_vjp which returns dx alone."""
+    non-array fields). A tuple of this length is returned, except for a single gradient (softmax_vjp,
+    rotary_embedding_vjp), which is returned alone."""
     return [(name, _arg(args, kwargs, index, arg) if name == "dparams" else _shape(_arg(args, kwargs, index, arg)))
             for name, index, arg in VJP_OUTPUTS[capability]]
 

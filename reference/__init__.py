@@ -13,6 +13,7 @@ Small modules, functions first, read top to bottom:
 * :mod:`.rotary` — rotary position embeddings (both pair layouts)
 * :mod:`.modern` — grouped-query attention, RMSNorm, gated FFNs, causal alignment and sliding
   windows, decoder-only blocks, KV-cache decoding
+* :mod:`.backward`, :mod:`.modern_backward` — exact backward passes (vector-Jacobian products)
 
 Everything computes in float64 and returns float64; inputs are never modified.
 """
@@ -43,6 +44,9 @@ from attnclaims.reference.modern import (
     KVCache, cached_decode, causal_attention, decoder_block, decoder_block_decode, decoder_block_step,
     expand_kv, gated_feed_forward, repeat_kv, rms_norm,
 )
+from attnclaims.reference.modern_backward import (
+    causal_attention_vjp, decoder_block_vjp, gated_feed_forward_vjp, rms_norm_vjp, rotary_embedding_vjp,
+)
 
 __all__ = [
     "FULLY_MASKED_ROW", "MASKED_VALUES_LEAK",
@@ -62,4 +66,6 @@ __all__ = [
     "KVCache", "decoder_block_step", "cached_decode", "decoder_block_decode",
     "RMSNormParams", "GatedFeedForwardParams", "RotaryParams", "DecoderBlockParams",
     "init_rms_norm", "init_gated_feed_forward", "init_decoder_block",
+    # backward passes of the modern components (attnclaims.reference.modern_backward)
+    "rms_norm_vjp", "gated_feed_forward_vjp", "rotary_embedding_vjp", "causal_attention_vjp", "decoder_block_vjp",
 ]

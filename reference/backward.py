@@ -331,9 +331,9 @@ def _mha_dict(params: MultiHeadParams, dtype) -> dict:
     return out
 
 
-def _mha_params(grads: dict, num_heads: int) -> MultiHeadParams:
+def _mha_params(grads: dict, num_heads: int, num_kv_heads: int | None = None) -> MultiHeadParams:
     return MultiHeadParams(**{n: grads[n] for n in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")},
-                           num_heads=num_heads)
+                           num_heads=num_heads, num_kv_heads=num_kv_heads)
 
 
 def multi_head_attention_vjp(x_q, x_kv, params: MultiHeadParams, d_out, mask=None):
@@ -344,8 +344,13 @@ def multi_head_attention_vjp(x_q, x_kv, params: MultiHeadParams, d_out, mask=Non
     :func:`attention_vjp` (scale 1/√d_k, the mask shared by the heads); merged back, dW_Q = Σ x_qᵀ dQ,
     db_Q = Σ dQ, and likewise K, V from x_kv; dx_q = dQ W_Qᵀ, dx_kv = dK W_Kᵀ + dV W_Vᵀ. For
     self-attention (x_q = x_kv = x) the gradient of x is dx_q + dx_kv.
+    Grouped-query attention (num_kv_heads < num_heads) is multi-head attention with the K/V heads' columns
+    copied into their groups (:func:`attnclaims.reference.modern.expand_kv`, a linear map of w_k, w_v, b_k, b_v):
+    the same backward on the expanded parameters, the K/V parameter gradients then summed over each group's r
+    copies (:func:`attnclaims.reference.modern_backward.fold_kv`); dx_q, dx_kv are those of the expanded heads.
     x_q (..., n_q, d_model), x_kv (..., n_k, d_model), d_out (batch, n_q, d_model) -> dx_q, dx_kv with
-    their shapes, dparams: MultiHeadParams of the gradients (num_heads copied).
+    their shapes, dparams: MultiHeadParams of the gradients (num_heads, num_kv_heads copied; w_k, w_v, b_k, b_v
+    of the grouped-query shapes).
     """
     if not isinstance(params, MultiHeadParams):
         raise ValueError(f"params is {type(params).__name__}, but should be MultiHeadParams")
@@ -360,10 +365,17 @@ def multi_head_attention_vjp(x_q, x_kv, params: MultiHeadParams, d_out, mask=Non
         raise ValueError(f"d_out.shape={d.shape}, but should be {want} (the output's shape)")
     mask = as_mask("mask", mask, batch + (x_q.shape[-2], x_kv.shape[-2]))
     xq, xkv = np.broadcast_to(x_q, want), np.broadcast_to(x_kv, batch + x_kv.shape[-2:])
-    p = _mha_dict(params, np.float64)
+    grouped = params.num_kv_heads != params.num_heads
+    if grouped:
+        from attnclaims.reference.modern import expand_kv
+    p = _mha_dict(expand_kv(params) if grouped else params, np.float64)
     _, cache = _mha_forward(xq, xkv, p, mask)
     dx_q, dx_kv, grads = _mha_backward(xq, xkv, p, cache, d)
-    return sum_to(dx_q, x_q.shape), sum_to(dx_kv, x_kv.shape), _mha_params(grads, params.num_heads)
+    if grouped:
+        from attnclaims.reference.modern_backward import fold_mha_grads
+        grads = fold_mha_grads(grads, params.num_kv_heads, params.group_size)
+    return (sum_to(dx_q, x_q.shape), sum_to(dx_kv, x_kv.shape),
+            _mha_params(grads, params.num_heads, params.num_kv_heads))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from attnclaims.reference.layers import decoder_layer, encoder_layer, feed_forwa
 from attnclaims.reference.multihead import multi_head_attention
 from attnclaims.reference.positional import sinusoidal_encoding
 from attnclaims.reference import modern as _modern
+from attnclaims.reference import modern_backward as _modern_backward
 from attnclaims.reference.rotary import rotary_embedding
 
 __all__ = ["Reference", "reference"]
@@ -81,6 +82,23 @@ class Reference:
 
     def decoder_layer_vjp(self, y, memory, params, d_out, self_mask=None, memory_mask=None):
         return _backward.decoder_layer_vjp(y, memory, params, d_out, self_mask=self_mask, memory_mask=memory_mask)
+
+    # backward passes of the modern components (attnclaims/reference/modern_backward.py); grouped-query
+    # multi_head_attention_vjp is the one above
+    def rms_norm_vjp(self, x, gamma, eps, d_out):
+        return _modern_backward.rms_norm_vjp(x, gamma, eps, d_out)
+
+    def gated_feed_forward_vjp(self, x, params, d_out):
+        return _modern_backward.gated_feed_forward_vjp(x, params, d_out)
+
+    def rotary_embedding_vjp(self, x, positions, d_out, base=10000.0, layout="interleaved"):
+        return _modern_backward.rotary_embedding_vjp(x, positions, d_out, base, layout)
+
+    def causal_attention_vjp(self, q, k, v, d_out, alignment="top-left", window=None, scale=None):
+        return _modern_backward.causal_attention_vjp(q, k, v, d_out, alignment=alignment, window=window, scale=scale)
+
+    def decoder_block_vjp(self, x, params, d_out, mask=None):
+        return _modern_backward.decoder_block_vjp(x, params, d_out, mask=mask)
 
     # -- modern components (attnclaims.reference.modern, .rotary); the reference supports every
     # declared variant, grouped-query attention included (its default is opt-in).

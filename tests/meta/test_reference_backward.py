@@ -294,3 +294,171 @@ def test_guard_checks_dparams(bug, message):
     x, d = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
     with pytest.raises(CheckFailure, match=message):
         GuardedImplementation(_Vjps(bug), timeout=None).multi_head_attention_vjp(x, x, p, d)
+
+
+# ---------------------------------------------------------------------------------------------
+# The modern components' backward passes (attnclaims/reference/modern_backward.py)
+# ---------------------------------------------------------------------------------------------
+
+def test_rms_norm_vjp_equals_the_lambdified_sympy_jacobian():
+    """rms_norm_vjp's dx = Jᵀ(d ⊙ ... ) with J = ∂RMSNorm/∂x differentiated by sympy from γ_i x_i/√(Σx²/n + ε)
+    and lambdified; dγ = Σ_rows d ⊙ x̂ likewise from ∂y/∂γ. Bound: (n + 16)u per entry of |J||d| plus the
+    vjp's own terms r(|g| + |x̂| mean(|g||x̂|)), g = d ⊙ γ (dx = r(g − x̂ mean(g x̂)) cancels where x̂² ≈ 1)."""
+    from attnclaims.reference import modern_backward as MB
+
+    rng = np.random.default_rng(21)
+    for n in (1, 2, 3, 5):
+        xs, gs = sp.symbols(f"x1:{n + 1}", real=True), sp.symbols(f"g1:{n + 1}", real=True)
+        eps = sp.Rational(1, 1000)
+        r = 1 / sp.sqrt(sum(v**2 for v in xs) / n + eps)
+        y = [gs[i] * xs[i] * r for i in range(n)]
+        jac = sp.lambdify([xs, gs], sp.Matrix(n, n, lambda i, j: sp.diff(y[i], xs[j])), "numpy")
+        jac_g = sp.lambdify([xs, gs], sp.Matrix(n, n, lambda i, j: sp.diff(y[i], gs[j])), "numpy")
+        for _ in range(4):
+            x, g, d = rng.normal(size=n) * 2, rng.normal(size=n), rng.normal(size=n)
+            J, Jg = np.array(jac(x, g), dtype=np.float64), np.array(jac_g(x, g), dtype=np.float64)
+            dx, dg = MB.rms_norm_vjp(x, g, 1e-3, d)
+            r = 1 / np.sqrt(np.mean(x * x) + 1e-3)
+            ag, axh = np.abs(d * g), np.abs(x) * r
+            terms = {"dx": r * (ag + axh * np.mean(ag * axh)), "dgamma": 0.0}
+            for got, M, what in ((dx, J, "dx"), (dg, Jg, "dgamma")):
+                bound = (n + 16) * U * (np.abs(M).T @ np.abs(d) + terms[what])
+                assert np.all(np.abs(got - M.T @ d) <= bound), f"n={n} {what}: {got} vs {M.T @ d}"
+
+
+def test_rms_norm_vjp_matches_central_differences_and_is_not_centred():
+    from attnclaims.reference import modern_backward as MB
+    from attnclaims.reference import rms_norm
+
+    rng = np.random.default_rng(22)
+    x = rng.normal(size=(3, 7)) * 2 + 5
+    gamma, d = rng.normal(size=7), rng.normal(size=(3, 7))
+    dx, dg = MB.rms_norm_vjp(x, gamma, 1e-5, d)
+    for name, arr, g in (("x", x, dx), ("gamma", gamma, dg)):
+        w = rng.normal(size=arr.shape)
+        args = {"x": x, "gamma": gamma}
+        check_directional(lambda a, name=name, args=args: rms_norm(**{**args, name: a}, eps=1e-5), arr, w, d,
+                          float(np.sum(g * w)), f"rms norm d{name}")
+    # ⟨dx, x⟩ = ε r³ ⟨d ⊙ γ, x⟩ per row, and Σ dx ≠ 0 (no centring)
+    r = 1 / np.sqrt(np.mean(x * x, axis=-1) + 1e-5)
+    want = 1e-5 * r**3 * np.sum(d * gamma * x, axis=-1)
+    assert np.all(np.abs(np.sum(dx * x, axis=-1) - want) <= 64 * U * np.sum(np.abs(dx * x), axis=-1))
+    assert np.all(np.abs(dx.sum(axis=-1)) > 1e3 * U * np.abs(dx).sum(axis=-1))
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu"])
+def test_gated_feed_forward_vjp_matches_central_differences(activation):
+    from attnclaims.reference import gated_feed_forward, init_gated_feed_forward
+    from attnclaims.reference import modern_backward as MB
+
+    rng = np.random.default_rng(23)
+    p = init_gated_feed_forward(rng, 6, 10, activation=activation)
+    x, d = rng.normal(size=(2, 4, 6)), rng.normal(size=(2, 4, 6))
+    dx, dp = MB.gated_feed_forward_vjp(x, p, d)
+    assert dp.activation == activation
+    w = rng.normal(size=x.shape)
+    check_directional(lambda a: gated_feed_forward(a, p), x, w, d, float(np.sum(dx * w)), "gated ffn dx")
+    for name in _fields(p):
+        w = rng.normal(size=getattr(p, name).shape)
+        check_directional(lambda a, name=name: gated_feed_forward(x, dataclasses.replace(p, **{name: a})),
+                          getattr(p, name), w, d, float(np.sum(getattr(dp, name) * w)), f"gated ffn d{name}")
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+def test_rotary_embedding_vjp_is_the_inverse_rotation(layout):
+    """Central differences, and dx = R_{−m} d = rotary_embedding(d, −m) exactly up to the rounding of two
+    rotations (4u relative per pair), with ‖dx‖ = ‖d‖ per row."""
+    from attnclaims.reference import modern_backward as MB
+    from attnclaims.reference import rotary_embedding
+
+    rng = np.random.default_rng(24)
+    x, d = rng.normal(size=(2, 5, 8)), rng.normal(size=(2, 5, 8))
+    pos = np.array([0, 3, 7, 1000, 2**15])
+    dx = MB.rotary_embedding_vjp(x, pos, d, 500.0, layout)
+    w = rng.normal(size=x.shape)
+    check_directional(lambda a: rotary_embedding(a, pos, 500.0, layout), x, w, d, float(np.sum(dx * w)),
+                      f"rope dx ({layout})")
+    assert np.all(np.abs(dx - rotary_embedding(d, -pos, 500.0, layout)) <= 8 * U * np.abs(d).max())
+    np.testing.assert_allclose(np.linalg.norm(dx, axis=-1), np.linalg.norm(d, axis=-1), rtol=16 * U)
+
+
+@pytest.mark.parametrize("alignment, window", [("top-left", None), ("bottom-right", None), ("top-left", 2),
+                                               ("bottom-right", 3)])
+def test_causal_attention_vjp_matches_central_differences(alignment, window):
+    from attnclaims.reference import causal_attention
+    from attnclaims.reference import modern_backward as MB
+
+    rng = np.random.default_rng(25)
+    q, k, v = rng.normal(size=(2, 4, 3)), rng.normal(size=(2, 6, 3)), rng.normal(size=(2, 6, 5))
+    d = rng.normal(size=(2, 4, 5))
+    grads = MB.causal_attention_vjp(q, k, v, d, alignment, window)
+    args = {"q": q, "k": k, "v": v}
+    for (name, x), g in zip(args.items(), grads):
+        w = rng.normal(size=x.shape)
+        check_directional(lambda a, name=name: causal_attention(**{**args, name: a}, alignment=alignment,
+                                                                window=window), x, w, d, float(np.sum(g * w)),
+                          f"causal attention d{name} ({alignment}, window={window})")
+
+
+def test_grouped_query_vjp_is_the_expanded_multi_head_vjp_summed_over_groups():
+    """Central differences of GQA's dparams (w_k, w_v of the K/V-head shapes), and dK/dV equal to the
+    expanded multi-head vjp's summed over each group of r = h / h_kv copies."""
+    from attnclaims.reference import expand_kv, multi_head_attention
+
+    rng = np.random.default_rng(26)
+    for kv in (1, 2):
+        p = init_multi_head(rng, 8, 4, num_kv_heads=kv)
+        x_q, x_kv = rng.normal(size=(2, 5, 8)), rng.normal(size=(2, 3, 8))
+        d = rng.normal(size=(2, 5, 8))
+        dq, dkv, dp = B.multi_head_attention_vjp(x_q, x_kv, p, d)
+        assert dp.num_kv_heads == kv and dp.w_k.shape == p.w_k.shape and dp.b_v.shape == p.b_v.shape
+        for name in _fields(p):
+            w = rng.normal(size=getattr(p, name).shape)
+            check_directional(lambda a, name=name: multi_head_attention(x_q, x_kv, dataclasses.replace(p, **{name: a})),
+                              getattr(p, name), w, d, float(np.sum(getattr(dp, name) * w)), f"gqa d{name} kv={kv}")
+        w = rng.normal(size=x_kv.shape)
+        check_directional(lambda a: multi_head_attention(x_q, a, p), x_kv, w, d, float(np.sum(dkv * w)), "gqa dx_kv")
+        eq, ekv, ep = B.multi_head_attention_vjp(x_q, x_kv, expand_kv(p), d)
+        r, d_k = p.group_size, p.d_k
+        assert np.array_equal(eq, dq) and np.array_equal(ekv, dkv)
+        for name in ("w_k", "w_v", "b_k", "b_v"):
+            e = getattr(ep, name)
+            folded = e.reshape(e.shape[:-1] + (kv, r, d_k)).sum(axis=-2).reshape(getattr(p, name).shape)
+            assert np.array_equal(folded, getattr(dp, name)), name
+
+
+_BLOCKS = [dict(norm="layer", ffn="relu", rope=None, norm_first=True, kv=2),
+           dict(norm="rms", ffn="silu", rope="half", norm_first=True, kv=1),
+           dict(norm="rms", ffn="gelu", rope="interleaved", norm_first=False, kv=4),
+           dict(norm="layer", ffn="silu", rope="half", norm_first=False, kv=2)]
+
+
+@pytest.mark.parametrize("cfg", _BLOCKS, ids=lambda c: "-".join(str(v) for v in c.values()))
+def test_decoder_block_vjp_matches_central_differences(cfg):
+    from attnclaims.reference import RotaryParams, decoder_block, init_decoder_block
+    from attnclaims.reference import modern_backward as MB
+
+    rng = np.random.default_rng(27)
+    rope = None if cfg["rope"] is None else RotaryParams(base=100.0, layout=cfg["rope"])
+    p = init_decoder_block(rng, 8, 4, 10, num_kv_heads=cfg["kv"], ffn=cfg["ffn"], norm=cfg["norm"],
+                           norm_first=cfg["norm_first"], rope=rope, norm_spread=0.3)
+    x, d = rng.normal(size=(2, 5, 8)), rng.normal(size=(2, 5, 8))
+    mask = rng.random((2, 1, 5)) < 0.8
+    mask[..., 0] = True
+    dx, dp = MB.decoder_block_vjp(x, p, d, mask=mask)
+    assert dp.rope == p.rope and dp.norm_first == p.norm_first and dp.self_attn.num_kv_heads == cfg["kv"]
+    w = rng.normal(size=x.shape)
+    check_directional(lambda a: decoder_block(a, p, mask), x, w, d, float(np.sum(dx * w)), "block dx")
+    grads = dict(_leaves(dp))
+    for name, arr in _leaves(p):
+        w = rng.normal(size=arr.shape)
+        check_directional(lambda a, name=name: decoder_block(x, _replace(p, name, a), mask), arr, w, d,
+                          float(np.sum(grads[name] * w)), f"block d{name}")
+    d_first = np.zeros_like(d)
+    d_first[:, :2] = d[:, :2]
+    dx2, _ = MB.decoder_block_vjp(x, p, d_first, mask=mask)
+    assert np.all(dx2[:, 2:] == 0), "gradient of outputs 0, 1 reaches later positions"
+    dxl, _ = MB._decoder_block_backward(x.astype(np.longdouble), p, MB.block_mask(5, (2,), mask),
+                                        d.astype(np.longdouble), np.longdouble)
+    assert dxl.dtype == np.longdouble
+    assert np.max(np.abs(dx - dxl.astype(np.float64))) <= 1e4 * U * np.max(np.abs(dx))
