@@ -322,6 +322,9 @@ class HFBert(_HFBase):
         "decoder_block": "transformers BertLayer (is_decoder=True: a causal Post-LN block)",
         "decoder_block_decode": "transformers BertLayer (is_decoder=True) with DynamicCache (BertSelfAttention's "
                                 "cache update)",
+        "causal_attention_vjp": "torch.autograd through transformers.models.bert.modeling_bert."
+                                "eager_attention_forward + transformers.masking_utils",
+        "decoder_block_vjp": "torch.autograd through transformers BertLayer (is_decoder=True)",
     }
     conventions = {
         "masked-fill value": "additive torch.finfo(dtype).min (masking_utils.eager_mask)",
@@ -570,6 +573,38 @@ class HFBert(_HFBase):
                     norm1=ln("attention.output.LayerNorm"), norm2=ln("crossattention.output.LayerNorm"),
                     norm3=ln("output.LayerNorm"), norm_first=p.norm_first, eps=p.eps))
 
+    def causal_attention_vjp(self, q, k, v, d_out, alignment="top-left", window=None, scale=None):
+        """autograd through :meth:`causal_attention`'s call (BERT's attention function + masking_utils)."""
+        return self._causal_attention_vjp("bert", q, k, v, d_out, alignment, window, scale)
+
+    def decoder_block_vjp(self, x, params, d_out, mask=None):
+        """autograd through the ``BertLayer(is_decoder=True)`` of :meth:`decoder_block` (built as
+        :meth:`_block_call` builds it), its nn.Linear gradients transposed back."""
+        import dataclasses
+
+        from transformers.models.bert import modeling_bert as mb
+
+        from attnclaims.reference.params import FeedForwardParams, LayerNormParams
+
+        self._plain_block(params, False, "BertLayer")
+        torch, p = self._torch, params
+        c = self._config(p.d_model, p.self_attn.num_heads, p.ffn.d_ff, p.eps)
+        c.is_decoder = True
+        state = {**self._mha_state(p.self_attn, "attention.self."),
+                 **_linear(torch, "attention.output.dense", p.self_attn.w_o, p.self_attn.b_o),
+                 **_ln(torch, "attention.output.LayerNorm", p.norm1),
+                 **_linear(torch, "intermediate.dense", p.ffn.w1, p.ffn.b1),
+                 **_linear(torch, "output.dense", p.ffn.w2, p.ffn.b2), **_ln(torch, "output.LayerNorm", p.norm2)}
+        layer = self._module(mb.BertLayer, state, c, layer_idx=0)
+        dx, g = self._module_vjp(layer, lambda h, m: layer(h, attention_mask=m, past_key_values=None), x, d_out, mask)
+        w = lambda name: np.ascontiguousarray(g[f"{name}.weight"].T)
+        ln = lambda name: LayerNormParams(g[f"{name}.weight"], g[f"{name}.bias"])
+        return dx, dataclasses.replace(
+            p, self_attn=self._mha_grads(g, "attention.self.", "attention.output.dense", p.self_attn),
+            ffn=FeedForwardParams(w1=w("intermediate.dense"), b1=g["intermediate.dense.bias"], w2=w("output.dense"),
+                                  b2=g["output.dense.bias"]),
+            norm1=ln("attention.output.LayerNorm"), norm2=ln("output.LayerNorm"))
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -608,6 +643,9 @@ class HFGPT2(_HFBase):
                             "transformers.masking_utils (causal_mask_function, sliding_window_overlay)",
         "decoder_block": "transformers GPT2Block",
         "decoder_block_decode": "transformers GPT2Block with DynamicCache (GPT2Attention's cache update)",
+        "causal_attention_vjp": "torch.autograd through transformers.models.gpt2.modeling_gpt2."
+                                "eager_attention_forward + transformers.masking_utils",
+        "decoder_block_vjp": "torch.autograd through transformers GPT2Block",
     }
     conventions = {
         "masked-fill value": "additive torch.finfo(dtype).min (masking_utils.eager_mask)",
@@ -844,6 +882,36 @@ class HFGPT2(_HFBase):
                                    norm1=ln("ln_1"), norm2=ln("ln_cross_attn"), norm3=ln("ln_2"),
                                    norm_first=p.norm_first, eps=p.eps))
 
+    def causal_attention_vjp(self, q, k, v, d_out, alignment="top-left", window=None, scale=None):
+        """autograd through :meth:`causal_attention`'s call (GPT-2's attention function + masking_utils)."""
+        return self._causal_attention_vjp("gpt2", q, k, v, d_out, alignment, window, scale)
+
+    def decoder_block_vjp(self, x, params, d_out, mask=None):
+        """autograd through the ``GPT2Block`` of :meth:`decoder_block` (built as :meth:`_block_call` builds it);
+        ``c_attn``'s gradient (d_model, 3·d_model) cut into dW_Q, dW_K, dW_V (Conv1D stores the paper's layout)."""
+        import dataclasses
+
+        from transformers.models.gpt2 import modeling_gpt2 as mg
+
+        from attnclaims.reference.params import FeedForwardParams, LayerNormParams, MultiHeadParams
+
+        self._plain_block(params, True, "GPT2Block")
+        p, d = params, params.d_model
+        c = self._config(d, p.self_attn.num_heads, p.ffn.d_ff, p.eps)
+        block = self._module(mg.GPT2Block, self._block_state(p), c, layer_idx=0)
+        dx, g = self._module_vjp(block, lambda h, m: block(h, attention_mask=m, past_key_values=None, use_cache=False),
+                                 x, d_out, mask)
+        wqkv, bqkv = g["attn.c_attn.weight"], g["attn.c_attn.bias"]
+        t = np.ascontiguousarray
+        return dx, dataclasses.replace(
+            p, self_attn=MultiHeadParams(w_q=t(wqkv[:, :d]), w_k=t(wqkv[:, d:2 * d]), w_v=t(wqkv[:, 2 * d:]),
+                                         w_o=g["attn.c_proj.weight"], b_q=bqkv[:d], b_k=bqkv[d:2 * d],
+                                         b_v=bqkv[2 * d:], b_o=g["attn.c_proj.bias"], num_heads=p.self_attn.num_heads,
+                                         num_kv_heads=p.self_attn.num_kv_heads),
+            ffn=FeedForwardParams(w1=g["mlp.c_fc.weight"], b1=g["mlp.c_fc.bias"], w2=g["mlp.c_proj.weight"],
+                                  b2=g["mlp.c_proj.bias"]),
+            norm1=LayerNormParams(g["ln_1.weight"], g["ln_1.bias"]), norm2=LayerNormParams(g["ln_2.weight"], g["ln_2.bias"]))
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -859,7 +927,9 @@ class HFGPT2Sdpa(HFGPT2):
                    "attention_vjp": "torch.autograd through transformers.integrations.sdpa_attention."
                                     "sdpa_attention_forward",
                    "causal_attention": "transformers.integrations.sdpa_attention.sdpa_attention_forward + "
-                                       "transformers.masking_utils (causal_mask_function, sliding_window_overlay)"}
+                                       "transformers.masking_utils (causal_mask_function, sliding_window_overlay)",
+                   "causal_attention_vjp": "torch.autograd through transformers.integrations.sdpa_attention."
+                                           "sdpa_attention_forward + transformers.masking_utils"}
     conventions = {
         "masked-fill value": "bool mask (masking_utils.sdpa_mask) to torch's SDPA",
         "fully masked rows": "zeros (torch's scaled_dot_product_attention)",

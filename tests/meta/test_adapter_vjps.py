@@ -294,3 +294,24 @@ def test_llama_decoder_block_vjp(hf, name):
             check_vjp(lambda x, params: impl.decoder_block(x, params, mask),
                       lambda d: impl.decoder_block_vjp(x, p, d, mask), dict(x=x, params=p), d,
                       f"{name} decoder_block_vjp kv_heads={kv_heads} {act}", _u(name, "decoder_block"))
+
+
+@pytest.mark.parametrize("name", ["hf-gpt2", "hf-gpt2-sdpa", "hf-bert"])
+def test_gpt2_and_bert_causal_attention_and_decoder_block_vjps(hf, name):
+    """GPT2Block (Pre-LN, c_attn cut into W_Q, W_K, W_V) and BertLayer(is_decoder=True) (Post-LN, nn.Linear
+    transposed back) as decoder-only blocks; their attention functions with masking_utils' causal masks."""
+    from attnclaims.protocol import declared_variants
+
+    impl, rng = hf(name), _rng(14)
+    q, k, v = rng.normal(size=(B, 3, 4)), rng.normal(size=(1, 5, 4)), rng.normal(size=(B, 5, 3))
+    dd = rng.normal(size=(B, 3, 3))
+    for alignment, window in (("top-left", None), ("bottom-right", None), ("bottom-right", 2)):
+        check_vjp(lambda q, k, v: impl.causal_attention(q, k, v, alignment, window, 0.7),
+                  lambda dd: impl.causal_attention_vjp(q, k, v, dd, alignment, window, 0.7), dict(q=q, k=k, v=v), dd,
+                  f"{name} causal_attention_vjp {alignment} window={window}")
+    x, d = rng.normal(size=(B, N, D)), rng.normal(size=(B, N, D))
+    (norm_first,) = declared_variants(impl)["block_norm_first"]
+    p = P.init_decoder_block(rng, D, 2, DFF, norm_first=norm_first, eps=1e-4, norm_spread=0.3)
+    for mask in (None, _mask(N, N)):
+        check_vjp(lambda x, params: impl.decoder_block(x, params, mask), lambda d: impl.decoder_block_vjp(x, p, d, mask),
+                  dict(x=x, params=p), d, f"{name} decoder_block_vjp mask={mask is not None}")
