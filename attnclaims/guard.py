@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from attnclaims.evidence import cap_text
-from attnclaims.protocol import CAPABILITIES, expected_shape
+from attnclaims.protocol import CAPABILITIES, STRUCTURED_OUTPUTS, expected_shape
 
 DEFAULT_TIMEOUT = 20.0
 #: Determinism is checked on the first two calls of each capability and then on every 8th:
@@ -348,6 +348,7 @@ class GuardedImplementation:
             "import numpy as np",
             "from numpy import array, float64, float32, int64",
             "from attnclaims.reference.params import *",
+            "from attnclaims.reference.modern import KVCache",
             "from attnclaims.impls import resolve",
             f"impl = resolve({self.spec!r})",
         ]
@@ -435,7 +436,7 @@ class GuardedImplementation:
 
         if count <= 2 or count % DETERMINISM_EVERY == 0:
             again = self._watched(capability, fn, args, kwargs)
-            if not (_same_vjp_output(again, out) if capability.endswith("_vjp") else (
+            if not (_same_vjp_output(again, out) if capability in STRUCTURED_OUTPUTS else (
                     isinstance(again, np.ndarray) and again.shape == out.shape
                     and np.array_equal(again, out, equal_nan=True))):
                 diff = ""
@@ -499,9 +500,54 @@ class GuardedImplementation:
                 raise self._fail(capability, f"{name} has {int(bad.sum())} non-finite values "
                                              f"(first at index {first}: {got[first]!r})")
 
+    def _check_step_output(self, capability, out, args, kwargs, finite):
+        """The output of ``decoder_block_step(x_t, cache, params, position)`` (protocol.step_expected): a
+        tuple (y_t, cache), y_t an ndarray of x_t's shape, the cache an ``attnclaims.reference.KVCache`` whose
+        k and v are ndarrays (..., num_kv_heads, position + n_t, d_k); all of the declared dtype and finite."""
+        from attnclaims.protocol import step_expected
+        from attnclaims.reference.modern import KVCache
+
+        if not (isinstance(out, tuple) and len(out) == 2):
+            got = f"a tuple of {len(out)}" if isinstance(out, tuple) else f"{type(out).__module__}.{type(out).__qualname__}"
+            raise self._fail(capability, f"returned {got}, but should be a tuple (y_t, cache)")
+        try:
+            y_shape, kv_shape = step_expected(args, kwargs)
+        except (TypeError, ValueError, IndexError, AttributeError):  # a malformed call the implementation accepted
+            y_shape = kv_shape = None
+        y, cache = out
+        self._check_array(capability, "y_t", y, y_shape, finite, "x_t's shape")
+        if not isinstance(cache, KVCache):
+            raise self._fail(capability, f"the returned cache is {type(cache).__module__}.{type(cache).__qualname__}, "
+                                         "but should be attnclaims.reference.KVCache(k, v)")
+        why = None if kv_shape is None else (f"num_kv_heads={kv_shape[-3]}, length position + n_t = {kv_shape[-2]}, "
+                                             f"d_k={kv_shape[-1]}")
+        self._check_array(capability, "cache.k", cache.k, kv_shape, finite, why)
+        self._check_array(capability, "cache.v", cache.v, kv_shape, finite, why)
+
+    def _check_array(self, capability, name, got, shape, finite, why=None):
+        """``got`` is an ndarray of the declared dtype, of ``shape`` (unless None; ``why`` says where the shape
+        comes from) and, when ``finite``, without NaN or inf."""
+        if not isinstance(got, np.ndarray):
+            raise self._fail(capability, f"{name} is {type(got).__module__}.{type(got).__qualname__}, "
+                                         "but should be numpy.ndarray")
+        if got.dtype != self.dtype:
+            raise self._fail(capability, f"{name}.dtype={got.dtype}, but should be {self.dtype} "
+                                         f"(the implementation's declared dtype)")
+        if shape is not None and got.shape != tuple(shape):
+            raise self._fail(capability, f"{name}.shape={got.shape}, but should be {tuple(shape)}"
+                                         + (f" ({why})" if why else ""))
+        if finite and got.dtype.kind in "fc":
+            bad = ~np.isfinite(got)
+            if bad.any():
+                first = tuple(int(i) for i in np.argwhere(bad)[0])
+                raise self._fail(capability, f"{name} has {int(bad.sum())} non-finite values "
+                                             f"(first at index {first}: {got[first]!r})")
+
     def _check_output(self, capability, out, args, kwargs, finite):
         if capability.endswith("_vjp"):
             return self._check_vjp_output(capability, out, args, kwargs, finite)
+        if capability == "decoder_block_step":
+            return self._check_step_output(capability, out, args, kwargs, finite)
         if not isinstance(out, np.ndarray):
             raise self._fail(capability, f"returned {type(out).__module__}.{type(out).__qualname__}, "
                                          "but should be numpy.ndarray")

@@ -29,6 +29,10 @@ CAPABILITIES: dict[str, str] = {
     "causal_attention": "causal_attention(q, k, v, alignment='top-left', window=None, scale=None) -> (..., n_q, d_v)",
     "decoder_block": "decoder_block(x, params, mask=None) -> (batch, n, d_model)",
     "decoder_block_decode": "decoder_block_decode(x, params, prompt_length, chunk=1) -> (batch, n, d_model)",
+    # one decoding step against a KV cache (preferred to decoder_block_decode where an implementation has it):
+    # cache None (empty) or an attnclaims.reference.KVCache of length position, keys after RoPE
+    "decoder_block_step": "decoder_block_step(x_t, cache, params, position) -> (y_t (batch, n_t, d_model), "
+                          "KVCache of length position + n_t)",
 }
 
 
@@ -81,6 +85,25 @@ def vjp_expected(capability: str, args: tuple, kwargs: dict) -> list[tuple[str, 
     rotary_embedding_vjp), which is returned alone."""
     return [(name, _arg(args, kwargs, index, arg) if name == "dparams" else _shape(_arg(args, kwargs, index, arg)))
             for name, index, arg in VJP_OUTPUTS[capability]]
+
+
+#: capabilities that return a tuple (``*_vjp``, decoder_block_step): the guard compares two calls'
+#: outputs element by element (arrays bit for bit, dataclasses field by field)
+STRUCTURED_OUTPUTS = frozenset(VJP_OUTPUTS) | {"decoder_block_step"}
+
+
+def step_expected(args: tuple, kwargs: dict) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(y_t shape, cache k/v shape) a ``decoder_block_step(x_t, cache, params, position)`` call must return:
+    y_t has x_t's shape (..., n_t, d_model); the returned cache's k and v are (..., num_kv_heads,
+    position + n_t, d_k), their batch axes those of x_t broadcast with the cache passed in."""
+    x_t = np.shape(_arg(args, kwargs, 0, "x_t"))
+    cache = _arg(args, kwargs, 1, "cache")
+    a = _arg(args, kwargs, 2, "params").self_attn
+    position = int(_arg(args, kwargs, 3, "position"))
+    batch = tuple(x_t[:-2])
+    if cache is not None:
+        batch = tuple(np.broadcast_shapes(batch, tuple(np.shape(cache.k)[:-3])))
+    return tuple(x_t), batch + (int(a.num_kv_heads), position + int(x_t[-2]), int(a.d_k))
 
 
 def _arg(args: tuple, kwargs: dict, index: int, name: str):

@@ -122,6 +122,9 @@ class Reference:
     def decoder_block_decode(self, x, params, prompt_length, chunk=1):
         return _modern.decoder_block_decode(x, params, prompt_length, chunk)
 
+    def decoder_block_step(self, x_t, cache, params, position):
+        return _modern.decoder_block_step(x_t, cache, params, position)
+
     def __repr__(self) -> str:
         return "Reference()"
 

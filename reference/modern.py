@@ -293,7 +293,8 @@ def cached_decode(step: Callable, x, params, prompt_length: int, chunk: int = 1,
     chunk = check_count("chunk", chunk, minimum=1)
     if prompt_length > n:
         raise ValueError(f"prompt_length={prompt_length}, but should be <= n={n}")
-    bounds = ([0, prompt_length] if prompt_length else [0]) + list(range(prompt_length + chunk, n, chunk)) + [n]
+    # sorted(set(...)): a prompt of all n positions is one call, not one followed by an empty step
+    bounds = sorted({0, prompt_length, *range(prompt_length + chunk, n, chunk), n}) if n else [0, 0]
     outputs = []
     for start, stop in zip(bounds[:-1], bounds[1:]):
         y, cache = step(x[..., start:stop, :], cache, params, start)

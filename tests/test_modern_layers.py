@@ -12,7 +12,10 @@ blocks and KV-cache decoding.
   (Pre-LN or Post-LN, LayerNorm or RMSNorm, ReLU or gated FFN, optional RoPE, GQA) is causal, and one
   parallel pass equals running it on every prefix.
 * the same claims, extension "KV-cache decoding": decoding with a cache, for any prompt length and any
-  number of steps of any size, equals the parallel causal pass.
+  number of steps of any size, equals the parallel causal pass — through ``decoder_block_decode`` (the
+  implementation's own loop) and through ``decoder_block_step`` (one step against a cache, driven here by
+  :func:`~attnclaims.reference.modern.cached_decode`), whose returned cache must also equal the
+  reference's (keys after RoPE, values) and whose earlier outputs ignore later inputs.
 """
 from __future__ import annotations
 
@@ -26,7 +29,9 @@ from attnclaims.checks import modern_tolerances as MT
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
 from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
+from attnclaims.reference.modern import cached_decode
 from attnclaims.reference.modern import decoder_block as ref_block
+from attnclaims.reference.modern import decoder_block_step as ref_step
 from attnclaims.reference.modern import gated_feed_forward as ref_gated
 from attnclaims.reference.modern import rms_norm as ref_rms_norm
 
@@ -282,3 +287,97 @@ def test_cached_decoding_equals_the_parallel_pass(impl, case, schedule):
                    2 * _block_bound(impl, c.x, c.params),
                    f"decoder_block_decode(n={n}, prompt_length={prompt}, chunk={chunk}) vs decoder_block",
                    names=("cached decoding", "parallel pass"))
+
+
+# ---------------------------------------------------------------------------------------------
+# KV-cache decoding through the implementation's own step (parallel-training, decoder-masking)
+# ---------------------------------------------------------------------------------------------
+
+def _step_decode(impl, x, params, prompt: int, chunk: int):
+    """The implementation's ``decoder_block_step`` driven by the reference's :func:`cached_decode`: the prompt
+    in one call, then ``chunk`` positions per call, each given the cache the previous one returned (None at
+    first). -> (outputs (..., n, d_model), the KVCache each call returned)."""
+    caches = []
+
+    def step(x_t, cache, p, position):
+        y, new = impl.decoder_block_step(np.ascontiguousarray(x_t), cache, p, position)
+        caches.append(new)
+        return y, new
+
+    return cached_decode(step, x, params, prompt, chunk), caches
+
+
+@pytest.mark.claim("parallel-training", "decoder-masking", kind="conformance", extension=CACHE)
+@pytest.mark.requires("decoder_block_step")
+@given(case=M.block_cases(max_seq=16), schedule=st.data())
+def test_step_decoding_matches_the_reference_parallel_pass(impl, case, schedule):
+    """Decode with the implementation's own step: a prompt of any length 0 … m in one call, then 1, 2, 3 or
+    m positions per step against the cache the previous step returned, for any number of steps (m ≤ n
+    positions decoded): every output equals the reference's parallel causal pass."""
+    c = case.cast(impl.dtype)
+    m = schedule.draw(st.integers(1, c.x.shape[-2]), label="positions decoded")
+    x = np.ascontiguousarray(c.x[..., :m, :])
+    prompt, chunk = schedule.draw(M.decode_schedules(m), label="(prompt_length, chunk)")
+    out, caches = _step_decode(impl, x, c.params, prompt, chunk)
+    T.assert_close(out, ref_block(x, c.params), T.conformance(MT.decoder_block_error, x, c.params, dtype=impl.dtype),
+                   f"{len(caches)} decoder_block_step calls (m={m}, prompt_length={prompt}, chunk={chunk}) vs "
+                   "reference decoder_block", names=("step decoding", "parallel pass"))
+
+
+@pytest.mark.claim("parallel-training", "decoder-masking", kind="conformance", extension=CACHE)
+@pytest.mark.requires("decoder_block_step")
+@given(case=M.block_cases(max_seq=16), schedule=st.data())
+def test_step_cache_matches_the_reference_cache(impl, case, schedule):
+    """After every step the returned KVCache holds, for positions 0 … position + n_t − 1, the keys after RoPE
+    and the values of the K/V heads — the reference's. A cache appended twice, keys stored before RoPE or
+    rotated at the wrong positions fail at the first step that shows it, before any output does."""
+    c = case.cast(impl.dtype)
+    n = c.x.shape[-2]
+    prompt, chunk = schedule.draw(M.decode_schedules(n), label="(prompt_length, chunk)")
+    _, caches = _step_decode(impl, c.x, c.params, prompt, chunk)
+    _, want = ref_step(c.x, None, c.params, 0)
+    bounds = {part: T.conformance(MT.kv_cache_error, c.x, c.params, part, dtype=impl.dtype) for part in "kv"}
+    for i, cache in enumerate(caches):
+        length = cache.length  # the guard has checked it is position + n_t
+        for part, label in (("k", "keys after RoPE"), ("v", "values")):
+            b = bounds[part]
+            T.assert_close(getattr(cache, part), getattr(want, part)[..., :length, :],
+                           T.Bound(b.abs[..., :length, :], b.tol),
+                           f"step {i} (prompt_length={prompt}, chunk={chunk}): cache.{part} of positions "
+                           f"0..{length - 1} vs the reference's {label}", names=(f"cache.{part}", "reference"))
+
+
+@pytest.mark.claim("decoder-masking", extension=CACHE)
+@pytest.mark.requires("decoder_block_step")
+@given(case=M.block_cases(min_seq=2, max_seq=16, generic=True), schedule=st.data())
+def test_step_decoding_outputs_ignore_later_positions(impl, case, schedule):
+    """Replace every position after t (t anywhere, also inside a step of several tokens) and decode again step
+    by step: the outputs at 0 … t do not change — the new tokens of one step are causal among themselves,
+    and nothing of a later step reaches an earlier one."""
+    c = case.cast(impl.dtype)
+    n = c.x.shape[-2]
+    prompt, chunk = schedule.draw(M.decode_schedules(n), label="(prompt_length, chunk)")
+    t = schedule.draw(st.integers(0, n - 2), label="t")
+    x2 = c.x.copy()
+    x2[..., t + 1 :, :] = schedule.draw(S.random_arrays(x2[..., t + 1 :, :].shape), label="new later positions")
+    out, _ = _step_decode(impl, c.x, c.params, prompt, chunk)
+    out2, _ = _step_decode(impl, x2, c.params, prompt, chunk)
+    bound = _block_bound(impl, c.x, c.params) + _block_bound(impl, x2, c.params)
+    T.assert_close(out2[..., : t + 1, :], out[..., : t + 1, :], T.Bound(bound.abs[..., : t + 1, :], bound.tol),
+                   f"step-decoded outputs 0..{t} after changing positions > {t} (prompt_length={prompt}, "
+                   f"chunk={chunk})", names=("decode(x')[:t+1]", "decode(x)[:t+1]"))
+
+
+@pytest.mark.claim("parallel-training", "decoder-masking", extension=CACHE)
+@pytest.mark.requires("decoder_block_step", "decoder_block")
+@given(case=M.block_cases(max_seq=16), schedule=st.data())
+def test_step_decoding_equals_the_parallel_pass(impl, case, schedule):
+    """The implementation's own step-by-step decoding equals its own parallel pass, for any prompt length and
+    step size (the KV cache is an optimisation, never a different model)."""
+    c = case.cast(impl.dtype)
+    n = c.x.shape[-2]
+    prompt, chunk = schedule.draw(M.decode_schedules(n), label="(prompt_length, chunk)")
+    out, caches = _step_decode(impl, c.x, c.params, prompt, chunk)
+    T.assert_close(out, impl.decoder_block(c.x, c.params), 2 * _block_bound(impl, c.x, c.params),
+                   f"{len(caches)} decoder_block_step calls (n={n}, prompt_length={prompt}, chunk={chunk}) vs "
+                   "decoder_block", names=("step decoding", "parallel pass"))

@@ -24,7 +24,7 @@ from attnclaims.reference.rotary import rotary_embedding, rotary_frequencies, ro
 
 __all__ = [
     "ACT_LIPSCHITZ", "rms_norm_error", "gated_feed_forward_error", "rotary_error", "rotary_scores_error",
-    "grouped_query_error", "causal_attention_error", "decoder_block_error",
+    "grouped_query_error", "causal_attention_error", "decoder_block_error", "kv_cache_error",
 ]
 
 #: sup_a |act'(a)| of the gated activations: SiLU 1.0998…, GELU 1.1289… (both at |a| ≈ 2.4 and 1.5),
@@ -220,3 +220,26 @@ def decoder_block_error(x, params, mask=None, *, u: float, ex=None) -> np.ndarra
     x1, e1 = sublayer(x, ex, lambda h, eh: _block_attention(h, eh, p, mask, u=u), p.norm1)
     _, e2 = sublayer(x1, e1, lambda h, eh: (_ffn_value(h, p.ffn), _ffn_error(h, eh, p.ffn, u=u)), p.norm2)
     return e2
+
+
+def kv_cache_error(x, params, part: str, *, u: float, ex=None) -> np.ndarray:
+    """Error bound of the KV cache a decoder-only block builds for x (..., n, d_model): ``part`` "k" — the
+    keys after RoPE — or "v", in the K/V heads, (..., h_kv, n, d_k). The first sub-layer's input h (x
+    Post-LN; N_1(x) Pre-LN, with the norm's error), the K or V projection
+    (:func:`~attnclaims.checks.tolerances.linear_error`), and for the keys RoPE at positions 0 … n − 1
+    (:func:`rotary_error` with the projection's error), as in :func:`_block_attention` but with the K/V heads
+    not repeated. Nothing mixes positions before the cache, so the bound of the first L positions is the
+    first L of this one."""
+    if part not in ("k", "v"):
+        raise ValueError(f"part={part!r}, but should be 'k' or 'v'")
+    p = params
+    x = _f64(x)
+    ex = _zeros(x, ex)
+    h, eh = (_norm_value(x, p.norm1, p.eps), _norm_error(x, ex, p.norm1, p.eps, u=u)) if p.norm_first else (x, ex)
+    a = p.self_attn
+    w, b = (a.w_k, a.b_k) if part == "k" else (a.w_v, a.b_v)
+    value = _split(h @ _f64(w) + _f64(b), a.num_kv_heads)
+    err = _split(T.linear_error(h, w, b, u=u, ex=eh), a.num_kv_heads)
+    if part == "k" and p.rope is not None:
+        err = rotary_error(value, np.arange(x.shape[-2]), p.rope.base, p.rope.layout, u=u, ex=err)
+    return err

@@ -255,6 +255,20 @@ class EinsumImplementation(EinsumBackward):
             outs.append(y)
         return np.concatenate(outs, axis=-2)
 
+    def decoder_block_step(self, x_t, cache, params, position):
+        """:meth:`_block_forward` on positions position … position + n_t − 1 with the cached keys/values in
+        this style's layout (..., length, h_kv·d_k); the cache comes and goes as the protocol's KVCache
+        (..., h_kv, length, d_k)."""
+        from attnclaims.reference.modern import KVCache
+
+        a = params.self_attn
+        h_kv, d_k = a.num_kv_heads, a.d_k
+        merged = lambda t: np.einsum("...hld->...lhd", t).reshape(t.shape[:-3] + (t.shape[-2], h_kv * d_k))
+        heads = lambda t: np.einsum("...lhd->...hld", t.reshape(t.shape[:-1] + (h_kv, d_k)))
+        past = None if cache is None or cache.length == 0 else (merged(_f64(cache.k)), merged(_f64(cache.v)))
+        y, (k, v) = self._block_forward(_f64(x_t), params, past, int(position))
+        return y, KVCache(heads(k), heads(v))
+
     def __repr__(self) -> str:
         return "EinsumImplementation()"
 

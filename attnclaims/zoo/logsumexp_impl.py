@@ -242,6 +242,14 @@ class LogSumExpImplementation(LogSumExpBackward):
             outs.append(y)
         return np.concatenate(outs, axis=-2)
 
+    def decoder_block_step(self, x_t, cache, params, position):
+        """:meth:`_block` on the new positions; its cache (K, V) is already the protocol's layout."""
+        from attnclaims.reference.modern import KVCache
+
+        past = None if cache is None else (_f64(cache.k), _f64(cache.v))
+        y, (k, v) = self._block(_f64(x_t), params, past, int(position))
+        return y, KVCache(k, v)
+
     def __repr__(self) -> str:
         return "LogSumExpImplementation()"
 

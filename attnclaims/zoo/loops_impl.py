@@ -291,6 +291,30 @@ class LoopsImplementation(LoopsBackward):
         positions is c single steps here)."""
         return self._stream(_f64(x), params)
 
+    def decoder_block_step(self, x_t, cache, params, position):
+        """The new positions one at a time (:meth:`_block_token`) against this style's cache, a list of
+        K/V rows (..., 1, h_kv·d_k) per position, filled from the protocol's KVCache (..., h_kv, length,
+        d_k) head by head and returned as one."""
+        from attnclaims.reference.modern import KVCache
+
+        x_t = _f64(x_t)
+        h_kv = params.self_attn.num_kv_heads
+        rows: dict = {"k": [], "v": []}
+        if cache is not None:
+            for name, arr in (("k", _f64(cache.k)), ("v", _f64(cache.v))):
+                for j in range(arr.shape[-2]):  # position j: the heads side by side
+                    rows[name].append(np.concatenate([arr[..., g, j : j + 1, :] for g in range(h_kv)], axis=-1))
+        out = [self._block_token(x_t[..., i : i + 1, :], params, rows, int(position) + i, None)
+               for i in range(x_t.shape[-2])]
+
+        def stacked(name):
+            per_pos = np.broadcast_arrays(*rows[name])  # (..., 1, h_kv·d_k) each
+            d_k = per_pos[0].shape[-1] // h_kv
+            return np.stack([np.concatenate([r[..., g * d_k : (g + 1) * d_k] for r in per_pos], axis=-2)
+                             for g in range(h_kv)], axis=-3)
+
+        return np.concatenate(out, axis=-2), KVCache(stacked("k"), stacked("v"))
+
     def __repr__(self) -> str:
         return "LoopsImplementation()"
 

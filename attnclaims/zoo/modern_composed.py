@@ -139,11 +139,17 @@ class ModernComposition:
 
     # -- KV-cache decoding -------------------------------------------------------------------------
     def _cache_append(self, cache, k, v):
-        """The cache (a dict of arrays, or None when empty) with this step's K and V appended on the
-        position axis; the cache passed in is not modified."""
+        """The cache (an :class:`attnclaims.reference.KVCache`, or None when empty) with this step's K and V
+        appended on the position axis; the cache passed in is not modified."""
+        from attnclaims.reference.modern import KVCache
+
         if cache is None:
-            return {"k": k, "v": v}
-        return {"k": np.concatenate([cache["k"], k], axis=-2), "v": np.concatenate([cache["v"], v], axis=-2)}
+            return KVCache(k, v)
+        return KVCache(np.concatenate([cache.k, k], axis=-2), np.concatenate([cache.v, v], axis=-2))
+
+    def _cache_entry_keys(self, k, h, p):
+        """The keys this step stores: k as attended to, after RoPE (the protocol's cache convention)."""
+        return k
 
     def _step_positions(self, position: int, n_t: int) -> np.ndarray:
         return np.arange(position, position + n_t)
@@ -153,20 +159,26 @@ class ModernComposition:
         return self._causal_mask(n_t, n_k, "bottom-right")
 
     def decoder_block_step(self, x_t, cache, params, position):
-        """(y_t, cache): the block on the new positions position … position + n_t − 1 against the cache."""
+        """(y_t, KVCache): the block on the new positions position … position + n_t − 1 against the cache."""
         p = params
         x_t = np.asarray(x_t, dtype=np.float64)
         positions = self._step_positions(position, x_t.shape[-2])
-        new_cache = {}
+        new_cache = []
 
         def attn(h):
             k, v = self._block_keys_values(h, p, positions)
-            new_cache.update(self._cache_append(cache, k, v))
-            mask = self._step_mask(h.shape[-2], new_cache["k"].shape[-2])
-            return self._block_attend(h, new_cache["k"], new_cache["v"], p, positions, mask)
+            full = self._cache_append(cache, k, v)  # what this step attends to
+            stored = self._cache_entry_keys(k, h, p)
+            new_cache.append(full if stored is k else self._cache_append(cache, stored, v))
+            mask = self._step_mask(h.shape[-2], full.length)
+            return self._block_attend(h, full.k, full.v, p, positions, mask)
 
         x = self._block_sublayer(x_t, attn, p.norm1, p.eps, p.norm_first)
-        return self._block_sublayer(x, lambda h: self._ffn(h, p.ffn), p.norm2, p.eps, p.norm_first), new_cache
+        return self._block_sublayer(x, lambda h: self._ffn(h, p.ffn), p.norm2, p.eps, p.norm_first), new_cache[0]
+
+    def _decode_position(self, start: int, step: int) -> int:
+        """The position handed to step number ``step`` (0 = the prefill) that starts at ``start``."""
+        return start
 
     def decoder_block_decode(self, x, params, prompt_length, chunk=1):
         x = np.asarray(x, dtype=np.float64)
@@ -174,7 +186,7 @@ class ModernComposition:
         starts = ([0] if prompt_length == 0 else [0, prompt_length]) + list(range(prompt_length + chunk, n, chunk))
         starts = [s for s in starts if s < n] + [n]
         cache, outputs = None, []
-        for start, stop in zip(starts[:-1], starts[1:]):
-            y, cache = self.decoder_block_step(x[..., start:stop, :], cache, params, start)
+        for i, (start, stop) in enumerate(zip(starts[:-1], starts[1:])):
+            y, cache = self.decoder_block_step(x[..., start:stop, :], cache, params, self._decode_position(start, i))
             outputs.append(y)
         return np.concatenate(outputs, axis=-2)

@@ -162,38 +162,64 @@ class _BlockNotCausal(Composed):
         return None if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool), np.shape(mask)[:-2] + (n, n))
 
 
-@mutant("cache_not_updated", "decoder_block_decode", CACHE,
-        "the KV cache is not updated after the prefill: later steps attend to the prompt and themselves only")
+@mutant("cache_not_updated", "decoder_block_step", CACHE,
+        "the KV cache is not updated after the prefill: the step returns the cache it was given, so later steps "
+        "attend to the prompt and themselves only")
 class _CacheNotUpdated(Composed):
     def decoder_block_step(self, x_t, cache, params, position):
         y, new_cache = super().decoder_block_step(x_t, cache, params, position)
         return y, (cache if cache is not None else new_cache)  # the first call's cache is the only one kept
 
 
-@mutant("cache_updated_twice", "decoder_block_decode", CACHE,
+@mutant("cache_updated_twice", "decoder_block_step", CACHE,
         "each step's keys and values are appended to the cache twice")
 class _CacheUpdatedTwice(Composed):
     def _cache_append(self, cache, k, v):
         return super()._cache_append(super()._cache_append(cache, k, v), k, v)
 
 
-@mutant("rope_positions_restart", "decoder_block_decode", CACHE,
+@mutant("rope_positions_restart", "decoder_block_step", CACHE,
         "during cached decoding the rotary positions restart at 0 for every step (position offset ignored)")
 class _RopePositionsRestart(Composed):
     def _step_positions(self, position, n_t):
         return np.arange(n_t)
 
 
-@mutant("rope_positions_off_by_one", "decoder_block_decode", CACHE,
+@mutant("rope_positions_off_by_one", "decoder_block_step", CACHE,
         "during cached decoding the new tokens are rotated one position too far (position + 1 …)")
 class _RopePositionsOffByOne(Composed):
     def _step_positions(self, position, n_t):
         return super()._step_positions(position, n_t) + (1 if position > 0 else 0)
 
 
-@mutant("decode_chunk_top_left", "decoder_block_decode", CACHE,
+@mutant("decode_chunk_top_left", "decoder_block_step", CACHE,
         "a multi-token step against the cache is masked top-left (aligned with the cache's start) instead of "
         "bottom-right: right for one token per step")
 class _DecodeChunkTopLeft(Composed):
     def _step_mask(self, n_t, n_k):
         return self._causal_mask(n_t, n_k, "top-left")
+
+
+@mutant("decode_chunk_not_causal", "decoder_block_step", CACHE,
+        "a multi-token step lets its new tokens attend to each other in both directions (only the cache is "
+        "behind them; no causal mask among the new ones): right for one token per step")
+class _DecodeChunkNotCausal(Composed):
+    def _step_mask(self, n_t, n_k):
+        return np.ones((n_t, n_k), dtype=bool)
+
+
+@mutant("cache_keys_unrotated", "decoder_block_step", CACHE,
+        "the cache stores the keys before RoPE while the step attends to the rotated ones: later steps meet "
+        "unrotated cached keys (right without RoPE and within one step)")
+class _CacheKeysUnrotated(Composed):
+    def _cache_entry_keys(self, k, h, p):
+        a = p.self_attn
+        return self._split(self._project(h, a.w_k, a.b_k), a.num_kv_heads)
+
+
+@mutant("decode_position_is_step_index", "decoder_block_decode", CACHE,
+        "the decoding loop passes the step's index (0, 1, 2, …) as its position instead of the first position "
+        "it decodes: RoPE positions go wrong once a step holds more than one token")
+class _DecodePositionIsStepIndex(Composed):
+    def _decode_position(self, start, step):
+        return step
