@@ -349,7 +349,9 @@ def test_backward_passes_match_the_reference(impls, name):
     if _has(impl, "multi_head_attention_vjp"):
         p = P.init_multi_head(rng, D, H)
         x_kv = rng.normal(size=(1, 4, D))  # broadcast along the batch: its gradient is summed back
-        for kv, mask in ((x_kv, _mask(3, 4)), (x, None)):
+        calls = ((x_kv, _mask(3, 4)), (x, None)) if declared_variants(impl)["cross_attention"] else \
+            ((x, _mask(3, 3)), (x, None))  # self-attention only (LlamaAttention): x_kv is x_q
+        for kv, mask in calls:
             _close_tree(impl.multi_head_attention_vjp(x, kv, p, dx, mask), REF.multi_head_attention_vjp(x, kv, p, dx, mask),
                         f"{name} multi_head_attention_vjp")
     if _has(impl, "decoder_layer_vjp"):
