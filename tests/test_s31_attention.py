@@ -151,6 +151,26 @@ def test_softmax_preserves_order(impl, data):
 
 
 @pytest.mark.claim("softmax-distribution")
+@pytest.mark.requires("softmax")
+@given(data=S.softmax_inputs(min_len=64, max_len=512, high=2))
+def test_long_softmax_rows_sum_to_one(impl, data):
+    """Rows of 64–512 entries (in every profile) sum to 1 within :func:`~attnclaims.checks.tolerances.row_sum_bound`.
+
+    There are the rows where the accumulator of Σ_j exp(x_j − max) matters: in float16/bfloat16 the bound is
+    float32 accumulation's (about 2u_red), and a denominator summed in the reduced dtype itself errs by up to
+    (n − 1)·u_red (a bfloat16 running sum of ones stops at 256). Scales 2⁻⁴…2² keep the rows flat enough for
+    the sum to be long. The bound is a worst-case one, so a correct implementation never fails it (no false
+    alarm). A bfloat16 denominator (the zoo's ``softmax_bfloat16_denominator``) exceeds it in 46 % of rows of
+    64 entries, 76 % of 128, 94 % of 256, all of 512 (``tests/meta/test_tolerances.py`` measures it), so an
+    example (≥ 1 row) misses it with probability ≤ 0.54 and the 20 examples of ``dev`` with ≤ 0.54²⁰ < 1e-5."""
+    x, axis = data
+    x = S.cast(x, impl.dtype)
+    p = impl.softmax(x, axis=axis)
+    check_distribution(np.moveaxis(p, axis, -1), None, x.shape[axis], impl.dtype,
+                       f"softmax(x{x.shape}, axis={axis}), long rows")
+
+
+@pytest.mark.claim("softmax-distribution")
 @pytest.mark.requires("attention")
 @given(case=S.attention_cases(mask=None, explicit_scale=None))
 @example(case=EDGE["one-key"])

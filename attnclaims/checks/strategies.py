@@ -725,12 +725,14 @@ def weights_probe(q, k, scale=None):
 
 
 @st.composite
-def softmax_inputs(draw, *, huge: bool = False, max_len: int | None = None, low: int = -4, high: int = 6):
+def softmax_inputs(draw, *, huge: bool = False, max_len: int | None = None, low: int = -4, high: int = 6,
+                   min_len: int = 1):
     """(x, axis): x of 1–3 axes, entries U[−1, 1]·2^e (e in [low, high]) or, when ``huge``, ±(0.5…1)·M with
     M = 1e300 (float64; for float32 the largest power of ten below max/16), and an axis that is often not
-    the last one."""
+    the last one. The softmax axis has :func:`seq_lengths` entries, or uniformly min_len … max_len of them
+    when ``min_len`` > 1 (long rows, whatever the profile)."""
     batch = list(draw(batch_shapes(0, 2)))
-    n = draw(seq_lengths(1, max_len))
+    n = draw(seq_lengths(1, max_len) if min_len <= 1 else st.integers(min_len, max(min_len, max_len or 0)))
     pos = draw(st.integers(0, len(batch)))  # where the normalised axis sits
     shape = tuple(batch[:pos] + [n] + batch[pos:])
     axis = pos if draw(st.booleans()) else pos - len(shape)

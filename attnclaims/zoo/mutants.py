@@ -225,19 +225,43 @@ class Mutant:
 MUTANTS: dict[str, Mutant] = {}
 
 
-def mutant(name: str, capability: str, claims: tuple[str, ...] | list[str], description: str):
-    """Register the decorated class as the mutant ``name`` (and expose it as a module attribute)."""
+def mutant(name: str, capability: str, claims: tuple[str, ...] | list[str], description: str,
+           dtype: str | None = None):
+    """Register the decorated class as the mutant ``name`` (and expose it as a module attribute).
+
+    With ``dtype`` ("bfloat16", "float16") the mutant is a 16-bit implementation: the class's float64
+    mathematics with every output rounded once to that dtype (:class:`attnclaims.zoo.reduced_precision.
+    RoundedEinsum` around an instance of the class, the correct 16-bit style), judged by the 16-bit bounds;
+    its one bug is the 16-bit step the class plants (an accumulation in the reduced dtype)."""
 
     def register(cls):
         if name in MUTANTS:
             raise ValueError(f"mutant {name!r} is registered twice")
         cls.name = f"mutant:{name}"
         cls.__doc__ = description
-        MUTANTS[name] = Mutant(name, description, capability, tuple(claims), cls)
-        globals()[name] = cls
+        factory = cls if dtype is None else _rounded_factory(cls, dtype, f"mutant:{name}")
+        MUTANTS[name] = Mutant(name, description, capability, tuple(claims), factory)
+        globals()[name] = factory
         return cls
 
     return register
+
+
+def _rounded_factory(cls, dtype: str, name: str) -> Callable[[], object]:
+    """A factory of ``cls()`` with its outputs rounded to ``dtype`` (ml_dtypes' bfloat16, numpy's float16)."""
+
+    def factory():
+        from attnclaims.zoo.reduced_precision import RoundedEinsum
+
+        if dtype == "bfloat16":
+            import ml_dtypes
+
+            return RoundedEinsum(ml_dtypes.bfloat16, name, base=cls())
+        return RoundedEinsum(np.dtype(dtype), name, base=cls())
+
+    factory.__name__ = factory.__qualname__ = cls.__name__.lstrip("_")
+    factory.__doc__ = cls.__doc__
+    return factory
 
 
 # ---------------------------------------------------------------------------------------------
@@ -369,6 +393,27 @@ class _SoftmaxFloat32(Composed):
             denom = e.sum(axis=axis, keepdims=True)
             out = np.divide(e, denom, out=np.zeros_like(e), where=denom > 0)
         return out.astype(np.float64)
+
+
+@mutant("softmax_bfloat16_denominator", "softmax", ["softmax-distribution"],
+        "bfloat16 softmax whose row sum Σ exp(s − max) is accumulated in bfloat16, rounded after every add "
+        "(torch.sum of a bfloat16 tensor without a float32 accumulator): long rows no longer sum to 1",
+        dtype="bfloat16")
+class _SoftmaxBfloat16Denominator(Composed):
+    def _masked_softmax(self, s, allowed, axis=-1):
+        import ml_dtypes
+
+        if allowed is None:
+            allowed = np.ones(s.shape, dtype=bool)
+        with np.errstate(over="ignore", invalid="ignore"):
+            m = np.max(s, axis=axis, keepdims=True, initial=-np.inf, where=allowed)
+            e = np.where(allowed, np.exp(np.where(allowed, s - m, 0.0)), 0.0)
+        terms = np.moveaxis(e, axis, -1).astype(ml_dtypes.bfloat16)  # the bfloat16 tensor that is summed
+        acc = np.zeros(terms.shape[:-1], dtype=ml_dtypes.bfloat16)
+        for j in range(terms.shape[-1]):  # the accumulator stays bfloat16: one rounding per add
+            acc = (acc.astype(np.float64) + terms[..., j].astype(np.float64)).astype(ml_dtypes.bfloat16)
+        denom = np.expand_dims(acc.astype(np.float64), axis)
+        return np.divide(e, denom, out=np.zeros_like(e), where=denom > 0)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ it is a false alarm of the suite in that dtype, not a finding (``tests/meta/test
 float16/bfloat16 claim tests on it). The expected practice of libraries, float32 accumulation, errs more
 than this and less than the bounds allow (``attnclaims/checks/tolerances.py``, "float16 and bfloat16").
 Forward capabilities only (the backward passes of the einsum style are not rounded copies of anything).
+The same rounding around another float64 implementation (``RoundedEinsum(dtype, name, base=...)``) makes
+the zoo's 16-bit mutants: the composed reference with one 16-bit bug, everything else rounded once.
 """
 from __future__ import annotations
 
@@ -23,12 +25,13 @@ _FORWARD = ("softmax", "attention", "multi_head_attention", "positional_encoding
 
 
 class RoundedEinsum:
-    """The einsum style with every output rounded to ``dtype`` (its inputs are already in it)."""
+    """The einsum style (or ``base``, a float64 implementation) with every output rounded to ``dtype`` (its
+    inputs are already in it)."""
 
-    def __init__(self, dtype, name: str):
+    def __init__(self, dtype, name: str, base=None):
         self.dtype = np.dtype(dtype)
         self.name = name
-        self._base = EinsumImplementation()
+        self._base = EinsumImplementation() if base is None else base
         self.variants = dict(getattr(self._base, "variants", {}) or {})
         self.conventions = dict(getattr(self._base, "conventions", {}) or {})
 
@@ -41,6 +44,11 @@ class RoundedEinsum:
                     return np.asarray(method(*args, **kwargs), dtype=np.float64).astype(self.dtype)
             return rounded
         raise AttributeError(capability)
+
+    @property
+    def base(self):
+        """The float64 implementation whose outputs are rounded."""
+        return self._base
 
     def __repr__(self) -> str:
         return f"RoundedEinsum({self.dtype.name})"
