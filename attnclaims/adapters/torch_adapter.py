@@ -465,8 +465,9 @@ class TorchImplementation(_TorchBase):
                                    norm3=_norm_grads(g, "norm3"), norm_first=p.norm_first, eps=p.eps))
 
     # -- modern components (docs/adapters.md "Modern components"): what torch provides. torch has no
-    # rotary embeddings, no sliding-window option of scaled_dot_product_attention and no KV cache, so
-    # rotary_embedding and decoder_block_decode are absent and the variants say the rest.
+    # rotary embeddings, no sliding-window option of scaled_dot_product_attention and no KV cache object, so
+    # rotary_embedding and decoder_block_decode are absent (decoder_block_step keeps the protocol's KVCache and
+    # concatenates with torch.cat) and the variants say the rest.
     variants = {"grouped_query": True, "sliding_window": False, "block_rope": (False,)}
     responsible = {
         **responsible,
@@ -476,6 +477,9 @@ class TorchImplementation(_TorchBase):
                             "torch.nn.attention.bias.causal_lower_right)",
         "decoder_block": "torch.nn.functional.scaled_dot_product_attention (is_causal, enable_gqa) + "
                          "torch.nn.LayerNorm / torch.nn.RMSNorm + torch.nn.functional.linear",
+        "decoder_block_step": "torch.cat (K/V cache) + torch.nn.functional.scaled_dot_product_attention "
+                              "(torch.nn.attention.bias.causal_lower_right, enable_gqa) + torch.nn.LayerNorm / "
+                              "torch.nn.RMSNorm + torch.nn.functional.linear",
         # the backward passes are torch.autograd through the same calls: a failure names the forward's functions
         "softmax_vjp": "torch.autograd through torch.softmax",
         "attention_vjp": "torch.autograd through torch.nn.functional.scaled_dot_product_attention",
@@ -606,6 +610,59 @@ class TorchImplementation(_TorchBase):
                 h = n1(h + attn(h))
                 h = n2(h + ffn(h))
         return _numpy(h).reshape(batch + (n, p.d_model))
+
+    def decoder_block_step(self, x_t, cache, params, position):
+        """One decoding step with :meth:`decoder_block`'s parts: the new positions' K and V (``F.linear``,
+        (B, h_kv, n_t, d_k)) appended to the cached ones with ``torch.cat`` — torch has no cache object, so the
+        cache stays the protocol's ``KVCache`` of numpy arrays, copied into tensors — and the new queries
+        attend to all of them through ``scaled_dot_product_attention`` with ``attn_mask=
+        torch.nn.attention.bias.causal_lower_right(n_t, position + n_t)`` (the new tokens are the last
+        positions) and ``enable_gqa``. No rotary embeddings (NotImplementedError: not applicable)."""
+        from torch.nn.attention.bias import causal_lower_right
+
+        from attnclaims.reference.modern import KVCache
+
+        if params.rope is not None:
+            raise NotImplementedError("torch has no rotary position embeddings")
+        torch, F = self._torch, self._torch.nn.functional
+        p, a = params, params.self_attn
+        shapes = [np.shape(x_t)] + ([] if cache is None else [np.shape(cache.k)[:-3] + (0, 0)])
+        batch, n_t = _batch(*shapes), np.shape(x_t)[-2]
+        h = self._t(_flat(x_t, batch))  # (B, n_t, d_model)
+        B = h.shape[0]
+        past = None if cache is None else [self._t(np.broadcast_to(np.asarray(c, dtype=np.float64), batch + np.shape(c)[-3:])
+                                                   .reshape((B,) + np.shape(c)[-3:])) for c in (cache.k, cache.v)]
+        kept = []
+
+        def attn(z):
+            heads = lambda t, count: t.view(B, n_t, count, a.d_k).transpose(1, 2)  # (B, count, n_t, d_k)
+            q = heads(self._linear(z, a.w_q, a.b_q), a.num_heads)
+            k, v = heads(self._linear(z, a.w_k, a.b_k), a.num_kv_heads), heads(self._linear(z, a.w_v, a.b_v), a.num_kv_heads)
+            if past is not None:
+                k, v = torch.cat([past[0], k], dim=-2), torch.cat([past[1], v], dim=-2)
+            kept.append((k, v))
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(n_t, k.shape[-2]),
+                                                 enable_gqa=a.num_kv_heads != a.num_heads)
+            return self._linear(out.transpose(1, 2).reshape(B, n_t, p.d_model), a.w_o, a.b_o)
+
+        def ffn(z):
+            if hasattr(p.ffn, "w_gate"):
+                return self._gated(z, p.ffn)
+            return self._linear(F.relu(self._linear(z, p.ffn.w1, p.ffn.b1)), p.ffn.w2, p.ffn.b2)
+
+        n1, n2 = self._norm_module(p.norm1, p.d_model, p.eps), self._norm_module(p.norm2, p.d_model, p.eps)
+        with torch.no_grad():
+            if p.norm_first:
+                h = h + attn(n1(h))
+                h = h + ffn(n2(h))
+            else:
+                h = n1(h + attn(h))
+                h = n2(h + ffn(h))
+        k, v = kept[0]
+        length = k.shape[-2]
+        return (_numpy(h).reshape(batch + (n_t, p.d_model)),
+                KVCache(_numpy(k).reshape(batch + (a.num_kv_heads, length, a.d_k)),
+                        _numpy(v).reshape(batch + (a.num_kv_heads, length, a.d_k))))
 
     # -- backward passes of the modern components: torch.autograd through the forwards' own helpers
     # (_sdpa_heads, _gated, _linear and the norm modules), their parameters as leaf tensors
