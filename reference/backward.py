@@ -162,16 +162,16 @@ def _normalized(x: np.ndarray, eps: float):
     return xhat, r
 
 
-def _layer_norm_backward(x, gamma, eps, d):
-    """(dx, dγ at every position, dβ at every position) in the arrays' dtype. See :func:`layer_norm_vjp`."""
+def _layer_norm_backward(x, gamma, eps, d, ex=None):
+    """(dx, dγ at every position, dβ at every position) in the arrays' dtype. See :func:`layer_norm_vjp`.
+    ``ex``: in a |·|-evaluation, the first-order error bound of the input x (:func:`_propagate_errors`)."""
     xhat, r = _normalized(x, eps)
     u_fwd = getattr(type(d), "forward_u", 0.0)
-    if u_fwd:  # a |·|-evaluation (attnclaims.checks.backward_precision.Magnitude): x̂ widened by its rounding,
-        # r·(2(n + 1) + 4 ln n + 4)·u·max|x| (the mean's error; tolerances.layer_norm_error), so that a constant
-        # row, x̂ = 0 here, still allows the x̂ ~ u·r·|x| another implementation computes
-        n = x.shape[-1]
-        xhat = np.abs(xhat) + r * (2.0 * (n + 1) + 4.0 * math.log(n) + 4.0) * u_fwd * np.max(np.abs(x), axis=-1,
-                                                                                               keepdims=True)
+    if u_fwd:  # a |·|-evaluation (attnclaims.checks.backward_precision.Magnitude): x̂ and r widened by their error
+        # (_ln_forward_error: the mean's rounding r·(2(n + 1) + 4 ln n + 4)·u·max|x| and the input's error), so
+        # that a constant row, x̂ = 0 here, still allows the x̂ ~ u·r·|x| another implementation computes
+        e_xhat, rho = _ln_forward_error(x, xhat, r, ex, u_fwd)
+        xhat, r = np.abs(xhat) + e_xhat, r * (1 + rho)
     g = d * gamma
     with np.errstate(over="ignore", invalid="ignore"):
         dx = r * (g - g.mean(axis=-1, keepdims=True) - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
@@ -209,14 +209,17 @@ def _rows(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1, a.shape[-1])
 
 
-def _feed_forward_backward(x, w1, b1, w2, d):
-    """(dx, dW1, db1, dW2, db2) in the arrays' dtype. See :func:`feed_forward_vjp`."""
+def _feed_forward_backward(x, w1, b1, w2, d, ex=None):
+    """(dx, dW1, db1, dW2, db2) in the arrays' dtype. See :func:`feed_forward_vjp`. ``ex``: in a
+    |·|-evaluation, the first-order error bound of the input x inside a layer (:func:`_propagate_errors`)."""
     pre = x @ w1 + b1
     hidden = np.maximum(pre.dtype.type(0), pre)
     u_fwd = getattr(type(d), "forward_u", 0.0)
     if u_fwd:  # |·|-evaluation: the input and hidden units widened by their rounding u(d + 1)(|x||W₁| + |b₁|)
-        x = _widened_input(x, u_fwd)
-        hidden = np.abs(hidden) + u_fwd * (x.shape[-1] + 1) * (x @ np.abs(w1) + np.abs(b1))
+        # and by the input's propagated error ex (ex|W₁| in the hidden units)
+        ex = np.zeros(np.shape(x)) if ex is None else ex
+        x = _widened_input(x, u_fwd) + ex
+        hidden = np.abs(hidden) + u_fwd * (x.shape[-1] + 1) * (x @ np.abs(w1) + np.abs(b1)) + ex @ np.abs(w1)
     dpre = (d @ w2.T) * (pre > 0)
     return (dpre @ w1.T, _rows(x).T @ _rows(dpre), _rows(dpre).sum(axis=0),
             _rows(hidden).T @ _rows(d), _rows(d).sum(axis=0))
@@ -268,14 +271,14 @@ def _mha_forward(x_q, x_kv, p: dict, mask):
     return merged @ p["w_o"] + p["b_o"], (q, k, v, a, merged, c)
 
 
-def _mha_backward(x_q, x_kv, p: dict, cache, d):
-    """(dx_q, dx_kv, {w_q: …}) in the arrays' dtype; x_q, x_kv, d at one common batch shape."""
+def _mha_backward(x_q, x_kv, p: dict, cache, d, ex_q=None, ex_kv=None):
+    """(dx_q, dx_kv, {w_q: …}) in the arrays' dtype; x_q, x_kv, d at one common batch shape. ``ex_q``,
+    ``ex_kv``: in a |·|-evaluation, the inputs' first-order error bounds inside a layer (:func:`_propagate_errors`)."""
     q, k, v, a, merged, c = cache
     h = p["h"]
     u_fwd = getattr(type(d), "forward_u", 0.0)
     if u_fwd:  # a |·|-evaluation with forward values widened by their rounding (see _layer_norm_backward)
-        x_q, x_kv = _widened_input(x_q, u_fwd), _widened_input(x_kv, u_fwd)
-        q, k, v, a, merged = _widened_attention(x_q, x_kv, p, q, k, v, a, u_fwd)
+        q, k, v, a, merged, x_q, x_kv = _widened_attention(x_q, x_kv, p, q, k, v, a, u_fwd, ex_q, ex_kv)
     grads = {"w_o": _rows(merged).T @ _rows(d), "b_o": _rows(d).sum(axis=0)}
     dheads = _split(d @ p["w_o"].T, h)  # (..., h, n_q, d_k)
     dq, dk, dv, _ = _attention_backward(q, k, v, a, dheads, c)
@@ -299,25 +302,75 @@ def _widened_input(x, u):
     return np.abs(x) + u * (2.0 * (n + 1) + 4.0 * math.log(n) + 4.0) * np.max(np.abs(x), axis=-1, keepdims=True)
 
 
-def _widened_attention(x_q, x_kv, p: dict, q, k, v, a, u):
-    """|q|, |k|, |v|, |A|, |merged| plus first-order bounds of their rounding for a |·|-evaluation: the
-    projections u(d + 1)(|x||W| + |b|) (tolerances.linear_error), the weights' relative u(8(n_k + 1) + 4 ln n_k)
-    (tolerances.weight_relative_error without the score-range term), the weighted sum u(n_k + 2)|A||V| plus
-    the weights' and values' errors carried through it. Cancellation in A V (values of both signs) leaves
-    |merged| ≪ |A||V| while its rounding scales with |A||V|: the reason the widening is needed."""
+def _ln_forward_error(x, xhat, r, ex, u):
+    """(Δx̂, ρ): first-order bounds of the error of a layer norm's x̂ and the relative error of its r, for any
+    stable algorithm (two-pass or Welford), the input carrying the error ex (zeros when None), following
+    tolerances.layer_norm_error: the centred values' error Δc = u(|c| + (2(n + 1) + 4 ln n + 4)·max|x|) + ex +
+    mean ex (the mean's rounding is not relative to c: for a constant or offset row, |μ| ≫ σ, it is the whole
+    of c's error); σ² = mean c² moves by 2 mean(c Δc) + 3(n + 2)u σ² — the mean's error shifts every c alike,
+    and Σ c = 0 removes it to first order, so only ex and u|c| count — hence ρ = r·mean(|x̂|(ex + u|c|))
+    + (3(n + 2)/2 + 4)u (the sqrt, add and division, ε's rounding); Δx̂ = r Δc + |x̂| ρ."""
+    n = x.shape[-1]
+    ex = np.zeros(np.shape(x)) if ex is None else ex
+    with np.errstate(over="ignore", invalid="ignore"):
+        ax = np.abs(xhat)
+        uc = u * ax / r  # u|c| = u|x̂|/r
+        dc = uc + u * (2.0 * (n + 1) + 4.0 * math.log(n) + 4.0) * np.max(np.abs(x), axis=-1, keepdims=True) \
+            + ex + np.mean(ex, axis=-1, keepdims=True)
+        rho = r * np.mean(ax * (ex + uc), axis=-1, keepdims=True) + (1.5 * (n + 2) + 4.0) * u
+        return r * dc + ax * rho, rho
+
+
+def _ln_output_error(x, norm: tuple, eps, ex, u):
+    """First-order error bound of y = γ x̂ + β, x carrying the error ex: |γ|Δx̂ (:func:`_ln_forward_error`)
+    plus the product's and the add's rounding u(|γ x̂| + |y|)."""
+    xhat, r = _normalized(x, eps)
+    e_xhat, _ = _ln_forward_error(x, xhat, r, ex, u)
+    gx = norm[0] * xhat
+    return np.abs(norm[0]) * e_xhat + u * (np.abs(gx) + np.abs(gx + norm[1]))
+
+
+def _propagate_errors(subs, x, u):
+    """First-order error bounds of the forward values a layer's backward consumes, for a |·|-evaluation with
+    forward values widened by their error (attnclaims.checks.backward_precision), for any correct evaluation of
+    the layer: sub-layer by sub-layer from the layer's exact input (error 0), each sub-layer's input error
+    carried through its layer norm (:func:`_ln_output_error`, which amplifies an error by r = 1/σ) and through
+    its F (the closure's ``forward_error``: every product's rounding and the input error through |W|, as
+    tolerances.linear_error), and the residual add's rounding u|x + F|. Each sub-layer keeps the error of F's
+    input (``ex``, read by its backward) and of its layer norm's input (``e_ln``)."""
+    e = np.zeros(np.shape(x))
+    for s in subs:
+        e = s.propagate(e, u)
+
+
+def _widened_attention(x_q, x_kv, p: dict, q, k, v, a, u, ex_q=None, ex_kv=None):
+    """|q|, |k|, |v|, |A|, |merged|, |x_q|, |x_kv| plus first-order bounds of their error for a |·|-evaluation:
+    the inputs a layer norm's rounding (:func:`_widened_input`) plus their propagated errors ex (zero for a
+    multi-head attention on its own); the projections u(d + 1)(|x||W| + |b|) + ex|W| (tolerances.linear_error);
+    the scores c(Δq|k|ᵀ + |q|Δkᵀ), which move the weights by A ⊙ (Δs + ⟨A, Δs⟩) (softmax's first-order
+    perturbation); the weights' own relative u(8(n_k + 1) + 4 ln n_k) (tolerances.weight_relative_error without
+    the score-range term); the weighted sum u(n_k + 2)|A||V| plus the weights' and values' errors carried
+    through it. Cancellation in A V (values of both signs) leaves |merged| ≪ |A||V| while its rounding scales
+    with |A||V|: the reason the widening is needed."""
     h = p["h"]
-    ax_q, ax_kv = np.abs(x_q), np.abs(x_kv)
+    ex_q = np.zeros(np.shape(x_q)) if ex_q is None else ex_q
+    ex_kv = np.zeros(np.shape(x_kv)) if ex_kv is None else ex_kv
+    ax_q, ax_kv = _widened_input(x_q, u) + ex_q, _widened_input(x_kv, u) + ex_kv
     d_in = x_q.shape[-1]
 
-    def proj_err(ax, name):
-        return _split(u * (d_in + 1) * (ax @ np.abs(p["w_" + name]) + np.abs(p["b_" + name])), h)
+    def proj_err(ax, ex, name):
+        w = np.abs(p["w_" + name])
+        return _split(u * (d_in + 1) * (ax @ w + np.abs(p["b_" + name])) + ex @ w, h)
 
-    eq, ek, ev = proj_err(ax_q, "q"), proj_err(ax_kv, "k"), proj_err(ax_kv, "v")
+    eq, ek, ev = proj_err(ax_q, ex_q, "q"), proj_err(ax_kv, ex_kv, "k"), proj_err(ax_kv, ex_kv, "v")
     n_k = a.shape[-1]
-    ea = a * u * (8.0 * (n_k + 1) + 4.0 * math.log(max(n_k, 1)))
+    aq, ak = np.abs(q), np.abs(k)
+    c = 1.0 / math.sqrt(q.shape[-1])
+    es = c * (eq @ np.swapaxes(ak, -1, -2) + aq @ np.swapaxes(ek, -1, -2))  # (..., h, n_q, n_k)
+    ea = a * (u * (8.0 * (n_k + 1) + 4.0 * math.log(max(n_k, 1))) + es + np.sum(a * es, axis=-1, keepdims=True))
     av = np.abs(v)
     merged = _merge(np.abs(a @ v) + u * (n_k + 2) * (a @ av) + ea @ av + a @ ev)
-    return np.abs(q) + eq, np.abs(k) + ek, av + ev, a + ea, merged
+    return aq + eq, ak + ek, av + ev, a + ea, merged, ax_q, ax_kv
 
 
 def _mha_dict(params: MultiHeadParams, dtype) -> dict:
@@ -387,8 +440,8 @@ def _ln_forward(x, norm: tuple, eps):
     return norm[0] * xhat + norm[1]
 
 
-def _ln_backward(x, norm: tuple, eps, d, grads: dict, name: str):
-    dx, dg, db = _layer_norm_backward(x, norm[0], eps, d)
+def _ln_backward(x, norm: tuple, eps, d, grads: dict, name: str, ex=None):
+    dx, dg, db = _layer_norm_backward(x, norm[0], eps, d, ex)
     grads[name] = (_rows(dg).sum(axis=0), _rows(db).sum(axis=0))
     return dx
 
@@ -402,20 +455,37 @@ class _Sub:
     def __init__(self, forward, backward, norm, name, eps, norm_first):
         self.forward, self.backward, self.norm, self.name = forward, backward, norm, name
         self.eps, self.norm_first = eps, norm_first
+        self.ex = self.e_ln = None  # set by _propagate_errors in a |·|-evaluation
 
     def run(self, x):
         self.x = x
         if self.norm_first:
             self.h = _ln_forward(x, self.norm, self.eps)
-            return x + self.forward(self.h)
+            self.out = x + self.forward(self.h)
+            return self.out
         self.z = x + self.forward(x)
         return _ln_forward(self.z, self.norm, self.eps)
+
+    def propagate(self, ex, u):
+        """The output's first-order error bound from the input's, ``ex`` (see :func:`_propagate_errors`); a
+        closure without ``forward_error`` adds only its input's error."""
+        error = getattr(self.backward, "forward_error", None)
+
+        def through(h, eh):
+            self.ex = eh
+            return eh if error is None else error(h, eh, u)
+
+        if self.norm_first:
+            self.e_ln = ex
+            return ex + through(self.h, _ln_output_error(self.x, self.norm, self.eps, ex, u)) + u * np.abs(self.out)
+        self.e_ln = ex + through(self.x, ex) + u * np.abs(self.z)
+        return _ln_output_error(self.z, self.norm, self.eps, self.e_ln, u)
 
     def back(self, d, grads):
         if self.norm_first:
             dh = self.backward(d)
-            return d + _ln_backward(self.x, self.norm, self.eps, dh, grads, self.name)
-        dz = _ln_backward(self.z, self.norm, self.eps, d, grads, self.name)
+            return d + _ln_backward(self.x, self.norm, self.eps, dh, grads, self.name, self.e_ln)
+        dz = _ln_backward(self.z, self.norm, self.eps, d, grads, self.name, self.e_ln)
         return dz + self.backward(dz)
 
 
@@ -440,12 +510,24 @@ def _mha_sub(p: dict, mask, grads: dict, key: str, memory=None, dmemory: list | 
     def backward(d):
         h = state["h"]
         kv = h if memory is None else memory
-        dq, dkv, grads[key] = _mha_backward(h, kv, p, state["cache"], d)
+        dq, dkv, grads[key] = _mha_backward(h, kv, p, state["cache"], d, *state.get("ex", (None, None)))
         if memory is None:
             return dq + dkv
         dmemory.append(dkv)
         return dq
 
+    def forward_error(h, eh, u):
+        """The sub-layer output's error from its input's (memory is exact): _widened_attention's bound of the
+        merged heads, then the output projection (tolerances.linear_error)."""
+        kv = h if memory is None else memory
+        e_kv = eh if memory is None else np.zeros(np.shape(kv))
+        state["ex"] = (eh, e_kv)
+        q, k, v, a, merged, _ = state["cache"]
+        wide = _widened_attention(h, kv, p, q, k, v, a, u, eh, e_kv)[4]
+        am, w = np.abs(merged), np.abs(p["w_o"])
+        return (wide - am) @ w + u * (am.shape[-1] + 1) * (am @ w + np.abs(p["b_o"]))
+
+    backward.forward_error = forward_error
     return forward, backward
 
 
@@ -458,10 +540,19 @@ def _ffn_sub(p: dict, grads: dict, key: str):
         return np.maximum(pre.dtype.type(0), pre) @ p["w2"] + p["b2"]
 
     def backward(d):
-        dx, dw1, db1, dw2, db2 = _feed_forward_backward(state["h"], p["w1"], p["b1"], p["w2"], d)
+        dx, dw1, db1, dw2, db2 = _feed_forward_backward(state["h"], p["w1"], p["b1"], p["w2"], d, state.get("ex"))
         grads[key] = {"w1": dw1, "b1": db1, "w2": dw2, "b2": db2}
         return dx
 
+    def forward_error(h, eh, u):
+        """tolerances.feed_forward_error: linear_error twice, the ReLU 1-Lipschitz and exact."""
+        state["ex"] = eh
+        w1, w2 = np.abs(p["w1"]), np.abs(p["w2"])
+        hidden = np.abs(np.maximum(0, h @ p["w1"] + p["b1"]))
+        e_hidden = eh @ w1 + u * (h.shape[-1] + 1) * (np.abs(h) @ w1 + np.abs(p["b1"]))
+        return e_hidden @ w2 + u * (hidden.shape[-1] + 1) * (hidden @ w2 + np.abs(p["b2"]))
+
+    backward.forward_error = forward_error
     return forward, backward
 
 
@@ -476,6 +567,8 @@ def _encoder_layer_backward(x, params: EncoderLayerParams, mask, d, dtype):
     y = x
     for s in subs:
         y = s.run(y)
+    if getattr(type(d), "forward_u", 0.0):
+        _propagate_errors(subs, x, type(d).forward_u)
     g = d
     for s in reversed(subs):
         g = s.back(g, grads)
@@ -529,6 +622,8 @@ def _decoder_layer_backward(y, memory, params: DecoderLayerParams, self_mask, me
     h = y
     for s in subs:
         h = s.run(h)
+    if getattr(type(d), "forward_u", 0.0):
+        _propagate_errors(subs, y, type(d).forward_u)
     g = d
     for s in reversed(subs):
         g = s.back(g, grads)

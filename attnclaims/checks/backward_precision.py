@@ -6,7 +6,7 @@ term. The same rule here, for the vjps of multi-head attention and of the encode
 layers, whose derived bounds compose too loosely to be useful (attnclaims/checks/same_precision.py
 explains why for the forward):
 
-    τ = C_SAME · (max |naive − golden| + n_stages · u · max |g|̄ + max |g|̄_fwd)   per output array,
+    τ = C_SAME · (max |naive − golden| + n_stages · u · max |g|̄) + max (|g|̄_fwd − |g|̄)   per output array,
 
 with ``naive`` the reference's backward formulas (:mod:`attnclaims.reference.backward`, its
 dtype-generic cores) evaluated with every intermediate in the implementation's dtype and
@@ -19,9 +19,23 @@ max-norm comparison): |g|̄ is the |·|-evaluation of the same backward pass
 (:class:`Magnitude`: every term's absolute value, so a cancelling sum such as db_K = Σ_j dK_j, exactly
 0, keeps the size of its terms), and ``n_stages`` counts the rounded stages of the pass — the a-priori
 γ_N|g|̄ bound of a backward with exact forward values, which an input whose naive evaluation happens
-to be exact still allows; |g|̄_fwd is what the rounding of forward values adds directly (the same
-evaluation with the layer norm's x̂ widened by u·r·(2(d + 1) + 4 ln d + 4)·max|x|, minus |g|̄): a
-constant row has x̂ = 0 exactly in the reference and ~u·r·|x| in another implementation. C_SAME is same_precision's factor, 8.
+to be exact still allows. |g|̄_fwd − |g|̄ is what the errors of the forward values the backward consumes
+change the gradient by, to first order, for *any* correct evaluation of the forward pass: the same
+|·|-evaluation with every consumed forward value v widened to |v| + Δv, Δv its derived first-order error
+bound (reference/backward.py: ``_propagate_errors``, ``_ln_forward_error``, ``_widened_attention``). A gradient
+entry is a sum of products of forward and backward values, so widening each factor by its error bounds the
+change: |∏(vᵢ + δᵢ) − ∏vᵢ| ≤ ∏(|vᵢ| + Δvᵢ) − ∏|vᵢ|. The errors are propagated through the layer from its exact
+inputs, sub-layer by sub-layer, as tolerances.encoder_layer_error composes the forward bound: every
+product's rounding u(d + 1)(|x||W| + |b|) and the incoming error through |W| (tolerances.linear_error), the
+scores' error through softmax's first-order perturbation A ⊙ (Δs + ⟨A, Δs⟩), the weighted sum's rounding,
+the residual add's u|x + F|, and each layer norm's Δx̂ = r Δc + |x̂| ρ with Δc = u(|c| + (2(d + 1) + 4 ln d
++ 4)·max|x|) + Δx + mean Δx. The layer norm is where the forward error is *not* relative to the value: the
+mean's rounding is u·max|x| whatever σ, so on a constant or offset row (|μ| ≫ σ) x̂ — exact in the reference,
+which shifts each row by its first entry — is off by up to u·(2(d + 1) + 4 ln d + 4)·max|x|/σ in a two-pass
+implementation, and that error reaches the next sub-layer's input, the FFN's hidden units (dW₂ = Hᵀd) and
+the next layer norm (the thorough profile found einsum's Pre-LN FFN weight gradients 1.1–2.5× over the
+bound when only the layer norm's own x̂ was widened). This term is derived, not measured, so C_SAME does not
+multiply it. C_SAME is same_precision's factor, 8.
 Where long double is float64 (no golden result for a float64 implementation), the reference
 serves as golden and the floor alone remains.
 """
@@ -154,8 +168,8 @@ def measured_bounds(capability: str, reference_out, args: tuple, dtype) -> dict[
     with np.errstate(all="ignore"):
         Magnitude.forward_u = 0.0
         bars = dict(leaves(evaluate(*bar_args, np.float64)))
-        # the same with forward values widened by their rounding (the layer norm's x̂): the difference is the
-        # error those roundings cause directly (a constant row's x̂ is 0 here, u·r·|x| elsewhere)
+        # the same with every consumed forward value widened by its propagated first-order error: the difference
+        # bounds what those errors change the gradient by (a constant row's x̂ is 0 here, ~u·r·|x| elsewhere)
         Magnitude.forward_u = u
         widened = dict(leaves(evaluate(*bar_args, np.float64)))
         Magnitude.forward_u = 0.0
@@ -166,12 +180,10 @@ def measured_bounds(capability: str, reference_out, args: tuple, dtype) -> dict[
         err = float(np.max(np.abs(np.asarray(nai, dtype=np.longdouble) - gold_l))) if gold.size else 0.0
         bar = np.asarray(bars[name].view(np.ndarray), dtype=np.float64)
         forward = np.asarray(widened[name].view(np.ndarray), dtype=np.float64) - bar
-        # max-norm floors, as FlashAttention's comparison: the forward values a layer's sub-layers pass on
-        # (layer-norm outputs, attention outputs) carry errors the elementwise evaluation does not follow
-        # through every product (the thorough profile found einsum's FFN gradients 2-6x over it)
+        # max-norm floors, as FlashAttention's comparison; the forward term is derived, not scaled by C_SAME
         top = float(np.max(bar)) if bar.size else 0.0
         fwd = float(np.max(forward)) if forward.size else 0.0
-        tau = np.full(np.shape(gold), C_SAME * (err + STAGES[capability] * u * top + fwd))
+        tau = np.full(np.shape(gold), C_SAME * (err + STAGES[capability] * u * top) + fwd)
         if golden is not reference_out:
             tau = tau + np.abs(np.asarray(ref[name], dtype=np.longdouble) - gold_l).astype(np.float64)
         out[name] = T.Bound(tau, u)
