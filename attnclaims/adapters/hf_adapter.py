@@ -288,6 +288,35 @@ class _HFBase:
         call = self._block_call(params)
         return self._decode(x, prompt_length, chunk, lambda xs, s, cache: self._segment(call, xs, s, cache))
 
+    def _step(self, x_t, cache, position, segment):
+        """One decoding step as generation runs it, against the protocol's KVCache (numpy k, v (..., h_kv,
+        length, d_k), keys after RoPE): a fresh ``transformers.DynamicCache(ddp_cache_data=[(k, v)])`` holding
+        tensors made from them (``DynamicLayer.update`` concatenates onto empty tensors, so nothing passed in is
+        written), ``DynamicCache()`` for None or length 0; ``segment(x_t, position, dynamic_cache)`` lets the
+        model's layer update it, and its layer 0 (B, h_kv, position + n_t, d_k) comes back as a KVCache."""
+        from transformers import DynamicCache
+
+        from attnclaims.reference.modern import KVCache
+
+        shapes = [np.shape(x_t)] + ([] if cache is None else [np.shape(cache.k)[:-3] + (0, 0)])
+        batch = _batch(*shapes)
+        b = math.prod(batch)
+        if cache is None or cache.length == 0:
+            dynamic = DynamicCache()
+        else:
+            kv = [self._t(np.broadcast_to(np.asarray(c, dtype=np.float64), batch + np.shape(c)[-3:])
+                          .reshape((b,) + np.shape(c)[-3:])) for c in (cache.k, cache.v)]
+            dynamic = DynamicCache(ddp_cache_data=[tuple(kv)])
+        y = segment(np.broadcast_to(x_t, batch + np.shape(x_t)[-2:]), int(position), dynamic)
+        k, v = _numpy(dynamic.layers[0].keys), _numpy(dynamic.layers[0].values)
+        return y, KVCache(k.reshape(batch + k.shape[1:]), v.reshape(batch + v.shape[1:]))
+
+    def decoder_block_step(self, x_t, cache, params, position):
+        """The same layer on positions position … position + n_t − 1 with a ``DynamicCache`` holding the
+        cache passed in (:meth:`_step`)."""
+        call = self._block_call(params)
+        return self._step(x_t, cache, position, lambda xs, s, dynamic: self._segment(call, xs, s, dynamic))
+
 
 # -- BERT ---------------------------------------------------------------------------------------
 def _linear(torch, name: str, w, b) -> dict:
@@ -322,6 +351,8 @@ class HFBert(_HFBase):
         "decoder_block": "transformers BertLayer (is_decoder=True: a causal Post-LN block)",
         "decoder_block_decode": "transformers BertLayer (is_decoder=True) with DynamicCache (BertSelfAttention's "
                                 "cache update)",
+        "decoder_block_step": "transformers BertLayer (is_decoder=True) with a DynamicCache(ddp_cache_data=...) "
+                              "holding the KVCache (BertSelfAttention's cache update, DynamicLayer.update)",
         "causal_attention_vjp": "torch.autograd through transformers.models.bert.modeling_bert."
                                 "eager_attention_forward + transformers.masking_utils",
         "decoder_block_vjp": "torch.autograd through transformers BertLayer (is_decoder=True)",
@@ -643,6 +674,8 @@ class HFGPT2(_HFBase):
                             "transformers.masking_utils (causal_mask_function, sliding_window_overlay)",
         "decoder_block": "transformers GPT2Block",
         "decoder_block_decode": "transformers GPT2Block with DynamicCache (GPT2Attention's cache update)",
+        "decoder_block_step": "transformers GPT2Block with a DynamicCache(ddp_cache_data=...) holding the KVCache "
+                              "(GPT2Attention's cache update, DynamicLayer.update)",
         "causal_attention_vjp": "torch.autograd through transformers.models.gpt2.modeling_gpt2."
                                 "eager_attention_forward + transformers.masking_utils",
         "decoder_block_vjp": "torch.autograd through transformers GPT2Block",
@@ -985,6 +1018,9 @@ class HFLlama(_HFBase):
         "decoder_block": "transformers LlamaDecoderLayer (LlamaRotaryEmbedding, LlamaAttention, LlamaMLP, "
                          "LlamaRMSNorm)",
         "decoder_block_decode": "transformers LlamaDecoderLayer with DynamicCache (LlamaAttention's cache update)",
+        "decoder_block_step": "transformers LlamaDecoderLayer with a DynamicCache(ddp_cache_data=...) holding the "
+                              "KVCache (LlamaRotaryEmbedding at position_ids position …, LlamaAttention's cache "
+                              "update, DynamicLayer.update)",
         "causal_attention_vjp": "torch.autograd through transformers.models.llama.modeling_llama."
                                 "eager_attention_forward + transformers.masking_utils",
         "multi_head_attention_vjp": "torch.autograd through transformers LlamaAttention (repeat_kv, "
@@ -1147,6 +1183,13 @@ class HFLlama(_HFBase):
         call, ``position_ids`` continuing after the cached ones."""
         c, layer = self._block(params)
         return self._decode(x, prompt_length, chunk, lambda xs, s, cache: self._block_segment(c, layer, xs, s, cache))
+
+    def decoder_block_step(self, x_t, cache, params, position):
+        """``LlamaDecoderLayer`` on positions position … position + n_t − 1 (``position_ids`` and the rotary
+        embeddings from there, the mask causal with ``q_offset=position``) with a ``DynamicCache`` holding the
+        cache passed in (:meth:`_step`); Llama caches the keys after RoPE, as the protocol does."""
+        c, layer = self._block(params)
+        return self._step(x_t, cache, position, lambda xs, s, dynamic: self._block_segment(c, layer, xs, s, dynamic))
 
     # -- backward passes: torch.autograd through the same modules as the forwards. nn.Linear stores Wᵀ, so
     # every projection's gradient is weight.gradᵀ (the inverse of _linear's weight copy).

@@ -31,6 +31,7 @@ from attnclaims.impls import availability, resolve
 from attnclaims.protocol import CAPABILITIES, declared_variants
 from attnclaims.reference import params as P
 from attnclaims.reference.impl import Reference
+from attnclaims.reference.modern import cached_decode
 
 REF = Reference()
 MODERN_BOUND = 1e-5  # relative to max |reference output|; see the module docstring
@@ -186,6 +187,22 @@ def test_modern_capabilities_match_the_reference(impls, name):
     for prompt_length, chunk in ((0, 1), (2, 1), (3, 2), (6, 1), (1, 4)):
         _close_modern(impl.decoder_block_decode(x, params, prompt_length, chunk), want,
                       f"{name} decoder_block_decode(prompt_length={prompt_length}, chunk={chunk})")
+    # the step against a DynamicCache built from the KVCache: outputs and the cache (keys after RoPE, values)
+    _, ref_cache = REF.decoder_block_step(x, None, params, 0)
+    for prompt_length, chunk in ((0, 1), (3, 2), (1, 4)):
+        caches = []
+
+        def step(x_t, cache, p, position):
+            y, new = impl.decoder_block_step(x_t, cache, p, position)
+            caches.append(new)
+            return y, new
+
+        _close_modern(cached_decode(step, x, params, prompt_length, chunk), want,
+                      f"{name} decoder_block_step (prompt_length={prompt_length}, chunk={chunk})")
+        for i, cache in enumerate(caches):
+            for part in ("k", "v"):
+                _close_modern(getattr(cache, part), getattr(ref_cache, part)[..., : cache.length, :],
+                              f"{name} decoder_block_step {i}: cache.{part} (length {cache.length})")
 
 
 @pytest.mark.parametrize("name", ["hf-llama", "hf-llama-sdpa"])
