@@ -50,9 +50,8 @@ def _u(impl) -> float:
 @st.composite
 def gqa_cases(draw, *, grouped: bool | None = True):
     is_cross = draw(S.cross_or_self())
-    case = draw(S.model_cases(square=not is_cross))
+    case, params = draw(M.grouped_query_model_cases(square=not is_cross, grouped=grouped))  # 3/4 where tiling ≠ grouping
     d = case.dims
-    params = draw(M.grouped_query_params(d.d_model, d.num_heads, grouped=grouped))
     n_k = d.n_k if is_cross else d.n_q
     mask = draw(st.none() | S.mask_forms(d.batch, d.n_q, n_k))
     return case, params, mask, is_cross

@@ -26,7 +26,8 @@ from attnclaims.reference.params import (
 )
 
 __all__ = [
-    "kv_head_counts", "grouped_query_params", "gammas", "gated_activations", "gated_feed_forward_params",
+    "kv_head_counts", "grouped_query_params", "grouped_query_model_cases", "distinct_groupings", "tiling_differs",
+    "MIN_DISTINCT_HEADS", "DISTINCT_SHARE", "gammas", "gated_activations", "gated_feed_forward_params",
     "rope_layouts", "rope_bases", "positions", "alignments", "windows", "CausalCase", "causal_cases",
     "BlockCase", "block_cases", "decode_schedules",
 ]
@@ -43,23 +44,65 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def kv_head_counts(num_heads: int, *, grouped: bool | None = None) -> st.SearchStrategy[int]:
+def tiling_differs(num_heads: int, num_kv_heads: int) -> bool:
+    """Whether K/V heads repeated tiled (heads 0, 1, 0, 1: ``repeat``) differ from repeated in groups
+    (0, 0, 1, 1: ``repeat_interleave``, the protocol's): only with ≥ 2 K/V heads *and* groups of ≥ 2 —
+    multi-query (one K/V head) and ordinary multi-head attention (groups of one) are the same either way."""
+    return num_kv_heads >= 2 and num_heads % num_kv_heads == 0 and num_heads // num_kv_heads >= 2
+
+
+#: The fewest query heads for which tiling and grouping differ (4 heads, 2 K/V heads).
+MIN_DISTINCT_HEADS = 4
+#: The share of grouped-query draws asked to be configurations where tiling and grouping differ
+#: (:func:`distinct_groupings`); the rest draw any K/V head count, multi-query and ordinary included.
+DISTINCT_SHARE = 0.75
+
+
+def distinct_groupings() -> st.SearchStrategy[bool]:
+    """True in :data:`DISTINCT_SHARE` of the draws (three of four equally likely entries): the draw is
+    to be a configuration where tiled and grouped K/V heads differ. Uniform num_heads in 1 … 4 with a
+    uniform divisor would give one in 8–12, so ``dev``'s 20 examples would miss one in 7–18 % of runs."""
+    return st.sampled_from([True, True, True, False])
+
+
+def kv_head_counts(num_heads: int, *, grouped: bool | None = None, distinct: bool = False) -> st.SearchStrategy[int]:
     """num_kv_heads for ``num_heads`` query heads: any divisor (1 = multi-query, num_heads = ordinary)
     when the followed implementation declares ``grouped_query``; else num_heads. ``grouped=True`` asks
-    for num_kv_heads < num_heads when num_heads > 1 (VariantNotApplicable if it is not declared)."""
+    for num_kv_heads < num_heads when num_heads > 1 (VariantNotApplicable if it is not declared);
+    ``distinct=True`` for one where tiling and grouping differ (:func:`tiling_differs`), when num_heads
+    has one."""
     if grouped and not S.variants()["grouped_query"]:
         raise _not_applicable("grouped_query", True)
     if not S.variants()["grouped_query"] or grouped is False:
         return st.just(num_heads)
-    proper = [k for k in _divisors(num_heads) if k < num_heads]
-    return st.sampled_from(proper) if grouped and proper else st.sampled_from(_divisors(num_heads))
+    divisors = _divisors(num_heads)
+    differ = [k for k in divisors if tiling_differs(num_heads, k)]
+    if distinct and differ:
+        return st.sampled_from(differ)
+    proper = [k for k in divisors if k < num_heads]
+    return st.sampled_from(proper) if grouped and proper else st.sampled_from(divisors)
 
 
 @st.composite
-def grouped_query_params(draw, d_model: int, num_heads: int, *, grouped: bool | None = True) -> MultiHeadParams:
+def grouped_query_model_cases(draw, *, square: bool, grouped: bool | None = True):
+    """(case, params): a :func:`~attnclaims.checks.strategies.model_cases` input and grouped-query parameters
+    for it, where in :data:`DISTINCT_SHARE` of the draws (when ``grouped_query`` is declared and ``grouped``
+    is not False) num_heads ≥ :data:`MIN_DISTINCT_HEADS` and num_kv_heads is one where tiled and grouped
+    K/V heads differ; the other draws are unrestricted (multi-query and ordinary multi-head included)."""
+    wants = bool(S.variants()["grouped_query"]) and grouped is not False
+    distinct = draw(distinct_groupings()) if wants else False
+    case = draw(S.model_cases(square=square, min_heads=MIN_DISTINCT_HEADS if distinct else 1))
+    d = case.dims
+    params = draw(grouped_query_params(d.d_model, d.num_heads, grouped=grouped, distinct=distinct))
+    return case, params
+
+
+@st.composite
+def grouped_query_params(draw, d_model: int, num_heads: int, *, grouped: bool | None = True,
+                         distinct: bool = False) -> MultiHeadParams:
     """Seeded Xavier multi-head parameters with a drawn ``num_kv_heads`` (:func:`kv_head_counts`); biases
     as in :func:`~attnclaims.checks.strategies.multi_head_params`."""
-    kv = draw(kv_head_counts(num_heads, grouped=grouped))
+    kv = draw(kv_head_counts(num_heads, grouped=grouped, distinct=distinct))
     seed = draw(S.seeds())
     b = draw(st.sampled_from([0.1, 0.0, 0.5]))
     S.require_variant("head_dim", d_model // num_heads)

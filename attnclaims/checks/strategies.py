@@ -349,11 +349,11 @@ def batch_shapes(min_ndim: int = 0, max_ndim: int = 2, max_size: int | None = No
 @st.composite
 def dims(draw, *, min_seq: int = 1, max_seq: int | None = None, square: bool = False, batch_ndim=(0, 2),
          max_dim: int | None = None, min_d_k: int = 1, max_heads: int = 4, min_d_model: int = 1,
-         even_d_model: bool = False) -> Dims:
+         even_d_model: bool = False, min_heads: int = 1) -> Dims:
     """Dimensions first (docs/design.md, "How we write"): batch axes (``batch_ndim`` = (min, max) count), n_q, n_k (= n_q when
-    ``square``), d_k, d_v (independent, so d_v ≠ d_k is common), num_heads (1 … min(max_heads,
-    max_dim)) dividing d_model ≤ max_dim, d_ff in 1 … 2·max_dim. From the implementation's shape menu
-    when it declares one (module docstring)."""
+    ``square``), d_k, d_v (independent, so d_v ≠ d_k is common), num_heads (min(min_heads, top) … top,
+    top = min(max_heads, max_dim)) dividing d_model ≤ max_dim, d_ff in 1 … 2·max_dim. From the
+    implementation's shape menu when it declares one (module docstring)."""
     lim = limits()
     top_dim = lim.max_dim if max_dim is None else max_dim
     menu = _shape_menu()
@@ -374,7 +374,8 @@ def dims(draw, *, min_seq: int = 1, max_seq: int | None = None, square: bool = F
     n_k = n_q if square else draw(seq_lengths(min_seq, max_seq))
     d_k = draw(st.integers(min_d_k, max(top_dim, min_d_k)))
     d_v = draw(st.integers(1, top_dim))
-    num_heads = draw(st.integers(1, max(1, min(max_heads, top_dim))))  # at most max_dim heads: d_model ≤ max_dim
+    top_heads = max(1, min(max_heads, top_dim))  # at most max_dim heads: d_model ≤ max_dim
+    num_heads = draw(st.integers(max(1, min(min_heads, top_heads)), top_heads))
     d_head = draw(st.integers(1, max(1, top_dim // num_heads)))
     if variants()["head_dim"] == "even" and d_head % 2:  # declared: even head dimensions only
         d_head += 1 if d_head == 1 or num_heads * (d_head + 1) <= top_dim else -1
@@ -674,12 +675,12 @@ class ModelCase:
 @st.composite
 def model_cases(draw, *, min_seq: int = 1, max_seq: int | None = None, square: bool = False, scale=None,
                 max_dim: int | None = None, max_heads: int = 4, generic: bool = False,
-                min_d_model: int = 1) -> ModelCase:
+                min_d_model: int = 1, min_heads: int = 1) -> ModelCase:
     """Inputs of the layers: one batch axis (the protocol's (batch, n, d_model)), x and a memory of
     drawn lengths; entries U[−1, 1]·2^e (or seeded normal when ``generic``). Tests of "the output depends
     on …" after a layer norm need ``min_d_model=3``: LN of one feature is constant, of two is ±1."""
     d = draw(dims(min_seq=min_seq, max_seq=max_seq, square=square, batch_ndim=(1, 1), max_dim=max_dim,
-                  max_heads=max_heads, min_d_model=min_d_model))
+                  max_heads=max_heads, min_d_model=min_d_model, min_heads=min_heads))
     s = draw(scales(-1, 1)) if scale is None else scale
     make = random_arrays if generic else arrays
     x = draw(make(d.batch + (d.n_q, d.d_model), scale=s))

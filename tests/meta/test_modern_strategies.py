@@ -129,3 +129,48 @@ def test_decode_schedules_cover_every_prompt_length_and_chunk():
     draw()
     assert {p for p, _ in seen} == set(range(6))
     assert {c for _, c in seen} == {1, 2, 3, 5}
+
+
+def _gqa_draws(profile: str, seed: int, examples: int = 20) -> list[tuple[int, int]]:
+    """(num_heads, num_kv_heads) of the grouped-query cases one run of ``examples`` draws under ``profile``'s
+    sizes with hypothesis seed ``seed``, for an implementation that declares ``grouped_query``."""
+    from hypothesis import seed as hypothesis_seed
+    from hypothesis import settings as hypothesis_settings
+
+    previous = hypothesis_settings.get_current_profile_name()
+    out: list[tuple[int, int]] = []
+
+    @hypothesis_seed(seed)
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=False)
+    @given(data=st.data())
+    def draw(data):
+        with S.following(_Declares(grouped_query=True)):
+            _, p = data.draw(M.grouped_query_model_cases(square=data.draw(st.booleans()), grouped=None))
+        out.append((p.num_heads, p.num_kv_heads))
+
+    hypothesis_settings.load_profile(profile)
+    try:
+        draw()
+    finally:
+        hypothesis_settings.load_profile(previous)
+    return out
+
+
+@pytest.mark.parametrize("profile", ["dev", "ci"])
+def test_grouped_query_draws_are_mostly_ones_where_tiling_and_grouping_differ(profile):
+    """Tiled K/V heads (``gqa_kv_heads_tiled``) equal grouped ones unless num_kv_heads ≥ 2 and the groups
+    have ≥ 2 heads; the GQA cases ask for such a configuration in 3/4 of the draws (M.DISTINCT_SHARE). Over
+    10 runs of ``dev``'s 20 examples (seeds 0–9) at least 60 % of the draws are such configurations, every
+    run has at least 5 of them (so a run misses the tiled mutant's configuration with probability about
+    0.25²⁰ ≈ 1e-12, not the 0.07–0.18 of uniform head counts), and multi-query (1 K/V head) and ordinary
+    multi-head (num_kv_heads = num_heads ≥ 2) are still drawn."""
+    assert M.tiling_differs(4, 2) and not M.tiling_differs(4, 1) and not M.tiling_differs(4, 4)
+    assert not M.tiling_differs(2, 2) and M.tiling_differs(8, 4) and M.tiling_differs(6, 3)
+    runs = [_gqa_draws(profile, seed) for seed in range(10)]
+    draws = [hk for run in runs for hk in run]
+    share = sum(M.tiling_differs(h, k) for h, k in draws) / len(draws)
+    assert share >= 0.6, f"{share:.0%} of {len(draws)} GQA draws have tiled != grouped K/V heads, expected >= 60 %"
+    fewest = min(sum(M.tiling_differs(h, k) for h, k in run) for run in runs)
+    assert fewest >= 5, f"a run of 20 examples drew only {fewest} configurations where tiling differs"
+    assert any(k == 1 and h >= 2 for h, k in draws), "multi-query (num_kv_heads = 1) never drawn"
+    assert any(k == h >= 2 for h, k in draws), "ordinary multi-head attention (num_kv_heads = num_heads) never drawn"
