@@ -250,6 +250,112 @@ def test_the_same_adapter_fails_when_the_restriction_is_not_declared(kind, tmp_p
     assert _failures(evidence), "no check failed for an adapter that computes or rejects other variants"
 
 
+# Pre-LN tests whose *strategy* asks for the undeclared variant (no @needs_variant, so nothing stops the
+# test before hypothesis draws): VariantNotApplicable is raised inside the draw — at the top level of
+# @given, inside a composite, through st.data() in the body, after an explicit @example passed, and
+# only on some draws — and must come out as "not applicable (variant …)", not as a failure. The last
+# test's strategy raises a ValueError instead, which must stay an error (the two are told apart).
+_STRATEGY_NOT_APPLICABLE = '''
+import numpy as np
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from attnclaims.checks import strategies as S
+from attnclaims.checks.strategies import follow_implementation  # noqa: F401
+from attnclaims.reference import init_encoder_layer
+
+PRE_LN = dict(kind="conformance", extension="Pre-LN")
+
+
+@st.composite
+def pre_ln_cases(draw, norm_first=st.just(True)):
+    case = draw(S.model_cases(square=True, max_seq=3))
+    d = case.dims
+    return case, draw(S.encoder_layer_params(d.d_model, d.num_heads, d.d_ff, norm_first=draw(norm_first)))
+
+
+@pytest.mark.claim("encoder-structure", **PRE_LN)
+@pytest.mark.requires("encoder_layer")
+@given(params=S.encoder_layer_params(4, 2, 8, norm_first=True))
+def test_pre_ln_top_level_strategy(impl, params):
+    impl.encoder_layer(np.ones((1, 2, 4)), params)
+
+
+@pytest.mark.claim("encoder-structure", **PRE_LN)
+@pytest.mark.requires("encoder_layer")
+@given(data=pre_ln_cases())
+def test_pre_ln_composite(impl, data):
+    case, p = data
+    impl.encoder_layer(case.x, p)
+
+
+@pytest.mark.claim("encoder-structure", **PRE_LN)
+@pytest.mark.requires("encoder_layer")
+@given(data=st.data())
+def test_pre_ln_drawn_in_the_body(impl, data):
+    case, p = data.draw(pre_ln_cases())
+    impl.encoder_layer(case.x, p)
+
+
+@pytest.mark.claim("encoder-structure", **PRE_LN)
+@pytest.mark.requires("encoder_layer")
+@given(data=pre_ln_cases())
+@example(data=(None, init_encoder_layer(0, 4, 2, 8)))  # Post-LN: runs and passes first
+def test_pre_ln_after_a_passing_example(impl, data):
+    case, p = data
+    impl.encoder_layer(np.ones((1, 2, 4)) if case is None else case.x, p)
+
+
+@pytest.mark.claim("encoder-structure", **PRE_LN)
+@pytest.mark.requires("encoder_layer")
+@given(data=pre_ln_cases(norm_first=st.booleans()))  # not restricted to the declaration: some draws Pre-LN
+def test_pre_ln_on_some_draws(impl, data):
+    case, p = data
+    impl.encoder_layer(case.x, p)
+
+
+def _broken(draw_value):
+    raise ValueError("a strategy bug")
+
+
+@pytest.mark.claim("encoder-structure", **PRE_LN)
+@pytest.mark.requires("encoder_layer")
+@given(data=st.integers(0, 3).map(_broken))
+def test_a_strategy_that_raises_something_else(impl, data):
+    pass
+'''
+
+
+@pytest.mark.parametrize("profile", ["ci", "dev"])
+def test_variant_not_applicable_raised_in_a_strategy_is_not_applicable(tmp_path, profile):
+    """A Post-LN-only adapter (BERT-like) on Pre-LN tests whose strategies raise VariantNotApplicable while
+    drawing: each is recorded "not applicable (variant norm_first=True): post-ln-only declares
+    norm_first=(False,)" and pytest reports it skipped (exit 1 only from the strategy that raises a
+    ValueError, recorded as an error)."""
+    (tmp_path / "test_strategy_variants.py").write_text(_STRATEGY_NOT_APPLICABLE, encoding="utf-8")
+    results = tmp_path / "results.json"
+    env = dict(os.environ, PYTHONPATH=str(HERE), PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTEST_ADDOPTS", None)
+    env.pop("PYTEST_XDIST_WORKER", None)
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-rs", "-c", os.devnull,
+           "--rootdir", str(tmp_path), "--attn-impl", "test_variants:PostLNOnly", "--attn-results", str(results),
+           "--hypothesis-profile", profile, "test_strategy_variants.py"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    output = proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert results.exists(), output
+    evidence = {_name(e).rsplit("::", 1)[-1]: e for e in json.loads(results.read_text())["evidence"]}
+    want = "not applicable (variant norm_first=True): post-ln-only declares norm_first=(False,)"
+    names = [n for n in evidence if n.startswith("test_pre_ln_")]
+    assert len(names) == 5, sorted(evidence)
+    for name in names:
+        e = evidence[name]
+        assert (e["outcome"], e["message"]) == ("not-applicable", want), f"{name}: {e['outcome']}: {e['message'][:300]}"
+    other = evidence["test_a_strategy_that_raises_something_else"]
+    assert other["outcome"] == "error" and "a strategy bug" in other["message"], other
+    assert proc.returncode == 1 and "5 skipped" in proc.stdout and "1 failed" in proc.stdout, output
+
+
 # ---------------------------------------------------------------------------------------------
 # flush_to_zero: the tolerance allowance
 # ---------------------------------------------------------------------------------------------
