@@ -545,28 +545,26 @@ def encoder_layer_params(draw, d_model: int, num_heads: int, d_ff: int, *, norm_
     """Post-LN or Pre-LN (drawn among the implementation's declared ``norm_first`` unless given; a given one
     it does not support raises :class:`VariantNotApplicable`), norm parameters perturbed (spread 0.3) so
     that a layer that reuses norm1 for norm2 shows, ε drawn (1e-5 or 1e-6)."""
-    seed = draw(seeds())
-    nf = draw(norm_firsts()) if norm_first is None else norm_first
-    require_variant("norm_first", nf)
-    require_variant("head_dim", d_model // num_heads)
-    eps = draw(st.sampled_from([1e-5, 1e-6]))
-    note(f"encoder_layer_params(seed={seed}, d_model={d_model}, num_heads={num_heads}, d_ff={d_ff}, "
-         f"norm_first={nf}, eps={eps})")
-    return flush_subnormals(init_encoder_layer(seed, d_model, num_heads, d_ff, norm_first=nf, eps=eps,
-                                              norm_spread=0.3, dtype=_dtype()))
+    return _layer_params(draw, init_encoder_layer, "encoder_layer_params", d_model, num_heads, d_ff, norm_first)
 
 
 @st.composite
 def decoder_layer_params(draw, d_model: int, num_heads: int, d_ff: int, *, norm_first=None) -> DecoderLayerParams:
+    """As :func:`encoder_layer_params`, for the decoder layer (its cross-attention and third norm included)."""
+    return _layer_params(draw, init_decoder_layer, "decoder_layer_params", d_model, num_heads, d_ff, norm_first)
+
+
+def _layer_params(draw, init, what: str, d_model: int, num_heads: int, d_ff: int, norm_first):
+    """The layer-parameter draw of both layers, in this order: a seed, the placement (the declared ones unless
+    given, then checked against the declaration), ε; ``init`` is init_encoder_layer or init_decoder_layer."""
     seed = draw(seeds())
     nf = draw(norm_firsts()) if norm_first is None else norm_first
     require_variant("norm_first", nf)
     require_variant("head_dim", d_model // num_heads)
     eps = draw(st.sampled_from([1e-5, 1e-6]))
-    note(f"decoder_layer_params(seed={seed}, d_model={d_model}, num_heads={num_heads}, d_ff={d_ff}, "
-         f"norm_first={nf}, eps={eps})")
-    return flush_subnormals(init_decoder_layer(seed, d_model, num_heads, d_ff, norm_first=nf, eps=eps,
-                                              norm_spread=0.3, dtype=_dtype()))
+    note(f"{what}(seed={seed}, d_model={d_model}, num_heads={num_heads}, d_ff={d_ff}, norm_first={nf}, eps={eps})")
+    return flush_subnormals(init(seed, d_model, num_heads, d_ff, norm_first=nf, eps=eps, norm_spread=0.3,
+                                 dtype=_dtype()))
 
 
 # ---------------------------------------------------------------------------------------------
