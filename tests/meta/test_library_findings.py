@@ -118,6 +118,43 @@ def test_llama_rotary_embedding_angles_are_float32(hf):
     assert cos.dtype == torch.float64 and np.abs(cos.numpy()[0, 0] - exact).max() > F32_SEEN
 
 
+def test_llama_rms_norm_backward_is_float32_accurate(hf):
+    """Finding 3 seen again in the backward: autograd through ``LlamaRMSNorm`` (the float32 cast is
+    differentiated too) gives float32-accurate dx and dγ. Exact: for y = γ·x/r, r = √(mean(x²) + ε),
+    dx = γ⊙d/r − x·⟨γ⊙d, x⟩/(n·r³), dγ = d⊙x/r (float64 numpy of this O(1)-conditioned input)."""
+    torch, _ = hf
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    x, d = np.array([[0.1, 0.2, 0.3, 0.4]]), np.array([[1.0, -0.5, 0.25, 2.0]])
+    norm = LlamaRMSNorm(4, eps=1e-6).double()
+    tx = torch.tensor(x, requires_grad=True)
+    dx, dgamma = torch.autograd.grad(norm(tx), [tx, norm.weight], torch.tensor(d))
+    r = np.sqrt((x ** 2).mean(-1, keepdims=True) + 1e-6)
+    exact_dx = d / r - x * (d * x).sum(-1, keepdims=True) / (4 * r ** 3)
+    exact_dgamma = (d * x / r)[0]
+    assert dx.dtype == torch.float64 and np.abs(dx.numpy() - exact_dx).max() > F32_SEEN
+    assert np.abs(dgamma.numpy() - exact_dgamma).max() > F32_SEEN
+
+
+def test_llama_rotary_backward_is_not_orthogonal_to_float64(hf):
+    """Finding 4 seen again in the backward: the vjp of ``apply_rotary_pos_emb`` is Rᵀd with
+    ``LlamaRotaryEmbedding``'s float32 cos/sin, so it keeps a pair's norm only to float32 (an exact
+    rotation keeps it exactly: |Rᵀd| = |d| = 1 for d = e_0 at position 100, where cos² + sin² of the
+    float32-rounded values is 1 only to ~6e-8)."""
+    torch, _ = hf
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    config = LlamaConfig(hidden_size=8, num_attention_heads=1, num_key_value_heads=1, head_dim=8, vocab_size=4)
+    x = torch.zeros(1, 1, 1, 8, dtype=torch.float64, requires_grad=True)
+    cos, sin = LlamaRotaryEmbedding(config)(x, torch.tensor([[100]]))
+    d = np.zeros((1, 1, 1, 8))
+    d[..., 0] = 1.0  # pair (0, 4) of the "half" layout
+    (dx,) = torch.autograd.grad(apply_rotary_pos_emb(x, x, cos, sin)[0], [x], torch.tensor(d))
+    pair = dx.numpy()[0, 0, 0, [0, 4]]
+    assert dx.dtype == torch.float64 and abs(np.hypot(*pair) - 1.0) > F32_SEEN
+
+
 def test_gpt2_conv1d_fails_on_non_contiguous_input(hf):
     """GPT-2's ``Conv1D.forward`` reshapes with ``x.view(-1, x.size(-1))``, which raises for a
     non-contiguous tensor (a transposed or permuted view) that ``nn.Linear`` takes."""
