@@ -3,8 +3,9 @@
 
 It stands for the best a 16-bit implementation can do — every output within one rounding (u = 2⁻¹¹ or
 2⁻⁸, or the gradual-underflow spacing) of the float64 value of its 16-bit inputs — so a check that fails
-it is a false alarm of the suite in that dtype, not a finding (``tests/meta/test_variants.py`` runs the
-float16/bfloat16 claim tests on it). The expected practice of libraries, float32 accumulation, errs more
+it is a false alarm of the suite in that dtype, not a finding (``tests/meta/test_variants.py`` runs §3.1's
+and the grouped-query tests on it; ``pytest --pyargs attnclaims.tests -m impl_test --attn-impl
+attnclaims.zoo.reduced_precision:einsum_bfloat16`` runs them all). The expected practice of libraries, float32 accumulation, errs more
 than this and less than the bounds allow (``attnclaims/checks/tolerances.py``, "float16 and bfloat16").
 Forward capabilities only (the backward passes of the einsum style are not rounded copies of anything).
 The same rounding around another float64 implementation (``RoundedEinsum(dtype, name, base=...)``) makes
