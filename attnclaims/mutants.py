@@ -53,6 +53,8 @@ CORRECT: dict[str, str] = {
     "loops": "attnclaims.zoo.loops_impl:loops_impl",
     "logsumexp": "attnclaims.zoo.logsumexp_impl:logsumexp_impl",
     "composed": f"{ZOO_MODULE}:composed",
+    # the base of the backward mutants (attnclaims/zoo/backward_mutants.py): Composed plus vjps composed through self
+    "composed-backward": "attnclaims.zoo.backward_mutants:backward_composed",
 }
 #: Per-mutant limit, seconds: a run that takes longer is reported as an error, not waited for.
 DEFAULT_TIMEOUT = 900.0
@@ -563,9 +565,11 @@ def run_command(args, console=None) -> int:
         err.print(f"attnclaims mutants: {exc}")
         return 2
     if args.list:
+        widths = [max([len(w) for w in col] + [1]) for col in
+                  ([t.name for t in mutants], [t.capability for t in mutants], [", ".join(t.claims) for t in mutants])]
         for t in mutants:
-            console.print(f"{t.name:34s} {t.capability:22s} {', '.join(t.claims):45s} {t.description}",
-                          highlight=False, soft_wrap=True)
+            console.print(f"{t.name:{widths[0]}s}  {t.capability:{widths[1]}s}  {', '.join(t.claims):{widths[2]}s}  "
+                          f"{t.description}", highlight=False, soft_wrap=True, markup=False)
         console.print(f"{len(mutants)} mutants")
         return 0
     if args.workers is not None and args.workers < 1:

@@ -86,13 +86,17 @@ class BackwardComposed(LayerBackward, Composed):
         rows = lambda a: a.reshape(-1, a.shape[-1])
         dheads = self._split(d @ p.w_o.T, p.num_heads)
         dq, dk, dv = self.attention_vjp(q, k, v, dheads, mask=head_mask)
+        r = getattr(p, "group_size", 1)
+        if r > 1:  # grouped-query: each K/V head was repeated for its r query heads, so its gradient is their sum
+            dk, dv = (a.reshape(a.shape[:-3] + (a.shape[-3] // r, r) + a.shape[-2:]).sum(axis=-3) for a in (dk, dv))
         g = {"q": self._merge(dq), "k": self._merge(dk), "v": self._merge(dv)}
         dx_q, dx_kv = self._input_gradients(g, xq, xkv, p)
         grads = dict(w_o=rows(merged).T @ rows(d), b_o=rows(d).sum(axis=0),
                      w_q=rows(xq).T @ rows(g["q"]), b_q=rows(g["q"]).sum(axis=0),
                      w_k=rows(xkv).T @ rows(g["k"]), b_k=rows(g["k"]).sum(axis=0),
                      w_v=rows(xkv).T @ rows(g["v"]), b_v=rows(g["v"]).sum(axis=0))
-        return sum_to(dx_q, x_q.shape), sum_to(dx_kv, x_kv.shape), MultiHeadParams(**grads, num_heads=p.num_heads)
+        dp = MultiHeadParams(**grads, num_heads=p.num_heads, num_kv_heads=getattr(p, "num_kv_heads", p.num_heads))
+        return sum_to(dx_q, x_q.shape), sum_to(dx_kv, x_kv.shape), dp
 
     # -- layer norm, FFN ----------------------------------------------------------------------------
     def _layer_norm_backward(self, xhat, r, g):

@@ -25,8 +25,20 @@ from attnclaims.reference.impl import Reference
 from attnclaims.registry import load_registry
 from attnclaims.zoo.mutants import MUTANTS, Composed
 
-#: the correct implementations in three styles that must pass every implementation test
-REQUIRED_CONTROLS = {"einsum", "loops", "logsumexp"}
+#: the correct implementations in three styles that must pass every implementation test, and the base of the
+#: backward mutants (a bug in it would make their kills meaningless)
+REQUIRED_CONTROLS = {"einsum", "loops", "logsumexp", "composed-backward"}
+BACKWARD_MODULE = "attnclaims.zoo.backward_mutants"
+#: the backward bugs the suite must catch, each with the mutant that plants it
+BACKWARD_BUGS = {
+    "no centering in the softmax backward (missing −⟨p, d⟩)": "softmax_backward_uncentered",
+    "missing scale in dS (dQ, dK)": "attention_backward_scale_missing",
+    "mask ignored in the backward's recomputation": "attention_backward_mask_ignored",
+    "dV computed with A instead of Aᵀ": "attention_backward_dv_untransposed",
+    "layer-norm backward without its mean term": "layer_norm_backward_no_mean_term",
+    "dQ and dK swapped": "attention_backward_dq_dk_swapped",
+    "a gradient accumulated in float16": "attention_backward_float16_accumulation",
+}
 
 
 def test_the_zoo_has_at_least_forty_mutants():
@@ -67,6 +79,38 @@ def test_every_implementation_level_claim_is_covered_by_a_mutant():
 def test_every_capability_has_a_mutant():
     covered = {m.capability for m in MUTANTS.values()}
     assert covered == set(CAPABILITIES), f"capabilities without a mutant: {sorted(set(CAPABILITIES) - covered)}"
+
+
+def _backward_mutants() -> list[str]:
+    return [n for n, m in MUTANTS.items() if getattr(m.factory, "__module__", "") == BACKWARD_MODULE]
+
+
+def test_every_backward_mutant_is_in_the_kill_matrix_and_listed():
+    """The backward mutants are rows of what ``attnclaims mutants`` runs (and the report's kill matrix shows), each
+    one bug in a vjp, the base they are built on runs as a control, and ``attnclaims mutants --list`` names them."""
+    import argparse
+    import io
+
+    from rich.console import Console
+
+    from attnclaims.mutants import CORRECT, add_arguments, run_command
+
+    names = _backward_mutants()
+    assert len(names) >= 11, f"{len(names)} backward mutants registered, but should be >= 11: {names}"
+    missing = {bug: m for bug, m in BACKWARD_BUGS.items() if m not in names}
+    assert not missing, f"backward bugs without their mutant: {missing}"
+    rows = {t.name for t in mutant_targets()}
+    assert set(names) <= rows, f"backward mutants not in the kill matrix: {sorted(set(names) - rows)}"
+    not_vjp = [n for n in names if not MUTANTS[n].capability.endswith("_vjp")]
+    assert not not_vjp, f"backward mutants whose capability is not a vjp: {not_vjp}"
+    assert "composed-backward" in CORRECT and "composed-backward" in {c.name for c in control_targets()}
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    out = io.StringIO()
+    assert run_command(parser.parse_args(["--list"]), console=Console(file=out, width=400)) == 0
+    listed = {line.split()[0] for line in out.getvalue().splitlines() if line.strip()}
+    unlisted = sorted(set(names) - listed)
+    assert not unlisted, f"backward mutants missing from `attnclaims mutants --list`: {unlisted}"
 
 
 def _composed_cases(rng: np.random.Generator):
