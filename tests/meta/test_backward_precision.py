@@ -118,7 +118,7 @@ def test_the_three_styles_are_inside_the_layer_bounds(kind, norm_first):
 def test_the_bound_still_catches_a_float32_sized_error(norm_first):
     """On ordinary rows every gradient's bound stays below 10⁻⁸ of its largest entry, so a gradient off by a
     relative 10⁻⁸ everywhere (a float32 step, u = 6·10⁻⁸, or a dropped term of that size) fails. The derived
-    forward term made ordinary-row bounds ~25× (Pre-LN) to ~100× (Post-LN) larger than the measured part alone
+    forward term made ordinary-row bounds ~15–30× (Pre-LN) and ~50–100× (Post-LN) larger than the measured part alone
     (docs/design.md), still 10⁵× below gradcheck's 10⁻³. db_K is left out: Σ_j dK_j = 0 exactly, so its entries
     are rounding noise and its bound is its |·|-evaluation's."""
     rng = np.random.default_rng(11)
