@@ -292,11 +292,20 @@ class TorchImplementation(_TorchBase):
         negated bool mask causal ∧ self_mask (or the negated causal mask plus a
         ``tgt_key_padding_mask`` for a padding mask). ``memory_mask`` becomes ``memory_mask`` or
         ``memory_key_padding_mask`` (negated)."""
-        torch, nn = self._torch, self._torch.nn
         y_shape, m_shape = np.shape(y), np.shape(memory)
         batch = _batch(y_shape, m_shape)
-        n_t, n_s, h = y_shape[-2], m_shape[-2], params.self_attn.num_heads
+        n_t = y_shape[-2]
         tgt, mem = self._t(_flat(y, batch)), self._t(_flat(memory, batch))  # (B, n_t, d), (B, n_s, d)
+        masks = self._decoder_masks(self_mask, memory_mask, batch, n_t, m_shape[-2], params)
+        layer = self._decoder_module(params)
+        with self._mode():
+            out = layer(tgt, mem, **masks)
+        return _numpy(out).reshape(batch + (n_t, params.d_model))
+
+    def _decoder_masks(self, self_mask, memory_mask, batch, n_t: int, n_s: int, params) -> dict:
+        """The mask arguments of ``nn.TransformerDecoderLayer`` for :meth:`decoder_layer` (see there)."""
+        torch, nn = self._torch, self._torch.nn
+        h = params.self_attn.num_heads
         if self_mask is None:
             tgt_mask, tgt_kpm = nn.Transformer.generate_square_subsequent_mask(n_t, dtype=self._dt), None
         else:
@@ -308,19 +317,21 @@ class TorchImplementation(_TorchBase):
             else:
                 tgt_mask, tgt_kpm = _negated_masks(torch, causal & self_mask, batch, n_t, n_t, h)
         mem_mask, mem_kpm = _negated_masks(torch, memory_mask, batch, n_t, n_s, params.cross_attn.num_heads)
-        layer = nn.TransformerDecoderLayer(params.d_model, h, dim_feedforward=params.ffn.d_ff, dropout=0.0,
-                                           layer_norm_eps=params.eps, batch_first=True,
+        return dict(tgt_mask=tgt_mask, memory_mask=mem_mask, tgt_key_padding_mask=tgt_kpm,
+                    memory_key_padding_mask=mem_kpm)
+
+    def _decoder_module(self, params):
+        """``nn.TransformerDecoderLayer`` of the params' sizes, every parameter loaded, eval mode, dropout 0."""
+        torch, nn = self._torch, self._torch.nn
+        layer = nn.TransformerDecoderLayer(params.d_model, params.self_attn.num_heads, dim_feedforward=params.ffn.d_ff,
+                                           dropout=0.0, layer_norm_eps=params.eps, batch_first=True,
                                            norm_first=params.norm_first, dtype=self._dt)
         state = {**_mha_state(torch, params.self_attn, "self_attn."),
                  **_mha_state(torch, params.cross_attn, "multihead_attn."), **_ffn_state(torch, params.ffn),
                  **_norm_state(torch, "norm1", params.norm1), **_norm_state(torch, "norm2", params.norm2),
                  **_norm_state(torch, "norm3", params.norm3)}
         layer.load_state_dict(state, strict=True)
-        layer.eval()
-        with self._mode():
-            out = layer(tgt, mem, tgt_mask=tgt_mask, memory_mask=mem_mask, tgt_key_padding_mask=tgt_kpm,
-                        memory_key_padding_mask=mem_kpm)
-        return _numpy(out).reshape(batch + (n_t, params.d_model))
+        return layer.eval()
 
     # -- backward passes: torch.autograd on the same calls as the forward (docs/adapters.md "Backward passes")
     def _leaf(self, a):
@@ -425,34 +436,15 @@ class TorchImplementation(_TorchBase):
         from attnclaims.reference.backward import sum_to
         from attnclaims.reference.params import DecoderLayerParams
 
-        torch, nn = self._torch, self._torch.nn
+        torch = self._torch
         y_shape, m_shape = np.shape(y), np.shape(memory)
         batch = _batch(y_shape, m_shape)
-        n_t, n_s, h = y_shape[-2], m_shape[-2], params.self_attn.num_heads
+        n_t, n_s = y_shape[-2], m_shape[-2]
         tgt, mem = self._leaf(_flat(y, batch)), self._leaf(_flat(memory, batch))
-        if self_mask is None:  # the same masks as decoder_layer
-            tgt_mask, tgt_kpm = nn.Transformer.generate_square_subsequent_mask(n_t, dtype=self._dt), None
-        else:
-            causal = np.tril(np.ones((n_t, n_t), dtype=bool))
-            self_mask = np.asarray(self_mask)
-            if self_mask.ndim > 2 and self_mask.shape[-2] == 1:
-                tgt_mask = torch.tensor(~causal)
-                _, tgt_kpm = _negated_masks(torch, self_mask, batch, n_t, n_t, h)
-            else:
-                tgt_mask, tgt_kpm = _negated_masks(torch, causal & self_mask, batch, n_t, n_t, h)
-        mem_mask, mem_kpm = _negated_masks(torch, memory_mask, batch, n_t, n_s, params.cross_attn.num_heads)
-        layer = nn.TransformerDecoderLayer(params.d_model, h, dim_feedforward=params.ffn.d_ff, dropout=0.0,
-                                           layer_norm_eps=params.eps, batch_first=True,
-                                           norm_first=params.norm_first, dtype=self._dt)
-        state = {**_mha_state(torch, params.self_attn, "self_attn."),
-                 **_mha_state(torch, params.cross_attn, "multihead_attn."), **_ffn_state(torch, params.ffn),
-                 **_norm_state(torch, "norm1", params.norm1), **_norm_state(torch, "norm2", params.norm2),
-                 **_norm_state(torch, "norm3", params.norm3)}
-        layer.load_state_dict(state, strict=True)
-        layer.eval()
+        masks = self._decoder_masks(self_mask, memory_mask, batch, n_t, n_s, params)  # the same as decoder_layer
+        layer = self._decoder_module(params)
         with torch.enable_grad():
-            out = layer(tgt, mem, tgt_mask=tgt_mask, memory_mask=mem_mask, tgt_key_padding_mask=tgt_kpm,
-                        memory_key_padding_mask=mem_kpm)
+            out = layer(tgt, mem, **masks)
             named = dict(layer.named_parameters())
             dy, dm, *gp = self._grads(out, [tgt, mem] + list(named.values()), np.asarray(d_out).reshape(out.shape))
         g = dict(zip(named, gp))
