@@ -149,18 +149,20 @@ def _activation_and_derivative(a: np.ndarray, activation: str):
     raise ValueError(f"activation={activation!r}, but should be 'silu' or 'gelu'")
 
 
-def _gated_backward(x, p: dict, activation: str, d):
+def _gated_backward(x, p: dict, activation: str, d, ex=None):
     """(dx, {w_gate … b_down}) in the arrays' dtype. See :func:`gated_feed_forward_vjp`."""
     pre_g = x @ p["w_gate"] + p["b_gate"]  # (..., n, d_ff)
     up = x @ p["w_up"] + p["b_up"]
     act, dact = _activation_and_derivative(pre_g, activation)
     hidden = act * up
     u_fwd = _forward_u(d)
-    if u_fwd:  # |·|-evaluation: the input and the hidden units widened by their rounding (linear_error's terms)
-        x = B._widened_input(x, u_fwd)
-        width = u_fwd * (x.shape[-1] + 1)
-        e_g = width * (x @ np.abs(p["w_gate"]) + np.abs(p["b_gate"]))
-        e_u = width * (x @ np.abs(p["w_up"]) + np.abs(p["b_up"]))
+    if u_fwd:  # |·|-evaluation: the input (with ex, its error inside a block: :func:`_norm_output_error`) and the
+        # hidden units widened by their error: each projection's u(d + 1)(|x||W| + |b|) plus e_x|W|
+        ax = np.abs(x)
+        e_x = np.zeros(x.shape) if ex is None else ex
+        x, width = ax + e_x, u_fwd * (x.shape[-1] + 1)
+        e_g = width * (ax @ np.abs(p["w_gate"]) + np.abs(p["b_gate"])) + e_x @ np.abs(p["w_gate"])
+        e_u = width * (ax @ np.abs(p["w_up"]) + np.abs(p["b_up"])) + e_x @ np.abs(p["w_up"])
         up = np.abs(up) + e_u
         act = np.abs(act) + 1.2 * e_g + 6 * u_fwd * np.abs(act)  # act's slope is at most 1.13 (SiLU), 1.13 (GELU)
         hidden = act * up + np.abs(hidden) * 2 * u_fwd
@@ -172,6 +174,24 @@ def _gated_backward(x, p: dict, activation: str, d):
              "w_up": rows(x).T @ rows(d_up), "b_up": rows(d_up).sum(axis=0),
              "w_gate": rows(x).T @ rows(d_gate), "b_gate": rows(d_gate).sum(axis=0)}
     return d_gate @ p["w_gate"].T + d_up @ p["w_up"].T, grads
+
+
+def _relu_backward(x, p: dict, d, ex=None):
+    """(dx, {w1 … b2}) of ReLU(x W₁ + b₁) W₂ + b₂ in the arrays' dtype (backward.feed_forward_vjp's formulas), with
+    the input's error ex (inside a block) widening x and the hidden units in a |·|-evaluation."""
+    pre = x @ p["w1"] + p["b1"]
+    hidden = np.maximum(pre.dtype.type(0), pre)
+    u_fwd = _forward_u(d)
+    if u_fwd:
+        ax = np.abs(x)
+        e_x = np.zeros(x.shape) if ex is None else ex
+        x = ax + e_x
+        hidden = np.abs(hidden) + u_fwd * (x.shape[-1] + 1) * (ax @ np.abs(p["w1"]) + np.abs(p["b1"])) \
+            + e_x @ np.abs(p["w1"])
+    dpre = (d @ p["w2"].T) * (pre > 0)
+    rows = B._rows
+    return dpre @ p["w1"].T, {"w1": rows(x).T @ rows(dpre), "b1": rows(dpre).sum(axis=0),
+                              "w2": rows(hidden).T @ rows(d), "b2": rows(d).sum(axis=0)}
 
 
 def _gated_dict(p: GatedFeedForwardParams, dtype) -> dict:
@@ -259,6 +279,29 @@ def causal_attention_vjp(q, k, v, d_out, alignment: str = "top-left", window: in
 # Decoder-only blocks
 # ---------------------------------------------------------------------------------------------
 
+def _norm_output_error(x, norm, eps, u: float) -> np.ndarray:
+    """First-order bound of the error of a norm's output y = γ x̂ (+ β), for any stable algorithm, from its exact
+    input x (a |·|-evaluation's widening of the next sub-layer's input). LayerNorm (as backward._ln_forward_error
+    for an exact input): the centred values' Δc = u(|c| + (2(n + 1) + 4 ln n + 4)·max|x|) — the mean's rounding is
+    not relative to c, so a constant row, x̂ = 0 exactly in the reference, has x̂ ~ u·r·max|x| elsewhere —, r's
+    relative ρ = u mean(x̂²) + (3(n + 2)/2 + 4)u, Δx̂ = rΔc + |x̂|ρ. RMSNorm: no centring, Δx̂ = (n/2 + 4)u|x̂|
+    (the mean of squares, root, division). Then |γ|Δx̂ + u(|γ x̂| + |y|)."""
+    n = x.shape[-1]
+    if isinstance(norm, LayerNormParams):
+        xhat, r = B._normalized(np.asarray(x, dtype=np.float64), eps)
+        with np.errstate(over="ignore", invalid="ignore"):
+            dc = u * (np.abs(xhat) / r + (2.0 * (n + 1) + 4.0 * math.log(n) + 4.0) * np.max(np.abs(x), axis=-1,
+                                                                                             keepdims=True))
+            rho = u * np.mean(xhat * xhat, axis=-1, keepdims=True) + (1.5 * (n + 2) + 4.0) * u
+            e_xhat = r * dc + np.abs(xhat) * rho
+        beta = np.asarray(norm.beta, dtype=np.float64)
+    else:
+        xhat, _ = _rms_normalized(np.asarray(x, dtype=np.float64), eps)
+        e_xhat, beta = (n / 2 + 4) * u * np.abs(xhat), 0.0
+    gamma = np.asarray(norm.gamma, dtype=np.float64)
+    return np.abs(gamma) * e_xhat + u * (np.abs(gamma * xhat) + np.abs(gamma * xhat + beta))
+
+
 def _norm_pieces(norm, eps, dtype):
     """(forward, backward(x, d) -> (dx, grads tuple)) of the block's LayerNorm or RMSNorm in ``dtype``."""
     if isinstance(norm, LayerNormParams):
@@ -282,24 +325,55 @@ def _ffn_pieces(ffn, dtype):
     """(forward, backward(x, d) -> (dx, grads dict)) of the block's ReLU or gated FFN in ``dtype``."""
     if isinstance(ffn, FeedForwardParams):
         p = B._ffn_dict(ffn, dtype)
-
-        def relu_backward(x, d):
-            dx, dw1, db1, dw2, db2 = B._feed_forward_backward(x, p["w1"], p["b1"], p["w2"], d)
-            return dx, {"w1": dw1, "b1": db1, "w2": dw2, "b2": db2}
-
-        return (lambda x: np.maximum(x.dtype.type(0), x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]), relu_backward
+        return (lambda x: np.maximum(x.dtype.type(0), x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]), \
+            (lambda x, d, ex=None: _relu_backward(x, p, d, ex))
     g = _gated_dict(ffn, dtype)
 
     def gated_forward(x):
         act, _ = _activation_and_derivative(x @ g["w_gate"] + g["b_gate"], ffn.activation)
         return (act * (x @ g["w_up"] + g["b_up"])) @ g["w_down"] + g["b_down"]
 
-    return gated_forward, lambda x, d: _gated_backward(x, g, ffn.activation, d)
+    return gated_forward, lambda x, d, ex=None: _gated_backward(x, g, ffn.activation, d, ex)
 
 
 def _rope_forward(x, positions, rope):
     """R_m x in x.dtype (the inverse of :func:`_rotary_backward`: R_m = (R_mᵀ)ᵀ, i.e. R_{−m}ᵀ)."""
     return x if rope is None else _rotary_backward(x, -positions, rope.base, rope.layout)
+
+
+def _widened_block_attention(x, e_x, w: dict, s: dict, h: int, kv: int, r: int, c, rotated: bool, u: float):
+    """|x|, |q|, |k|, |v|, |A|, |merged| plus first-order bounds of their error, for a |·|-evaluation of the
+    block's attention (:class:`attnclaims.checks.backward_precision.Magnitude`), whatever correct algorithm
+    computed them: the input's error e_x (:func:`_norm_output_error` inside a block); each projection's u(d + 1)(|x||W| + |b|) plus e_x|W|, a rotation's 4u relative;
+    the scores' e_s = c(e_q|k|ᵀ + |q|e_kᵀ) + u d_k c|q||k|ᵀ; each weight's A(u η(t) + e_s + ⟨A, e_s⟩) with
+    η = :func:`attnclaims.checks.tolerances.weight_relative_error` of its shifted score t (every softmax style:
+    direct, online, log domain); the weighted sum's u(n_k + 2) A|V| plus the weights' and values' errors.
+    Cancellation in A V leaves |merged| ≪ A|V| while its error scales with A|V|: why the widening is needed."""
+    from attnclaims.checks.tolerances import weight_relative_error
+
+    ax = np.abs(x)
+    e_x = np.zeros(x.shape) if e_x is None else e_x
+    width = u * (x.shape[-1] + 1)
+
+    def err(name, heads):
+        return B._split(width * (ax @ np.abs(w["w_" + name]) + np.abs(w["b_" + name])) + e_x @ np.abs(w["w_" + name]),
+                        heads)
+
+    rot = 4 * u if rotated else 0.0
+    aq, ak, av = np.abs(s["q"]), np.abs(s["k"]), np.abs(s["v"])
+    eq = err("q", h) + rot * aq
+    ek = np.repeat(err("k", kv), r, axis=-3) + rot * ak
+    ev = np.repeat(err("v", kv), r, axis=-3)
+    kt = lambda t: np.swapaxes(t, -1, -2)
+    e_s = c * (eq @ kt(ak) + aq @ kt(ek)) + u * aq.shape[-1] * c * (aq @ kt(ak))
+    a = s["a"]
+    live = a > 0
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = np.where(live, s["scores"] - np.max(np.where(live, s["scores"], -np.inf), axis=-1, keepdims=True), 0.0)
+    n_k = a.shape[-1]
+    e_a = np.where(live, a * (u * weight_relative_error(t, n_k) + e_s + np.sum(a * e_s, axis=-1, keepdims=True)), 0.0)
+    merged = B._merge(np.abs(a @ s["v"]) + u * (n_k + 2) * (a @ av) + e_a @ av + a @ ev)
+    return ax + e_x, aq + eq, ak + ek, av + ev, a + e_a, merged
 
 
 def _attention_pieces(a: MultiHeadParams, rope, mask, dtype):
@@ -318,27 +392,18 @@ def _attention_pieces(a: MultiHeadParams, rope, mask, dtype):
         k = _rope_forward(B._split(x @ w["w_k"] + w["b_k"], kv), positions, rope)  # (..., h_kv, n, d_k)
         v = B._split(x @ w["w_v"] + w["b_v"], kv)
         k, v = np.repeat(k, r, axis=-3), np.repeat(v, r, axis=-3)  # (..., h, n, d_k)
-        weights = B._softmax((q @ np.swapaxes(k, -1, -2)) * c, allowed)  # (..., h, n, n)
+        scores = (q @ np.swapaxes(k, -1, -2)) * c  # (..., h, n, n)
+        weights = B._softmax(scores, allowed)
         merged = B._merge(weights @ v)  # (..., n, h·d_k)
-        state.update(x=x, q=q, k=k, v=v, a=weights, merged=merged, positions=positions)
+        state.update(x=x, q=q, k=k, v=v, a=weights, merged=merged, positions=positions, scores=scores)
         return merged @ w["w_o"] + w["b_o"]
 
-    def backward(x, d):
+    def backward(x, d, ex=None):
         s = state
         q, k, v, weights, merged = s["q"], s["k"], s["v"], s["a"], s["merged"]
         u_fwd = _forward_u(d)
-        if u_fwd:  # |·|-evaluation: inputs and forward values widened by their rounding (backward._widened_attention)
-            x = B._widened_input(x, u_fwd)
-            width = u_fwd * (x.shape[-1] + 1)
-            n_k = weights.shape[-1]
-            ea = weights * u_fwd * (8.0 * (n_k + 1) + 4.0 * math.log(max(n_k, 1)))
-            ev = np.repeat(B._split(width * (x @ np.abs(w["w_v"]) + np.abs(w["b_v"])), kv), r, axis=-3)
-            ek = np.repeat(B._split(width * (x @ np.abs(w["w_k"]) + np.abs(w["b_k"])), kv), r, axis=-3)
-            eq = B._split(width * (x @ np.abs(w["w_q"]) + np.abs(w["b_q"])), h)
-            rot = 0.0 if rope is None else 4 * u_fwd  # a rotation's rounding, relative
-            av = np.abs(v)
-            merged = B._merge(np.abs(weights @ v) + u_fwd * (n_k + 2) * (weights @ av) + ea @ av + weights @ ev)
-            q, k, v, weights = np.abs(q) * (1 + rot) + eq, np.abs(k) * (1 + rot) + ek, av + ev, weights + ea
+        if u_fwd:
+            x, q, k, v, weights, merged = _widened_block_attention(x, ex, w, s, h, kv, r, c, rope is not None, u_fwd)
         rows = B._rows
         grads = {"w_o": rows(merged).T @ rows(d), "b_o": rows(d).sum(axis=0)}
         dheads = B._split(d @ w["w_o"].T, h)  # (..., h, n, d_k)
@@ -381,13 +446,16 @@ def _decoder_block_backward(x, params: DecoderBlockParams, mask, d, dtype):
     grads: dict = {}
     g = d
     for (f_name, n_name, (_, f_back), (_, n_back)), (inp, mid) in zip(reversed(subs), reversed(saved)):
+        u_fwd = _forward_u(d)
         if p.norm_first:  # dx = d + N'(x)ᵀ F'(N x)ᵀ d
-            dh, grads[f_name] = f_back(mid, g)
+            ex = _norm_output_error(inp, getattr(p, n_name), p.eps, u_fwd) if u_fwd else None
+            dh, grads[f_name] = f_back(mid, g, ex)
             dn, grads[n_name] = n_back(inp, dh)
             g = g + dn
-        else:  # dz = N'(z)ᵀ d, dx = dz + F'(x)ᵀ dz
+        else:  # dz = N'(z)ᵀ d, dx = dz + F'(x)ᵀ dz; F's input is the block's (exact) or the first norm's output
+            ex = _norm_output_error(saved[0][1], p.norm1, p.eps, u_fwd) if u_fwd and f_name == "ffn" else None
             dz, grads[n_name] = n_back(mid, g)
-            df, grads[f_name] = f_back(inp, dz)
+            df, grads[f_name] = f_back(inp, dz, ex)
             g = dz + df
     return g, grads
 

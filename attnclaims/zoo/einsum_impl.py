@@ -23,6 +23,7 @@ from scipy.special import expit, ndtr
 from attnclaims.reference.wiring import residual_sublayer, sublayer_stack
 
 from attnclaims.zoo.style_backward import EinsumBackward  # the backward passes of this style
+from attnclaims.zoo.modern_style_backward import EinsumModernBackward  # its modern components' backward passes
 
 __all__ = ["EinsumImplementation", "einsum_impl"]
 
@@ -50,7 +51,7 @@ def _linear(x: np.ndarray, w, b) -> np.ndarray:
     return np.einsum("...nd,de->...ne", x, _f64(w)) + _f64(b)
 
 
-class EinsumImplementation(EinsumBackward):
+class EinsumImplementation(EinsumModernBackward, EinsumBackward):
     """The protocol with einsum contractions, float64."""
 
     name = "einsum"

@@ -23,6 +23,7 @@ import scipy.special
 from attnclaims.reference.wiring import residual_sublayer
 
 from attnclaims.zoo.style_backward import LogSumExpBackward  # the backward passes of this style
+from attnclaims.zoo.modern_style_backward import LogSumExpModernBackward  # its modern components' backward passes
 
 __all__ = ["LogSumExpImplementation", "logsumexp_impl"]
 
@@ -46,7 +47,7 @@ def _linear(x, w, b):
     return np.matmul(x, _f64(w)) + _f64(b)
 
 
-class LogSumExpImplementation(LogSumExpBackward):
+class LogSumExpImplementation(LogSumExpModernBackward, LogSumExpBackward):
     """The protocol in the log domain (scipy.special.log_softmax), float64."""
 
     name = "logsumexp"

@@ -28,6 +28,7 @@ from scipy.special import erfc
 from attnclaims.reference.wiring import sublayer_stack
 
 from attnclaims.zoo.style_backward import LoopsBackward  # the backward passes of this style
+from attnclaims.zoo.modern_style_backward import LoopsModernBackward  # its modern components' backward passes
 
 __all__ = ["LoopsImplementation", "loops_impl"]
 
@@ -79,7 +80,7 @@ def _online_attention(q, k, v, allowed, scale):
         return np.where(l[..., None] > 0, acc / np.where(l > 0, l, 1.0)[..., None], 0.0)
 
 
-class LoopsImplementation(LoopsBackward):
+class LoopsImplementation(LoopsModernBackward, LoopsBackward):
     """The protocol with explicit loops and an online softmax, float64."""
 
     name = "loops"
