@@ -159,6 +159,10 @@ CONTROLS = [
     (ml.test_step_cache_matches_the_reference_cache, {}, zoo("cache_keys_unrotated")),
     (ml.test_step_decoding_outputs_ignore_later_positions, {}, zoo("decode_chunk_not_causal")),
     (ml.test_step_decoding_equals_the_parallel_pass, {}, zoo("rope_positions_off_by_one")),
+    # the other step mutants, so that every one is caught through the step alone (its decode goes through it too)
+    (ml.test_step_decoding_matches_the_reference_parallel_pass, {}, zoo("cache_not_updated")),
+    (ml.test_step_cache_matches_the_reference_cache, {}, zoo("cache_updated_twice")),
+    (ml.test_step_cache_matches_the_reference_cache, {}, zoo("rope_positions_restart")),
     # the contract
     (contract.test_batch_elements_are_independent, {"capability": "attention"}, zoo("batch_uses_first_values")),
     (contract.test_masks_broadcast, {"capability": "attention"}, B.MaskDroppedWhenShared),
