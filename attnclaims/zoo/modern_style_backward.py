@@ -133,6 +133,10 @@ class ModernLayerBackward:
 
         return forward, vjp
 
+    def _mb_residual(self, carried, through):
+        """A residual sub-layer's input gradient: the identity path's plus the sub-layer's."""
+        return carried + through
+
     def decoder_block_vjp(self, x, params, d_out, mask=None):
         """Pre-LN y = x + F(N(x)): dx = d + N'ᵀ F'ᵀ d; Post-LN y = N(x + F(x)): dz = N'ᵀ d, dx = dz + F'ᵀ dz;
         the self-attention sub-layer first, then the FFN."""
@@ -156,12 +160,12 @@ class ModernLayerBackward:
                 f(hidden)  # the sub-layer's forward state for its vjp
                 dh, df = f_vjp(hidden, d)
                 dn, dnorm = n_vjp(inp, dh)
-                d = d + dn
+                d = self._mb_residual(d, dn)
             else:
                 z = inp + f(inp)
                 dz, dnorm = n_vjp(z, d)
                 dfx, df = f_vjp(inp, dz)
-                d = dz + dfx
+                d = self._mb_residual(dz, dfx)
             grads.append((df, dnorm))
         (ffn, n2), (attn, n1) = grads
         return d, DecoderBlockParams(self_attn=attn, ffn=ffn, norm1=n1, norm2=n2, norm_first=p.norm_first, eps=p.eps,
