@@ -253,3 +253,8 @@ class BackwardLastPositionDropped(BackwardComposed):
         dx = dx.copy()
         dx[..., -1, :] = 0.0
         return dx, dp
+
+
+# The modern components' backward mutants build on BackwardComposed: they register (in MUTANTS) once it exists,
+# whichever of attnclaims.zoo.mutants and this module is imported first.
+from attnclaims.zoo import modern_backward_mutants  # noqa: E402,F401  (imported for its registrations)

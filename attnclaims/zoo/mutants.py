@@ -842,7 +842,6 @@ from attnclaims.zoo import modern_mutants  # noqa: E402,F401  (imported for its 
 # ---------------------------------------------------------------------------------------------
 
 from attnclaims.zoo import backward_mutants  # noqa: E402,F401  (registers the backward mutants in MUTANTS)
-from attnclaims.zoo import modern_backward_mutants  # noqa: E402,F401  (registers the modern components' backward mutants)
 
 
 # ---------------------------------------------------------------------------------------------
