@@ -97,6 +97,16 @@ class _HFBase:
         self.versions = {"transformers": transformers.__version__, "torch": torch.__version__}
         self._dt = getattr(torch, self.dtype.name)
 
+    def _placement(self, p) -> None:
+        """Refuse a layer placement (``params.norm_first``) this module does not have, by name, rather
+        than computing its own: a test that ignored the declared variants then fails visibly as not
+        applicable instead of passing on the wrong placement."""
+        from attnclaims.guard import NotApplicable
+        from attnclaims.protocol import supports, unsupported_message
+
+        if not supports(self, "norm_first", bool(p.norm_first)):
+            raise NotApplicable(self.name, reason=unsupported_message(self, "norm_first", bool(p.norm_first)))
+
     # -- conversions ---------------------------------------------------------------------------
     def _t(self, a):
         """An input as a tensor of the implementation's dtype (float64 inputs rounded once)."""
@@ -489,6 +499,7 @@ class HFBert(_HFBase):
             return _numpy(dense(inter(self._t(x))))
 
     def _encoder(self, p):
+        self._placement(p)
         from transformers.models.bert import modeling_bert as mb
 
         torch = self._torch
@@ -539,6 +550,7 @@ class HFBert(_HFBase):
             norm_first=p.norm_first, eps=p.eps)
 
     def _decoder(self, p):
+        self._placement(p)
         from transformers.models.bert import modeling_bert as mb
 
         torch = self._torch
@@ -823,6 +835,7 @@ class HFGPT2(_HFBase):
         torch, p = self._torch, params
         batch, n = _batch(np.shape(x)), np.shape(x)[-2]
         c = self._config(p.d_model, p.self_attn.num_heads, p.ffn.d_ff, p.eps)
+        self._placement(p)
         block = self._module(mg.GPT2Block, self._block_state(p), c)
         with torch.no_grad():
             out = block(self._t(_flat(x, batch)), attention_mask=self._hf_mask(mask, batch, n, n, always=True))
@@ -839,6 +852,7 @@ class HFGPT2(_HFBase):
         torch, p = self._torch, params
         batch, n, d = _batch(np.shape(x)), np.shape(x)[-2], p.d_model
         c = self._config(d, p.self_attn.num_heads, p.ffn.d_ff, p.eps)
+        self._placement(p)
         block = self._module(mg.GPT2Block, self._block_state(p), c)
         tx = self._leaf(_flat(x, batch))
         with torch.enable_grad():
@@ -863,6 +877,7 @@ class HFGPT2(_HFBase):
                      encoder_attention_mask=self._hf_mask(memory_mask, batch, n_t, n_s, always=True))
 
     def _decoder(self, p):
+        self._placement(p)
         from transformers.models.gpt2 import modeling_gpt2 as mg
 
         c = self._config(p.d_model, p.self_attn.num_heads, p.ffn.d_ff, p.eps, cross=True)

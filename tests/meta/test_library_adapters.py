@@ -419,3 +419,23 @@ def test_keras_grouped_query_attention_and_rms_norm(impls):
                       f"keras multi_head_attention kv_heads={kv}")
     gamma = rng.normal(size=D)
     _close_modern(impl.rms_norm(x, gamma, 1e-5), REF.rms_norm(x, gamma, 1e-5), "keras rms_norm")
+
+
+@pytest.mark.parametrize("name", ["hf-bert", "hf-gpt2"])
+def test_layers_refuse_the_placement_they_do_not_have(impls, name):
+    """BertLayer is Post-LN and GPT2Block Pre-LN whatever params.norm_first says: handed the other
+    placement (a test that ignored the declared variants), the adapter raises NotApplicable naming the
+    variant instead of computing its own placement — which would pass a check of the wrong layer."""
+    from attnclaims.guard import NotApplicable
+
+    impl = impls(name)
+    (have,) = declared_variants(impl)["norm_first"]
+    rng = _rng()
+    x_q, x_kv = rng.standard_normal((B, NQ, D)), rng.standard_normal((B, NK, D))
+    e = P.init_encoder_layer(rng, D, H, DFF, norm_first=not have, eps=1e-4)
+    d = P.init_decoder_layer(rng, D, H, DFF, norm_first=not have, eps=1e-4)
+    calls = [lambda: impl.encoder_layer(x_q, e), lambda: impl.encoder_layer_vjp(x_q, e, x_q),
+             lambda: impl.decoder_layer(x_q, x_kv, d), lambda: impl.decoder_layer_vjp(x_q, x_kv, d, x_q)]
+    for call in calls:
+        with pytest.raises(NotApplicable, match=f"variant norm_first={not have}"):
+            call()

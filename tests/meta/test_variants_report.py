@@ -206,18 +206,8 @@ CASES = {  # spec, a claim that must come out positive, a test that must be not 
 }
 POSITIVE = ("proven", "verified", "qualified", "illustrative")
 
-#: Known gap, found by these runs: tests/test_gradients.py::test_residual_gradient_on_the_implementations_own_stacks
-#: stacks Post-LN *and* Pre-LN layers whatever ``norm_first`` declares, so a correct placement-only adapter with
-#: layer_norm and the vjps gets residual-gradient refuted (a silent one, like BERT's layer, would pass it on the
-#: wrong placement). Strict: once that test draws only the declared placements these cases pass, and the mark
-#: must go.
-RESIDUAL_GRADIENT_GAP = pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="test_residual_gradient_on_the_implementations_own_stacks ignores the declared norm_first")
 
-
-@pytest.mark.parametrize("kind", [pytest.param(k, marks=RESIDUAL_GRADIENT_GAP) if k in ("torch-post-ln", "torch-pre-ln")
-                                  else k for k in CASES])
+@pytest.mark.parametrize("kind", list(CASES))
 def test_a_correct_restricted_adapter_has_no_refuted_blocked_or_error_claim(kind, tmp_path):
     """The full implementation suite on a correct adapter that declares its restriction: every claim's
     verdict is positive or not applicable; the claim the restriction concerns is positive; the tests that
