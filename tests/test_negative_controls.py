@@ -40,6 +40,8 @@ from attnclaims.tests import test_s64_ffn as s64
 from attnclaims.tests import test_s7_architecture as s7
 from attnclaims.tests import test_modern_attention as ma
 from attnclaims.tests import test_modern_layers as ml
+from attnclaims.tests import test_modern_gradients as mgr
+from attnclaims.zoo import modern_backward_mutants as MBM
 from attnclaims.zoo import broken as B
 from attnclaims.zoo.mutants import MUTANTS
 
@@ -187,6 +189,24 @@ CONTROLS = [
     (grad.test_encoder_gradients_are_permutation_equivariant, {}, BM.BackwardLastPositionDropped),
     (grad.test_one_causal_backward_equals_the_sum_of_per_position_backwards, {}, BM.BackwardClipsGradient),
     (grad.test_encoder_layer_vjp_matches_reference, {}, zoo("encoder_backward_residual_dropped")),
+    # the modern components' backward passes
+    (mgr.test_rms_norm_vjp_matches_reference, {}, zoo("rms_norm_backward_scale_term_missing")),
+    (mgr.test_gated_feed_forward_vjp_matches_reference, {}, zoo("gated_backward_gate_up_swapped")),
+    (mgr.test_rotary_embedding_vjp_matches_reference, {}, zoo("rope_backward_forward_rotation")),
+    (mgr.test_causal_attention_vjp_matches_reference, {}, zoo("causal_backward_mask_dropped")),
+    (mgr.test_sliding_window_attention_vjp_matches_reference, {}, zoo("causal_backward_mask_dropped")),
+    (mgr.test_grouped_query_attention_vjp_matches_reference, {}, zoo("gqa_backward_key_group_not_summed")),
+    (mgr.test_decoder_block_vjp_matches_reference, {}, zoo("decoder_block_backward_residual_dropped")),
+    (mgr.test_causal_attention_vjp_gives_future_keys_exactly_zero_gradient, {}, zoo("causal_backward_mask_dropped")),
+    (mgr.test_sliding_window_vjp_gives_keys_outside_every_window_exactly_zero_gradient, {},
+     zoo("causal_backward_mask_dropped")),
+    (mgr.test_decoder_block_gradient_does_not_reach_future_positions, {}, MBM.ModernBackwardBlockMaskIgnored),
+    (mgr.test_rms_norm_gradient_is_orthogonal_to_the_row_up_to_eps, {}, zoo("rms_norm_backward_scale_term_missing")),
+    (mgr.test_rms_norm_gradient_is_not_centred, {}, MBM.ModernBackwardCentredRms),
+    (mgr.test_rotary_embedding_vjp_keeps_norms, {}, MBM.ModernBackwardRopeDropsSin),
+    (mgr.test_grouped_query_kv_gradients_are_group_sums_of_the_repeated_heads, {},
+     zoo("gqa_backward_key_group_not_summed")),
+    (mgr.test_one_block_backward_equals_the_sum_of_per_position_backwards, {}, MBM.ModernBackwardClipsGradient),
 ]
 
 #: the claim each section test backs, read from its marker (the control is evidence for that claim)
@@ -264,7 +284,7 @@ def test_every_section_test_has_a_negative_control():
     covered = {t.__name__ for t, _, _ in CONTROLS}
     exempt = {"test_rnn_and_convolution_fail_the_equivariance_check"}
     missing = []
-    for module in (s31, s32, s61, s62, s63, s64, s7, ma, ml, contract):
+    for module in (s31, s32, s61, s62, s63, s64, s7, ma, ml, mgr, contract):
         for name, obj in vars(module).items():
             if name.startswith("test_") and callable(obj) and name not in covered | exempt:
                 missing.append(f"{module.__name__}.{name}")

@@ -175,3 +175,43 @@ class _GqaBackwardKeyGroupNotSummed(ModernBackwardComposed):
 class _DecoderBlockBackwardResidualDropped(ModernBackwardComposed):
     def _mb_residual(self, carried, through):
         return through
+
+
+# ---------------------------------------------------------------------------------------------
+# Negative controls for single gradient properties (tests/test_negative_controls.py), not zoo mutants
+# ---------------------------------------------------------------------------------------------
+
+class ModernBackwardCentredRms(ModernBackwardComposed):
+    """RMSNorm's backward with layer norm's centring: dx − mean(dx) per row (the layer-norm backward's mean
+    term carried over to a norm that subtracts no mean), so every row of dx sums to 0."""
+
+    def _rms_backward(self, x, r, g):
+        dx = super()._rms_backward(x, r, g)
+        return dx - dx.mean(axis=-1, keepdims=True)
+
+
+class ModernBackwardRopeDropsSin(ModernBackwardComposed):
+    """RoPE's vjp keeps only the cos terms of Rᵀ: (d_a cos, d_b cos) — no longer a rotation, so the norm of
+    each pair shrinks by |cos| (right at position 0, where every angle is 0)."""
+
+    def _rotate_back(self, da, db, cos, sin):
+        return da * cos, db * cos
+
+
+class ModernBackwardClipsGradient(ModernBackwardComposed):
+    """attention_vjp clips the output gradient to norm 1 first (a "safety" clip inside the kernel): the
+    decoder block's backward is no longer linear in d_out, so one backward over the sequence is not the
+    sum of the per-position backwards."""
+
+    def attention_vjp(self, q, k, v, d_out, mask=None, scale=None):
+        d = np.asarray(d_out, dtype=np.float64)
+        norm = float(np.linalg.norm(d))
+        return super().attention_vjp(q, k, v, d / norm if norm > 1 else d, mask=mask, scale=scale)
+
+
+class ModernBackwardBlockMaskIgnored(ModernBackwardComposed):
+    """attention_vjp recomputes the weights without the mask it is given (the forward is masked): inside the
+    decoder block the gradient then reaches future positions."""
+
+    def attention_vjp(self, q, k, v, d_out, mask=None, scale=None):
+        return super().attention_vjp(q, k, v, d_out, mask=None, scale=scale)
