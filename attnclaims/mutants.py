@@ -362,17 +362,27 @@ def run_matrix(targets: list[Target], *, profile: str = "ci", full: bool = False
         return run_target(targets[i], work, profile=profile, full=full, shrink=shrink, timeout=timeout,
                           server=local.server if batch else None)
 
+    pool = ThreadPoolExecutor(max_workers=workers)
+    finished = False
     try:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(one, i): i for i in order}
-            for fut in _as_completed(futures):
-                i = futures[fut]
-                results[i] = fut.result()
-                done += 1
-                if progress:
-                    progress(results[i], done, len(targets))
+        futures = {pool.submit(one, i): i for i in order}
+        for fut in _as_completed(futures):
+            i = futures[fut]
+            results[i] = fut.result()
+            done += 1
+            if progress:
+                progress(results[i], done, len(targets))
+        finished = True
     finally:
+        # Interrupted (Ctrl-C, SIGTERM) or failed: start nothing more — a plain ``with pool`` would wait
+        # for every queued target to run —, stop the running children, then wait for their threads.
+        pool.shutdown(wait=False, cancel_futures=True)
         for server in servers:
+            if not finished:  # its running child too, at once (close() lets a child finish for 10 s)
+                orchestrator.kill_group(server.proc.pid)
+            server.close()
+        pool.shutdown(wait=True)
+        for server in servers:  # a thread that was starting its server when we closed the others
             server.close()
         if tmp is not None:
             tmp.cleanup()
