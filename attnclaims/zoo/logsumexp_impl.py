@@ -23,7 +23,7 @@ import scipy.special
 from attnclaims.reference.wiring import residual_sublayer
 
 from attnclaims.zoo.style_backward import LogSumExpBackward  # the backward passes of this style
-from attnclaims.zoo.modern_style_backward import LogSumExpModernBackward  # its modern components' backward passes
+from attnclaims.zoo.modern_style_backward import LogSumExpModernBackward, log_rsqrt  # its modern components' backward passes
 
 __all__ = ["LogSumExpImplementation", "logsumexp_impl"]
 
@@ -156,7 +156,7 @@ class LogSumExpImplementation(LogSumExpModernBackward, LogSumExpBackward):
 
     def rms_norm(self, x, gamma, eps):
         x = _f64(x)
-        rstd = np.exp(-0.5 * np.log(np.mean(np.square(x), axis=-1, keepdims=True) + eps))  # (ms + ε)^(−1/2)
+        rstd = log_rsqrt(np.mean(np.square(x), axis=-1, keepdims=True) + eps)  # (ms + ε)^(−1/2), log domain
         return x * rstd * _f64(gamma)
 
     def gated_feed_forward(self, x, params):
