@@ -20,7 +20,7 @@ import numpy as np
 
 from attnclaims.reference.backward import sum_to
 from attnclaims.reference.params import GatedFeedForwardParams, MultiHeadParams
-from attnclaims.zoo.backward_mutants import BackwardComposed
+from attnclaims.zoo.backward_mutants import BackwardClipsGradient, BackwardComposed
 from attnclaims.zoo.modern_style_backward import ModernLayerBackward
 from attnclaims.zoo.mutants import mutant
 
@@ -198,15 +198,10 @@ class ModernBackwardRopeDropsSin(ModernBackwardComposed):
         return da * cos, db * cos
 
 
-class ModernBackwardClipsGradient(ModernBackwardComposed):
-    """attention_vjp clips the output gradient to norm 1 first (a "safety" clip inside the kernel): the
-    decoder block's backward is no longer linear in d_out, so one backward over the sequence is not the
-    sum of the per-position backwards."""
-
-    def attention_vjp(self, q, k, v, d_out, mask=None, scale=None):
-        d = np.asarray(d_out, dtype=np.float64)
-        norm = float(np.linalg.norm(d))
-        return super().attention_vjp(q, k, v, d / norm if norm > 1 else d, mask=mask, scale=scale)
+class ModernBackwardClipsGradient(ModernBackwardComposed, BackwardClipsGradient):
+    """The backward mutants' clipping attention_vjp (norm of the output gradient clipped to 1) under the modern
+    base: the decoder block's backward is no longer linear in d_out, so one backward over the sequence is not
+    the sum of the per-position backwards."""
 
 
 class ModernBackwardBlockMaskIgnored(ModernBackwardComposed):
