@@ -253,6 +253,8 @@ def compute_verdicts(registry, evidence: Sequence[Evidence], implementations: Se
     ids = list(claims) if claims is not None else registry.order()
     by_claim: dict[str, list[Evidence]] = {cid: [] for cid in registry.order()}
     for e in evidence:
+        if e.kind == "contract":  # protocol-edge findings are reported apart; they never decide a claim
+            continue
         if e.claim in by_claim:
             by_claim[e.claim].append(e)
     columns: dict[str, list[str]] = {}

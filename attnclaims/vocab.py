@@ -33,7 +33,9 @@ INDEPENDENT = "independent of the implementation"
 #: Outcomes of one check.
 OUTCOMES = ("passed", "failed", "not-applicable", "error")
 #: Kinds of evidence.
-KINDS = ("proof", "property", "statistical", "measurement", "conformance", "citation")
+#: ``contract``: a check of the protocol's edges (a malformed shape, width, mask or dtype must be refused).
+#: A contract finding is reported in its own section and never makes a claim refuted or blocked.
+KINDS = ("proof", "property", "statistical", "measurement", "conformance", "citation", "contract")
 #: Kinds that count as numerical evidence (a derivation plus one of these makes a claim "proven").
 NUMERIC_KINDS = ("property", "statistical", "measurement", "conformance")
 #: support: backs the statement; qualification: demonstrates where the sentence as written is
