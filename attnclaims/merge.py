@@ -32,12 +32,14 @@ report goes through, from the merged evidence.
 """
 from __future__ import annotations
 
-import json
+import hashlib
 from pathlib import Path
 from typing import Sequence
 
 from attnclaims import __version__
 from attnclaims.evidence import Evidence
+from attnclaims.safeio import (MB, NAME_LIMIT, UnsafeInput, content_name, evidence_record, inside, load_json_bytes,
+                               read_figure, read_regular)
 
 __all__ = ["MergeError", "load", "merge", "merged_report"]
 
@@ -49,77 +51,148 @@ class MergeError(ValueError):
 
 
 class _Source:
-    """One input file: its implementations, evidence, version and profile."""
+    """One input file: its implementations, evidence, version and profile, and what it was produced
+    with (``provenance``: the file's SHA-256, its attnclaims version, profile, implementations)."""
 
     def __init__(self, path: str, kind: str, implementations: list[dict], evidence: list[Evidence],
-                 version: str | None, profile: str | None, environment: dict, incomplete: dict[str, str]):
+                 version: str | None, profile: str | None, environment: dict, incomplete: dict[str, str],
+                 digest: str = "", notes: list[str] | None = None, registry: str | None = None):
         self.path, self.kind = path, kind
         self.implementations, self.evidence = implementations, evidence
         self.version, self.profile, self.environment = version, profile, environment
         self.incomplete = incomplete  # implementation name -> why its run is partial
+        self.digest, self.notes, self.registry = digest, notes or [], registry
+
+    @property
+    def provenance(self) -> dict:
+        return {"file": self.path, "kind": self.kind, "sha256": self.digest, "suite_version": self.version,
+                "profile": self.profile, "registry_sha256": self.registry,
+                "implementations": [_name(i) for i in self.implementations]}
+
+
+#: The largest file ``--merge`` reads (a report.json of every claim and a dozen implementations is
+#: about 20 MB; a results file of one implementation under ``thorough`` a few MB).
+FILE_LIMIT = 256 * MB
+#: The largest registry whose digest the merge computes (the shipped one is 70 kB).
+REGISTRY_LIMIT = 4 * MB
+#: Most implementations one report.json may list.
+IMPLEMENTATIONS_LIMIT = 1000
+
+
+def _name(info: dict) -> str:
+    return str(info.get("name") or info.get("spec") or "?")
+
+
+def _implementation(path: str, d, where: str) -> dict:
+    """An implementation entry (of a results file or a report.json), checked: an object whose
+    ``name``/``spec`` are short strings."""
+    if not isinstance(d, dict):
+        raise MergeError(f"{path}: {where} is {type(d).__name__}, but should be an object")
+    for key in ("name", "spec"):
+        v = d.get(key)
+        if v is not None and not (isinstance(v, str) and len(v) <= NAME_LIMIT):
+            raise MergeError(f"{path}: {where}: field {key!r} should be a string of at most {NAME_LIMIT} characters")
+    return dict(d)
 
 
 def _evidence(d, path: str, where: str) -> Evidence:
-    if not isinstance(d, dict):
-        raise MergeError(f"{path}: {where} is {type(d).__name__}, but should be an evidence object")
     try:
-        return Evidence.from_dict(d)
-    except (TypeError, ValueError) as exc:
-        raise MergeError(f"{path}: {where}: unreadable evidence record: {exc}") from None
+        return evidence_record(d, where)
+    except UnsafeInput as exc:
+        raise MergeError(f"{path}: unreadable evidence record: {exc}") from None
 
 
-def _from_results(path: str, data: dict) -> _Source:
-    impl = data.get("implementation")
-    if not isinstance(impl, dict) or not isinstance(data.get("evidence"), list):
+def _figures(e: Evidence, base: Path, path: str, notes: list[str]) -> None:
+    """Keep only the figures of ``e`` that this file was produced with: regular SVG files inside the
+    file's own folder (a report's ``figures/``, a results file's artifacts placed next to it). A
+    figure named by an absolute path elsewhere, by ``..`` or through a link leading out, or that is
+    not an SVG file is dropped with a note — never read, never copied."""
+    kept = []
+    for f in e.figures:
+        try:
+            rel = Path(f)
+            if rel.is_absolute():
+                resolved = rel.resolve()
+                if base.resolve() not in resolved.parents:
+                    raise UnsafeInput(f"figure {f!r} lies outside the file's folder {base}")
+                rel = resolved.relative_to(base.resolve())
+            target = inside(base, rel)
+            read_figure(target)
+        except UnsafeInput as exc:
+            notes.append(f"{path}: claim {e.claim!r}: {exc}; not copied")
+            continue
+        kept.append(str(target))
+    e.figures = kept
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _from_results(path: str, data: dict, digest: str) -> _Source:
+    if not isinstance(data.get("implementation"), dict) or not isinstance(data.get("evidence"), list):
         raise MergeError(f"{path}: a results file needs 'implementation' (object) and 'evidence' (list)")
-    impl = dict(impl)
-    name = str(impl.get("name") or impl.get("spec") or "?")
+    impl = _implementation(path, data["implementation"], "'implementation'")
+    name = _name(impl)
     impl.setdefault("spec", name)
     impl.update(exitstatus=data.get("exitstatus"), tests=data.get("tests_run"))
     evidence = [_evidence(d, path, f"evidence[{i}]") for i, d in enumerate(data["evidence"])]
+    notes: list[str] = []
+    base = Path(path).resolve().parent
     for e in evidence:
         if e.implementation is not None:
             e.implementation = name
+        _figures(e, base, path, notes)
     incomplete = {}
-    if data.get("complete") is False:
+    if data.get("complete") is not True:  # a file that does not say it is complete is not taken as complete
         why = data.get("stopped") or "the run did not finish"
         incomplete[name] = f"{data.get('tests_run')} of {data.get('tests_total')} tests ran; {why}"
-    version = data.get("suite_version")
+    version, profile = data.get("suite_version"), data.get("profile")
+    registry = data.get("registry_sha256")
     return _Source(path, "results", [impl], evidence, None if version is None else str(version),
-                   data.get("profile"), {}, incomplete)
+                   None if profile is None else str(profile), {}, incomplete, digest, notes,
+                   registry if isinstance(registry, str) else None)
 
 
-def _from_report(path: str, data: dict) -> _Source:
+def _from_report(path: str, data: dict, digest: str) -> _Source:
     env = data.get("environment")
     if not isinstance(env, dict) or not isinstance(data.get("claims"), list) \
             or not isinstance(data.get("implementations"), list):
         raise MergeError(f"{path}: a report.json needs 'environment', 'implementations' and 'claims'")
+    if len(data["implementations"]) > IMPLEMENTATIONS_LIMIT:
+        raise MergeError(f"{path}: lists {len(data['implementations'])} implementations "
+                         f"(limit {IMPLEMENTATIONS_LIMIT})")
     base = Path(path).resolve().parent
-    evidence = []
-    for c in data["claims"]:
+    evidence, notes = [], []
+    for k, c in enumerate(data["claims"]):
+        if not isinstance(c, dict) or not isinstance(c.get("evidence") or [], list):
+            raise MergeError(f"{path}: claims[{k}] should be an object with an 'evidence' list")
         for i, d in enumerate(c.get("evidence") or []):
             e = _evidence(d, path, f"claim {c.get('id')!r} evidence[{i}]")
-            e.figures = [str(f) if Path(f).is_absolute() else str(base / f) for f in e.figures]
+            _figures(e, base, path, notes)
             evidence.append(e)
-    impls = [dict(i) for i in data["implementations"]]
-    return _Source(path, "report", impls, evidence, None if env.get("suite_version") is None else
-                   str(env["suite_version"]), env.get("profile"), env, {})
+    impls = [_implementation(path, d, f"implementations[{i}]") for i, d in enumerate(data["implementations"])]
+    version, profile, registry = env.get("suite_version"), env.get("profile"), env.get("registry_sha256")
+    return _Source(path, "report", impls, evidence, None if version is None else str(version),
+                   None if profile is None else str(profile), env, {}, digest, notes,
+                   registry if isinstance(registry, str) else None)
 
 
 def load(path: str) -> _Source:
-    """One input file, recognised by its content."""
+    """One input file, recognised by its content. The file is data: a regular file of at most
+    :data:`FILE_LIMIT` bytes, JSON nested at most :data:`attnclaims.safeio.MAX_DEPTH` levels, every
+    evidence record type-checked (:func:`attnclaims.safeio.evidence_record`)."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise MergeError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MergeError(f"{path}: not a JSON file: {exc}") from None
+        raw = read_regular(path, FILE_LIMIT, "file")
+        data = load_json_bytes(raw, "file")
+    except UnsafeInput as exc:
+        raise MergeError(f"{path}: {exc}") from None
     if not isinstance(data, dict):
         raise MergeError(f"{path}: holds a JSON {type(data).__name__}, but should hold a results file or a report.json")
     if data.get("schema") == REPORT_SCHEMA:
-        return _from_report(path, data)
+        return _from_report(path, data, _digest(raw))
     if "evidence" in data and "implementation" in data:
-        return _from_results(path, data)
+        return _from_results(path, data, _digest(raw))
     raise MergeError(f"{path}: neither a results file (--attn-results: 'implementation', 'evidence') nor a "
                      f"report.json (schema {REPORT_SCHEMA!r})")
 
@@ -150,6 +223,10 @@ def merge(paths: Sequence[str]) -> dict:
     evidence: list[Evidence] = []
     independent_from: str | None = None
     for s in sources:
+        notes += s.notes
+        for e in s.evidence:  # what each merged item was produced with, and the digest of the file it came from
+            e.data = dict(e.data or {}, merged={"file": s.path, "sha256": s.digest, "suite_version": s.version,
+                                                "profile": s.profile})
         names = []
         for info in s.implementations:
             name = str(info.get("name") or info.get("spec") or "?")
@@ -187,7 +264,35 @@ def merge(paths: Sequence[str]) -> dict:
     }
     return {"implementations": implementations, "evidence": evidence, "environment": environment,
             "claims": list(dict.fromkeys(e.claim for e in evidence)), "notes": notes,
-            "files": [s.path for s in sources]}
+            "files": [s.path for s in sources], "sources": [s.provenance for s in sources]}
+
+
+def registry_digest(registry) -> str | None:
+    """SHA-256 of the registry file the merge reads claims from (None when it cannot be read)."""
+    try:
+        return hashlib.sha256(read_regular(registry.path, REGISTRY_LIMIT, "registry")).hexdigest()
+    except (UnsafeInput, AttributeError, TypeError):
+        return None
+
+
+def _place_figures(evidence: list[Evidence], out_dir: Path) -> None:
+    """Copy each (already checked) figure into ``out_dir/figures`` under its content hash, the only
+    name a merged figure is written under; the path written is checked to stay inside ``out_dir``."""
+    for e in evidence:
+        placed = []
+        for f in e.figures:
+            try:
+                data = read_figure(f)
+                dest = inside(out_dir, Path("figures") / content_name(data, ".svg"))
+            except UnsafeInput:
+                continue  # changed since it was checked: left out rather than copied unchecked
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if not dest.exists():
+                tmp = dest.with_name(dest.name + ".tmp")
+                tmp.write_bytes(data)
+                tmp.replace(dest)
+            placed.append(str(dest))
+        e.figures = placed
 
 
 def merged_report(paths: Sequence[str], registry, out_dir: Path | None = None, command: str = "") -> dict:
@@ -204,6 +309,14 @@ def merged_report(paths: Sequence[str], registry, out_dir: Path | None = None, c
     claims = [c for c in registry.order() if c in set(m["claims"])]
     if not claims:
         raise MergeError(f"no evidence in {', '.join(m['files'])}")
-    run = {"command": command, "merge": {"files": m["files"], "notes": m["notes"]}}
+    digest = registry_digest(registry)
+    for src in m["sources"]:
+        if src["registry_sha256"] and digest and src["registry_sha256"] != digest:
+            raise MergeError(f"{src['file']} was produced with another registry (SHA-256 "
+                             f"{src['registry_sha256'][:12]}, this one {digest[:12]}); merge runs of one registry")
+    if out_dir is not None:
+        _place_figures(m["evidence"], Path(out_dir))
+    run = {"command": command, "merge": {"files": m["files"], "notes": m["notes"], "sources": m["sources"],
+                                         "registry_sha256": digest}}
     return build_report(registry, m["evidence"], m["implementations"], m["environment"], claims=claims,
                         out_dir=out_dir, run=run)

@@ -893,10 +893,10 @@ def run(options: RunOptions, registry, progress: ProgressFn | None = None,
         artifacts.mkdir(parents=True, exist_ok=True)
         cached = None
         if cache_key and not options.fresh:
-            cached = cache.load(cache_key, artifacts)
+            cached = cache.load(cache_key, artifacts, options.profile)
             every = cache.key(options.profile, options.tests_package) if options.claims else None
             if cached is None and every:  # the entry of a run of every claim serves any selection
-                found = cache.load(every, artifacts)
+                found = cache.load(every, artifacts, options.profile)
                 if found is not None:
                     cached = ([e for e in found[0] if e.claim in options.claims], found[1])
         if cached is not None and progress:
@@ -920,7 +920,7 @@ def run(options: RunOptions, registry, progress: ProgressFn | None = None,
                 cache_info.update(used=True, computed=cached[1])
             elif first and cache_key and s.complete and not impl_run.collect_errors:
                 independent = [e for e in items if e.implementation is None]
-                stored = cache.store(cache_key, independent, artifacts)
+                stored = cache.store(cache_key, independent, artifacts, options.profile)
                 cache_info.update(stored=stored)
             if options.claims:
                 items = [e for e in items if e.claim in options.claims]

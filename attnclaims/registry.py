@@ -13,6 +13,7 @@ the same file.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -213,6 +214,7 @@ def parse_registry(text: str, path: Path) -> Registry:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise RegistryError(f"{path.name}: not valid TOML: {exc}") from None
+    _check_text_sizes(path, data)
     raw_claims = data.get("claims")
     if not isinstance(raw_claims, list) or not raw_claims:
         raise _fail(path, "top level", "field 'claims': missing or empty (expected [[claims]] tables)")
@@ -257,16 +259,45 @@ def load_registry(path: str | Path | None = None) -> Registry:
         st = path.stat()
     except OSError as exc:
         raise RegistryError(f"{path}: cannot read the registry: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode) or st.st_size > REGISTRY_LIMIT:  # before opening: a FIFO would block
+        _read_registry(path)  # raises the one-line reason
     return _load(str(path), st.st_size, st.st_mtime_ns)
+
+
+#: The largest registry file read (the shipped one is 70 kB) and the longest text one field may hold
+#: (its longest is about 1,000 characters): a registry is data, and a 20 MB statement would keep
+#: every command that renders it busy for minutes.
+REGISTRY_LIMIT = 4 * 2**20
+TEXT_LIMIT = 20_000
+
+
+def _read_registry(path: Path) -> bytes:
+    """The bytes of a registry: a regular file of at most :data:`REGISTRY_LIMIT` bytes (attnclaims.safeio)."""
+    from attnclaims.safeio import UnsafeInput, read_regular
+
+    try:
+        return read_regular(path, REGISTRY_LIMIT, "registry")
+    except UnsafeInput as exc:
+        raise RegistryError(f"{path}: {exc}") from None
+
+
+def _check_text_sizes(path: Path, data: dict) -> None:
+    """Every string of the registry at most :data:`TEXT_LIMIT` characters (one line naming the field)."""
+    stack: list[tuple[str, object]] = [("top level", data)]
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, str) and len(v) > TEXT_LIMIT:
+            raise RegistryError(f"{path.name}: {where}: {len(v)} characters, more than the limit of {TEXT_LIMIT}")
+        if isinstance(v, dict):
+            stack.extend((f"{where} field {k!r}" if where != "top level" else f"field {k!r}", x) for k, x in v.items())
+        elif isinstance(v, list):
+            stack.extend((f"{where}[{i}]", x) for i, x in enumerate(v))
 
 
 @lru_cache(maxsize=8)
 def _load(path_text: str, size: int, mtime_ns: int) -> Registry:
     path = Path(path_text)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise RegistryError(f"{path}: cannot read the registry: {exc.strerror or exc}") from None
+    data = _read_registry(path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

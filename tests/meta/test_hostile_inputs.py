@@ -329,3 +329,185 @@ def test_an_interrupted_report_leaves_the_previous_report_whole(tmp_path, monkey
     assert third["figures/variance.svg"] == b"<svg>third</svg>" and third["notes.txt"] == first["notes.txt"]
     assert not [p for p in out.iterdir() if p.name.startswith(cli.STAGING_PREFIX)]
     capsys.readouterr()
+
+
+# -- files are data: results files, report.json, cache entries ---------------------------------
+
+def _merge_results(folder: Path, figures: list[str], implementation: str | None = None) -> Path:
+    """A results file (the plugin's --attn-results format) whose one item names ``figures``."""
+    from attnclaims import __version__
+
+    item = Evidence(claim="scaling-variance", kind="measurement", name="tests/test_x.py::test_m", outcome="passed",
+                    implementation=implementation, figures=figures).to_dict()
+    data = {"implementation": {"name": "lib-a", "spec": "lib-a"}, "profile": "ci", "suite_version": __version__,
+            "exitstatus": 0, "complete": True, "tests_run": 1, "tests_total": 1, "stopped": "", "evidence": [item]}
+    path = folder / "lib-a.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def _files_under(folder: Path) -> set[str]:
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("figure", ["/etc/passwd", "../../../../../../etc/passwd", "../outside.svg",
+                                    "figures/../../outside.svg"])
+def test_a_merge_copies_no_figure_a_file_names_outside_its_folder(tmp_path, figure, capsys):
+    """A results file from elsewhere names /etc/passwd or a ``../`` path as a figure: the merged report
+    copies nothing of it (the note says why), and nothing is written outside --out."""
+    (tmp_path / "outside.svg").write_text("<svg xmlns='http://www.w3.org/2000/svg'>secret</svg>", encoding="utf-8")
+    runs = tmp_path / "runs" / "a"
+    runs.mkdir(parents=True)
+    path = _merge_results(runs, [figure])
+    out = tmp_path / "out"
+    before = _files_under(tmp_path)
+    rc = cli.main(["report", "--merge", str(path), "--out", str(out), "--format", "json,md"])
+    err = capsys.readouterr().err
+    assert rc in (0, 1), err
+    written = _files_under(tmp_path) - before
+    assert written and all(w.startswith("out/") for w in written), written
+    assert not [w for w in written if w.startswith("out/figures/")], written  # nothing copied
+    for w in written:
+        text = (tmp_path / w).read_text(encoding="utf-8", errors="replace")
+        assert "root:" not in text and "secret" not in text, w
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    (item,) = [e for c in report["claims"] for e in c["evidence"] if e["name"].endswith("test_m")]
+    assert item["figures"] == [] and "not copied" in err
+
+
+def test_a_merge_copies_its_own_figures_under_their_content_hash(tmp_path, capsys):
+    """The figure a results file was produced with (in its folder) is copied, named by its hash, and the
+    merged report records the file's digest and what produced it."""
+    import hashlib
+
+    runs = tmp_path / "runs"
+    (runs / "figs").mkdir(parents=True)
+    svg = b"<svg xmlns='http://www.w3.org/2000/svg'><rect width='1' height='1'/></svg>"
+    (runs / "figs" / "variance.svg").write_bytes(svg)
+    path = _merge_results(runs, [str(runs / "figs" / "variance.svg")])
+    out = tmp_path / "out"
+    assert cli.main(["report", "--merge", str(path), "--out", str(out), "--format", "json"]) in (0, 1)
+    capsys.readouterr()
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    (item,) = [e for c in report["claims"] for e in c["evidence"] if e["name"].endswith("test_m")]
+    name = hashlib.sha256(svg).hexdigest()[:32] + ".svg"
+    assert item["figures"] == [f"figures/{name}"] and (out / "figures" / name).read_bytes() == svg
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert item["data"]["merged"]["sha256"] == digest
+    (source,) = report["run"]["merge"]["sources"]
+    assert source["sha256"] == digest and source["implementations"] == ["lib-a"] and source["profile"] == "ci"
+
+
+def _fifo(tmp_path: Path) -> Path:
+    path = tmp_path / "fifo.json"
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "folder"])
+def test_merge_of_something_that_is_not_a_regular_file_is_one_line(tmp_path, kind, capsys):
+    """--merge FIFO blocked for ever and /dev/zero was read until memory ran out."""
+    path = {"fifo": lambda: _fifo(tmp_path), "dev-zero": lambda: Path("/dev/zero"), "folder": lambda: tmp_path}[kind]()
+    code = f"""
+import sys
+from attnclaims import cli
+sys.exit(cli.main(["report", "--merge", {str(path)!r}, "--out", {str(tmp_path / 'out')!r}]))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr.strip()
+    assert "regular file" in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_a_registry_that_is_a_fifo_or_dev_zero_is_one_line(tmp_path):
+    for path in (_fifo(tmp_path), Path("/dev/zero")):
+        proc = subprocess.run([sys.executable, "-m", "attnclaims", "list"], capture_output=True, text=True,
+                              env=_env(ATTNCLAIMS_REGISTRY=str(path)), timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        assert "regular file" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_registry_with_a_20_mb_text_is_refused(tmp_path):
+    """A 20 MB statement kept `explain` busy for minutes: a registry is a regular file under a size limit."""
+    from attnclaims.registry import RegistryError, load_registry
+    from attnclaims.spec import CLAIMS_PATH
+
+    text = Path(CLAIMS_PATH).read_text(encoding="utf-8")
+    big = tmp_path / "claims.toml"
+    big.write_text(text.replace('statement = "', 'statement = "' + "x" * (20 * 2**20), 1), encoding="utf-8")
+    with pytest.raises(RegistryError, match="limit") as exc:
+        load_registry(big)
+    assert "\n" not in str(exc.value)
+
+
+def test_a_nested_json_file_is_refused_not_a_recursion_error(tmp_path):
+    from attnclaims.merge import MergeError, merge
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000 + "]" * 200_000, encoding="utf-8")
+    with pytest.raises(MergeError, match="deeper than"):
+        merge([str(deep)])
+
+
+def _tampered_entry(root: Path, key: str, evidence: list[dict], figures: dict[str, bytes]) -> None:
+    """A cache entry written by hand (as anyone who can write the cache folder could)."""
+    folder = root / key
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in figures.items():
+        (folder / "figures" / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / "figures" / name).write_bytes(data)
+    (folder / "evidence.json").write_text(json.dumps({"computed": "2026-01-01T00:00:00+00:00",
+                                                      "evidence": evidence}), encoding="utf-8")
+
+
+def test_a_tampered_cache_entry_is_a_miss_and_writes_nothing_outside(tmp_path, monkeypatch, capsys):
+    """A cached figure named ``../../../x.svg`` was written outside --out, and a forged item naming an
+    implementation was loaded as its evidence; an entry nested 200,000 levels deep aborted the run."""
+    from attnclaims import cache
+
+    root = tmp_path / "cache"
+    monkeypatch.setenv("ATTNCLAIMS_CACHE_DIR", str(root))
+    artifacts = tmp_path / "a" / "b" / "out" / "figures"
+    artifacts.mkdir(parents=True)
+    svg = b"<svg xmlns='http://www.w3.org/2000/svg'/>"
+    escape = Evidence(claim="scaling-variance", kind="measurement", name="m", outcome="passed",
+                      figures=["../../../x.svg"]).to_dict()
+    forged = Evidence(claim="layer-norm", kind="property", name="forged", outcome="passed",
+                      implementation="torch").to_dict()
+    _tampered_entry(root, "1" * 64, [escape], {"../../../x.svg": svg})
+    _tampered_entry(root, "2" * 64, [forged], {})
+    (root / ("3" * 64)).mkdir(parents=True)
+    (root / ("3" * 64) / "evidence.json").write_text('{"computed": "x", "evidence": ' + "[" * 200_000
+                                                     + "]" * 200_000 + "}", encoding="utf-8")
+    before = _files_under(tmp_path)
+    for key in ("1" * 64, "2" * 64, "3" * 64):
+        assert cache.load(key, artifacts) is None, key
+        assert cache.load(key, artifacts) is None, key
+    assert _files_under(tmp_path) == before  # nothing written, inside or outside
+    err = capsys.readouterr().err
+    assert err.count("cache entry 111111111111 not used") == 1  # logged once
+
+
+def test_the_cache_stores_only_independent_evidence_with_what_produced_it(tmp_path, monkeypatch):
+    from attnclaims import __version__, cache
+
+    monkeypatch.setenv("ATTNCLAIMS_CACHE_DIR", str(tmp_path / "cache"))
+    figure = tmp_path / "run" / "v.svg"
+    figure.parent.mkdir()
+    figure.write_bytes(b"<svg xmlns='http://www.w3.org/2000/svg'><g/></svg>")
+    items = [Evidence(claim="scaling-variance", kind="measurement", name="m", outcome="passed",
+                      figures=[str(figure)]),
+             Evidence(claim="layer-norm", kind="property", name="p", outcome="passed", implementation="torch")]
+    key = "4" * 64
+    assert cache.store(key, items, figure.parent)
+    entry = json.loads((tmp_path / "cache" / key / "evidence.json").read_text(encoding="utf-8"))
+    assert entry["produced_by"] == {"attnclaims": __version__, "registry_sha256": cache.registry_digest(),
+                                    "implementation": None, "profile": "ci", "key": key}
+    assert [e["name"] for e in entry["evidence"]] == ["m"] and len(entry["digest"]) == 64
+    out = tmp_path / "out"
+    (loaded,), _ = cache.load(key, out)
+    assert Path(loaded.figures[0]).parent == out and Path(loaded.figures[0]).read_bytes() == figure.read_bytes()
+    # one changed byte anywhere in what the entry says: a miss
+    text = (tmp_path / "cache" / key / "evidence.json").read_text(encoding="utf-8")
+    (tmp_path / "cache" / key / "evidence.json").write_text(text.replace('"passed"', '"failed"'), encoding="utf-8")
+    assert cache.load(key, out) is None

@@ -413,6 +413,7 @@ def test_a_run_reuses_the_cached_independent_evidence(suite, tmp_path, monkeypat
     figures, and reaches the same outcomes; ``fresh`` runs them again."""
     from attnclaims import cache
     from attnclaims.orchestrator import RunOptions, run
+    from attnclaims.safeio import content_name
 
     for k in ("PYTHONPATH", "ATTNCLAIMS_TESTS_PACKAGE", "TMPDIR"):
         monkeypatch.setenv(k, suite[k])
@@ -436,7 +437,10 @@ def test_a_run_reuses_the_cached_independent_evidence(suite, tmp_path, monkeypat
     assert warm_outcomes == cold_outcomes
     (figure,) = [e for e in warm.evidence if e.claim == "scaling-variance"]
     assert figure.data["cache"]["computed"] == cold.environment["cache"]["stored"]
-    assert [Path(f).name for f in figure.figures] == ["late.svg"] and Path(figure.figures[0]).is_file()
+    # written back under its content hash, never under a name read from the cache entry
+    (shown,) = figure.figures
+    assert Path(shown).name == content_name(Path(shown).read_bytes(), ".svg")
+    assert Path(shown).read_bytes() == (tmp_path / "cold" / "late.svg").read_bytes()
     assert Path(figure.figures[0]).parent == tmp_path / "warm"
     sub, sub_outcomes = one(name="sub", claims=["scaling-variance", "layer-norm"])  # served by the full entry
     assert sub.environment["cache"]["used"] is True and sub.runs[0].tests == 1
