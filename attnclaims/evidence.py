@@ -51,6 +51,17 @@ class Evidence:
     #: the variant the check extends the claim to ("RMSNorm", "rotary embeddings", "Pre-LN", ...),
     #: None when it checks the claim as the article states it. Shown as a label, never a verdict.
     extension: str | None = None
+    #: the part of the claim (an id of its registry ``parts``) the check exercises; None: the part that
+    #: the registry's ``checks`` patterns name, else the claim's first part (attnclaims.verdicts)
+    part: str | None = None
+    #: the check compares the implementation only with itself (determinism, batch independence, inputs
+    #: unmodified, strided views): a failure refutes, a pass supports no claim on its own
+    self_comparison: bool = False
+    #: the capabilities the check requires (its ``requires`` markers)
+    requires: list[str] = field(default_factory=list)
+    #: hypothesis examples the implementation declined (NotImplementedError, NotApplicable, an undeclared
+    #: variant); ``examples`` counts those that ran. None: not a hypothesis test, or nothing recorded
+    examples_declined: int | None = None
     data: dict[str, Any] = field(default_factory=dict)  # proof steps, measurement arrays, decisions
     figures: list[str] = field(default_factory=list)    # paths of SVG files
 

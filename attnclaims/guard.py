@@ -9,6 +9,8 @@ message instead of a crash or a hang:
 * a wrong shape or dtype            -> ``out.shape=(2, 3), but should be (2, 4)``
 * NaN or inf where finite is needed -> ``out has 3 non-finite values (first at index (0, 1))``
 * an input modified in place        -> ``modified its input 'q' in place``
+  (every array and every field of every params object: the implementation is handed private
+  copies, so the test's own inputs, and the expected values computed from them, cannot change)
 * different outputs for one input   -> ``returned different outputs for the same input``
 * no answer within the time limit   -> ``did not return within 20 s`` (a call that holds the GIL
   past it ends the process: :class:`Watchdog`)
@@ -31,6 +33,7 @@ characters, with the full size noted.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import faulthandler
 import os
@@ -42,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from attnclaims import declines
 from attnclaims.evidence import cap_text
 from attnclaims.protocol import CAPABILITIES, STRUCTURED_OUTPUTS, expected_shape
 
@@ -247,14 +251,50 @@ class _Worker:
         raise value
 
 
-def _snapshot(value):
-    """A deep copy of the arrays inside ``value`` (arrays, dataclasses of arrays, tuples)."""
+def _copy_array(a: np.ndarray, memo: dict) -> np.ndarray:
+    """A copy of ``a`` with its dtype, shape, strides and writeability; arrays that are views of one array
+    in the test's inputs are views of one copy in the implementation's (``memo``: the copied roots), so a
+    strided view reaches the implementation as a strided view and two arguments that alias still alias."""
+    root = a
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if (type(a) is not np.ndarray or a.dtype.hasobject or a.size == 0 or root.base is not None
+            or not (root.flags.c_contiguous or root.flags.f_contiguous)):
+        return a.copy(order="K")  # a subclass, objects, a foreign buffer: a plain copy
+    entry = memo.get(id(root))
+    if entry is None:
+        entry = memo[id(root)] = (root, root.ravel(order="K").copy())  # memory order: byte offsets carry over
+    flat = entry[1]
+    offset = a.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    out = np.ndarray(a.shape, dtype=a.dtype, buffer=flat, offset=offset, strides=a.strides)
+    if not a.flags.writeable:
+        out.flags.writeable = False
+    return out
+
+
+def _private(value, memo: dict | None = None):
+    """What the implementation is handed instead of ``value``: arrays copied (:func:`_copy_array`),
+    dataclasses (params, ``KVCache``), lists, tuples and dicts rebuilt around private copies of their
+    fields, anything else (numbers, strings, None) as it is. The test's own objects never reach the
+    implementation, so nothing it does to its inputs — now or after the call — changes what the test
+    computes its expected value from; :func:`_difference` compares the copy with the original afterwards."""
+    memo = {} if memo is None else memo
     if isinstance(value, np.ndarray):
-        return value.copy()
+        return _copy_array(value, memo)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _snapshot(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, (list, tuple)):
-        return [_snapshot(v) for v in value]
+        try:
+            out = copy.copy(value)
+            for f in dataclasses.fields(value):
+                object.__setattr__(out, f.name, _private(getattr(value, f.name), memo))
+        except Exception:  # a dataclass that cannot be copied: handed over as it is, compared afterwards
+            return value
+        return out
+    if type(value) in (list, tuple):
+        return type(value)(_private(v, memo) for v in value)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple
+        return type(value)._make(_private(v, memo) for v in value)
+    if type(value) is dict:
+        return {k: _private(v, memo) for k, v in value.items()}
     return value
 
 
@@ -270,14 +310,59 @@ def _same_vjp_output(a, b) -> bool:
     return a == b
 
 
-def _changed(before, value) -> bool:
-    if isinstance(value, np.ndarray):
-        return not (before.shape == value.shape and np.array_equal(before, value, equal_nan=value.dtype.kind in "fc"))
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return any(_changed(before[f.name], getattr(value, f.name)) for f in dataclasses.fields(value))
-    if isinstance(value, (list, tuple)):
-        return len(before) != len(value) or any(_changed(b, v) for b, v in zip(before, value))
-    return False
+def _short(value) -> str:
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _difference(original, given, path: str = "") -> str | None:
+    """None when ``given`` (the implementation's copy, after the call) still equals ``original`` (the test's
+    object) in every array, field and element, types included; else where and how it differs ("" for a
+    top-level array). Arrays bit for bit (NaN = NaN); other leaves (eps, num_heads, norm_first, the RoPE
+    base and layout) by type and ``==``."""
+    where = path or "it"
+    if isinstance(original, np.ndarray):
+        if not isinstance(given, np.ndarray):
+            return f"{where} was replaced by {type(given).__qualname__}"
+        if given.shape != original.shape or given.dtype != original.dtype:
+            return f"{where} changed from {original.dtype}{list(original.shape)} to {given.dtype}{list(given.shape)}"
+        same = np.array_equal(original, given, equal_nan=original.dtype.kind in "fc")
+        return None if same else (f"the values of {path} changed" if path else "")
+    if type(given) is not type(original):
+        return f"{where} was {_short(original)}, is {type(given).__qualname__} {_short(given)}"
+    if dataclasses.is_dataclass(original) and not isinstance(original, type):
+        for f in dataclasses.fields(original):
+            try:
+                now = getattr(given, f.name)
+            except Exception as exc:  # deleted with object.__delattr__, or a property that raises
+                return f"{path}.{f.name} can no longer be read ({type(exc).__name__})".lstrip(".")
+            found = _difference(getattr(original, f.name), now, f"{path}.{f.name}".lstrip("."))
+            if found is not None:
+                return found
+        return None
+    if isinstance(original, (list, tuple)):
+        if len(given) != len(original):
+            return f"{where} had {len(original)} items, has {len(given)}"
+        for i, (o, g) in enumerate(zip(original, given)):
+            found = _difference(o, g, f"{path}[{i}]")
+            if found is not None:
+                return found
+        return None
+    if isinstance(original, dict):
+        if set(given) != set(original):
+            return f"{where} had the keys {sorted(map(str, original))}, has {sorted(map(str, given))}"
+        for k in original:
+            found = _difference(original[k], given[k], f"{path}[{k!r}]")
+            if found is not None:
+                return found
+        return None
+    if given is original:
+        return None
+    try:
+        same = bool(original == given) or (original != original and given != given)  # NaN = NaN
+    except Exception:  # an object whose == raises
+        same = False
+    return None if same else f"{where} was {_short(original)}, is {_short(given)}"
 
 
 def format_call(capability: str, args: tuple, kwargs: dict) -> str:
@@ -370,18 +455,24 @@ class GuardedImplementation:
             raise self._fail(capability, self.patched)
         try:
             out = self._invoke(capability, fn, args, kwargs)
+            declines.returned()
         except CheckFailure as exc:
             replaced = LIBRARIES.restore()
             if replaced:
                 raise self._fail(capability, _replaced_message(replaced, "during the call")) from None
             cause = exc.__cause__
+            declined = None
             if isinstance(cause, NotApplicable):
-                raise NotApplicable(self.name, capability, reason=str(cause)) from None
-            if isinstance(cause, NotImplementedError):
+                declined = NotApplicable(self.name, capability, reason=str(cause))
+            elif isinstance(cause, NotImplementedError):
                 detail = " ".join(str(cause).split())
-                raise NotApplicable(self.name, capability, reason=(
+                declined = NotApplicable(self.name, capability, reason=(
                     f"not applicable: {self.name} · {capability} raised NotImplementedError"
-                    + (f": {detail}" if detail else ""))) from None
+                    + (f": {detail}" if detail else "")))
+            if declined is not None:
+                # inside a hypothesis example: counted and rejected, the test goes on (attnclaims.declines)
+                declines.decline(str(declined))
+                raise declined from None
             raise
         replaced = LIBRARIES.restore()
         if replaced:
@@ -418,24 +509,15 @@ class GuardedImplementation:
             raise self._fail(capability, f"looking up the capability raised {type(exc).__name__}: {exc}") from exc
         self.calls += 1
         count = self._per_capability[capability] = self._per_capability.get(capability, 0) + 1
-        before = [_snapshot(a) for a in args], {k: _snapshot(v) for k, v in kwargs.items()}
-        self.recent.append((capability,
-                            tuple(b if isinstance(a, np.ndarray) else a for a, b in zip(args, before[0])),
-                            {k: before[1][k] if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}))
+        # the repro keeps the inputs as they were (a test may reuse its arrays afterwards)
+        self.recent.append((capability, tuple(a.copy() if isinstance(a, np.ndarray) else a for a in args),
+                            {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}))
 
-        out = self._watched(capability, fn, args, kwargs)
-
-        names = list(kwargs)
-        for i, (b, a) in enumerate(zip(before[0], args)):
-            if _changed(b, a):
-                raise self._fail(capability, f"modified its input #{i + 1} in place")
-        for name in names:
-            if _changed(before[1][name], kwargs[name]):
-                raise self._fail(capability, f"modified its input {name!r} in place")
+        out = self._handed(capability, fn, args, kwargs)
         self._check_output(capability, out, args, kwargs, finite)
 
         if count <= 2 or count % DETERMINISM_EVERY == 0:
-            again = self._watched(capability, fn, args, kwargs)
+            again = self._handed(capability, fn, args, kwargs)
             if not (_same_vjp_output(again, out) if capability in STRUCTURED_OUTPUTS else (
                     isinstance(again, np.ndarray) and again.shape == out.shape
                     and np.array_equal(again, out, equal_nan=True))):
@@ -444,6 +526,23 @@ class GuardedImplementation:
                     with np.errstate(invalid="ignore"):
                         diff = f" (max abs difference {np.nanmax(np.abs(again - out)):.3g})"
                 raise self._fail(capability, f"returned different outputs for the same input{diff}")
+        return out
+
+    def _handed(self, capability: str, fn, args: tuple, kwargs: dict):
+        """:meth:`_watched` on private copies of the inputs (:func:`_private`: every array, every field of
+        every params object); a copy that changed during the call fails the check, naming the input and,
+        inside it, the field (``modified its input #3 in place: eps was 1e-05, is 0.5``). The test's own
+        objects never reach the implementation: what it computes the expected value from is what it drew."""
+        memo: dict = {}  # one for the whole call: inputs that share memory share it in the copies too
+        given_args = tuple(_private(a, memo) for a in args)
+        given_kwargs = {k: _private(v, memo) for k, v in kwargs.items()}
+        out = self._watched(capability, fn, given_args, given_kwargs)
+        labels = [(f"#{i + 1}", a, g) for i, (a, g) in enumerate(zip(args, given_args))]
+        labels += [(repr(k), kwargs[k], given_kwargs[k]) for k in kwargs]
+        for label, original, given in labels:
+            found = _difference(original, given)
+            if found is not None:
+                raise self._fail(capability, f"modified its input {label} in place" + (f": {found}" if found else ""))
         return out
 
     def _check_vjp_output(self, capability, out, args, kwargs, finite):

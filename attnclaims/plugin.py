@@ -40,7 +40,12 @@ orchestrator (or when a thread that is not a daemon is still alive): a thread th
 started cannot keep it from ending.
 
 Markers
-  @pytest.mark.claim("id", ..., kind="property", role="support")   the claim(s) a test backs
+  @pytest.mark.claim("id", ..., kind="property", role="support")   the claim(s) a test backs; also
+      extension="RMSNorm"     the test checks a variant the article does not state
+      part="default-scale"    the part of the claim (registry ``parts``) the test exercises
+      self_comparison=True    the test compares the implementation only with itself (determinism, batch
+                              independence, inputs unmodified, strided views): supports no claim on its own
+      kind="contract"         a check of the protocol's edges, reported apart from the claims
   @pytest.mark.requires("attention", ...)                           capabilities the test needs
 
 Fixtures
@@ -65,11 +70,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hypothesis.errors import Unsatisfiable
 
 if sys.version_info < (3, 11):  # Python 3.10: hypothesis depends on the backport
     from exceptiongroup import BaseExceptionGroup
 
 import attnclaims.profiles as profiles
+from attnclaims import declines
 from attnclaims.evidence import KINDS, ROLES, Evidence
 from attnclaims.guard import CheckFailure, GuardedImplementation, NotApplicable, call_timeout_arg
 from attnclaims.jsonio import dumps
@@ -161,7 +168,8 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "claim(*ids, kind='property', role='support', extension=None): the claim ids this test backs"
+    config.addinivalue_line("markers", "claim(*ids, kind='property', role='support', extension=None, part=None, "
+                            "self_comparison=False): the claim ids this test backs"
                             " (extension: the variant it extends them to)")
     config.addinivalue_line("markers", "requires(*capabilities): capabilities of the implementation the test needs")
     config.addinivalue_line("markers", "impl_test: the test exercises the implementation under test (set automatically)")
@@ -312,6 +320,26 @@ def claim_tags(item) -> dict[str, tuple[str, str]]:
     return tags
 
 
+#: The keyword arguments a ``claim`` marker takes.
+CLAIM_MARKER_KWARGS = ("kind", "role", "extension", "part", "self_comparison")
+
+
+def claim_options(item) -> dict[str, dict]:
+    """claim id -> {"part": part id or None, "self_comparison": bool} for a test (the closest marker
+    naming the claim decides, as for :func:`claim_tags`)."""
+    options: dict[str, dict] = {}
+    for mark in item.iter_markers("claim"):
+        for cid in mark.args:
+            options.setdefault(cid, {"part": mark.kwargs.get("part"),
+                                     "self_comparison": bool(mark.kwargs.get("self_comparison", False))})
+    return options
+
+
+def claim_requires(item) -> list[str]:
+    """The capabilities the test's ``requires`` markers name, in order, each once."""
+    return list(dict.fromkeys(str(c) for m in item.iter_markers("requires") for c in m.args))
+
+
 def claim_extension(item) -> str | None:
     """The ``extension=`` of the closest ``claim`` marker that has one: the variant (RMSNorm, rotary
     embeddings, Pre-LN, ...) the test extends its claims to; None = the claim as the article states it."""
@@ -353,6 +381,21 @@ def pytest_collection_modifyitems(session, config, items):
                 raise pytest.UsageError(f"{item.nodeid}: claim marker kind={kind!r} is not one of {KINDS}")
             if role not in ROLES:
                 raise pytest.UsageError(f"{item.nodeid}: claim marker role={role!r} is not one of {ROLES}")
+        for mark in item.iter_markers("claim"):
+            unknown = sorted(set(mark.kwargs) - set(CLAIM_MARKER_KWARGS))
+            if unknown:
+                raise pytest.UsageError(f"{item.nodeid}: claim marker has unknown argument {unknown[0]!r} "
+                                        f"(expected one of {', '.join(CLAIM_MARKER_KWARGS)})")
+            if not isinstance(mark.kwargs.get("self_comparison", False), bool):
+                raise pytest.UsageError(f"{item.nodeid}: claim marker self_comparison="
+                                        f"{mark.kwargs['self_comparison']!r} is not True or False")
+        for cid, opts in claim_options(item).items():
+            part = opts["part"]
+            if part is not None and cid in registry:
+                parts = [p.id for p in registry.get(cid).parts]
+                if part not in parts:
+                    raise pytest.UsageError(f"{item.nodeid}: claim marker part={part!r} is not a part of claim "
+                                            f"{cid!r} (expected one of {', '.join(parts)})")
         if "impl" in getattr(item, "fixturenames", ()) or item.get_closest_marker("requires"):
             item.add_marker(pytest.mark.impl_test)
     wanted = config.getoption("attn_claims")
@@ -445,6 +488,7 @@ def pytest_runtest_setup(item):
         if relevant <= state.detected:
             pytest.skip(_KILL_SKIP)
     item.stash[_RECORD_KEY] = state.current = {}
+    declines.reset()
     ids, _, _ = _claim_marks(item)
     uses_impl = "impl" in getattr(item, "fixturenames", ())
     needs = [c for m in item.iter_markers("requires") for c in m.args]
@@ -482,6 +526,7 @@ def pytest_runtest_makereport(item, call):
     entry: dict = {
         "test": item.nodeid, "claims": ids, "kind": kind, "role": role,
         "tags": {cid: list(tag) for cid, tag in claim_tags(item).items()},
+        "options": claim_options(item), "requires": claim_requires(item),
         "implementation": guard.name if guard is not None else None,
         "extension": claim_extension(item),
         "seconds": round(rep.duration, 4), "message": "",
@@ -501,6 +546,11 @@ def pytest_runtest_makereport(item, call):
         # exception is a crash of the test itself (outcome "error": no counterexample, no verdict).
         is_check = isinstance(exc, (AssertionError, pytest.fail.Exception)) and rep.when == "call"
         entry["outcome"] = "failed" if is_check else "error"
+        if isinstance(exc, Unsatisfiable) and declines.count():
+            # Every drawn example was declined (attnclaims.declines): not applicable, with the first reason.
+            exc = NotApplicable(guard.name if guard is not None else "the implementation", reason=(
+                f"{declines.reasons()[0] if declines.reasons() else 'not applicable'} "
+                f"(declined every drawn example: {declines.count()})"))
         if isinstance(exc, NotApplicable):
             # A method that raised NotImplementedError/NotApplicable, or a variant it does not
             # declare: not applicable for this implementation, so pytest shows it as skipped too.
@@ -519,6 +569,11 @@ def pytest_runtest_makereport(item, call):
     if guard is not None:
         entry["calls"] = guard.calls
     entry["examples"] = _examples(item)
+    if declines.count():
+        entry["examples_declined"] = declines.count()
+        if entry["outcome"] == "passed":
+            entry["message"] = (f"ran {entry['examples'] or 0} examples, declined {declines.count()}: "
+                                f"{declines.reasons()[0] if declines.reasons() else ''}").rstrip(": ")
     entry.update(item.stash.get(_RECORD_KEY, {}))
     rep.user_properties.append(("attnclaims", dumps(entry)))
 
@@ -554,8 +609,10 @@ def evidence_from_entry(entry: dict) -> list[Evidence]:
     """One :class:`Evidence` per claim id of a recorded test."""
     out = []
     tags = entry.get("tags") or {}
+    options = entry.get("options") or {}
     for cid in entry["claims"]:
         kind, role = tags.get(cid, (entry["kind"], entry["role"]))
+        opts = options.get(cid) or {}
         out.append(Evidence(
             claim=cid, kind=kind, role=role, name=entry["test"], outcome=entry["outcome"],
             implementation=entry.get("implementation"), message=entry.get("message", ""),
@@ -563,6 +620,8 @@ def evidence_from_entry(entry: dict) -> list[Evidence]:
             counterexample=entry.get("counterexample"), repro=entry.get("repro"), measured=entry.get("measured"),
             bound=entry.get("bound"), capability=entry.get("capability"), data=entry.get("data", {}),
             figures=entry.get("figures", []), extension=entry.get("extension"),
+            part=opts.get("part"), self_comparison=bool(opts.get("self_comparison", False)),
+            requires=list(entry.get("requires") or []), examples_declined=entry.get("examples_declined"),
         ))
     return out
 

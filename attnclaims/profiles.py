@@ -20,8 +20,11 @@ from attnclaims.vocab import DEFAULT_PROFILE, PROFILES
 __all__ = ["PROFILES", "DEFAULT_PROFILE", "Limits", "current_profile", "limits"]
 
 # report_multiple_bugs=False: a test reports its one minimal failure, never an ExceptionGroup.
+# filter_too_much: an implementation that declines some inputs has those examples rejected
+# (attnclaims.declines); it is judged on the examples it ran, not failed by a health check.
 _common = dict(deadline=None, print_blob=True, report_multiple_bugs=False,
-               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                      HealthCheck.filter_too_much])
 # dev and ci skip the explain phase: on a failing library test it costs up to ~30 s and the report
 # already carries the shrunk example; thorough keeps it.
 _quick_phases = tuple(p for p in Phase if p is not Phase.explain)

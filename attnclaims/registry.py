@@ -26,7 +26,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 from graphlib import CycleError, TopologicalSorter
 
-from attnclaims.vocab import METHODS, VERDICT_WORDS
+from attnclaims.vocab import KINDS, METHOD_KIND, METHODS, VERDICT_WORDS
 
 VERDICTS = VERDICT_WORDS  # the words an expected_verdict may take
 REQUIRED_FIELDS = (
@@ -43,6 +43,40 @@ ZH_FIELDS = ("title_zh", "statement_zh", "precise_zh", "assumptions_zh", "qualif
 
 class RegistryError(ValueError):
     """A registry that cannot be used; the message is one line."""
+
+
+#: The fields of a claim's ``[[claims.parts]]`` table.
+PART_FIELDS = ("id", "statement", "label", "needs", "kinds", "checks", "statement_zh", "label_zh")
+#: The evidence kinds a part may name (a contract finding never decides a claim).
+PART_KINDS = tuple(k for k in KINDS if k != "contract")
+#: The id of the single part of a claim whose registry entry lists none: the whole statement.
+WHOLE = "statement"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a claim's precise statement (``[[claims.parts]]``).
+
+    ``needs``: the capabilities that can exercise it (any one of them; empty: the part does not depend
+    on the implementation — derivations, measurements on the reference). ``kinds``: the evidence kinds
+    that back it. ``checks``: ``fnmatch`` patterns of evidence names (``tests/test_proofs.py::
+    test_derivation[softmax-saturation/softmax-jacobian-*]``) that belong to this part when their test
+    does not say (``part=`` on its ``claim`` marker says). ``label``: a short noun phrase for the
+    verdict text ("default scale" -> "partial: default scale never called")."""
+
+    id: str
+    statement: str
+    label: str
+    needs: tuple[str, ...] = ()
+    kinds: tuple[str, ...] = ()
+    checks: tuple[str, ...] = ()
+    statement_zh: str = ""
+    label_zh: str = ""
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "statement": self.statement, "label": self.label, "needs": list(self.needs),
+                "kinds": list(self.kinds), "checks": list(self.checks), "statement_zh": self.statement_zh,
+                "label_zh": self.label_zh}
 
 
 @dataclass(frozen=True)
@@ -62,6 +96,9 @@ class Claim:
     notes: str = ""
     #: the Chinese texts: title, statement, precise, assumptions (a tuple), qualification, notes
     zh: dict = field(default_factory=dict, compare=False)
+    #: the parts of the precise statement (:class:`Part`); a claim that lists none has one, the whole
+    #: statement (id :data:`WHOLE`)
+    parts: tuple[Part, ...] = ()
 
     @property
     def is_historical(self) -> bool:
@@ -135,7 +172,7 @@ def _check_claim(path: Path, index: int, raw: object) -> Claim:
             raise _fail(path, where, f"field {name!r}: expected a list of strings")
         if name in raw and any(not x.strip() for x in raw[name]):
             raise _fail(path, where, f"field {name!r}: contains an empty string")
-    unknown = set(raw) - set(REQUIRED_FIELDS) - {"assumptions", "qualification", "notes"} - set(ZH_FIELDS)
+    unknown = set(raw) - set(REQUIRED_FIELDS) - {"assumptions", "qualification", "notes", "parts"} - set(ZH_FIELDS)
     if unknown:
         raise _fail(path, where, f"field {sorted(unknown)[0]!r}: unknown field")
     if not raw["methods"]:
@@ -148,6 +185,7 @@ def _check_claim(path: Path, index: int, raw: object) -> Claim:
                                  f"(expected one of {', '.join(VERDICTS)})")
     if raw["expected_verdict"] == "qualified" and not raw.get("qualification", "").strip():
         raise _fail(path, where, "field 'qualification': missing (required when expected_verdict is 'qualified')")
+    parts = _check_parts(path, where, raw)
     return Claim(
         id=raw["id"], section=raw["section"], title=raw["title"], quote=raw["quote"],
         statement=raw["statement"], precise=raw["precise"], methods=tuple(raw["methods"]),
@@ -155,7 +193,54 @@ def _check_claim(path: Path, index: int, raw: object) -> Claim:
         depends_on=tuple(raw["depends_on"]), assumptions=tuple(raw.get("assumptions", ())),
         qualification=raw.get("qualification", ""), notes=raw.get("notes", ""),
         zh={k.removesuffix("_zh"): (tuple(v) if isinstance(v, list) else v) for k, v in raw.items() if k in ZH_FIELDS},
+        parts=parts,
     )
+
+
+def _check_parts(path: Path, where: str, raw: dict) -> tuple[Part, ...]:
+    """The claim's ``parts``, validated; one :data:`WHOLE` part when it lists none."""
+    from attnclaims.protocol import CAPABILITIES
+
+    if "parts" not in raw:
+        return (Part(id=WHOLE, statement=raw["statement"], label="the statement",
+                     kinds=tuple(dict.fromkeys(METHOD_KIND[m] for m in raw["methods"])),
+                     statement_zh=raw.get("statement_zh", ""), label_zh="该论断" if raw.get("statement_zh") else ""),)
+    items = raw["parts"]
+    if not isinstance(items, list) or not items or not all(isinstance(x, dict) for x in items):
+        raise _fail(path, where, "field 'parts': expected a non-empty list of [[claims.parts]] tables")
+    parts: list[Part] = []
+    for i, part in enumerate(items):
+        pid = part.get("id")
+        at = f"field 'parts' ({pid!r})" if isinstance(pid, str) and pid else f"field 'parts[{i}]'"
+        unknown = sorted(set(part) - set(PART_FIELDS))
+        if unknown:
+            raise _fail(path, where, f"{at}: unknown field {unknown[0]!r} (expected one of {', '.join(PART_FIELDS)})")
+        for name in ("id", "statement", "label"):
+            if not isinstance(part.get(name), str) or not part[name].strip():
+                raise _fail(path, where, f"{at}: field {name!r} missing or not a non-empty string")
+        for name in ("statement_zh", "label_zh"):
+            if name in part and not (isinstance(part[name], str) and part[name].strip()):
+                raise _fail(path, where, f"{at}: field {name!r}: expected a non-empty string")
+        for name in ("needs", "kinds", "checks"):
+            value = part.get(name, [])
+            if not (isinstance(value, list) and all(isinstance(x, str) and x.strip() for x in value)):
+                raise _fail(path, where, f"{at}: field {name!r}: expected a list of non-empty strings")
+        if not all(c.isascii() and (c.islower() or c.isdigit() or c == "-") for c in pid):
+            raise _fail(path, where, f"{at}: field 'id': use lower-case letters, digits and '-'")
+        if pid in [p.id for p in parts]:
+            raise _fail(path, where, f"{at}: duplicate part id")
+        for cap in part.get("needs", []):
+            if cap not in CAPABILITIES:
+                raise _fail(path, where, f"{at}: field 'needs': unknown capability {cap!r}")
+        if not part.get("kinds"):
+            raise _fail(path, where, f"{at}: field 'kinds': missing or empty (the evidence kinds that back the part)")
+        for kind in part["kinds"]:
+            if kind not in PART_KINDS:
+                raise _fail(path, where, f"{at}: field 'kinds': unknown kind {kind!r} (expected one of {', '.join(PART_KINDS)})")
+        parts.append(Part(id=pid, statement=part["statement"], label=part["label"], needs=tuple(part.get("needs", [])),
+                          kinds=tuple(part["kinds"]), checks=tuple(part.get("checks", [])),
+                          statement_zh=part.get("statement_zh", ""), label_zh=part.get("label_zh", "")))
+    return tuple(parts)
 
 
 def _has_cjk(text: str) -> bool:
@@ -203,6 +288,11 @@ def _check_zh(path: Path, raw_claims: list, raw_notes: list) -> None:
         for x in zh:
             if _unbalanced_math(x):
                 raise _fail(path, where, "field 'assumptions_zh': a $…$ math span is not closed")
+        for part in raw.get("parts", []) if isinstance(raw.get("parts"), list) else []:
+            for name in ("statement_zh", "label_zh"):
+                if isinstance(part, dict) and not (isinstance(part.get(name), str) and _has_cjk(part[name])):
+                    raise _fail(path, where, f"field 'parts' ({part.get('id')!r}): field {name!r}: missing or "
+                                             f"not Chinese text (the Chinese edition needs it for every part)")
     for i, raw in enumerate(raw_notes):
         if not (isinstance(raw.get("note_zh"), str) and _has_cjk(raw["note_zh"])):
             raise _fail(path, f"integrity[{i}]", "field 'note_zh': missing or not Chinese text")

@@ -76,15 +76,18 @@ claim is refuted, blocked or an error, the independent column included;
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from graphlib import TopologicalSorter
 from typing import Iterable, Mapping, Sequence
 
+from attnclaims.declines import MIN_EXAMPLES_RAN, MIN_RAN_FRACTION, enough_examples
 from attnclaims.evidence import Evidence
-from attnclaims.vocab import (BLOCKED, BLOCKED_PREFIX, INDEPENDENT, NUMERIC_KINDS, OTHER_VERDICTS,
-                              PROBLEM_CATEGORIES, VERDICT_WORDS)
+from attnclaims.vocab import (BLOCKED, BLOCKED_PREFIX, EXTENSION, EXTENSION_PREFIX, INDEPENDENT, NUMERIC_KINDS,
+                              OTHER_VERDICTS, PARTIAL, PARTIAL_PREFIX, PROBLEM_CATEGORIES, STRENGTH, VERDICT_WORDS)
 
 __all__ = ["Verdict", "compute_verdicts", "exit_status", "evidence_for", "implementation_tested", "HOW_TO_READ",
-           "INDEPENDENT", "VERDICT_WORDS", "OTHER_VERDICTS", "BLOCKED_PREFIX", "NUMERIC_KINDS"]
+           "INDEPENDENT", "VERDICT_WORDS", "OTHER_VERDICTS", "BLOCKED_PREFIX", "NUMERIC_KINDS", "part_of",
+           "proof_status", "countable"]
 
 
 @dataclass
@@ -93,17 +96,27 @@ class Verdict:
 
     claim: str
     implementation: str              # the column: an implementation's name, or INDEPENDENT
-    verdict: str                     # the text shown: a verdict word, an other verdict, or "blocked by <id>"
+    verdict: str                     # the text shown: a verdict word, an other verdict, "blocked by <id>",
+    #                                  "partial: <what is missing>" or "verified — extension: <labels>"
     reason: str = ""
     blocked_by: str | None = None
     expected: str | None = None      # the registry's expected verdict, for display only
     qualification: str = ""          # the registry's correction text, when the verdict is "qualified"
     counts: dict = field(default_factory=dict)  # outcome -> number of items
+    #: each part of the claim in this column: {"id", "statement", "statement_zh", "verdict", "reason"}
+    parts: list = field(default_factory=list)
+    #: labels of the extensions whose checks ran and passed in this column
+    extensions: list = field(default_factory=list)
+    #: PARTIAL or EXTENSION for those texts; None: the category follows from the text
+    kind: str | None = None
 
     @property
     def category(self) -> str:
-        """The verdict's category (:data:`attnclaims.vocab.CATEGORIES`): ``blocked`` for "blocked by <id>"."""
-        return BLOCKED if self.blocked_by is not None else self.verdict
+        """The verdict's category (:data:`attnclaims.vocab.CATEGORIES`): ``blocked`` for "blocked by <id>",
+        ``partial`` for "partial: …", ``extension`` for "verified — extension: …"."""
+        if self.blocked_by is not None:
+            return BLOCKED
+        return self.kind or self.verdict
 
     @property
     def word(self) -> str:
@@ -133,6 +146,7 @@ class Verdict:
             "problem": self.is_problem, "reason": self.reason, "blocked_by": self.blocked_by,
             "expected": self.expected, "agrees_with_expected": self.agrees,
             "qualification": self.qualification, "counts": dict(self.counts),
+            "parts": [dict(p) for p in self.parts], "extensions": list(self.extensions),
         }
 
 
@@ -145,6 +159,30 @@ def evidence_for(evidence: Iterable[Evidence], claim: str, implementation: str) 
     """The items of ``claim`` in ``implementation``'s column: its own and the implementation-independent
     ones (for :data:`INDEPENDENT`: the independent ones only)."""
     return [e for e in evidence if e.claim == claim and e.implementation in (None, implementation)]
+
+
+def part_of(claim, e: Evidence) -> list[str]:
+    """The ids of the parts of ``claim`` (a registry claim) that item ``e`` backs: its ``part`` when the test
+    names one (and it is a part of the claim), else every part whose ``checks`` patterns match its name,
+    else the claim's first part."""
+    ids = [p.id for p in claim.parts]
+    if e.part in ids:
+        return [e.part]
+    matched = [p.id for p in claim.parts if any(fnmatchcase(e.name, pat) for pat in p.checks)]
+    return matched or ids[:1]
+
+
+def proof_status(e: Evidence) -> str:
+    """A derivation's ``data["proof_status"]``: general, instance or instance+cited (general when absent)."""
+    return str((e.data or {}).get("proof_status") or "general")
+
+
+def countable(e: Evidence) -> bool:
+    """Whether a passing item can support a verdict word: not a negative control, not a check that compares
+    the implementation only with itself, not an extension, and not a test that ran too few of its drawn
+    examples (:func:`attnclaims.declines.enough_examples`)."""
+    return (e.outcome == "passed" and e.role != "control" and not e.self_comparison and not e.extension
+            and enough_examples(e.examples, e.examples_declined))
 
 
 def _first_line(text: str | None) -> str:
@@ -183,9 +221,8 @@ def _not_applicable(items: Sequence[Evidence]) -> tuple[str, str]:
     return "not applicable", shown + (f" (and {len(reasons) - 3} more reasons)" if len(reasons) > 3 else "")
 
 
-def _positive(passed: Sequence[Evidence]) -> tuple[str, str]:
-    """Rules 4–8 on passing items (at least one of them not a control)."""
-    support = [e for e in passed if e.role != "control"]
+def _word(support: Sequence[Evidence]) -> tuple[str, str]:
+    """Rules 4–8 on the countable passing items of one part (at least one)."""
     if all(e.kind == "citation" for e in support):
         return "historical", f"cited ({len(support)} citation{'s' if len(support) != 1 else ''})"
     quals = [e for e in support if e.role == "qualification"]
@@ -195,53 +232,144 @@ def _positive(passed: Sequence[Evidence]) -> tuple[str, str]:
     if all(e.role == "illustration" for e in non_citation):
         return "illustrative", f"shown on constructed examples ({len(non_citation)} check(s))"
     proofs = [e for e in non_citation if e.kind == "proof"]
+    general = [e for e in proofs if proof_status(e) == "general"]
     numeric = [e for e in non_citation if e.kind in NUMERIC_KINDS]
-    if proofs and numeric:
-        return "proven", f"{len(proofs)} derivation(s) check and {len(numeric)} numerical check(s) pass"
-    what = f"{len(proofs)} derivation(s)" if proofs and not numeric else f"{len(numeric)} check(s)"
-    return "verified", f"{what} pass, nothing failed"
+    if general and numeric:
+        return "proven", f"{len(general)} general derivation(s) check and {len(numeric)} numerical check(s) pass"
+    cited = [e for e in proofs if proof_status(e) != "general"]
+    label = ""
+    if cited:
+        sources = [c for e in cited for c in (e.data or {}).get("cited", [])]
+        label = (f"; {len(cited)} derivation(s) check an instance" + (" + cited lemma" if any(
+            proof_status(e) == "instance+cited" for e in cited) else "") + (f" ({sources[0]})" if sources else "")
+                 + ", not a general proof")
+    if proofs and not numeric:
+        what = f"{len(proofs)} derivation(s)"
+    else:
+        what = f"{len(numeric)} check(s)" + (f" and {len(proofs)} derivation(s)" if proofs else "")
+    return "verified", f"{what} pass, nothing failed{label}"
 
 
-def _independent_verdict(items: Sequence[Evidence]) -> tuple[str, str]:
+def _weak(items: Sequence[Evidence], mine: bool) -> str:
+    """Why the passing items of a part do not count (mine: the implementation's own items)."""
+    passed = [e for e in items if e.outcome == "passed" and not e.extension]
+    few = [e for e in passed if e.role != "control" and not e.self_comparison
+           and not enough_examples(e.examples, e.examples_declined)]
+    if few:
+        e = few[0]
+        return (f"ran on too few examples ({e.examples or 0} of {(e.examples or 0) + (e.examples_declined or 0)} "
+                f"drawn; at least {MIN_EXAMPLES_RAN} and {MIN_RAN_FRACTION:.0%} must run): {e.name}")
+    if any(e.self_comparison for e in passed):
+        return "only self-comparisons passed (the implementation compared with itself)"
+    if any(e.role == "control" for e in passed):
+        return "only negative controls ran"
+    na = [e for e in items if e.outcome == "not-applicable"]
+    if na:
+        return _not_applicable(na)[1]
+    return "no check of it ran" if mine else "nothing recorded for it"
+
+
+def _missing_phrase(part, items: Sequence[Evidence]) -> str:
+    """The short text of a part that was not exercised, for "partial: …"."""
+    passed = [e for e in items if e.outcome == "passed" and not e.extension]
+    if any(e.role != "control" and not e.self_comparison and not enough_examples(e.examples, e.examples_declined)
+           for e in passed):
+        return f"{part.label} ran on too few examples"
+    if any(e.self_comparison for e in passed):
+        return f"{part.label} only self-compared"
+    if part.needs and not any(e.outcome == "passed" for e in items):
+        return f"{part.label} never called"
+    return f"{part.label} not checked"
+
+
+def _extensions(items: Sequence[Evidence]) -> list[str]:
+    return list(dict.fromkeys(str(e.extension) for e in items
+                              if e.extension and e.outcome == "passed" and e.role != "control"))
+
+
+def _parts_verdict(claim, own: Sequence[Evidence], independent: Sequence[Evidence],
+                   column: str) -> tuple[str, str, list[dict], str | None]:
+    """Rules 4–8 part by part, then the weakest (or partial). ``own``: the column's implementation's items
+    (empty for :data:`INDEPENDENT`). Returns (verdict, reason, parts, kind)."""
+    rows, words, missing = [], [], []
+    for part in claim.parts:
+        mine = [e for e in own if part.id in part_of(claim, e)]
+        free = [e for e in independent if part.id in part_of(claim, e)]
+        support_own = [e for e in mine if countable(e)]
+        support_free = [e for e in free if countable(e)]
+        exercised = bool(support_own) or (bool(support_free) and (not part.needs or column == INDEPENDENT))
+        row = {"id": part.id, "statement": part.statement, "statement_zh": part.statement_zh,
+               "label": part.label, "label_zh": part.label_zh}
+        if not exercised:
+            why = _weak(mine or free, bool(own))
+            if part.needs and column != INDEPENDENT and not support_own:
+                why = (f"needs one of {', '.join(part.needs)}; " + why) if not mine else why
+            row.update(verdict="not exercised", reason=why)
+            missing.append(_missing_phrase(part, mine or free))
+        else:
+            word, why = _word([*support_own, *support_free])
+            row.update(verdict=word, reason=why)
+            words.append(word)
+        rows.append(row)
+    if missing:
+        done = [r for r in rows if r["verdict"] != "not exercised"]
+        reason = "; ".join(f"{r['label']}: {r['reason']}" for r in rows if r["verdict"] == "not exercised")
+        if done:
+            reason += "; exercised: " + ", ".join(f"{r['label']} ({r['verdict']})" for r in done)
+        return PARTIAL_PREFIX + "; ".join(missing), reason, rows, PARTIAL
+    weakest = max(words, key=STRENGTH.index)
+    if len(rows) == 1:
+        return weakest, rows[0]["reason"], rows, None
+    reason = f"weakest of {len(rows)} parts: " + "; ".join(f"{r['label']}: {r['verdict']}" for r in rows)
+    why = next(r["reason"] for r in rows if r["verdict"] == weakest)
+    return weakest, f"{reason} ({why})", rows, None
+
+
+def _independent_verdict(claim, items: Sequence[Evidence]) -> tuple[str, str, list[dict], str | None]:
     """Rules 1–8 for a claim no implementation check touches (its :data:`INDEPENDENT` column)."""
     problem = _problems(items)
     if problem:
-        return problem
+        return (*problem, [], None)
     if not items:
-        return "no evidence", "no proof, test or measurement recorded anything for this claim"
+        return "no evidence", "no proof, test or measurement recorded anything for this claim", [], None
     stated = [e for e in items if not e.extension]
     if not stated:
         names = ", ".join(dict.fromkeys(str(e.extension) for e in items))
-        return "no evidence", f"only checks of extensions ({names}) exist; the claim as stated was not checked"
+        return "no evidence", f"only checks of extensions ({names}) exist; the claim as stated was not checked", [], None
     ran = [e for e in stated if e.outcome == "passed"]
     if not ran:
-        return _not_applicable(stated)
-    if not any(e.role != "control" for e in ran):
-        return "no evidence", f"only negative controls ran ({len(ran)}); they cannot support the claim on their own"
-    return _positive(ran)
+        return (*_not_applicable(stated), [], None)
+    if not any(countable(e) for e in ran):
+        return "no evidence", f"no check that can support the claim passed: {_weak(stated, False)}", [], None
+    return _parts_verdict(claim, [], items, INDEPENDENT)
 
 
-def _implementation_verdict(own: Sequence[Evidence], independent: Sequence[Evidence],
-                            implementation: str) -> tuple[str, str]:
+def _implementation_verdict(claim, own: Sequence[Evidence], independent: Sequence[Evidence],
+                            implementation: str) -> tuple[str, str, list[dict], str | None]:
     """Rules 1–8 for ``implementation``'s column: independent items refute or error, but support a
     positive verdict only together with the implementation's own passing checks."""
     problem = _problems([*own, *independent])
     if problem:
-        return problem
+        return (*problem, [], None)
     if not own:
-        return "no evidence", f"none of this claim's implementation checks ran for {implementation}"
-    stated = [e for e in own if not e.extension]
-    ran = [e for e in stated if e.outcome == "passed"]
-    if not ran:
-        if stated:
-            return _not_applicable(stated)
-        names = ", ".join(dict.fromkeys(str(e.extension) for e in own))
-        return "not applicable", (f"only checks of extensions ({names}) exist for {implementation}; "
-                                  "the claim as stated was not checked")
-    if not any(e.role != "control" for e in ran):
-        return "no evidence", (f"only negative controls ran for {implementation} ({len(ran)}); they cannot "
-                               "support the claim on their own")
-    return _positive([*ran, *(e for e in independent if e.outcome == "passed" and not e.extension)])
+        return "no evidence", f"none of this claim's implementation checks ran for {implementation}", [], None
+    if not any(countable(e) for e in own):
+        extensions = _extensions(own)
+        stated = [e for e in own if not e.extension]
+        if extensions:
+            what = ("none of the checks of the claim as stated passed" if not stated
+                    else f"the claim as stated: {_weak(stated, True)}")
+            return (EXTENSION_PREFIX + ", ".join(extensions),
+                    f"checks of extensions ran and passed for {implementation}; {what}", [], EXTENSION)
+        if stated and not any(e.outcome == "passed" for e in stated):
+            return (*_not_applicable(stated), [], None)
+        if not stated:
+            names = ", ".join(dict.fromkeys(str(e.extension) for e in own))
+            return "not applicable", (f"only checks of extensions ({names}) exist for {implementation}; "
+                                      "the claim as stated was not checked"), [], None
+        return "no evidence", (f"no check of {implementation} that can support the claim passed: "
+                               f"{_weak(stated, True)}; they cannot support the claim on their own"), [], None
+    return _parts_verdict(claim, own, independent, implementation)
 
 
 def compute_verdicts(registry, evidence: Sequence[Evidence], implementations: Sequence[str],
@@ -258,20 +386,21 @@ def compute_verdicts(registry, evidence: Sequence[Evidence], implementations: Se
         if e.claim in by_claim:
             by_claim[e.claim].append(e)
     columns: dict[str, list[str]] = {}
-    own: dict[tuple[str, str], tuple[str, str, dict]] = {}
+    own: dict[tuple[str, str], tuple] = {}
     # Own verdicts of every claim (also unselected ones that have evidence), so dependencies resolve.
     for cid, items in by_claim.items():
+        claim = registry.get(cid)
         independent = [e for e in items if e.implementation is None]
         if any(e.implementation is not None and e.outcome != "error" for e in items):
             columns[cid] = list(implementations)
             for impl in implementations:
                 mine = [e for e in items if e.implementation == impl]
-                verdict, reason = _implementation_verdict(mine, independent, impl)
-                own[(cid, impl)] = (verdict, reason, _counts([*mine, *independent]))
+                verdict, reason, parts, kind = _implementation_verdict(claim, mine, independent, impl)
+                own[(cid, impl)] = (verdict, reason, _counts([*mine, *independent]), parts, kind, _extensions(mine))
         else:  # every item is independent, or an error a stopped run recorded for an implementation
             columns[cid] = [INDEPENDENT]
-            verdict, reason = _independent_verdict(items)
-            own[(cid, INDEPENDENT)] = (verdict, reason, _counts(items))
+            verdict, reason, parts, kind = _independent_verdict(claim, items)
+            own[(cid, INDEPENDENT)] = (verdict, reason, _counts(items), parts, kind, _extensions(items))
 
     def column_of(cid: str, impl: str) -> str:
         return impl if impl in columns[cid] else INDEPENDENT
@@ -295,7 +424,7 @@ def compute_verdicts(registry, evidence: Sequence[Evidence], implementations: Se
         claim = registry.get(cid)
         out[cid] = {}
         for col in columns[cid]:
-            verdict, reason, counts = own[(cid, col)]
+            verdict, reason, counts, parts, kind, extensions = own[(cid, col)]
             blocked_by = blocked.get((cid, col))
             if blocked_by is not None:
                 verdict = BLOCKED_PREFIX + blocked_by
@@ -305,7 +434,7 @@ def compute_verdicts(registry, evidence: Sequence[Evidence], implementations: Se
                 claim=cid, implementation=col, verdict=verdict, reason=reason, blocked_by=blocked_by,
                 expected=claim.expected_verdict,
                 qualification=claim.qualification if verdict == "qualified" else "",
-                counts=counts,
+                counts=counts, parts=parts, extensions=extensions, kind=kind if blocked_by is None else None,
             )
     return out
 
@@ -317,9 +446,14 @@ def _counts(items: Iterable[Evidence]) -> dict[str, int]:
     return counts
 
 
-def exit_status(verdicts: Mapping[str, Mapping[str, Verdict]]) -> int:
-    """0 when no column of any claim is refuted, blocked or an error, else 1."""
-    return int(any(v.is_problem for per_column in verdicts.values() for v in per_column.values()))
+def exit_status(verdicts: Mapping[str, Mapping[str, Verdict]], *, contract_findings: int = 0,
+                strict_contract: bool = False) -> int:
+    """0 when no column of any claim is refuted, blocked or an error, else 1. Contract findings (checks of
+    the protocol's edges that failed: ``contract_findings`` of them) make it 1 only with
+    ``strict_contract`` (the command line's ``--strict-contract``); by default they are reported apart
+    and never change the exit status."""
+    problem = any(v.is_problem for per_column in verdicts.values() for v in per_column.values())
+    return int(problem or (strict_contract and contract_findings > 0))
 
 
 HOW_TO_READ = [

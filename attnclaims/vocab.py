@@ -7,7 +7,9 @@
 * outcomes, kinds and roles of one piece of evidence;
 * the registry's methods and the evidence kind each one promises;
 * the hypothesis profiles;
-* :data:`INDEPENDENT` — the column of claims that no implementation check touches.
+* :data:`INDEPENDENT` — the column of claims that no implementation check touches;
+* ``partial: …`` and ``verified — extension: …`` — a column where some but not all parts of the claim,
+  or only extensions of it, were checked (:data:`PARTIAL`, :data:`EXTENSION`).
 """
 from __future__ import annotations
 
@@ -15,13 +17,24 @@ from __future__ import annotations
 VERDICT_WORDS = ("proven", "verified", "qualified", "illustrative", "historical", "refuted")
 #: Verdicts the engine adds when the evidence cannot support one of the six words.
 OTHER_VERDICTS = ("error", "no evidence", "not applicable")
+#: A column whose checks ran and passed for some parts of the claim but not for every part: its text is
+#: ``PARTIAL_PREFIX + <what is missing>`` ("partial: default scale never called"); category :data:`PARTIAL`.
+PARTIAL_PREFIX = "partial: "
+PARTIAL = "partial"
+#: A column whose only passing checks are checks of extensions (variants the article does not state):
+#: its text is ``EXTENSION_PREFIX + <labels>`` ("verified — extension: causal alignment"); category
+#: :data:`EXTENSION`. It says "checked and fine" for the variant, never a verdict on the claim as stated.
+EXTENSION_PREFIX = "verified — extension: "
+EXTENSION = "extension"
 #: The display text of a blocked verdict is ``BLOCKED_PREFIX + <root claim id>``; its category is
 #: :data:`BLOCKED`.
 BLOCKED_PREFIX = "blocked by "
 BLOCKED = "blocked"
 #: Every verdict category, in the order summaries list them.
 CATEGORIES = ("proven", "verified", "qualified", "illustrative", "historical", "refuted", BLOCKED,
-              "error", "no evidence", "not applicable")
+              "error", PARTIAL, EXTENSION, "no evidence", "not applicable")
+#: The verdict words a part (and so a claim, the weakest of its parts) can earn, strongest first.
+STRENGTH = ("proven", "verified", "qualified", "illustrative", "historical")
 #: Categories that make the exit status 1: a counterexample, a consequence of one, or a crash.
 PROBLEM_CATEGORIES = ("refuted", BLOCKED, "error")
 
@@ -36,6 +49,10 @@ OUTCOMES = ("passed", "failed", "not-applicable", "error")
 #: ``contract``: a check of the protocol's edges (a malformed shape, width, mask or dtype must be refused).
 #: A contract finding is reported in its own section and never makes a claim refuted or blocked.
 KINDS = ("proof", "property", "statistical", "measurement", "conformance", "citation", "contract")
+#: ``data["proof_status"]`` of a derivation: ``general`` (every step machine-checked for every size; the
+#: only status that can make a part proven), ``instance`` (checked for given sizes only) or
+#: ``instance+cited`` (the decisive step is a cited lemma): both count as verified-level support.
+PROOF_STATUSES = ("general", "instance", "instance+cited")
 #: Kinds that count as numerical evidence (a derivation plus one of these makes a claim "proven").
 NUMERIC_KINDS = ("property", "statistical", "measurement", "conformance")
 #: support: backs the statement; qualification: demonstrates where the sentence as written is

@@ -146,7 +146,12 @@ VariantNotApplicable = pytest.skip.Exception
 
 
 def not_applicable(message: str):
-    """Stop the running check as not applicable with ``message`` (a pytest skip: see VariantNotApplicable)."""
+    """Stop the running check as not applicable with ``message`` (a pytest skip: see VariantNotApplicable);
+    while hypothesis draws or runs an example, the example is declined instead (counted and rejected,
+    :mod:`attnclaims.declines`), so the examples the implementation supports still run."""
+    from attnclaims import declines
+
+    declines.decline(message)
     pytest.skip(message)
 
 

@@ -324,11 +324,16 @@ def test_a_passing_extension_qualification_does_not_qualify_the_claim_as_stated(
     assert v.verdict == "proven"
 
 
-def test_only_extension_checks_leave_the_claim_as_stated_not_applicable(registry):
+def test_only_extension_checks_show_the_extension_not_a_verdict_on_the_claim_as_stated(registry):
+    """Checked and fine for the variant is told apart from not checked: "verified — extension: RMSNorm",
+    category extension (not verified), and the reason names what the claim as stated lacked."""
     evidence = [ev("root", kind="proof", impl=None), ext("root"), ev("root", "not-applicable", message="x has no layer_norm")]
     v = verdict(registry, evidence, "root")
-    assert v.verdict == "not applicable" and "has no layer_norm" in v.reason
+    assert v.verdict == "verified — extension: RMSNorm" and v.category == "extension"
+    assert "has no layer_norm" in v.reason and v.extensions == ["RMSNorm"] and not v.is_problem
     v = verdict(registry, [ev("root", kind="proof", impl=None), ext("root")], "root")
+    assert v.verdict == "verified — extension: RMSNorm" and "as stated" in v.reason
+    v = verdict(registry, [ev("root", kind="proof", impl=None), ext("root", "not-applicable")], "root")
     assert v.verdict == "not applicable" and "RMSNorm" in v.reason
 
 
@@ -354,7 +359,10 @@ def test_the_report_schema_spells_the_vocabulary_words_as_vocab_does():
     assert tuple(defs["claim"]["properties"]["methods"]["items"]["enum"]) == vocab.METHODS
     details = defs["claim"]["properties"]["verdict_details"]["additionalProperties"]["properties"]
     assert tuple(details["category"]["enum"]) == vocab.CATEGORIES
-    assert set(vocab.CATEGORIES) == set(vocab.VERDICT_WORDS) | set(vocab.OTHER_VERDICTS) | {vocab.BLOCKED}
+    assert set(vocab.CATEGORIES) == (set(vocab.VERDICT_WORDS) | set(vocab.OTHER_VERDICTS)
+                                     | {vocab.BLOCKED, vocab.PARTIAL, vocab.EXTENSION})
+    assert defs["verdict"]["anyOf"][3]["pattern"] == "^" + vocab.PARTIAL_PREFIX + ".+"
+    assert defs["verdict"]["anyOf"][4]["pattern"] == "^" + vocab.EXTENSION_PREFIX + ".+"
 
 
 def test_a_stopped_run_on_a_claim_without_implementation_checks_is_an_error_in_the_independent_column(registry):
