@@ -5,7 +5,8 @@ keys are all masked (NaN, zeros, the mean of V — all three exist in PyTorch,
 ONNX and onnxruntime), whether NaN in a masked-out value row leaks into the
 output, and causal alignment when n_q ≠ n_k (top-left or bottom-right). Each
 probe records what it found with ``attn_record(convention=…, value=…)`` and
-passes whatever the answer — including an exception. How far the other queries'
+passes whatever the answer — including an exception; a probe that computed nothing (no call made,
+or every call raised ``NotImplementedError``) records nothing and is not applicable. How far the other queries'
 rows are from the reference is recorded alongside (in units of their derived
 bound), not judged: the claim tests do that. The probes are tagged with the
 claim they bear on, role ``illustration``.
@@ -17,7 +18,7 @@ import inspect
 import numpy as np
 import pytest
 
-from attnclaims.guard import CheckFailure
+from attnclaims.guard import CheckFailure, NotApplicable
 from attnclaims.reference import attention as ref_attention
 from attnclaims.reference import init_multi_head, multi_head_attention as ref_mha
 from attnclaims.checks import strategies as S
@@ -115,20 +116,21 @@ def _causal_keyword(fn):
 @pytest.mark.claim("decoder-masking", role="illustration")
 @pytest.mark.requires("attention")
 def test_causal_alignment_convention(impl, attn_record):
-    """Record the causal alignment for n_q ≠ n_k: if ``attention`` takes ``is_causal``/``causal``, call it with
-    2 queries and 3 keys and see whether query 0 sees key 0 only (top-left) or keys 0–1 (bottom-right).
-    Otherwise the protocol's masks are explicit (and the decoder's causal mask is square): 'not exposed'."""
+    """Record the causal alignment for n_q ≠ n_k: if ``attention`` takes ``is_causal``/``causal``, call it (through
+    the guard) with 2 queries and 3 keys and see whether query 0 sees key 0 only (top-left) or keys 0–1
+    (bottom-right). Otherwise the protocol's masks are explicit (and the decoder's causal mask is square):
+    nothing is computed, so nothing is recorded — not applicable, never a passed probe."""
     keyword = _causal_keyword(getattr(impl.impl, "attention", None))
     if keyword is None:
-        attn_record(convention="causal-alignment", value="not exposed (explicit masks; square decoder mask)")
-        return
+        raise NotApplicable(impl.name, reason=f"not applicable: {impl.name} · attention takes no is_causal/causal "
+                                              "keyword (explicit masks; the decoder's causal mask is square)")
     q = np.zeros((2, 2), dtype=impl.dtype)
     k = np.zeros((3, 2), dtype=impl.dtype)
     v = np.eye(3, dtype=impl.dtype)
-    try:
-        weights = np.asarray(impl.impl.attention(q, k, v, **{keyword: True}), dtype=np.float64)
-    except Exception as exc:
-        attn_record(convention="causal-alignment", value="raises", detail=f"{type(exc).__name__}: {exc}"[:300])
+    try:  # NotImplementedError or NotApplicable from the call: the guard makes the probe not applicable
+        weights = np.asarray(impl.call("attention", q, k, v, finite=False, **{keyword: True}), dtype=np.float64)
+    except CheckFailure as exc:
+        attn_record(convention="causal-alignment", value="raises", detail=str(exc)[:300])
         return
     top_left = S.causal_masks(2, 3)
     bottom_right = np.arange(3)[None, :] <= np.arange(2)[:, None] + 1
@@ -142,11 +144,23 @@ def test_causal_alignment_convention(impl, attn_record):
 
 
 def _probe(impl, capability, *args):
-    """The call's output as float64, or the failure's first line (a capability may refuse a variant)."""
+    """The call's output as float64, the failure's first line (a capability may refuse a variant), or the
+    :class:`NotApplicable` the call raised (``NotImplementedError``: the variant is not supported)."""
     try:
         return np.asarray(impl.call(capability, *args, finite=False), dtype=np.float64)
     except CheckFailure as exc:
         return f"raises: {str(exc).splitlines()[0][:200]}"
+    except NotApplicable as exc:
+        return exc
+
+
+def _computed_something(impl, capability: str, observed: dict) -> dict:
+    """``observed`` with each declined call as its "not applicable" line; raises :class:`NotApplicable` when every
+    call declined: a probe that computed nothing records nothing."""
+    declined = [v for v in observed.values() if isinstance(v, NotApplicable)]
+    if declined and len(declined) == len(observed):
+        raise NotApplicable(impl.name, capability, reason=f"{declined[0]} (every probe call declined)")
+    return {k: str(v) if isinstance(v, NotApplicable) else v for k, v in observed.items()}
 
 
 @pytest.mark.claim("decoder-masking", role="illustration", extension="causal alignment")
@@ -162,10 +176,11 @@ def test_causal_attention_alignment_convention(impl, attn_record):
     observed = {}
     for alignment in shapes:
         out = _probe(impl, "causal_attention", q, k, v, alignment)
-        if isinstance(out, str):
+        if isinstance(out, (str, NotApplicable)):
             observed[alignment] = out
             continue
         observed[alignment] = next((name for name, m in shapes.items() if np.array_equal(out > 0, m)), "other")
+    observed = _computed_something(impl, "causal_attention", observed)
     attn_record(convention="causal-alignment (causal_attention)", value=observed,
                 declared=list(declared_variants(impl)["causal_alignment"]))
 
@@ -183,9 +198,10 @@ def test_rotary_pair_layout_convention(impl, attn_record):
     observed = {}
     for layout in ("interleaved", "half"):
         out = _probe(impl, "rotary_embedding", x, np.array([1]), 10000.0, layout)
-        if isinstance(out, str):
+        if isinstance(out, (str, NotApplicable)):
             observed[layout] = out
             continue
         partner = int(np.argmax(np.abs(out[0, 1:]))) + 1
         observed[layout] = {1: "interleaved", 2: "half"}.get(partner, "other")
+    observed = _computed_something(impl, "rotary_embedding", observed)
     attn_record(convention="rope-layout", value=observed, declared=list(declared_variants(impl)["rope_layout"]))

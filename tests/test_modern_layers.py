@@ -381,3 +381,78 @@ def test_step_decoding_equals_the_parallel_pass(impl, case, schedule):
     T.assert_close(out, impl.decoder_block(c.x, c.params), 2 * _block_bound(impl, c.x, c.params),
                    f"{len(caches)} decoder_block_step calls (n={n}, prompt_length={prompt}, chunk={chunk}) vs "
                    "decoder_block", names=("step decoding", "parallel pass"))
+
+
+# ---------------------------------------------------------------------------------------------
+# A step is a function of the cache it is handed (parallel-training, decoder-masking)
+# ---------------------------------------------------------------------------------------------
+
+def _step_bounds(n: int, prompt: int, chunk: int) -> list[int]:
+    """The positions where the calls of :func:`cached_decode` start and end: the prompt in one call, then
+    ``chunk`` at a time ([0, prompt, prompt + chunk, …, n], without repeats)."""
+    return sorted({0, prompt, *range(prompt + chunk, n, chunk), n})
+
+
+@st.composite
+def _several_step_schedules(draw, n: int) -> tuple[int, int]:
+    """(prompt_length, chunk) as :func:`~attnclaims.checks.modern_strategies.decode_schedules`, but always at
+    least two calls (n ≥ 2): a step handed a cache needs a cache to be handed."""
+    prompt = draw(st.integers(0, n - 1))
+    chunk = draw(st.sampled_from([1, 1, 2, 3, max(1, n - 1)]))
+    return prompt, chunk
+
+
+@pytest.mark.claim("parallel-training", "decoder-masking", kind="conformance", extension=CACHE)
+@pytest.mark.requires("decoder_block_step")
+@given(case=M.block_cases(min_seq=2, max_seq=16), schedule=st.data())
+def test_two_sequences_decoded_in_turn_each_match_the_reference(impl, case, schedule):
+    """Decode two sequences of the same shape in turn — a step of the first, the same step of the second, each
+    handed its own sequence's cache, of the same length as the other's: both outputs equal the reference's
+    parallel causal pass. A step that keeps its cache inside the object instead of using the one it is handed
+    (right as long as one sequence is decoded at a time) mixes the two."""
+    c = case.cast(impl.dtype)
+    n = c.x.shape[-2]
+    prompt, chunk = schedule.draw(_several_step_schedules(n), label="(prompt_length, chunk)")
+    xs = (c.x, schedule.draw(S.random_arrays(c.x.shape, dtype=impl.dtype), label="second sequence"))
+    caches, outs = [None, None], [[], []]
+    bounds = _step_bounds(n, prompt, chunk)
+    for start, stop in zip(bounds[:-1], bounds[1:]):
+        for s, x in enumerate(xs):
+            y, caches[s] = impl.decoder_block_step(np.ascontiguousarray(x[..., start:stop, :]), caches[s], c.params,
+                                                   start)
+            outs[s].append(y)
+    for s, x in enumerate(xs):
+        T.assert_close(np.concatenate(outs[s], axis=-2), ref_block(x, c.params),
+                       T.conformance(MT.decoder_block_error, x, c.params, dtype=impl.dtype),
+                       f"sequence {s + 1} of 2 decoded in turn ({len(bounds) - 1} steps each, prompt_length={prompt}, "
+                       f"chunk={chunk}) vs reference decoder_block", names=("step decoding", "parallel pass"))
+
+
+@pytest.mark.claim("parallel-training", "decoder-masking", kind="conformance", extension=CACHE)
+@pytest.mark.requires("decoder_block_step")
+@given(case=M.block_cases(min_seq=2, max_seq=16), schedule=st.data())
+def test_a_step_from_an_earlier_or_another_cache_matches_the_reference(impl, case, schedule):
+    """Prefill a second sequence x' to a length p, decode x to its end, then step the same new tokens from
+    x's earlier cache of length p (a replay) and from x''s cache (another cache of the same length): each
+    output is the reference's for its own prefix followed by the new tokens, whatever the step decoded
+    in between. A step that uses keys and values it kept itself, rather than the cache it is handed,
+    answers one of the two with the other's prefix."""
+    c = case.cast(impl.dtype)
+    n = c.x.shape[-2]
+    prompt, chunk = schedule.draw(_several_step_schedules(n), label="(prompt_length, chunk)")
+    bounds = _step_bounds(n, prompt, chunk)
+    p = schedule.draw(st.sampled_from(bounds[1:-1]), label="p (the length of an earlier cache)")
+    x_other = schedule.draw(S.random_arrays(c.x[..., :p, :].shape, dtype=impl.dtype), label="x'[:p]")
+    _, other = impl.decoder_block_step(x_other, None, c.params, 0)
+    _, caches = _step_decode(impl, c.x, c.params, prompt, chunk)
+    earlier = next(cache for cache in caches if cache.length == p)  # the guard has checked every length
+    n_t = schedule.draw(st.integers(1, n - p), label="number of new tokens")
+    x_new = schedule.draw(S.random_arrays(c.x[..., p : p + n_t, :].shape, dtype=impl.dtype), label="new tokens")
+    for which, cache, prefix in (("x's earlier cache", earlier, c.x[..., :p, :]), ("the cache of x'", other, x_other)):
+        y, _ = impl.decoder_block_step(x_new, cache, c.params, p)
+        x_full = np.concatenate([prefix, x_new], axis=-2)
+        b = T.conformance(MT.decoder_block_error, x_full, c.params, dtype=impl.dtype)
+        T.assert_close(y, ref_block(x_full, c.params)[..., p:, :], T.Bound(b.abs[..., p:, :], b.tol),
+                       f"step of {n_t} new tokens from {which} (positions 0..{p - 1}), after decoding all {n} "
+                       f"positions of x (prompt_length={prompt}, chunk={chunk}) vs reference decoder_block",
+                       names=("step from a handed cache", "parallel pass"))

@@ -43,6 +43,7 @@ from attnclaims.tests import test_modern_layers as ml
 from attnclaims.tests import test_modern_gradients as mgr
 from attnclaims.zoo import modern_backward_mutants as MBM
 from attnclaims.zoo import broken as B
+from attnclaims.zoo import misbehaving as MB
 from attnclaims.zoo.mutants import MUTANTS
 
 
@@ -165,6 +166,9 @@ CONTROLS = [
     (ml.test_step_decoding_matches_the_reference_parallel_pass, {}, zoo("cache_not_updated")),
     (ml.test_step_cache_matches_the_reference_cache, {}, zoo("cache_updated_twice")),
     (ml.test_step_cache_matches_the_reference_cache, {}, zoo("rope_positions_restart")),
+    # a step that keeps its own cache and ignores the one it is handed (right for one sequence decoded in order)
+    (ml.test_two_sequences_decoded_in_turn_each_match_the_reference, {}, MB.KeepsItsOwnCache),
+    (ml.test_a_step_from_an_earlier_or_another_cache_matches_the_reference, {}, MB.KeepsItsOwnCache),
     # the contract
     (contract.test_batch_elements_are_independent, {"capability": "attention"}, zoo("batch_uses_first_values")),
     (contract.test_masks_broadcast, {"capability": "attention"}, B.MaskDroppedWhenShared),

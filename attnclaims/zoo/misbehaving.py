@@ -32,9 +32,17 @@ the call named (``HoldsGIL``); be scored as partial, never as passed, when the c
 session (``Interrupts``: KeyboardInterrupt) or the process (``ExitsProcess``: ``os._exit(0)``).
 What happens at import time (a thread, ``sys.exit``, ``os.chdir``, a hang) needs a module of its
 own; the meta tests write those into a temporary folder.
+
+:data:`BUYS_A_VERDICT` lists the ones that try to pass checks they should fail by reaching what the
+test computes its expected value from, or by keeping state between calls (tests/meta/test_hostile_implementations.py):
+``ChangesItsParams`` sets a field of its frozen params (``object.__setattr__(params, "eps", 0.5)``) and
+computes with the changed object, ``ChangesParamsLater`` keeps the params it was given and changes them
+during its next call, ``KeepsItsOwnCache`` has a ``decoder_block_step`` that ignores the cache it is
+handed and uses the keys and values it kept itself (right whenever one sequence is decoded in order).
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import threading
@@ -46,7 +54,8 @@ from attnclaims.reference.impl import Reference
 
 __all__ = ["Raises", "WrongShape", "WrongDtype", "ReturnsNaN", "ReturnsList", "MutatesInput",
            "Nondeterministic", "Hangs", "RaisingProperty", "MISBEHAVING", "ThreadInMethod", "ThreadInConstructor",
-           "HoldsGIL", "Interrupts", "ExitsProcess", "PROCESS_LEVEL"]
+           "HoldsGIL", "Interrupts", "ExitsProcess", "PROCESS_LEVEL", "ChangesItsParams", "ChangesParamsLater",
+           "KeepsItsOwnCache", "BUYS_A_VERDICT"]
 
 
 class _Misbehaving(Reference):
@@ -242,4 +251,67 @@ class ExitsProcess(_Misbehaving):
 #: class name -> class: misbehaviour towards the process (see the module's docstring)
 PROCESS_LEVEL: dict[str, type[_Misbehaving]] = {
     cls.__name__: cls for cls in (ThreadInMethod, ThreadInConstructor, HoldsGIL, Interrupts, ExitsProcess)
+}
+
+
+# -- implementations that try to buy a verdict ------------------------------------------------------
+
+class ChangesItsParams(Reference):
+    """``encoder_layer`` sets ``params.eps`` to 0.5 on the (frozen) params it is given and computes with it: if
+    the test computed its expected value from the same object afterwards, the wrong layer would match."""
+
+    name = "misbehaving-changes-its-params"
+    affected = ("encoder_layer",)
+    expected = "modified its input #2 in place: eps was "
+
+    def encoder_layer(self, x, params, mask=None):
+        object.__setattr__(params, "eps", 0.5)
+        return Reference.encoder_layer(self, x, params, mask=mask)
+
+
+class ChangesParamsLater(Reference):
+    """``encoder_layer`` keeps the params of each call and, during the next call, sets ``eps`` of the kept one
+    to 0.5 — after the guard compared that call's inputs — then computes with ε = 0.5 throughout."""
+
+    name = "misbehaving-changes-params-later"
+    affected = ("encoder_layer",)
+
+    def __init__(self):
+        self._kept = None
+
+    def encoder_layer(self, x, params, mask=None):
+        if self._kept is not None:
+            object.__setattr__(self._kept, "eps", 0.5)
+        self._kept = params
+        return Reference.encoder_layer(self, x, dataclasses.replace(params, eps=0.5), mask=mask)
+
+
+class KeepsItsOwnCache(Reference):
+    """``decoder_block_step`` ignores the cache it is handed: it keeps the keys and values it computed, cut at
+    ``position`` (so one sequence decoded in order, and a call repeated with the same inputs, give the right
+    outputs and caches), and steps against those. Two sequences decoded in turn, or a step replayed from an
+    earlier cache with other tokens, expose it."""
+
+    name = "misbehaving-keeps-its-own-cache"
+    affected = ("decoder_block_step",)
+
+    def __init__(self):
+        self._kv = None
+
+    def decoder_block_step(self, x_t, cache, params, position):
+        from attnclaims.reference.modern import KVCache
+
+        own = None
+        if position and self._kv is not None and self._kv[0].shape[-2] >= position:
+            own = KVCache(self._kv[0][..., :position, :], self._kv[1][..., :position, :])
+        elif position:
+            own = cache  # nothing kept that long yet (a new test case): start from the one handed
+        y, new = Reference.decoder_block_step(self, x_t, own, params, position)
+        self._kv = (new.k, new.v)
+        return y, new
+
+
+#: class name -> class: implementations that try to buy a verdict (see the module's docstring)
+BUYS_A_VERDICT: dict[str, type] = {
+    cls.__name__: cls for cls in (ChangesItsParams, ChangesParamsLater, KeepsItsOwnCache)
 }
