@@ -10,6 +10,10 @@ The bugs are either from the mutant zoo (:mod:`attnclaims.zoo.mutants`,
 by name) or the smallest changes of :mod:`attnclaims.zoo.broken`, subclasses of the zoo's correct
 ``Composed`` base, so that a bug in attention travels up into multi-head attention and the layers.
 
+Every control runs under the fixed, derandomized ``ci`` draw (:data:`CONTROL_PROFILE`), whatever
+``--profile`` and ``--seed`` the run was given: a control must fail for every seed and profile, so it
+cannot depend on the draw.
+
 The zoo's own run (``tests/meta/test_zoo.py``) checks the converse: every zoo
 mutant is caught by some test of its declared claims. Here the unit is the test.
 """
@@ -20,6 +24,7 @@ import sys
 if sys.version_info < (3, 11):  # Python 3.10: hypothesis depends on the backport
     from exceptiongroup import BaseExceptionGroup
 
+import contextlib
 import functools
 
 import pytest
@@ -245,10 +250,30 @@ def _ignore(**_):
     return None
 
 
+#: The hypothesis profile every control runs under, whatever the run's own profile and seed: its draws are
+#: derandomized (derived from the test function, never from ``--hypothesis-seed``) and its sizes are the
+#: profile's, so whether a control catches its broken implementation cannot depend on the draw or on
+#: ``--profile``. The ``ci`` run of this module shows that each does; tests/meta/test_controls_over_seeds.py
+#: runs the module under ``dev`` with other seeds and finds the same.
+CONTROL_PROFILE = "ci"
+
+
+@contextlib.contextmanager
+def control_profile():
+    """``with control_profile():`` the strategies size their draws for :data:`CONTROL_PROFILE`; the run's own
+    profile is loaded again afterwards."""
+    previous = settings.get_current_profile_name()
+    settings.load_profile(CONTROL_PROFILE)
+    try:
+        yield
+    finally:
+        settings.load_profile(previous)
+
+
 def without_shrinking(test):
-    """The same hypothesis test (its strategies, its @example cases, the active profile's number of
-    examples and seed), minus the shrink and explain phases: a control only needs *a* failure, and
-    shrinking composite cases costs far more than finding them."""
+    """The same hypothesis test (its strategies, its @example cases), under :data:`CONTROL_PROFILE`'s number of
+    examples and derandomized draws, minus the shrink and explain phases: a control only needs *a* failure,
+    and shrinking composite cases costs far more than finding them. Run it inside :func:`control_profile`."""
     handle = test.hypothesis
     given_kwargs = getattr(handle, "_given_kwargs", None)
     if given_kwargs is None:  # an older hypothesis: run it as it is
@@ -259,8 +284,9 @@ def without_shrinking(test):
     def body(*args, **kwargs):
         return inner(*args, **kwargs)
 
-    phases = tuple(p for p in settings.default.phases if p not in (Phase.shrink, Phase.explain))
-    return given(**given_kwargs)(settings(settings.default, phases=phases, database=None)(body))
+    fixed = settings.get_profile(CONTROL_PROFILE)
+    phases = tuple(p for p in fixed.phases if p not in (Phase.shrink, Phase.explain))
+    return given(**given_kwargs)(settings(fixed, phases=phases, database=None, derandomize=True)(body))
 
 
 # A rejected decoder case carries a ~30 kB falsifying example (every weight of the layer); hypothesis warns
@@ -274,7 +300,7 @@ def test_property_test_rejects_broken_implementation(test, kwargs, factory):
     call = dict(kwargs)
     if "attn_record" in test.hypothesis.inner_test.__code__.co_varnames:
         call["attn_record"] = _ignore
-    with S.following(guard):
+    with S.following(guard), control_profile():
         # a failure that does not replay (the nondeterministic mutant) reaches us as hypothesis'
         # FlakyFailure, an exception group: it counts when every leaf is a failed check
         with pytest.raises((AssertionError, BaseExceptionGroup)) as caught:
