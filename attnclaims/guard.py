@@ -326,7 +326,10 @@ def _difference(original, given, path: str = "") -> str | None:
             return f"{where} was replaced by {type(given).__qualname__}"
         if given.shape != original.shape or given.dtype != original.dtype:
             return f"{where} changed from {original.dtype}{list(original.shape)} to {given.dtype}{list(given.shape)}"
-        same = np.array_equal(original, given, equal_nan=original.dtype.kind in "fc")
+        try:  # NaN = NaN in every floating dtype (bfloat16's kind is "V")
+            same = np.array_equal(original, given, equal_nan=True)
+        except TypeError:  # strings, objects: no NaN
+            same = np.array_equal(original, given)
         return None if same else (f"the values of {path} changed" if path else "")
     if type(given) is not type(original):
         return f"{where} was {_short(original)}, is {type(given).__qualname__} {_short(given)}"
