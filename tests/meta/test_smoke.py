@@ -1,6 +1,10 @@
 """``attnclaims smoke``: a correct implementation passes every smoke check, a broken capability fails its line
 (with the message and exit status 1), a restricted adapter is checked only where it declares support, and a
-bad name is one line with exit status 2."""
+bad name is one line with exit status 2. The protocol's edges: a call outside the protocol that is accepted is a
+``contract`` line with the fix (exit status 1 only with ``--strict-contract``). The child ends like ``check``'s:
+a call that holds the GIL is ended by the watchdog and named, an implementation that ends the process is never
+a success, a method that raises ``NotImplementedError`` is not applicable, and ``KeyboardInterrupt`` from a
+method is a failed line. Implementations: ``tests/meta/smoke_impls.py``, ``attnclaims/zoo/misbehaving.py``."""
 from __future__ import annotations
 
 import io
@@ -11,12 +15,33 @@ import pytest
 
 from attnclaims import smoke
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # test_variants' restricted adapters
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # test_variants' restricted adapters, smoke_impls
 
 
-def _run(spec: str) -> tuple[int, str]:
+def _run(spec: str, **kw) -> tuple[int, str]:
     out = io.StringIO()
-    return smoke.smoke(spec, out=out), out.getvalue()
+    return smoke.smoke(spec, out=out, **kw), out.getvalue()
+
+
+def _cli(spec: str, *args: str, env: dict | None = None, timeout: float = 300):
+    """``python -m attnclaims smoke --impl SPEC ARGS`` with this folder importable: (process, seconds)."""
+    import os
+    import subprocess
+    import time
+
+    env = dict(os.environ, **(env or {}))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH", "")]))
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "attnclaims", "smoke", "--impl", spec, *args],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+    return proc, time.monotonic() - t0
+
+
+def _one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
 
 
 def test_the_reference_passes_every_smoke_check():
@@ -58,17 +83,15 @@ def test_the_cli_has_the_command():
 
 @pytest.mark.parametrize("spec, code, says", [
     ("sys:exit", 2, "SystemExit"),
-    ("os:abort", 1, "exit status"),
+    ("os:abort", 2, "'os:abort': importing or constructing it ended the process (killed by SIGABRT)"),
     ("reference", 0, ""),
 ])
 def test_the_command_runs_the_implementation_in_a_child(spec, code, says):
     """``attnclaims smoke`` never runs implementation code in its own process: an implementation whose
     factory exits or aborts the process gives one line and an exit status, never a silent exit 0 or a
-    core dump of the command line."""
-    import subprocess
-
-    proc = subprocess.run([sys.executable, "-m", "attnclaims", "smoke", "--impl", spec],
-                          capture_output=True, text=True, timeout=300)
+    core dump of the command line. As for ``check``, an import or factory that ends the process is exit
+    status 2 (nothing could be checked), with ``check``'s words."""
+    proc, _ = _cli(spec)
     assert proc.returncode == code, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     if says:
@@ -76,3 +99,89 @@ def test_the_command_runs_the_implementation_in_a_child(spec, code, says):
         assert len(lines) == 1 and says in lines[0], proc.stderr
     else:
         assert "all smoke checks passed" in proc.stdout
+
+
+# -- the protocol's edges -----------------------------------------------------------------------
+
+def test_a_correct_implementation_refuses_every_call_outside_the_protocol():
+    status, text = _run("reference")
+    assert "refuses 3 of 3 calls outside the protocol" in text and "refuses 2 of 2 calls outside the protocol" in text
+    assert "  contract " not in text and status == 0, text
+
+
+def test_an_accepted_mask_that_does_not_broadcast_is_a_contract_line_with_the_fix():
+    """np.where stretches the scores of one query to a mask of two queries: one contract line saying so and
+    how to fix it; the smoke checks pass (exit status 0), and 1 with ``strict_contract``."""
+    status, text = _run("smoke_impls:UncheckedMask")
+    lines = [line for line in text.splitlines() if line.startswith("  contract ")]
+    assert len(lines) == 1, text
+    assert lines[0].startswith("  contract attention              attention accepts a mask of shape (2, 5) for scores "
+                               "of shape (1, 5) instead of raising"), lines[0]
+    assert "broadcasting lets it through when n_q = 1" in lines[0] and "Fix in the adapter: check the mask" in lines[0]
+    assert "  ok       attention" in text and "all smoke checks passed; 1 contract finding(s)" in text
+    assert status == 0
+    assert _run("smoke_impls:UncheckedMask", strict_contract=True)[0] == 1
+
+
+def test_keys_of_another_width_and_heads_that_do_not_divide_d_model_are_contract_lines():
+    status, text = _run("smoke_impls:ElementwiseScores")
+    (line,) = [line for line in text.splitlines() if line.startswith("  contract ")]
+    assert "attention accepts queries of width 1 with keys of width 2" in line and "q.shape[-1] == k.shape[-1]" in line
+    assert status == 0, text
+    status, text = _run("attnclaims.zoo.mutants:heads_truncated")
+    (line,) = [line for line in text.splitlines() if line.startswith("  contract ")]
+    assert line.startswith("  contract multi_head_attention   multi_head_attention accepts num_heads=2 for d_model=5"), line
+    assert "d_model % num_heads == 0" in line and status == 0, text
+
+
+# -- the child ends like check's ------------------------------------------------------------------
+
+def test_a_method_that_raises_not_implemented_error_is_not_applicable():
+    """Every method declines: one ``n/a`` line each, no traceback, and a summary that does not claim a pass."""
+    status, text = _run("smoke_impls:DeclinesEverything")
+    for cap in smoke.SMOKE:
+        assert f"  n/a      {cap:<22} not applicable: declines-everything · {cap} raised NotImplementedError" in text, text
+    assert "nothing was smoke-tested: every capability it has declined" in text
+    assert "passed" not in text and "FAILED" not in text and status == 0
+    proc, _ = _cli("smoke_impls:DeclinesEverything")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr and proc.stderr == "", proc.stderr
+
+
+def test_a_call_that_holds_the_gil_is_ended_by_the_watchdog_and_named():
+    """``sum(itertools.repeat(1))`` never releases the GIL: the guard's watchdog ends the child after 1 s + its
+    grace (2.5 s); one line names the call, exit status 1, as ``check`` does."""
+    proc, seconds = _cli("attnclaims.zoo.misbehaving:HoldsGIL", "--call-timeout", "1", timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = _one_line(proc.stderr)
+    assert line == ("attnclaims smoke: misbehaving-holds-gil · attention: did not return within 1 s and never released "
+                    "the interpreter (GIL); the watchdog ended the smoke check"), line
+    assert "  ok       softmax" in proc.stdout
+    assert seconds < 60, f"took {seconds:.0f} s"
+
+
+def test_an_implementation_that_ends_the_process_is_not_a_success():
+    """``os._exit(0)`` inside ``attention``: the child never says it finished, so the exit status 0 is not
+    taken for a pass; one line names the step it was in."""
+    proc, _ = _cli("attnclaims.zoo.misbehaving:ExitsProcess")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = _one_line(proc.stderr)
+    assert line == ("attnclaims smoke: 'attnclaims.zoo.misbehaving:ExitsProcess' ended the process (exit status 0) "
+                    "during the check of attention before the smoke check finished"), line
+    assert "all smoke checks passed" not in proc.stdout
+
+
+def test_a_keyboard_interrupt_from_a_method_is_a_failed_line():
+    proc, _ = _cli("attnclaims.zoo.misbehaving:Interrupts")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    assert "  FAILED   attention              raised KeyboardInterrupt(" in proc.stdout, proc.stdout
+    assert "  ok       multi_head_attention" in proc.stdout and "1 smoke check(s) failed" in proc.stdout
+
+
+def test_an_import_that_hangs_is_one_line_and_exit_2(tmp_path):
+    (tmp_path / "smoke_hangs_at_import.py").write_text("import time\ntime.sleep(600)\n", encoding="utf-8")
+    proc, seconds = _cli("smoke_hangs_at_import:impl", env={"PYTHONPATH": str(tmp_path), "ATTNCLAIMS_IMPORT_TIMEOUT": "2"},
+                         timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert _one_line(proc.stderr) == ("attnclaims smoke: implementation 'smoke_hangs_at_import:impl': importing or "
+                                      "constructing it did not finish within 2 s")
+    assert seconds < 60

@@ -1,0 +1,57 @@
+"""Implementations for ``tests/meta/test_smoke.py`` (resolved by the smoke child as ``smoke_impls:<name>``)."""
+from __future__ import annotations
+
+import numpy as np
+
+from attnclaims.protocol import CAPABILITIES
+
+
+def _decline(self, *args, **kwargs):
+    raise NotImplementedError("this adapter declines every call")
+
+
+class DeclinesEverything:
+    """Every capability of the protocol is a method that raises ``NotImplementedError``."""
+
+    name = "declines-everything"
+    dtype = np.float64
+
+
+for _cap in CAPABILITIES:
+    setattr(DeclinesEverything, _cap, _decline)
+
+
+class UncheckedMask:
+    """Correct softmax and attention on every valid call, no shape checks: numpy's ``np.where`` stretches
+    the scores of one query to a mask of two queries."""
+
+    name = "unchecked-mask"
+    dtype = np.float64
+
+    def softmax(self, x, axis=-1):
+        e = np.exp(x - x.max(axis=axis, keepdims=True))
+        return e / e.sum(axis=axis, keepdims=True)
+
+    def attention(self, q, k, v, mask=None, scale=None):
+        scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+        scores = (q @ np.swapaxes(k, -1, -2)) * scale
+        if mask is not None:
+            scores = np.where(mask, scores, -np.inf)
+        return self.softmax(scores) @ v
+
+
+
+class ElementwiseScores(UncheckedMask):
+    """Checks the mask, but computes the scores as an elementwise product summed over the feature axis, which
+    numpy's broadcasting lets through for queries of width 1 and keys of width 2."""
+
+    name = "elementwise-scores"
+
+    def attention(self, q, k, v, mask=None, scale=None):
+        scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+        scores = (q[..., :, None, :] * k[..., None, :, :]).sum(-1) * scale
+        if mask is not None:
+            if np.broadcast_shapes(mask.shape, scores.shape) != scores.shape:
+                raise ValueError(f"mask.shape={mask.shape} does not broadcast to the scores' {scores.shape}")
+            scores = np.where(mask, scores, -np.inf)
+        return self.softmax(scores) @ v
