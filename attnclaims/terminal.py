@@ -7,12 +7,18 @@ return as ``\\r``; bidirectional overrides as ``\\u202e``), and with ``markup=Tr
 markup, so ``my-attn[/]`` or ``[link=https://x]x[/link]`` is printed as written instead of
 being read as markup (or ending the run in a markup error). Every place the command line prints
 such a string goes through this one function.
+
+The files the report writes follow the same rule through :func:`escape_controls`: every finished
+page (``report.md``, ``index.html``, ``article.html``) passes through it once, so an ESC or BEL in an
+implementation's name, an exception message or a registry text shows as ``\\x1b`` / ``\\x07`` instead
+of reaching the terminal of whoever runs ``cat report.md``; line breaks and tabs, the only control
+characters a page's own layout uses, are kept (a Windows line end ``\\r\\n`` becomes ``\\n``).
 """
 from __future__ import annotations
 
 import re
 
-__all__ = ["safe_text"]
+__all__ = ["safe_text", "escape_controls"]
 
 # C0 and C1 control characters and DEL, and the Unicode format characters that reorder or hide
 # text (bidirectional embeddings, overrides and isolates; zero-width joiners are left alone).
@@ -41,3 +47,15 @@ def safe_text(value: object, *, markup: bool = False, newlines: bool = False) ->
 
         text = escape(text)
     return text
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character except line feed and tab escaped visibly (``\\x1b``,
+    ``\\x07``, ``\\x9b``, ``\\u202e``); ``\\r\\n`` line ends become ``\\n`` first. For whole documents
+    whose own markup uses no other control character."""
+    text = text.replace("\r\n", "\n")
+    return _DOC_CONTROL.sub(_escape, text)
+
+
+# the same characters as _CONTROL, less the two a document's layout uses
+_DOC_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")

@@ -19,6 +19,7 @@ import re
 from typing import Mapping, Sequence
 
 from attnclaims.report import i18n
+from attnclaims.terminal import escape_controls
 from attnclaims.report.common import columns, first_line, section_label, verdict_category
 from attnclaims.report.html import CSS, badge, esc, page_head, rich
 
@@ -46,6 +47,11 @@ font-size:.82rem;line-height:1.5;font-weight:normal;white-space:normal;text-alig
 .integrity{display:inline-block;margin:2px 4px;padding:2px 8px;font-size:.78em;line-height:1.5;background:#fff4ec;
 border:1px dashed var(--blocked);border-radius:6px;color:#6b2f00;vertical-align:.1em;max-width:100%}
 .legend{font-size:.9em;color:var(--muted)}
+.nc{position:relative;border-bottom:2px dotted #8c959f;color:#444c56;cursor:help;outline-offset:2px}
+.nc:focus,.nc:hover{background:#f0f2f4}.nc:focus{outline:2px solid var(--link)}
+.nc:hover>.tip,.nc:focus>.tip,.nc:focus-within>.tip{display:block}
+.nc-ann{color:#6e7781;font-style:italic;border:1px dashed #aab3bc;border-radius:999px;padding:0 6px}
+section.beyond{margin-top:28px;border-top:1px solid var(--line)}
 @media (max-width:640px){.article{font-size:1.05em;line-height:1.85}.tip{width:86vw}}
 """
 
@@ -116,7 +122,10 @@ def render(report: Mapping, article_text: str, lang: str = "en") -> str:
     title_line, _, body = text.partition("\n")
     body = body.strip("\n")
     spans, missing, cursor = [], [], 0
+    beyond = [c for c in report["claims"] if c.get("beyond_article")]
     for c in report["claims"]:
+        if c.get("beyond_article"):  # not a sentence of the article: listed below the text, never a badge on it
+            continue
         span = locate(body, c["quote"], cursor)
         if span is None:
             missing.append(c["id"])
@@ -124,6 +133,20 @@ def render(report: Mapping, article_text: str, lang: str = "en") -> str:
         spans.append((span[0], span[1], c["id"]))
         cursor = span[0]
     groups = _groups(spans)
+    sentences = report.get("sentences") or []
+    # passages no claim checks, marked with their reason where they stand (one that would overlap a
+    # highlight or another passage, possible only with a registry other than the shipped one, is left to
+    # the report's list)
+    unchecked: list[tuple[int, int, dict]] = []
+    for sent in sentences:
+        for n in sent["not_checked"]:
+            a, b = n.get("start"), n.get("end")
+            if not (isinstance(a, int) and isinstance(b, int) and 0 <= a < b <= len(body)):
+                continue
+            if any(s < b and a < e for s, e, _ in groups) or any(s < b and a < e for s, e, _ in unchecked):
+                continue
+            unchecked.append((a, b, n))
+    anchors = {sent["start"]: sent["index"] for sent in sentences if isinstance(sent.get("start"), int)}
     notes = []
     for n in report["source"]["integrity"]:
         pos = _note_position(body, n["section"], n["note"])
@@ -132,11 +155,15 @@ def render(report: Mapping, article_text: str, lang: str = "en") -> str:
                 pos = e
         notes.append((pos, n))
     breaks = {m.start(): m.group(1) for m in _HEADING.finditer(body)
-              if not any(s < m.start() < e for s, e, _ in groups)}
+              if not any(s < m.start() < e for s, e, _ in [*groups, *unchecked])}
 
     events: dict[int, list] = {}
     for s, e, ids in groups:
         events.setdefault(s, []).append(("open", (s, e, ids)))
+    for s, e, n in unchecked:
+        events.setdefault(s, []).append(("open", (s, e, n)))
+    for pos, index in anchors.items():
+        events.setdefault(pos, []).insert(0, ("anchor", index))
     for pos, n in notes:
         if pos is not None:
             events.setdefault(pos, []).append(("note", n))
@@ -145,13 +172,14 @@ def render(report: Mapping, article_text: str, lang: str = "en") -> str:
     pos = 0
     open_group = None
     out.append("<p>")
-    stops = sorted(set(events) | set(breaks) | {e for _, e, _ in groups})
+    stops = sorted(set(events) | set(breaks) | {e for _, e, _ in groups} | {e for _, e, _ in unchecked})
     for stop in stops + [len(body)]:
         if stop > pos:
             out.append(_text(body[pos:stop]))
             pos = stop
         if open_group is not None and stop == open_group[1]:
-            out.append(_close(open_group, claims, cols, lang))
+            out.append(_close_unchecked(open_group[2], lang) if isinstance(open_group[2], Mapping)
+                       else _close(open_group, claims, cols, lang))
             open_group = None
         for kind, item in events.get(stop, ()):
             if kind == "note":
@@ -163,9 +191,11 @@ def render(report: Mapping, article_text: str, lang: str = "en") -> str:
             out.append(f'<b class="secno" id="s-{esc(num.rstrip("."))}">{esc(num)}</b> ')
             pos = stop + len(num) + 1
         for kind, item in events.get(stop, ()):
-            if kind == "open":
+            if kind == "anchor":  # the report's list of sentences links here
+                out.append(f'<span class="sent" id="sent-{item}"></span>')
+            elif kind == "open":
                 open_group = item
-                out.append(_open(item, claims))
+                out.append(_open_unchecked(item) if isinstance(item[2], Mapping) else _open(item, claims))
     out.append("</p>")
 
     parts = page_head(f"{T('article')}: {title_line.strip()}", lang, CSS + ARTICLE_CSS)
@@ -177,12 +207,14 @@ def render(report: Mapping, article_text: str, lang: str = "en") -> str:
     parts.append("</div></header><main class=\"wrap\">")
     parts.append(f'<p class="legend">{esc(T("article_intro"))}</p>')
     parts.append(f'<article class="article" lang="zh-CN" id="article-text">{"".join(out)}</article>')
+    if beyond:
+        parts.append(_beyond(beyond, sentences, cols, lang))
     if missing:
         parts.append(f'<p class="note">{esc(T("not_found"))}: '
                      + ", ".join(f'<a href="{files["html"]}#claim-{esc(cid)}"><code>{esc(cid)}</code></a>'
                                  for cid in missing) + "</p>")
     parts.append("</main></body></html>")
-    return "\n".join(parts) + "\n"
+    return escape_controls("\n".join(parts) + "\n")  # no control character from the data survives
 
 
 def _text(s: str) -> str:
@@ -217,6 +249,43 @@ def _close(group, claims: Mapping, cols: Sequence[str], lang: str) -> str:
                    f'title="{esc(T("claim_section"))}">{esc(cid)}</a>{badges}')
     return (f'<span class="ann" lang="{i18n.HTML_LANG[lang]}">{" ".join(ann)}</span>'
             f'<span class="tip" role="tooltip" lang="{i18n.HTML_LANG[lang]}">{"".join(tip)}</span></span>')
+
+
+def _open_unchecked(group) -> str:
+    s, _, _ = group
+    return f'<span class="nc" id="nc-{s}" tabindex="0">'
+
+
+def _close_unchecked(n: Mapping, lang: str) -> str:
+    """The end of a passage no claim checks: "not checked · <reason>" and, on hover or focus, why."""
+    T = lambda key, **kw: i18n.t(lang, key, **kw)
+    because = n.get("because_zh") if lang == "zh" and n.get("because_zh") else n["because"]
+    restates = ""
+    if n.get("restates"):
+        restates = (f'<span class="corr"><b>{esc(T("restates"))}</b>'
+                    + ", ".join(f'<a href="{i18n.FILES[lang]["html"]}#claim-{esc(c)}">{esc(c)}</a>'
+                                for c in n["restates"]) + "</span>")
+    return (f'<span class="ann nc-ann" lang="{i18n.HTML_LANG[lang]}">{esc(T("nc_short"))} · '
+            f'{esc(i18n.word(i18n.NOT_CHECKED_ZH, n["reason"], lang))}</span>'
+            f'<span class="tip" role="tooltip" lang="{i18n.HTML_LANG[lang]}"><b>{esc(T("not_checked_because"))}</b>'
+            f'{esc(because)}{restates}</span></span>')
+
+
+def _beyond(beyond: Sequence[Mapping], sentences: Sequence[Mapping], cols: Sequence[str], lang: str) -> str:
+    """The claims that go beyond the article, below the text: each with its verdicts and the sentence it
+    relates to, so that no badge of theirs sits on a sentence of the article."""
+    T = lambda key, **kw: i18n.t(lang, key, **kw)
+    where = {cid: s["index"] for s in sentences for cid in s.get("related", ())}
+    items = []
+    for c in beyond:
+        badges = "".join(badge(c["verdicts"][col], None, lang, verdict_category(c, col))
+                         for col in cols if col in c["verdicts"])
+        rel = (f' · <a href="#sent-{where[c["id"]]}">{esc(T("related_to", n=where[c["id"]]))}</a>'
+               if c["id"] in where else "")
+        items.append(f'<li id="q-{esc(c["id"])}"><a class="cl" href="{i18n.FILES[lang]["html"]}#claim-{esc(c["id"])}">'
+                     f'<code>{esc(c["id"])}</code></a> {rich(i18n.claim_text(c, "title", lang))} {badges}{rel}</li>')
+    return (f'<section class="beyond" id="beyond" lang="{i18n.HTML_LANG[lang]}"><h2>{esc(T("beyond"))}</h2>'
+            f'<p>{esc(T("beyond_intro"))}</p><ul class="tight">{"".join(items)}</ul></section>')
 
 
 def _integrity(n: Mapping, lang: str) -> str:

@@ -27,10 +27,44 @@ def section_label(section: str) -> str:
 
 
 def verdict_class(verdict: str) -> str:
-    """A CSS-safe category for a verdict string."""
+    """A CSS-safe category for a verdict string ("partial: …" -> partial, "verified — extension: …" ->
+    extension)."""
     if verdict.startswith(BLOCKED_PREFIX):
         return "blocked"
+    if verdict.startswith("partial: ") or verdict == "partial":
+        return "partial"
+    if verdict.startswith("verified — extension"):
+        return "extension"
     return verdict.replace(" ", "-")
+
+
+def proof_label(d: Mapping, lang: str = "en") -> str:
+    """What a derivation's check establishes, from its ``proof_status``: "general proof", "checked
+    instance", or "instance + cited lemma (source)" — a derivation whose decisive step is a cited fact
+    never reads as a general proof. Empty when the run recorded no status (the derivation did not run)."""
+    from attnclaims.report import i18n
+
+    status = d.get("proof_status")
+    if status == "instance+cited":
+        sources = [first_line(str(c), 160) for c in d.get("cited") or ()]
+        return i18n.t(lang, "proof_cited", source="; ".join(sources) or "?")
+    if status == "instance":
+        return i18n.t(lang, "proof_instance")
+    if status == "general":
+        return i18n.t(lang, "proof_general")
+    return ""
+
+
+def parts_of(detail: Mapping) -> list[dict]:
+    """The parts of a verdict to show (``verdict_details[col]["parts"]``: id, statement, verdict, reason):
+    all of them when the claim has several or one was not exercised; none for a claim of one part that
+    was (its verdict and reason already say everything, and report.json keeps the part)."""
+    parts = detail.get("parts") if isinstance(detail, Mapping) else None
+    parts = [p for p in parts if isinstance(p, Mapping)] if isinstance(parts, list) else []
+    if len(parts) == 1 and parts[0].get("verdict") in ("proven", "verified", "qualified", "illustrative",
+                                                       "historical"):
+        return []
+    return parts
 
 
 def fmt_number(x: Any) -> str:
@@ -137,8 +171,8 @@ def repro_text(e: Mapping, environment: Mapping) -> str:
 
 def summary_counts(counts: Mapping[str, int], lang: str = "en") -> str:
     """"6 proven, 8 verified, …" (in the Chinese edition "6 已证明，8 已验证，…")."""
-    order = ("proven", "verified", "qualified", "illustrative", "historical", "refuted", "blocked", "error",
-             "no evidence", "not applicable")
+    order = ("proven", "verified", "qualified", "illustrative", "historical", "extension", "partial", "refuted",
+             "blocked", "error", "no evidence", "not applicable")
     keys = [k for k in order if counts.get(k)] + [k for k, v in counts.items() if k not in order and v]
     if lang == "zh":
         from attnclaims.report.i18n import VERDICT_ZH

@@ -28,13 +28,15 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from attnclaims.report import i18n
+from attnclaims.terminal import escape_controls
 from attnclaims.report.common import (
     MAX_TABLE_ROWS, OUTCOME_MARK, STEP_MARK, by_severity, cache_line, clipped, columns, compact_json, failure_lines,
     first_line,
-    fmt_number, fmt_seconds, is_problem, outcome_counts, passing_summary, repro_text, scalar_data, section_label,
-    summary_counts, table_of, verdict_category,
+    fmt_number, fmt_seconds, is_problem, outcome_counts, parts_of, passing_summary, proof_label, repro_text,
+    scalar_data, section_label, summary_counts, table_of, verdict_category,
 )
 from attnclaims.report.mathtext import has_math, number_tex, sanitize_mathml, tex_to_mathml, to_html
+from attnclaims.report.markdown import _whole
 from attnclaims.report.model import conventions_by_implementation
 from attnclaims.proofs.render import folded, instances_label
 
@@ -289,6 +291,12 @@ border:1px solid currentColor;line-height:1.5}
 .v-blocked{color:var(--blocked);background:#fff4ec}
 .v-error{color:#fff;background:var(--error);border-color:var(--error)}
 .v-no-evidence,.v-not-applicable{color:var(--none);background:#fff;border-style:dashed}
+.v-partial{color:var(--qualified);background:#fff8e5}
+.v-extension{color:var(--verified);background:#fff}
+.v-not-exercised,.v-too-few-examples,.v-self-comparison-only{color:var(--none);background:#fff;border-style:dashed}
+ul.parts{font-size:.9em}.ps{font-size:.85em;color:var(--muted)}.ps.cited,.proof-status.cited{color:#6b4b00}
+.nc-mark{color:var(--muted);font-style:italic}td .unchecked{color:var(--muted)}
+.beyond{border-left:3px dashed var(--line);padding-left:8px}
 .flag{color:var(--blocked);font-weight:700;margin-left:4px}
 td.vd{white-space:nowrap}
 .o{font-weight:600;white-space:nowrap}
@@ -373,6 +381,9 @@ def render(report: Mapping, out_dir: Path | None = None, lang: str = "en") -> st
                  f'<a href="#how-to-read">{esc(T("how_to_read"))}</a>'
                  f'<a href="#implementations">{esc(T("implementations"))}</a>'
                  + (f'<a href="#controls">{esc(T("controls"))}</a>' if report["negative_controls"] else "")
+                 + (f'<a href="#contract">{esc(T("contract"))}</a>'
+                    if report.get("contract_findings") or report.get("contract_checks") else "")
+                 + (f'<a href="#sentences">{esc(T("sentences"))}</a>' if report.get("sentences") else "")
                  + f'<a href="#claims">{esc(T("claims"))}</a><a href="{files["article"]}">{esc(T("article"))}</a>'
                  "</div></nav>")
     parts.append('<main class="wrap">')
@@ -441,6 +452,9 @@ def render(report: Mapping, out_dir: Path | None = None, lang: str = "en") -> st
         parts.append(_table([esc(T(k)) for k in ("outcome", "claim", "check", "implementation", "message")], rows))
         parts.append("</section>")
 
+    parts.append(_contract_section(report, lang))
+    parts.append(_sentences_section(report, lang))
+
     # -- claims -------------------------------------------------------------------------------
     parts.append(f'<section id="claims"><h2>{esc(T("claims"))}</h2>')
     fig_index = [0]
@@ -452,7 +466,84 @@ def render(report: Mapping, out_dir: Path | None = None, lang: str = "en") -> st
                  f"(schema <code>{esc(report['schema'])}</code>) · "
                  f"{esc(run.get('command', ''))}</div></footer>")
     parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+    return escape_controls("\n".join(parts) + "\n")  # no control character from the data survives
+
+
+def _contract_section(report: Mapping, lang: str) -> str:
+    """Contract findings (malformed input an implementation accepted), apart from the claims."""
+    T = lambda key, **kw: i18n.t(lang, key, **kw)
+    findings, checks = report.get("contract_findings") or [], report.get("contract_checks") or {}
+    if not findings and not checks:
+        return ""
+    p = [f'<section id="contract"><h2>{esc(T("contract"))}</h2><p>{esc(T("contract_intro"))}</p>']
+    if checks:
+        p.append(f'<p class="muted">{esc(T("contract_counts"))}: ' + "; ".join(
+            f"<b>{esc(i18n.verdict_word(impl, lang))}</b>: " + esc(", ".join(
+                f"{n} {i18n.word(i18n.OUTCOME_ZH, k, lang)}" for k, n in counts.items()))
+            for impl, counts in checks.items()) + "</p>")
+    if not findings:
+        p.append(f'<p>{esc(T("contract_none", n=sum(sum(c.values()) for c in checks.values())))}</p></section>')
+        return "".join(p)
+    if report.get("strict_contract"):
+        p.append(f'<p><b>{esc(T("contract_strict"))}</b></p>')
+    rows = [[_outcome(f["outcome"], lang), esc(f.get("implementation") or T("any_impl")),
+             f'<a href="#claim-{esc(f["claim"])}">{esc(f["claim"])}</a>', f"<code>{esc(f['name'])}</code>",
+             f'<pre class="long">{esc(clipped(f.get("message") or "", f["claim"]))}</pre>'
+             + (f'<code>{esc(f["rerun"])}</code>' if f.get("rerun") else "")] for f in findings]
+    p.append(_table([esc(T(k)) for k in ("outcome", "implementation", "claim", "check", "message")], rows,
+                    "contract", ("", "", "", "check", "msg")))
+    p.append("</section>")
+    return "".join(p)
+
+
+def _sentences_section(report: Mapping, lang: str) -> str:
+    """Every sentence of the article with the claims that check it or why it is not checked; then the
+    claims beyond the article, each with the sentence it relates to (context, never a verdict on it)."""
+    T = lambda key, **kw: i18n.t(lang, key, **kw)
+    sentences = report.get("sentences") or []
+    if not sentences and not report.get("sentences_note"):
+        return ""
+    present = {c["id"] for c in report["claims"]}
+    art = i18n.FILES[lang]["article"]
+    link = lambda cid: (f'<a href="#claim-{esc(cid)}"><code>{esc(cid)}</code></a>' if cid in present
+                        else f"<code>{esc(cid)}</code>")
+    checked = [s for s in sentences if s["claims"]]
+    p = [f'<section id="sentences"><h2>{esc(T("sentences"))}</h2><p>{esc(T("sentences_intro"))}</p>']
+    if report.get("sentences_note"):
+        p.append(f'<p class="note">{esc(report["sentences_note"])}</p>')
+    p.append(f'<p class="muted">{esc(T("sentences_count", n=len(sentences), checked=len(checked), partly=sum(1 for s in checked if s["not_checked"]), unchecked=len(sentences) - len(checked)))}</p>')
+    rows = []
+    for s in sentences:
+        what = []
+        if s["claims"]:
+            what.append(f'<span class="o o-passed">✓</span> {esc(T("checked_by"))} '
+                        + ", ".join(link(c) for c in s["claims"]))
+        for n in s["not_checked"]:
+            passage = "" if _whole(n["text"], s["text"]) else \
+                f'<span lang="zh-CN">«{esc(n["text"])}»</span> '
+            because = n.get("because_zh") if lang == "zh" and n.get("because_zh") else n["because"]
+            restates = (f' ({esc(T("restates"))} ' + ", ".join(link(c) for c in n.get("restates", ())) + ")"
+                        if n.get("restates") else "")
+            what.append(f'<span class="nc-mark">{passage}{esc(T("nc_short"))} · '
+                        f'{esc(i18n.word(i18n.NOT_CHECKED_ZH, n["reason"], lang))}</span>: {esc(because)}{restates}')
+        for c in s.get("related", ()):
+            what.append(f'↗ {esc(T("related"))}: {link(c)} ({esc(T("beyond"))})')
+        cls = "" if s["claims"] else ' class="unchecked"'
+        rows.append([f'<a href="{art}#sent-{s["index"]}">{s["index"]}</a>',
+                     esc(section_label(s["section"])) if s["section"] else "",
+                     f'<span lang="zh-CN"{cls}>{esc(s["text"])}</span>', "<br>".join(what)])
+    p.append(_table(["#", "§", esc(T("sentence")), f'{esc(T("checked_by"))} / {esc(T("not_checked_because"))}'],
+                    rows, "sentences", ("num", "num", "", "msg")))
+    beyond = [c for c in report["claims"] if c.get("beyond_article")]
+    if beyond:
+        where = {cid: s["index"] for s in sentences for cid in s.get("related", ())}
+        p.append(f'<h4 id="beyond">{esc(T("beyond"))}</h4><p>{esc(T("beyond_intro"))}</p><ul class="tight">')
+        for c in beyond:
+            rel = f' · {esc(T("related_to", n=where[c["id"]]))}' if c["id"] in where else ""
+            p.append(f'<li>{link(c["id"])}: {rich(i18n.claim_text(c, "title", lang))}{rel}</li>')
+        p.append("</ul>")
+    p.append("</section>")
+    return "".join(p)
 
 
 def _summary_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -503,8 +594,10 @@ def _claim(c: Mapping, report: Mapping, out_dir: Path | None, fig_index: list[in
                 f' <span class="flag">≠ {esc(T("expected_short"))} {esc(i18n.verdict_word(c["expected_verdict"], lang))}</span>'
             p.append(f"<li><b>{esc(i18n.verdict_word(impl, lang))}</b>: "
                      f"{badge(d['verdict'], None, lang, d.get('category'))}{differs} "
-                     f'<span class="muted">{_reason(i18n.reason(d["reason"], lang))}</span></li>')
+                     f'<span class="muted">{_reason(i18n.reason(d["reason"], lang))}</span>{_parts(d, lang)}</li>')
         p.append("</ul>")
+    if c.get("beyond_article"):
+        p.append(f'<p class="note beyond">{esc(T("beyond_claim"))}</p>')
     p.append('<dl class="fields">')
     p.append(f"<dt>{esc(T('statement'))}</dt><dd>{rich(ct('statement'))}</dd>")
     p.append(f"<dt>{esc(T('precise'))}</dt><dd>{_paragraphs(ct('precise'))}</dd>")
@@ -543,6 +636,20 @@ def _claim(c: Mapping, report: Mapping, out_dir: Path | None, fig_index: list[in
                  "".join(f"<li>{esc(x)}</li>" for x in c["citations"]) + "</ul>")
     p.append("</section>")
     return "\n".join(x for x in p if x)
+
+
+def _parts(d: Mapping, lang: str) -> str:
+    """A column's extensions and the verdict of each part of the claim (empty when it has none)."""
+    T = lambda key, **kw: i18n.t(lang, key, **kw)
+    out = []
+    if d.get("extensions"):
+        out.append(f'<li>{esc(T("extensions"))}: {esc(", ".join(map(str, d["extensions"])))}</li>')
+    for part in parts_of(d):
+        statement = part.get("statement_zh") if lang == "zh" and part.get("statement_zh") else part["statement"]
+        out.append(f'<li class="part">{esc(T("part"))} <code>{esc(part["id"])}</code>: '
+                   f'{badge(str(part["verdict"]), None, lang)} {rich(statement)}'
+                   + (f' <span class="muted">({esc(part["reason"])})</span>' if part.get("reason") else "") + "</li>")
+    return f'<ul class="tight parts">{"".join(out)}</ul>' if out else ""
 
 
 def _evidence(c: Mapping, lang: str) -> str:
@@ -598,9 +705,12 @@ def _derivation(d: Mapping, lang: str = "en", instances: Sequence[Mapping] = (),
     cls = {"passed": "o-passed", "failed": "o-failed"}.get(d["outcome"], "o-not-applicable")
     n = len(d["steps"])
     label = f"{d['instance_label']}: " if nested and d.get("instance_label") else ""
+    kind = proof_label(d, lang) if d["outcome"] == "passed" else ""
     head = (f'<summary>{esc(label)}<b>{esc(d["title"] or d["name"])}</b> <span class="o {cls}">'
-            f'{esc(status.get(d["outcome"], d["outcome"]))}</span> <span class="muted">· {n} {esc(T("steps"))}'
-            f' · <code>{esc(d["name"])}</code></span></summary>')
+            f'{esc(status.get(d["outcome"], d["outcome"]))}</span>'
+            + (f' <span class="ps{" cited" if d.get("proof_status") == "instance+cited" else ""}">({esc(kind)})</span>'
+               if kind else "")
+            + f' <span class="muted">· {n} {esc(T("steps"))} · <code>{esc(d["name"])}</code></span></summary>')
     body = []
     if d.get("statement"):
         body.append(f"<p>{esc(d['statement'])}</p>")
@@ -613,6 +723,11 @@ def _derivation(d: Mapping, lang: str = "en", instances: Sequence[Mapping] = (),
         meta.append(f"{esc(T('source'))}: {esc(d['source'])}")
     if meta:
         body.append('<p class="muted">' + "<br>".join(meta) + "</p>")
+    label = proof_label(d, lang)
+    if label:  # general proof, checked instance, or instance + cited lemma (source): never mistaken for one another
+        cited = d.get("proof_status") == "instance+cited"
+        body.append(f'<p class="proof-status{" cited" if cited else ""}"><b>{esc(label)}</b>'
+                    + (f" — {esc(T('proof_cited_note'))}" if cited else "") + "</p>")
     if d.get("reason"):
         body.append(f'<p class="o-failed">{esc(d["reason"])}</p>')
     body.append('<div class="deriv-steps">')

@@ -73,7 +73,9 @@ STRINGS: dict[str, dict[str, str]] = {
         "derandomized": "derandomized", "seed": "seed",
         "article_intro": "The article's full text as it is. Every sentence a claim quotes is highlighted where it "
                          "stands, with its verdicts; hover or focus it for the precise statement (and, for "
-                         "qualified claims, the correction). Notes on the text itself are marked ⚑.",
+                         "qualified claims, the correction). A passage no claim checks is underlined with dots "
+                         "and marked \"not checked\" with its reason. Notes on the text itself are marked ⚑. Claims "
+                         "that go beyond the article are listed below it, never on its sentences.",
         "article_link": "The annotated article: every quoted sentence where it stands, with its verdicts",
         "back_to_report": "The claim report", "integrity_flag": "Source integrity",
         "correction": "Correction", "claim_section": "claim section",
@@ -82,6 +84,32 @@ STRINGS: dict[str, dict[str, str]] = {
         "expected_short": "expected",
         "tests_back": "Tests that back it", "last_verdicts": "Last verdicts", "depends_on_line": "depends on",
         "nothing": "nothing", "transitively": "transitively",
+        "sentences": "Sentences of the article",
+        "sentences_intro": "Every sentence of the article, with the claims that check it or the reason it is not "
+                           "checked. A checked sentence may carry a passage no claim checks; claims that go beyond "
+                           "the article are not sentences of it and check none.",
+        "sentences_count": "{n} sentences: {checked} checked by a claim ({partly} of them with a passage no claim "
+                           "checks), {unchecked} not checked.",
+        "sentence": "sentence", "checked_by": "checked by", "nc_short": "not checked",
+        "not_checked_because": "not checked, because", "restates": "restates", "related": "related",
+        "beyond": "Beyond the article",
+        "beyond_intro": "These claims are not sentences of the article. Each is listed with the sentence it relates "
+                        "to, as context, never as a verdict on that sentence:",
+        "beyond_claim": "Beyond the article: not a sentence of it; the quote is the sentence it relates to.",
+        "related_to": "related to sentence {n}",
+        "contract": "Contract findings",
+        "contract_intro": "Malformed input the protocol says an implementation must refuse (a mask that does not "
+                          "broadcast, keys of another width, a dtype outside the protocol) and that it accepted. "
+                          "These are findings about the adapter's input checks, never counterexamples to a claim: "
+                          "they change no verdict, and the exit status only under --strict-contract.",
+        "contract_none": "Every contract check passed ({n}).",
+        "contract_counts": "contract checks",
+        "contract_strict": "--strict-contract: these findings make the exit status 1.",
+        "parts": "Parts of the claim", "part": "part", "extensions": "extensions",
+        "proof_general": "general proof", "proof_instance": "checked instance",
+        "proof_cited": "instance + cited lemma ({source})",
+        "proof_cited_note": "The decisive step is a cited fact, not a checked one: this derivation is not a general "
+                            "proof.",
     },
     "zh": {
         "title": "论断核查报告", "summary": "总览", "how_to_read": "阅读说明",
@@ -125,7 +153,8 @@ STRINGS: dict[str, dict[str, str]] = {
         "n_claims": "共 {n} 个论断。", "generated": "生成于", "run_time": "运行时间", "profile": "配置",
         "derandomized": "去随机化", "seed": "随机种子",
         "article_intro": "以下是原文全文，未作改动。每个被论断引用的句子都在原处高亮，并附上结论；将鼠标悬停或用键盘"
-                         "聚焦可查看精确陈述（对需要限定的论断还会显示修正）。关于原文本身的说明以 ⚑ 标出。",
+                         "聚焦可查看精确陈述（对需要限定的论断还会显示修正）。没有论断核查的片段以虚线标出，注明“未核查”"
+                         "及其原因。关于原文本身的说明以 ⚑ 标出。超出原文的论断列在原文之后，绝不标在原文的句子上。",
         "article_link": "带注释的原文：每个被引用的句子在原处高亮，附有结论",
         "back_to_report": "论断核查报告", "integrity_flag": "原文完整性",
         "correction": "修正", "claim_section": "论断详情",
@@ -134,6 +163,27 @@ STRINGS: dict[str, dict[str, str]] = {
         "expected_short": "预期",
         "tests_back": "支持它的测试", "last_verdicts": "最近的结论", "depends_on_line": "依赖",
         "nothing": "无", "transitively": "间接",
+        "sentences": "原文逐句",
+        "sentences_intro": "原文的每一句，附上核查它的论断，或未核查的原因。已核查的句子中可能有某一段未被任何论断核查；"
+                           "超出原文的论断不是原文的句子，不核查任何句子。",
+        "sentences_count": "共 {n} 句：{checked} 句由论断核查（其中 {partly} 句含有未被核查的片段），{unchecked} 句未核查。",
+        "sentence": "句", "checked_by": "核查论断", "nc_short": "未核查",
+        "not_checked_because": "未核查，原因", "restates": "重述", "related": "相关",
+        "beyond": "超出原文的论断",
+        "beyond_intro": "以下论断不是原文的句子。每条都列出与之相关的句子，仅作背景，绝不是对该句的结论：",
+        "beyond_claim": "超出原文：不是原文中的句子；引文是与之相关的原文句子。",
+        "related_to": "与第 {n} 句相关",
+        "contract": "接口约定问题",
+        "contract_intro": "协议规定实现必须拒绝、而该实现却接受了的畸形输入（无法广播的掩码、宽度不同的键、协议之外的"
+                          "数据类型）。这些是关于适配器输入检查的发现，绝不是对某个论断的反例：它们不改变任何结论，"
+                          "只有在 --strict-contract 下才影响退出状态。",
+        "contract_none": "所有接口约定检查均通过（{n} 项）。",
+        "contract_counts": "接口约定检查",
+        "contract_strict": "--strict-contract：这些发现使退出状态为 1。",
+        "parts": "论断的各部分", "part": "部分", "extensions": "扩展",
+        "proof_general": "一般性证明", "proof_instance": "已验证的实例",
+        "proof_cited": "实例 + 引用的引理（{source}）",
+        "proof_cited_note": "决定性的一步是引用的事实，而不是经过检查的：此推导不是一般性证明。",
     },
 }
 
@@ -143,7 +193,19 @@ VERDICT_ZH = {
     "historical": "史实", "refuted": "被否定", "error": "出错", "no evidence": "无证据",
     "not applicable": "不适用", "blocked": "受阻", "not run": "未运行",
     "independent of the implementation": "与实现无关",
+    "partial": "部分成立", "extension": "扩展已验证", "not exercised": "未运行到",
+    "too few examples": "样例过少", "self-comparison only": "仅自身比较", "not checked": "未核查",
 }
+
+#: the two verdict forms that carry text after their word ("partial: <what is missing>",
+#: "verified — extension: <labels>"), and their Chinese
+PARTIAL_PREFIX, EXTENSION_PREFIX = "partial: ", "verified — extension: "
+PREFIX_ZH = {PARTIAL_PREFIX: "部分成立：", EXTENSION_PREFIX: "已验证——扩展："}
+
+#: the reasons a passage of the article is not checked (attnclaims.sentences.REASONS) in Chinese
+NOT_CHECKED_ZH = {"heading": "标题", "framing": "说明文章的安排", "history": "史实", "opinion": "观点或评价",
+                  "out of scope": "超出范围", "analogy": "类比", "restatement": "重述已核查的内容",
+                  "text defect": "原文缺陷"}
 
 #: the how-to-read rules in Chinese, keyed by the verdict they define (the English comes from the
 #: verdict engine; a rule without a translation is shown in English)
@@ -183,7 +245,40 @@ def verdict_word(verdict: str, lang: str, category: str | None = None) -> str:
         return verdict
     if category in (None, "blocked") and verdict.startswith(BLOCKED_PREFIX):
         return "受阻于 " + verdict.removeprefix(BLOCKED_PREFIX)
+    if verdict.startswith(PARTIAL_PREFIX):  # "partial: default scale never called" -> "部分成立：默认缩放从未被调用"
+        return PREFIX_ZH[PARTIAL_PREFIX] + "；".join(_missing_zh(m) for m in verdict.removeprefix(PARTIAL_PREFIX)
+                                                                    .split("; "))
+    if verdict.startswith(EXTENSION_PREFIX):
+        return PREFIX_ZH[EXTENSION_PREFIX] + verdict.removeprefix(EXTENSION_PREFIX)
     return VERDICT_ZH.get(verdict, verdict)
+
+
+#: what is missing from a part, in the verdict engine's words ("<label> never called") and in Chinese
+MISSING_ZH = {" never called": "从未被调用", " ran on too few examples": "运行的样例过少",
+              " only self-compared": "只与自身比较", " not checked": "未检查"}
+
+
+def _missing_zh(text: str) -> str:
+    for phrase, zh in MISSING_ZH.items():
+        if text.endswith(phrase):
+            return label_zh(text.removesuffix(phrase)) + zh
+    return text
+
+
+_LABELS: dict[str, str] | None = None
+
+
+def label_zh(label: str) -> str:
+    """A part's label in Chinese (the registry's ``label_zh``; the English label when it has none)."""
+    global _LABELS
+    if _LABELS is None:
+        try:
+            from attnclaims.registry import load_registry
+
+            _LABELS = {p.label: p.label_zh for c in load_registry() for p in getattr(c, "parts", ()) if p.label_zh}
+        except Exception:  # a registry that cannot be read: the labels stay in English
+            _LABELS = {}
+    return _LABELS.get(label, label)
 
 
 def word(table: Mapping[str, str], key: str, lang: str) -> str:
@@ -212,6 +307,34 @@ REASONS_ZH = [
 ]
 
 
+#: phrases of the engine's reasons for parts (weakest of parts, partial, instance derivations) and their
+#: Chinese, applied in order to what the whole-reason forms above do not match
+PHRASES_ZH = [
+    (re.compile(r"(\d+) general derivation\(s\) check and (\d+) numerical check\(s\) pass"),
+     r"\1 个一般性推导逐步验证通过，\2 项数值检查通过"),
+    (re.compile(r"(\d+) check\(s\) and (\d+) derivation\(s\) pass, nothing failed"), r"\1 项检查和 \2 个推导通过，没有失败"),
+    (re.compile(r"(\d+) check\(s\) pass, nothing failed"), r"\1 项检查通过，没有失败"),
+    (re.compile(r"(\d+) derivation\(s\) pass, nothing failed"), r"\1 个推导通过，没有失败"),
+    (re.compile(r"; (\d+) derivation\(s\) check an instance \+ cited lemma"), r"；\1 个推导验证的是实例 + 引用的引理"),
+    (re.compile(r"; (\d+) derivation\(s\) check an instance"), r"；\1 个推导验证的是实例"),
+    (re.compile(r", not a general proof"), "，不是一般性证明"),
+    (re.compile(r"^weakest of (\d+) parts: "), r"取 \1 个部分中最弱者："),
+    (re.compile(r"(\d+) check\(s\) demonstrate the qualification, e\.g\. "), r"\1 项检查表明原句需要限定，例如 "),
+    (re.compile(r"ran on too few examples \((\d+) of (\d+) drawn; at least (\d+) and (\d+%) must run\)"),
+     r"运行的样例过少（抽取 \2 个、运行 \1 个；至少需运行 \3 个且不少于 \4）"),
+    (re.compile(r"only self-comparisons passed \(the implementation compared with itself\)"), "只有自身比较通过（实现与自身比较）"),
+    (re.compile(r"only negative controls ran"), "只运行了阴性对照"),
+    (re.compile(r"nothing recorded for it"), "没有为它记录任何结果"),
+    (re.compile(r"no check of it ran"), "它的检查都没有运行"),
+    (re.compile(r"needs one of ([^;]+); "), r"需要以下能力之一：\1；"),
+    (re.compile(r"; exercised: "), "；已运行到："),
+    (re.compile(r"\((proven|verified|qualified|illustrative|historical|not exercised)\)"),
+     lambda m: f"（{VERDICT_ZH.get(m.group(1), m.group(1))}）"),
+    (re.compile(r": (proven|verified|qualified|illustrative|historical|not exercised)(?=;|$| \()"),
+     lambda m: f"：{VERDICT_ZH.get(m.group(1), m.group(1))}"),
+]
+
+
 def reason(text: str, lang: str) -> str:
     """A verdict's reason in the edition's language (the engine writes English; the common forms are
     translated, anything else is shown as it is)."""
@@ -221,7 +344,13 @@ def reason(text: str, lang: str) -> str:
         m = pattern.match(str(text))
         if m:
             return template.format(*m.groups())
-    return text
+    out = str(text)
+    for pattern, replacement in PHRASES_ZH:
+        out = pattern.sub(replacement, out)
+    label_zh("")  # loads the registry's part labels
+    for label in sorted(_LABELS or {}, key=len, reverse=True):  # "typical size: …" -> "典型大小：…"
+        out = re.sub(rf"(?<![\w-]){re.escape(label)}(?=: |：| \(| （)", _LABELS[label], out)
+    return out.replace(": ", "：").replace("; ", "；").replace(" （", "（")
 
 
 def how_to_read(row: Mapping, lang: str) -> str:

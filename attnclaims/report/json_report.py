@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -16,10 +17,18 @@ def load_schema() -> dict:
 
 def dumps(report: dict) -> str:
     """``report`` as JSON text, by the suite's one serializer (:mod:`attnclaims.jsonio`: non-finite
-    numbers as the strings "nan", "inf", "-inf", as the schema says)."""
+    numbers as the strings "nan", "inf", "-inf", as the schema says). JSON escapes C0 control
+    characters itself; DEL, the C1 controls (U+009B is a terminal's CSI) and the bidirectional
+    overrides are written as ``\\u`` escapes too, so ``cat report.json`` shows them as text (the
+    data read back is the same)."""
     from attnclaims.jsonio import dumps as json_dumps
 
-    return json_dumps(report, indent=1)
+    return _RAW_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", json_dumps(report, indent=1))
+
+
+# characters json.dumps(ensure_ascii=False) leaves raw that a terminal would act on; in JSON text they
+# can only stand inside strings, where a \u escape means the same character
+_RAW_CONTROL = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def write_json(report: dict, path: str | Path) -> Path:

@@ -19,10 +19,11 @@ from typing import Iterable, Mapping, Sequence
 
 from attnclaims.proofs.render import folded, instances_label
 from attnclaims.report import i18n
+from attnclaims.terminal import escape_controls
 from attnclaims.report.common import (
     OUTCOME_MARK, STEP_MARK, by_severity, cache_line, columns, compact_json, failure_lines, first_line,
-    clipped, fmt_number, fmt_seconds, is_problem, passing_summary, repro_text, scalar_data, section_label, summary_counts,
-    table_of,
+    clipped, fmt_number, fmt_seconds, is_problem, parts_of, passing_summary, proof_label, repro_text, scalar_data,
+    section_label, summary_counts, table_of,
 )
 from attnclaims.report.mathtext import number_tex, to_markdown
 from attnclaims.report.model import conventions_by_implementation
@@ -35,6 +36,8 @@ MAX_LATEX = 600
 MAX_LEMMA_LATEX = 160
 #: measurement tables show at most this many rows in report.md (all of them in index.html's limit and the JSON)
 MAX_MD_TABLE_ROWS = 12
+#: the list of the article's sentences shows each one's beginning (the annotated article has all of it)
+MAX_MD_SENTENCE = 36
 _MD_PUNCT = re.compile(r"([\\`*\[\]#!~])")
 _LONE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 
@@ -216,6 +219,9 @@ def render(report: Mapping, lang: str = "en") -> str:
                                f"{c['outcome']}{msg}")
         out.append("")
 
+    out.extend(_contract_section(report, lang))
+    out.extend(_sentences_section(report, lang))
+
     out.append(f"## {T('claims')}")
     out.append("")
     for c in report["claims"]:
@@ -224,7 +230,88 @@ def render(report: Mapping, lang: str = "en") -> str:
     out.append("")
     out.append(f"{T('written_by')} `attnclaims report` ({text(env.get('suite_version', ''))}). "
                f"{T('machine_readable')}: `report.json` (schema `{report['schema']}`).")
-    return "\n".join(out) + "\n"
+    return escape_controls("\n".join(out) + "\n")  # no control character from the data survives
+
+
+def _contract_section(report: Mapping, lang: str) -> list[str]:
+    """Contract findings: malformed input an implementation accepted, apart from the claims."""
+    T = lambda key, **kw: i18n.t(lang, key, **kw)
+    findings, checks = report.get("contract_findings") or [], report.get("contract_checks") or {}
+    if not findings and not checks:
+        return []
+    out = [f"## {T('contract')}", "", T("contract_intro"), ""]
+    if checks:
+        out.append(f"{T('contract_counts')}: " + "; ".join(
+            f"{text(i18n.verdict_word(impl, lang))}: " + ", ".join(
+                f"{n} {i18n.word(i18n.OUTCOME_ZH, k, lang)}" for k, n in counts.items())
+            for impl, counts in checks.items()))
+        out.append("")
+    if not findings:
+        out += [T("contract_none", n=sum(sum(c.values()) for c in checks.values())), ""]
+        return out
+    if report.get("strict_contract"):
+        out += [f"**{T('contract_strict')}**", ""]
+    for f in findings:
+        impl = text(f.get("implementation") or T("any_impl"))
+        out.append(f"- {OUTCOME_MARK.get(f['outcome'], '?')} **{impl}** · {code_span(f['name'])} "
+                   f"([{f['claim']}](#{f['claim']})): {text(first_line(f.get('message'), 400))}")
+        rest = "\n".join(str(f.get("message") or "").strip().splitlines()[1:]).strip()
+        if rest:  # the adapter-side fix, when the message carries it on further lines
+            out.append("")
+            out.append("  " + fenced(clipped(rest, f["claim"]), "text").replace("\n", "\n  "))
+        if f.get("rerun"):
+            out.append(f"  - {code_span(f['rerun'])}")
+    out.append("")
+    return out
+
+
+def _whole(passage: str, sentence: str) -> bool:
+    """Whether a not-checked passage is its whole sentence (less the full stop and a leading heading)."""
+    return "".join(sentence.split()).rstrip("。").endswith("".join(passage.split()))  # whitespace-insensitive
+
+
+def _sentences_section(report: Mapping, lang: str) -> list[str]:
+    """Every sentence of the article: the claims that check it, or why it is not checked; then the claims
+    that go beyond the article, each with the sentence it relates to (never a verdict on it)."""
+    T = lambda key, **kw: i18n.t(lang, key, **kw)
+    sentences = report.get("sentences") or []
+    if not sentences and not report.get("sentences_note"):
+        return []
+    present = {c["id"] for c in report["claims"]}
+    link = lambda cid: f"[{cid}](#{cid})" if cid in present else code_span(cid)
+    out = [f"## {T('sentences')}", "", T("sentences_intro"), ""]
+    if report.get("sentences_note"):
+        out += [f"*{text(report['sentences_note'])}*", ""]
+    checked = [s for s in sentences if s["claims"]]
+    out += [text(T("sentences_count", n=len(sentences), checked=len(checked),
+                   partly=sum(1 for s in checked if s["not_checked"]), unchecked=len(sentences) - len(checked))), ""]
+    rows = []
+    for s in sentences:
+        what = []
+        if s["claims"]:
+            what.append(f"✓ {T('checked_by')} " + ", ".join(link(c) for c in s["claims"]))
+        for n in s["not_checked"]:
+            passage = "" if _whole(n["text"], s["text"]) else f"«{cell(first_line(n['text'], 24))}» "
+            because = n.get("because_zh") if lang == "zh" and n.get("because_zh") else n["because"]
+            restates = f" ({T('restates')} " + ", ".join(link(c) for c in n.get("restates", ())) + ")" \
+                if n.get("restates") else ""
+            what.append(f"– {passage}{T('nc_short')} · {cell(i18n.word(i18n.NOT_CHECKED_ZH, n['reason'], lang))}: "
+                        f"{cell(because)}{restates}")
+        for c in s.get("related", ()):
+            what.append(f"↗ {T('related')}: {link(c)} ({T('beyond')})")
+        rows.append([str(s["index"]), text(section_label(s["section"])) if s["section"] else "",
+                     cell(first_line(s["text"], MAX_MD_SENTENCE)), "<br>".join(what)])
+    out.append(_table(["#", "§", T("sentence"), f"{T('checked_by')} / {T('not_checked_because')}"], rows))
+    out.append("")
+    beyond = [c for c in report["claims"] if c.get("beyond_article")]
+    if beyond:
+        where = {cid: s["index"] for s in sentences for cid in s.get("related", ())}
+        out += [f"### {T('beyond')}", "", T("beyond_intro"), ""]
+        for c in beyond:
+            rel = f" · {T('related_to', n=where[c['id']])}" if c["id"] in where else ""
+            out.append(f"- [{c['id']}](#{c['id']}): {rich(i18n.claim_text(c, 'title', lang))}{rel}")
+        out.append("")
+    return out
 
 
 def _conventions_table(report: Mapping) -> str:
@@ -265,6 +352,9 @@ def _derivation(d: Mapping, instances: Sequence[Mapping], lang: str) -> list[str
     out = ["<details open>" if d["outcome"] == "failed" or not d.get("instance_of") else "<details>",
            f"<summary>{mark} <b>{html_text(d['title'] or d['name'])}</b> ({len(d['steps'])} {html_text(T('steps'))}): "
            f"{html_text(status.get(d['outcome'], d['outcome']))}</summary>", ""]
+    if d.get("proof_status") in ("instance", "instance+cited"):  # never read as a general proof
+        out += [f"*{text(proof_label(d, lang))}*" + (f" — {T('proof_cited_note')}"
+                                                    if d.get("proof_status") == "instance+cited" else ""), ""]
     if d.get("reason"):
         out += [f"**{text(d['reason'])}**", ""]
     if d.get("statement"):
@@ -301,7 +391,17 @@ def _claim(c: Mapping, report: Mapping, lang: str = "en") -> list[str]:
         reason = i18n.reason(d["reason"], lang)
         out.append(f"- **{text(i18n.verdict_word(impl, lang))}: {text(i18n.verdict_word(d['verdict'], lang))}**"
                    f"{mark}: {rich(reason) if str(reason).count('$') % 2 == 0 else text(reason)}")
+        if d.get("extensions"):
+            out.append(f"  - {T('extensions')}: {text(', '.join(map(str, d['extensions'])))}")
+        for part in parts_of(d):  # each part of the claim and what this column's checks made of it
+            statement = part.get("statement_zh") if lang == "zh" and part.get("statement_zh") else part["statement"]
+            out.append(f"  - {T('part')} {code_span(part['id'])}: "
+                       f"*{text(i18n.verdict_word(str(part['verdict']), lang))}* — {rich(statement)}"
+                       + (f" ({text(part['reason'])})" if part.get("reason") else ""))
     out.append("")
+    if c.get("beyond_article"):
+        out.append(f"*{T('beyond_claim')}*")
+        out.append("")
     out.append(f"> {text(c['quote'])} ([{T('to_article')}]({i18n.FILES[lang]['article']}#q-{c['id']}))")
     out.append("")
     out.append(f"**{T('statement')}{dot}** {rich(ct('statement'))}")

@@ -22,8 +22,12 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from attnclaims.evidence import Evidence
+from attnclaims.sentences import BEYOND
 from attnclaims.verdicts import HOW_TO_READ, Verdict, compute_verdicts, exit_status
 from attnclaims.vocab import INDEPENDENT
+
+#: the evidence kind of protocol-edge checks (reported apart from the claims)
+CONTRACT = "contract"
 
 SCHEMA_ID = "attnclaims-report/1"
 TITLE = "Claim report"
@@ -60,6 +64,8 @@ def with_statuses(static: Mapping, proof: Mapping | None) -> dict:
         reason=proof.get("reason", "") if proof else "",
         failed_step=proof.get("failed_step") if proof else None,
         cited=list(proof.get("cited", ())) if proof else [],
+        # general / instance / instance+cited, as the checker decided it (never re-decided here)
+        proof_status=proof.get("proof_status") if proof else None,
         steps=steps,
     )
     return out
@@ -133,7 +139,9 @@ def _derivations(claim_id: str, evidence: Sequence[Evidence]) -> tuple[list[dict
     for e in evidence:
         proof = e.data.get("proof") if isinstance(e.data, dict) else None
         if e.claim == claim_id and isinstance(proof, dict) and proof.get("name"):
-            proofs[proof["name"]] = proof
+            cited = e.data.get("cited")
+            proofs[proof["name"]] = {**proof, "proof_status": e.data.get("proof_status", proof.get("proof_status")),
+                                     "cited": cited if isinstance(cited, list) else proof.get("cited", ())}
     from attnclaims.proofs.render import order_derivations
 
     statics, note = prerender(claim_id)
@@ -147,6 +155,7 @@ def _from_proof_only(proof: Mapping) -> dict:
         "name": proof.get("name", ""), "title": proof.get("title", ""), "statement": "", "assumptions": "",
         "symbols": [], "source": "", "outcome": proof.get("outcome", "not run"), "reason": proof.get("reason", ""),
         "failed_step": proof.get("failed_step"), "cited": list(proof.get("cited", ())),
+        "proof_status": proof.get("proof_status"),
         "steps": [{"index": s.get("index", i), "relation": s.get("rel", ""), "text": "", "latex": "", "mathml": "",
                    "why": s.get("why", ""), "status": s.get("status", ""), "detail": s.get("detail", ""),
                    "method": s.get("method", ""), "lemmas": []}
@@ -230,11 +239,15 @@ def _conventions(items: Sequence[Evidence]) -> dict:
 
 def build_report(registry, evidence: Sequence[Evidence], implementations: Sequence[Mapping],
                  environment: Mapping, *, claims: Sequence[str] | None = None, out_dir: Path | None = None,
-                 run: Mapping | None = None, verdicts: Mapping[str, Mapping[str, Verdict]] | None = None) -> dict:
+                 run: Mapping | None = None, verdicts: Mapping[str, Mapping[str, Verdict]] | None = None,
+                 strict_contract: bool = False) -> dict:
     """The report data (validates against ``schema.json``).
 
     ``implementations``: dicts with at least ``name``; ``available`` (default True) says whether it
-    ran. ``claims``: the selected claim ids (default: all, in registry order).
+    ran. ``claims``: the selected claim ids (default: all, in registry order). Contract checks
+    (``kind="contract"``: malformed input the protocol says must be refused) are kept out of the
+    claims: the ones that did not pass are listed in ``contract_findings``, all of them counted in
+    ``contract_checks``; they make the exit status 1 only with ``strict_contract``.
     """
     impl_rows = [_implementation_row(i) for i in implementations]
     names = [i["name"] for i in impl_rows if i["available"]]
@@ -245,7 +258,7 @@ def build_report(registry, evidence: Sequence[Evidence], implementations: Sequen
     claim_rows = []
     for cid in ids:
         claim = registry.get(cid)
-        items = [e for e in evidence if e.claim == cid]
+        items = [e for e in evidence if e.claim == cid and e.kind != CONTRACT]
         has_proofs = "sympy" in claim.methods or any(e.kind == "proof" for e in items)
         derivations, derivation_note = _derivations(cid, items) if has_proofs else ([], "")
         entries = [evidence_entry(e, environment, out_dir, spec_of) for e in items]
@@ -257,6 +270,9 @@ def build_report(registry, evidence: Sequence[Evidence], implementations: Sequen
             "methods": list(claim.methods), "expected_verdict": claim.expected_verdict,
             "qualification": claim.qualification, "notes": claim.notes, "citations": list(claim.citations),
             "depends_on": list(claim.depends_on),
+            # a claim of the registry's "beyond" section is not a sentence of the article: the report and
+            # the annotated article show it apart, never as a verdict on the sentence its quote points at
+            "beyond_article": claim.section == BEYOND,
             "zh": {k: (list(v) if isinstance(v, tuple) else v) for k, v in getattr(claim, "zh", {}).items()},
             # one entry per column: the implementations that ran, or INDEPENDENT for a claim no
             # implementation check touches; each detail carries its category, status text and problem flag
@@ -276,6 +292,20 @@ def build_report(registry, evidence: Sequence[Evidence], implementations: Sequen
             if v != row["expected_verdict"]:
                 disagreements.append({"claim": row["id"], "implementation": impl,
                                       "expected": row["expected_verdict"], "verdict": v})
+    contract = [e for e in evidence if e.kind == CONTRACT and (not claims or e.claim in ids)]
+    findings = [{"claim": e.claim, "name": e.name, "implementation": e.implementation, "outcome": e.outcome,
+                 "message": e.message or "",
+                 "rerun": _rerun(Evidence(**{**e.to_dict(), "implementation": spec_of.get(e.implementation or "",
+                                                                                          e.implementation)}),
+                                 environment)}
+                for e in contract if e.outcome in ("failed", "error")]
+    contract_checks: dict[str, dict[str, int]] = {}
+    for e in contract:
+        per_impl = contract_checks.setdefault(e.implementation or INDEPENDENT, {})
+        per_impl[e.outcome] = per_impl.get(e.outcome, 0) + 1
+    selected = {cid: verdicts.get(cid, {}) for cid in ids}
+    # by default contract findings are shown and never change the exit status; --strict-contract: they do
+    status = exit_status(selected, contract_findings=len(findings), strict_contract=strict_contract)
     env = dict(environment)
     return {
         "schema": SCHEMA_ID,
@@ -288,13 +318,31 @@ def build_report(registry, evidence: Sequence[Evidence], implementations: Sequen
         },
         "environment": env,
         "run": dict(run or {}),
-        "exit_status": exit_status({cid: verdicts.get(cid, {}) for cid in ids}),
+        "exit_status": status,
         "implementations": impl_rows,
         "summary": {"claims": len(claim_rows), "verdicts": summary, "disagreements": disagreements},
         "how_to_read": [{"verdict": v, "meaning": m} for v, m in HOW_TO_READ],
         "negative_controls": controls,
         "claims": claim_rows,
+        "contract_findings": findings,
+        "contract_checks": contract_checks,
+        "strict_contract": bool(strict_contract),
+        **_sentences(registry),
     }
+
+
+def _sentences(registry) -> dict:
+    """``sentences``: every sentence of the article with the claims that check it or why it is not
+    checked (:mod:`attnclaims.sentences`); ``sentences_note`` says why the list is empty when the
+    article or ``sentences.toml`` could not be read."""
+    from attnclaims.sentences import account, from_registry
+    from attnclaims.spec import ARTICLE_PATH
+
+    try:
+        return {"sentences": account(ARTICLE_PATH.read_text(encoding="utf-8"), from_registry(registry)),
+                "sentences_note": ""}
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return {"sentences": [], "sentences_note": f"the sentences of the article could not be listed: {exc}"}
 
 
 def _implementation_row(info: Mapping) -> dict:
@@ -314,8 +362,9 @@ def _implementation_row(info: Mapping) -> dict:
     }
 
 
-def from_run(result, registry, out_dir: Path | None = None, command: str = "") -> dict:
-    """The report of a :class:`attnclaims.orchestrator.RunResult`."""
+def from_run(result, registry, out_dir: Path | None = None, command: str = "", strict_contract: bool = False) -> dict:
+    """The report of a :class:`attnclaims.orchestrator.RunResult` (``strict_contract``: contract
+    findings make the exit status 1)."""
     impls = []
     for r in result.runs:
         info = dict(r.info or {})
@@ -329,7 +378,7 @@ def from_run(result, registry, out_dir: Path | None = None, command: str = "") -
         impls.append(info)
     run = {"started": result.started, "seconds": result.seconds, "command": command}
     return build_report(registry, result.evidence, impls, result.environment, claims=result.options.claims,
-                        out_dir=out_dir, run=run)
+                        out_dir=out_dir, run=run, strict_contract=strict_contract)
 
 
 __all__ = ["build_report", "from_run", "render_derivation", "evidence_entry", "SCHEMA_ID"]

@@ -17,7 +17,9 @@ from attnclaims.evidence import Evidence
 from attnclaims.registry import load_registry
 from attnclaims.report import article_text, build_report
 from attnclaims.report import article as article_report
+from attnclaims.report import i18n
 from attnclaims.report.article import locate
+from attnclaims.report.common import verdict_category
 
 HOSTILE = "<script>alert('x')</script>"
 ENV = {"python": "3", "platform": "linux", "suite_version": "0", "profile": "ci", "seed": None}
@@ -117,18 +119,45 @@ def test_the_article_text_is_shown_as_it_is(page):
 
 def test_every_claim_is_highlighted_with_its_verdicts_and_a_link(page, report):
     ids = [c["id"] for c in report["claims"]]
+    article = [c["id"] for c in report["claims"] if c["section"] != "beyond"]
     anchors = re.findall(r'id="q-([a-z0-9-]+)"', page)
-    assert sorted(anchors) == sorted(ids)
-    links = re.findall(r'<a class="cl" href="index\.html#claim-([a-z0-9-]+)"', page)
-    assert sorted(links) == sorted(ids)  # all 28, each once ...
+    assert sorted(anchors) == sorted(ids)  # every claim's "in the article" link lands somewhere
+    text = page[page.index("<article"):page.index("</article>")]
+    links = re.findall(r'<a class="cl" href="index\.html#claim-([a-z0-9-]+)"', text)
+    assert sorted(links) == sorted(article)  # every claim of the article, each once ...
     start = _positions(load_registry())
     assert [start[i][0] for i in links] == sorted(start[i][0] for i in links)  # ... in the article's order
     for c in report["claims"]:
-        i = page.index(f'href="index.html#claim-{c["id"]}"')
-        badges = page[i:page.index('<span class="tip"', i)]
+        i = page.index(f'<a class="cl" href="index.html#claim-{c["id"]}"')
+        end = page.find('<span class="tip"', i) if c["section"] != "beyond" else page.index("</li>", i)
+        badges = page[i:end]
         for verdict in c["verdicts"].values():
             assert f">{htmllib.escape(verdict, quote=True)}</span>" in badges, (c["id"], verdict)
-    assert page.count('tabindex="0"') == len(re.findall(r'<span class="hl[ "]', page)) >= 20  # focusable
+    highlights = len(re.findall(r'<span class="hl[ "]', page))
+    unchecked = len(re.findall(r'<span class="nc"', page))
+    assert page.count('tabindex="0"') == highlights + unchecked and highlights >= 20 and unchecked >= 20  # focusable
+
+
+def test_claims_beyond_the_article_put_no_badge_on_its_sentences(page, report):
+    """attention-lipschitz and paper-tables quote sentences they only relate to: they are listed after the
+    text with their verdicts and the sentence number, never highlighted in it."""
+    text = page[page.index("<article"):page.index("</article>")]
+    beyond = [c["id"] for c in report["claims"] if c["section"] == "beyond"]
+    assert {"attention-lipschitz", "paper-tables"} <= set(beyond)
+    for cid in beyond:
+        assert cid not in text, cid
+        assert re.search(rf'<li id="q-{cid}">.*?related to sentence \d+', page[page.index('id="beyond"'):]), cid
+
+
+def test_passages_no_claim_checks_are_marked_with_their_reason(page, report):
+    text = page[page.index("<article"):page.index("</article>")]
+    for passage, reason in (("显著提升了 RNN 类模型的性能", "history"), ("极大地增强了模型的表达能力", "opinion")):
+        i = text.index(passage)
+        opened = text.rfind('<span class="nc"', 0, i)
+        assert opened > text.rfind("</span>", 0, i) or text.rfind('<span class="sent"', 0, i) > opened, passage
+        assert f"not checked · {reason}</span>" in text[i:text.index('<span class="tip"', i)], passage
+    # every sentence of the article has an anchor the report's list links to
+    assert len(re.findall(r'id="sent-\d+"', text)) == len(report["sentences"]) >= 40
 
 
 def test_hover_shows_the_precise_statement_and_for_qualified_claims_the_correction(page, registry):
@@ -136,7 +165,9 @@ def test_hover_shows_the_precise_statement_and_for_qualified_claims_the_correcti
     from attnclaims.report.html import rich
 
     for c in registry:
-        i = page.index(f'href="index.html#claim-{c.id}"')
+        if c.section == "beyond":  # listed after the text, not highlighted (tested above)
+            continue
+        i = page.index(f'<a class="cl" href="index.html#claim-{c.id}"')
         start = page.index('<span class="tip"', i)
         end = page.find('<span class="hl', start)
         tip = page[start:end if end > 0 else len(page)]
@@ -173,4 +204,7 @@ def test_hostile_texts_stay_escaped_in_the_article(registry):
 def test_the_chinese_edition_links_the_chinese_report(report):
     page = article_report.render(report, article_text(), lang="zh")
     assert '<html lang="zh-CN">' in page and 'href="index.zh.html#claim-softmax-distribution"' in page
-    assert 'href="article.html"' in page and "原文完整性" in page and "已验证" in page and "需限定" in page
+    assert 'href="article.html"' in page and "原文完整性" in page and "未核查 · 观点或评价" in page
+    for c in report["claims"]:  # each verdict in its Chinese word
+        for col, v in c["verdicts"].items():
+            assert f">{htmllib.escape(i18n.verdict_word(v, 'zh', verdict_category(c, col)))}</span>" in page, (c["id"], v)

@@ -101,6 +101,9 @@ def _evidence(figure: Path, hostile_figure: Path) -> list[Evidence]:
         Evidence("scaling-variance", "statistical", "tests/test_scaling.py::test_variance", "passed",
                  role="qualification", data={"decision": "Var[q·k] = d_k", "false_alarm": 1e-9,
                                              "table": [{"d_k": 1, "var": 1.01}, {"d_k": 64, "var": 63.2}]}),
+        # the claim's second part (its typical size): a claim is judged on every part
+        Evidence("scaling-variance", "statistical", "tests/test_scaling.py::test_typical_size", "passed",
+                 role="qualification", part="typical-size"),
         Evidence("softmax-saturation", "measurement", "tests/test_saturation.py::test_curve", "passed",
                  data={"decision": f"polynomial decay {HOSTILE}", "table": {"d_k": [1, 4], "norm": [0.3, 0.15]},
                        "slope": -0.5},
@@ -604,7 +607,7 @@ def test_the_chinese_edition(hostile_registry, tmp_path):
 
         assert rich(c.zh["title"]) in zh, c.id
         assert c.zh["statement"].split("$")[0][:12] in md, c.id
-    assert "个推导逐步验证通过" in zh and "项检查通过" in md  # the engine's reasons in their common forms
+    assert "个一般性推导逐步验证通过" in zh and "项检查通过" in md  # the engine's reasons in their common forms
     for word in ("论断核查报告", "阅读说明", "精确陈述", "被否定", "已证明", "受阻于 softmax-distribution"):
         assert word in zh, word
     assert "<script" not in zh.lower()  # the hostile texts stay escaped in this edition too
