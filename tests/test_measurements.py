@@ -30,7 +30,7 @@ import pytest
 from attnclaims.measurements import CONTROLS, MEASUREMENTS, MeasurementResult, run
 from attnclaims.measurements.backprop import KINDS, stack_gradients
 from attnclaims.measurements.graphs import (
-    DAG, attention_graph, critical_path, rnn_graph, scalar_attention_graph, scan_graph,
+    DAG, attention_graph, critical_path, rnn_graph, scalar_attention_graph, scalar_decoding_graph, scan_graph,
 )
 from attnclaims.measurements.lipschitz import complex_step_jacobian, dot_product_attention_c, l2_attention_c
 from attnclaims.measurements.paths import _layers_needed_identical, dependency_matrix, mha_params, transformer_params
@@ -303,6 +303,15 @@ def test_graph_depths(n):
 def test_scalar_attention_depth_grows_like_log_n():
     depths = [critical_path(scalar_attention_graph(n)) for n in (4, 8, 16, 32)]
     assert np.all(np.diff(depths) == 3)  # max, sum and weighted-sum trees each gain one level per doubling
+    # non-powers of two: each tree over n keys has depth ⌈log₂ n⌉
+    assert [critical_path(scalar_attention_graph(n)) for n in (5, 6, 12, 24)] == [18, 18, 21, 24]
+
+
+def test_scalar_decoding_depth_grows_faster_than_log_n():
+    """Decoding one position at a time chains the steps: each added position adds at least a whole step
+    (the first step's depth) to the critical path — linear or faster, the control of rnn-sequential."""
+    depths = [critical_path(scalar_decoding_graph(n)) for n in range(1, 9)]
+    assert min(np.diff(depths)) >= depths[0] > 0, depths
 
 
 def test_dependency_matrix_of_a_convolution_is_its_band():
@@ -333,7 +342,8 @@ def test_select_growth_on_exact_sequences():
     assert select_growth(n, 2 * np.log2(n) + 1).cls == "log"
     assert select_growth(n, n - 1).cls == "linear"
     assert select_growth(n, 3 * n * n + n).cls == "quadratic"
-    assert select_growth(n, np.ceil(np.log(n) / np.log(3))).cls == "log"
+    assert select_growth(n, n * np.log2(n)).cls == "nlogn"
+    assert select_growth(n, np.ceil(np.log(n) / np.log(3)), abs_error=0.5).cls == "log"  # one ceiling: ½
     with pytest.raises(ValueError):
         select_growth(n[:3], n[:3])
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["DAG", "critical_path", "rnn_graph", "scan_graph", "attention_graph", "scalar_attention_graph",
-           "scalar_rnn_graph"]
+           "scalar_rnn_graph", "scalar_decoding_graph"]
 
 
 @dataclass
@@ -244,4 +244,29 @@ def scalar_rnn_graph(n: int, d: int = 2) -> DAG:
             terms.append(g.add((d, d), [h[None, :]]))  # h_{t−1}[j]·W[j, c]
         pre = _tree_reduce(g, np.concatenate(terms, axis=1))
         h = g.add(d, [pre])
+    return g
+
+
+def scalar_decoding_graph(n: int, d: int = 2) -> DAG:
+    """Autoregressive decoding with scalar nodes: position t's input is computed from position t − 1's output.
+
+    Each step is the scalar graph of one query attending to the keys 0 … t (projections, d-term dot
+    products, a max tree, exp, a sum tree, a divide, a weighted-sum tree over t + 1 keys); its output
+    feeds the next position's projections. Critical path Σ_t (c + 3⌈log₂(t + 1)⌉) = Θ(n log n): the
+    negative control of :func:`scalar_attention_graph`.
+    """
+    g = DAG()
+    x = g.add(d, op=False)
+    keys, values = [], []
+    for _ in range(n):
+        proj = [_tree_reduce(g, g.add((d, d), [x[None, :]])) for _ in range(3)]  # q, k, v of this position
+        keys.append(proj[1])
+        values.append(proj[2])
+        k, v = np.stack(keys), np.stack(values)  # (t + 1, d)
+        s = g.add(len(keys), [_tree_reduce(g, g.add(k.shape, [proj[0][None, :], k]))])
+        row_max = _tree_reduce(g, s)
+        e = g.add(len(keys), [g.add(len(keys), [s, row_max])])
+        a = g.add(len(keys), [e, _tree_reduce(g, e)])
+        out = _tree_reduce(g, g.add((d, len(keys)), [a[None, :], v.T]))  # (d,)
+        x = g.add(d, [out])  # the next position's input (e.g. the embedding of the sampled token)
     return g
