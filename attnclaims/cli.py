@@ -435,12 +435,23 @@ def _execute(args, artifacts: Path | None, out_dir: Path | None):
             result = run(options, registry, progress=progress, validated=validated)
     except RunError as exc:
         raise UsageError(str(exc)) from None
+    # Stopped by a signal (Ctrl-C, SIGTERM, SIGHUP): the report of what finished is still built and
+    # written; the caller re-raises the signal's exception afterwards (exit 130, 143, 129).
+    args._interrupted = result.interrupted
     return from_run(result, registry, out_dir=out_dir, command=command)
+
+
+def _reraise_interrupt(args) -> None:
+    """Re-raise the interrupt that stopped the run, once its partial result is out."""
+    interrupted = getattr(args, "_interrupted", None)
+    if interrupted is not None:
+        raise interrupted
 
 
 def _run_check(args) -> int:
     report = _execute(args, artifacts=None, out_dir=None)
     print_verdicts(report)
+    _reraise_interrupt(args)
     return report["exit_status"]
 
 
@@ -509,6 +520,7 @@ def _run_report(args) -> int:
         shutil.rmtree(staging, ignore_errors=True)
     print_verdicts(report)
     print(f"\nReport ({time.perf_counter() - t0:.1f} s): " + ", ".join(safe_text(p) for p in written))
+    _reraise_interrupt(args)
     return report["exit_status"]
 
 

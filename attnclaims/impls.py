@@ -132,7 +132,23 @@ def resolve(spec: str):
             obj.name = spec
         except AttributeError:
             pass
+    check_variants(spec, obj)
     return obj
+
+
+def check_variants(spec: str, obj) -> None:
+    """Refuse an implementation whose ``variants`` declaration is invalid, before anything runs
+    (docs/adapters.md: one line naming the key): an unknown key, a value a key cannot take, not a
+    dict, or a ``variants`` attribute that raises."""
+    from attnclaims.protocol import declared_variants
+
+    try:
+        declared_variants(obj)
+    except ValueError as exc:
+        raise ImplementationError(f"implementation {spec!r}: invalid variants: {' '.join(str(exc).split())}") from None
+    except (Exception, *_FATAL) as exc:
+        raise ImplementationError(f"implementation {spec!r}: reading its variants raised "
+                                  f"{type(exc).__name__}: {exc}") from None
 
 
 def availability(spec: str) -> Availability:

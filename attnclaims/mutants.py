@@ -377,6 +377,11 @@ def run_matrix(targets: list[Target], *, profile: str = "ci", full: bool = False
         # Interrupted (Ctrl-C, SIGTERM) or failed: start nothing more — a plain ``with pool`` would wait
         # for every queued target to run —, stop the running children, then wait for their threads.
         pool.shutdown(wait=False, cancel_futures=True)
+        if not finished:
+            # The interrupt reached this (main) thread, not the worker threads that watch the children,
+            # and a forked child is its own session: kill every running child's group now, before the
+            # CLI exits (they outlived it by up to a minute).
+            orchestrator.kill_all_children()
         for server in servers:
             if not finished:  # its running child too, at once (close() lets a child finish for 10 s)
                 orchestrator.kill_group(server.proc.pid)
@@ -384,6 +389,8 @@ def run_matrix(targets: list[Target], *, profile: str = "ci", full: bool = False
         pool.shutdown(wait=True)
         for server in servers:  # a thread that was starting its server when we closed the others
             server.close()
+        if not finished:  # a child a worker thread started while the others were being killed
+            orchestrator.kill_all_children()
         if tmp is not None:
             tmp.cleanup()
     rows = [r for r in results if r is not None]
@@ -565,7 +572,9 @@ def run_command(args, console=None) -> int:
     from rich.console import Console
 
     console = console or Console(stderr=False)
-    err = Console(stderr=True)
+    # one-line errors and progress lines stay one line: never hard-wrapped at 80 columns when stderr is
+    # a file or a pipe, no markup read in a message
+    err = Console(stderr=True, soft_wrap=True, markup=False, highlight=False)
     only = args.only or []
     try:
         mutants = mutant_targets([n for n in only if n not in CORRECT]) if only else mutant_targets()

@@ -58,6 +58,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -87,6 +88,13 @@ class Terminated(BaseException):
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+
+
+def stopped_by(exc: BaseException) -> str:
+    """Why a run stopped, for an interrupt or a termination of the caller."""
+    if isinstance(exc, Terminated):
+        return f"the run was terminated ({exc})"
+    return "the run was interrupted (SIGINT)"
 
 
 def install_signal_handlers() -> None:
@@ -282,6 +290,25 @@ def child_env(workers: int = 0, extra: dict | None = None) -> dict:
     return env
 
 
+#: Process groups of the pytest children running now (any thread's): :func:`kill_all_children` ends
+#: them when the caller is interrupted in another thread than the one that watches them (the kill matrix).
+_LIVE: set[int] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _live(pgid: int, running: bool) -> None:
+    with _LIVE_LOCK:
+        (_LIVE.add if running else _LIVE.discard)(pgid)
+
+
+def kill_all_children() -> None:
+    """SIGKILL every running pytest child's process group (and so its xdist workers)."""
+    with _LIVE_LOCK:
+        groups = list(_LIVE)
+    for pgid in groups:
+        kill_group(pgid)
+
+
 class _Child:
     """A pytest child started with ``subprocess`` (its own session and process group)."""
 
@@ -289,14 +316,19 @@ class _Child:
         with open(log, "wb") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=cwd, env=env, stdout=out,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        _live(self.proc.pid, True)
 
     def poll(self) -> int | None:
-        return self.proc.poll()
+        code = self.proc.poll()
+        if code is not None:
+            _live(self.proc.pid, False)
+        return code
 
     def kill(self) -> None:
         kill_group(self.proc.pid)
         self.proc.wait()
         kill_group(self.proc.pid)  # members of the group that outlived its leader (xdist workers)
+        _live(self.proc.pid, False)
 
 
 def kill_group(pgid: int) -> None:
@@ -352,8 +384,18 @@ def run_session(args: list[str], *, work: Path, name: str, env: dict | None = No
                     s.feed(ev)
                 break
             time.sleep(_POLL_S)
-    except BaseException:
+    except BaseException as exc:
         child.kill()
+        if isinstance(exc, (KeyboardInterrupt, Terminated)):
+            # the caller was asked to stop: what finished stands, and the caller may write it (the
+            # partial report); the session, scored as stopped by the signal, travels with the exception
+            for ev in tail.read():
+                s.feed(ev)
+            s.killed = stopped_by(exc)
+            s.seconds = round(time.monotonic() - t0, 2)
+            s.log_tail = _tail(log)
+            s._finalise()
+            exc.attnclaims_session = s
         raise
     s.seconds = round(time.monotonic() - t0, 2)
     s.log_tail = _tail(log)
@@ -411,6 +453,7 @@ class ForkServer:
 class _Forked:
     def __init__(self, server: ForkServer, pid: int):
         self.server, self.pid, self.code = server, pid, None
+        _live(pid, True)
 
     def poll(self) -> int | None:
         if self.code is None:
@@ -419,12 +462,16 @@ class _Forked:
             if ready:
                 line = out.readline()
                 self.code = int(json.loads(line)["code"]) if line else -signal.SIGKILL
+                if not line:  # the server is gone: its grandchild (its own session) must not outlive it
+                    kill_group(self.pid)
+                _live(self.pid, False)
         return self.code
 
     def kill(self) -> None:
         kill_group(self.pid)
         while self.poll() is None:
             time.sleep(0.01)
+        _live(self.pid, False)
 
 
 def fork_pytest(args: list[str], log: str, cwd: str | None = None) -> int:
@@ -583,6 +630,8 @@ class ImplementationRun:
     collect_errors: list[dict] = field(default_factory=list)  # test modules pytest could not collect
     completed: bool = False                                   # the session ran every test to its end
     running: list[str] = field(default_factory=list)          # tests running when the run stopped
+    broken: str = ""                                          # why a resolved implementation cannot be used
+    interrupted: BaseException | None = None                  # the signal that stopped this run
 
 
 @dataclass
@@ -593,6 +642,9 @@ class RunResult:
     environment: dict
     started: str
     seconds: float
+    #: the interrupt (KeyboardInterrupt, Terminated) that stopped the run: the caller writes the partial
+    #: result (the report of what finished), then re-raises it
+    interrupted: BaseException | None = None
 
     @property
     def implementation_names(self) -> list[str]:
@@ -718,8 +770,14 @@ def _run_one(spec: str, options: RunOptions, first: bool, work: Path, artifacts:
                       "outcome": "failed" if outcome in ("failed", "error") else outcome,
                       "done": s.done, "total": s.total or 0})
 
-    s = run_session(args, work=work, name=spec, env=child_env(options.workers),
-                    limits=Limits.derived(options.call_timeout, options.timeout), on_event=on_event)
+    try:
+        s = run_session(args, work=work, name=spec, env=child_env(options.workers),
+                        limits=Limits.derived(options.call_timeout, options.timeout), on_event=on_event)
+    except (KeyboardInterrupt, Terminated) as exc:
+        s = getattr(exc, "attnclaims_session", None)
+        if s is None:
+            raise
+        run.interrupted = exc
     run.seconds, run.tests, run.tests_total = s.seconds, s.done, s.total
     run.exitstatus = s.session.get("exitstatus") if s.session else s.returncode
     run.log_tail = s.log_tail
@@ -727,10 +785,16 @@ def _run_one(spec: str, options: RunOptions, first: bool, work: Path, artifacts:
     run.running = list(s.running)
     run.collect_errors = list(s.collect_errors.values())
     info = dict(s.implementation or (s.session or {}).get("implementation") or {})
-    if s.implementation_error and s.implementation is None:
+    if s.implementation_error and s.implementation is None and _unavailable(s.implementation_error):
         run.available = False
         run.reason = s.implementation_error
         info = {"name": spec, "spec": spec, "available": False, "reason": s.implementation_error}
+    elif s.implementation_error and s.implementation is None:
+        # It resolved in the probe but cannot be used (a dtype numpy does not understand, a name that
+        # raises): the implementation's error, in its own column, never "not available" (exit 0).
+        run.broken = s.implementation_error
+        run.reason = f"the implementation cannot be used: {s.implementation_error}"
+        info = {"name": spec, "spec": spec, "available": True, "reason": run.reason}
     run.info = info or {"name": spec, "spec": spec, "available": True}
     run.name = str(run.info.get("name") or spec)
     if s.stopped and run.available:
@@ -739,6 +803,21 @@ def _run_one(spec: str, options: RunOptions, first: bool, work: Path, artifacts:
         progress({"event": "end", "implementation": spec, "seconds": run.seconds, "tests": run.tests,
                   "reason": run.reason})
     return run, s
+
+
+def _unavailable(message: str) -> bool:
+    """Whether an implementation error says a library is missing ("not available"), rather than that
+    the implementation is broken (an error in its column)."""
+    return " is unavailable: " in message
+
+
+def broken_evidence(reason: str, name: str, registry, claims: list[str] | None,
+                    prefix: str = "the implementation cannot be used: ") -> list[Evidence]:
+    """An ``error`` item in ``name``'s column for every selected claim (historical ones aside): the
+    implementation resolved but could not be used at all (or its run never started)."""
+    ids = [c for c in (claims or registry.order()) if not registry.get(c).is_historical]
+    return [Evidence(claim=cid, kind="property", name=ORCHESTRATOR, outcome="error", implementation=name,
+                     message=f"{prefix}{reason}") for cid in ids]
 
 
 def session_evidence(s: Session, name: str, registry, claims: list[str] | None) -> list[Evidence]:
@@ -902,9 +981,17 @@ def run(options: RunOptions, registry, progress: ProgressFn | None = None,
         if cached is not None and progress:
             progress({"event": "cache", "implementation": specs[0], "computed": cached[1], "items": len(cached[0])})
         first = True
+        interrupted: BaseException | None = None
         for spec in specs:
+            if interrupted is not None:  # stopped by a signal before this one started: an error, never a pass
+                why = stopped_by(interrupted)
+                runs.append(ImplementationRun(spec=spec, name=spec, reason=f"not run: {why}",
+                                              info={"name": spec, "spec": spec, "available": True}))
+                evidence.extend(broken_evidence(why, spec, registry, options.claims, prefix="not run: "))
+                continue
             # with the independent evidence cached, the first implementation runs only its own tests too
             impl_run, s = _run_one(spec, options, first and cached is None, work, artifacts, progress)
+            interrupted = impl_run.interrupted
             if not impl_run.available:
                 runs.append(impl_run)
                 continue
@@ -913,8 +1000,13 @@ def run(options: RunOptions, registry, progress: ProgressFn | None = None,
                 name = f"{name} ({spec})"
             used_names.add(name)
             impl_run.name = name
-            items = session_evidence(s, name, registry, options.claims)
-            items += _collection_error_evidence(impl_run, registry, None if first else name)
+            if impl_run.broken:  # nothing ran: one error per claim, saying why
+                items = broken_evidence(impl_run.broken, name, registry, options.claims)
+            else:
+                items = session_evidence(s, name, registry, options.claims)
+            # a test module that cannot be collected in this implementation's run is its run's error (its
+            # column), also for the first implementation: never an error "independent of the implementation"
+            items += _collection_error_evidence(impl_run, registry, name)
             if first and cached is not None:
                 items += cached[0]
                 cache_info.update(used=True, computed=cached[1])
@@ -939,7 +1031,7 @@ def run(options: RunOptions, registry, progress: ProgressFn | None = None,
     env = environment(options)
     env["cache"] = cache_info
     return RunResult(options=options, runs=runs, evidence=evidence, environment=env,
-                     started=started, seconds=round(time.perf_counter() - t0, 2))
+                     started=started, seconds=round(time.perf_counter() - t0, 2), interrupted=interrupted)
 
 
 def collect(tests_package: str | None = None, extra: list[str] | None = None, marker: str = "claim",

@@ -717,6 +717,12 @@ class _Reporter:
             stopped = {2: "pytest was interrupted", 3: "pytest had an internal error",
                        4: "pytest was given bad arguments"}[int(exitstatus)]
         state.stopped = stopped
+        ran_all = state.total is None or state.finished >= state.total
+        if (stopped or not ran_all) and int(exitstatus) == 0:
+            # a run that stopped early (pytest.exit(returncode=0), session.shouldstop set by a method) is
+            # never a clean exit: its results file says "complete": false, and pytest exits non-zero too
+            exitstatus = session.exitstatus = pytest.ExitCode.INTERRUPTED
+            state.exitstatus = int(exitstatus)
         info = _write_results(config, complete=True)
         _emit(config, "session-finished", exitstatus=int(exitstatus), tests_run=state.finished,
               tests_total=state.total, stopped=stopped, implementation=info)

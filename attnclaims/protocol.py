@@ -218,7 +218,7 @@ def declared_variants(impl) -> dict[str, Any]:
     declared = getattr(impl, "variants", None) or {}
     if not isinstance(declared, dict):
         raise ValueError(f"variants={declared!r}, but should be a dict (keys: {', '.join(VARIANTS)})")
-    unknown = sorted(set(declared) - set(VARIANTS))
+    unknown = sorted(str(k) if isinstance(k, str) else repr(k) for k in declared if k not in VARIANTS)
     if unknown:
         raise ValueError(f"variants has unknown key(s) {unknown}; known: {', '.join(VARIANTS)}")
     return {k: (spec.validate(k, declared[k]) if k in declared else spec.default) for k, spec in VARIANTS.items()}

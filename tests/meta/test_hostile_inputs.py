@@ -511,3 +511,32 @@ def test_the_cache_stores_only_independent_evidence_with_what_produced_it(tmp_pa
     text = (tmp_path / "cache" / key / "evidence.json").read_text(encoding="utf-8")
     (tmp_path / "cache" / key / "evidence.json").write_text(text.replace('"passed"', '"failed"'), encoding="utf-8")
     assert cache.load(key, out) is None
+
+
+# -- a run that stopped early never exits 0 -----------------------------------------------------
+
+STOPS_THE_SESSION = '''
+import pytest
+
+
+@pytest.mark.claim("softmax-distribution")
+def test_1(impl, request):
+    request.session.shouldstop = "a method stopped the session"  # pytest then ends the session, exit 0
+
+
+@pytest.mark.claim("softmax-distribution")
+def test_2(impl):
+    pass
+'''
+
+
+def test_pytest_exits_non_zero_for_a_run_that_stopped_early(tmp_path):
+    """The results file said "complete": false, but `pytest --attn-impl ...` exited 0."""
+    (tmp_path / "test_stops.py").write_text(STOPS_THE_SESSION, encoding="utf-8")
+    results = tmp_path / "results.json"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q",
+                           "test_stops.py", "--attn-impl", "reference", "--attn-results", str(results)],
+                          capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=300)
+    data = json.loads(results.read_text(encoding="utf-8"))
+    assert data["complete"] is False and data["tests_run"] == 1 and data["tests_total"] == 2, data
+    assert proc.returncode != 0 and data["exitstatus"] == proc.returncode, proc.stdout[-2000:]

@@ -35,3 +35,76 @@ def test_an_interrupted_matrix_starts_no_queued_target(monkeypatch):
     # the first target finished and the interruption came; the one worker may already have taken the
     # second, but nothing after it starts
     assert 1 <= len(started) <= 2, f"targets started after the interruption: {started}"
+
+
+def test_an_error_line_is_one_line_when_stderr_is_not_a_terminal():
+    """rich hard-wrapped it at 80 columns onto two lines when stderr was a file or a pipe."""
+    import subprocess
+    import sys
+
+    name = "no_such_mutant_" + "x" * 100
+    proc = subprocess.run([sys.executable, "-m", "attnclaims", "mutants", "--only", name], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and name in lines[0], proc.stderr
+
+
+def _descendants(pid: int) -> set[int]:
+    from pathlib import Path
+
+    parent: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parent[int(stat.parent.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    from pathlib import Path
+
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_a_signal_ends_every_child_before_the_cli_exits(tmp_path, signum):
+    """After SIGTERM or Ctrl-C a fork server's child (its own session) outlived the CLI by up to a minute."""
+    import signal
+    import subprocess
+    import sys
+
+    cli = subprocess.Popen([sys.executable, "-m", "attnclaims", "mutants", "--only", "scale_missing",
+                            "--profile", "dev", "-n", "1"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+    seen: set[int] = set()
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:  # until the fork server has forked a pytest session (depth 2)
+            now = _descendants(cli.pid)
+            seen |= now
+            if any(_descendants(p) for p in now):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the kill matrix did not start a forked pytest session")
+        time.sleep(1.0)
+        seen |= {d for p in set(seen) for d in _descendants(p)}
+        cli.send_signal(getattr(signal, signum))
+        cli.communicate(timeout=60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode != 0
+    left = [p for p in seen if _alive(p)]
+    assert not left, f"children outlived the CLI: {left}"

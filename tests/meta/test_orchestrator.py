@@ -184,7 +184,8 @@ def test_threads_that_never_end_do_not_hang_the_run(suite, tmp_path):
 
 def test_sigterm_ends_the_children_and_removes_the_temporary_folders(suite, tmp_path):
     """SIGTERM to a running ``attnclaims report``: the CLI exits 143 within seconds, its pytest child
-    is gone, its temporary folder is removed, and no figure reaches --out afterwards."""
+    is gone, its temporary folder is removed, no figure reaches --out afterwards, and the partial report
+    of what finished is written (it left an empty folder: only --timeout gave the partial report)."""
     env = dict(suite, ATTN_SLOW_FIGURE="8")
     tmpdir = Path(env["TMPDIR"])
     out = tmp_path / "out"
@@ -206,6 +207,11 @@ def test_sigterm_ends_the_children_and_removes_the_temporary_folders(suite, tmp_
     assert not list(tmpdir.glob("attnclaims-run-*")), "the temporary folder was left behind"
     time.sleep(8)  # when the figure would have been written
     assert not list(out.rglob("*.svg")), "a figure was written into --out after the CLI was gone"
+    data = json.loads((out / "report.json").read_text(encoding="utf-8"))  # the partial report
+    (row,) = [c for c in data["claims"] if c["id"] == "scaling-variance"]
+    assert any(v["verdict"] == "error" for v in row["verdict_details"].values()), row["verdict_details"]
+    assert any("terminated (SIGTERM)" in e["message"] and e["outcome"] == "error" for e in row["evidence"]), \
+        row["evidence"]
 
 
 def _wait_for_pytest_child(pid: int, timeout: float) -> int:
@@ -448,3 +454,46 @@ def test_a_run_reuses_the_cached_independent_evidence(suite, tmp_path, monkeypat
     fresh, fresh_outcomes = one(fresh=True, name="fresh")
     assert fresh.environment["cache"]["used"] is False and fresh.runs[0].tests == 4
     assert fresh_outcomes == cold_outcomes
+
+
+# -- an implementation's error is its own --------------------------------------------------------
+
+BROKEN = '''
+from attnclaims.reference.impl import Reference
+
+
+class BadDtype(Reference):
+    name = "bad-dtype"
+    dtype = "floaty"  # numpy does not understand it
+
+
+class BadVariantKey(Reference):
+    name = "bad-variant-key"
+    variants = {"norm_frist": (False,)}
+
+
+class BadVariantValue(Reference):
+    name = "bad-variant-value"
+    variants = {"head_dim": "odd"}
+'''
+
+
+def _broken_env(suite: dict, tmp_path: Path) -> dict:
+    (tmp_path / "broken_impls.py").write_text(textwrap.dedent(BROKEN), encoding="utf-8")
+    return dict(suite, PYTHONPATH=os.pathsep.join([str(tmp_path), suite["PYTHONPATH"]]))
+
+
+def test_an_implementation_whose_dtype_is_not_understood_is_an_error_not_unavailable(suite, tmp_path):
+    """It was "not available" and the run exited 0: a CI step on a broken adapter passed."""
+    proc, _ = attnclaims("check", "--impl", "broken_impls:BadDtype", "-n", "0", "--claim", "softmax-distribution",
+                         env=_broken_env(suite, tmp_path), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "not available" not in proc.stdout and "floaty" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("spec, key", [("broken_impls:BadVariantKey", "norm_frist"),
+                                       ("broken_impls:BadVariantValue", "head_dim")])
+def test_invalid_variants_are_refused_before_the_run_in_one_line_naming_the_key(suite, tmp_path, spec, key):
+    proc, seconds = attnclaims("check", "--impl", spec, "-n", "0", env=_broken_env(suite, tmp_path), cwd=tmp_path)
+    assert_one_line_error(proc, "invalid variants", key)
+    assert "running" not in proc.stderr  # refused before any pytest child ran
