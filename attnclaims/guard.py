@@ -283,10 +283,13 @@ def _private(value, memo: dict | None = None):
         return _copy_array(value, memo)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         try:
-            out = copy.copy(value)
+            try:
+                out = copy.copy(value)
+            except Exception:  # a frozen dataclass with __slots__: copy's setattr raises; fill a bare instance
+                out = object.__new__(type(value))
             for f in dataclasses.fields(value):
                 object.__setattr__(out, f.name, _private(getattr(value, f.name), memo))
-        except Exception:  # a dataclass that cannot be copied: handed over as it is, compared afterwards
+        except Exception:  # a dataclass that cannot be copied at all: handed over as it is
             return value
         return out
     if type(value) in (list, tuple):

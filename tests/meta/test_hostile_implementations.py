@@ -226,3 +226,23 @@ def _run_control(test, factory) -> str:
     failure = unwrap_check(caught.value)
     assert isinstance(failure, AssertionError), f"not a failed check: {caught.value!r}"
     return str(failure)
+
+
+def test_a_slotted_frozen_dataclass_is_copied_and_compared_too():
+    """Params of an adapter's own frozen dataclass with ``__slots__`` (which ``copy.copy`` cannot rebuild) are
+    still handed over as a private copy and compared field by field."""
+    from dataclasses import dataclass
+
+    from attnclaims.guard import _difference, _private
+
+    @dataclass(frozen=True, slots=True)
+    class Slotted:
+        w: np.ndarray
+        eps: float = 1e-5
+
+    original = Slotted(np.ones(3))
+    given = _private(original)
+    assert given is not original and not np.shares_memory(given.w, original.w)
+    assert _difference(original, given) is None
+    object.__setattr__(given, "eps", 0.5)
+    assert _difference(original, given) == "eps was 1e-05, is 0.5"
