@@ -5,7 +5,9 @@
 §3.1: "生成China一词能够重点关注中国对应的编码状态" and "注意力权重也因此具有了一定的可解释性".
 
 * seq2seq-bottleneck (c): attention keeps a path of length one to every encoder state — a query
-  aligned with the first state puts weight ≥ 1 − ε on it whatever the sequence length n.
+  aligned with the first state, scaled by ln((n − 1)/ε), puts weight ≥ 1 − ε on it whatever the sequence
+  length n; with one query fixed for every n that weight falls like 1/n (both sides of the softmax bound
+  are checked): the influence does not decay only when the score gap grows like ln n.
 * alignment-example: the implementation gives 中国 the largest weight for a query aligned with its
   key, and that weight rises monotonically towards 1 with the alignment margin.
 * interpretability: two different weight distributions give the same output. Weights are set
@@ -54,6 +56,36 @@ def test_attention_keeps_a_path_of_length_one_to_the_first_state(impl, n, d, see
     slack = float(T.attention_error(q, k, v, None, 1.0, u=T.unit_roundoff(impl.dtype)).max())  # rounding
     assert weight >= 1 - eps - slack, (
         f"weight on the first state = {weight:.6g} < 1 − ε = {1 - eps} for n = {n} [attention(scale=1)]")
+
+
+@pytest.mark.claim("seq2seq-bottleneck", kind="property")
+@pytest.mark.requires("attention")
+@given(n=st.integers(2, 4096), d=st.integers(2, 8), seed=st.integers(0, 2**32 - 1))
+@example(n=4096, d=2, seed=0)
+def test_with_one_fixed_query_the_first_state_weight_falls_like_one_over_n(impl, n, d, seed):
+    """One query c·e₀ fixed for every n (c = ln(7/ε), ε = 1e-3: the scale that gives weight 1 − ε at n = 8),
+    keys e₀ for the first state and unit vectors orthogonal to e₀ for the others: every score gap is c,
+    so the weight on the first state is exactly 1/(1 + (n − 1)e^{−c}) — 0.999 at n = 8, 0.93 at n = 512,
+    0.63 at n = 4096: it falls like 1/n. Attention's influence does not decay with n only when the score
+    gap grows like ln n (the test above); here the implementation must give the fixed query's weight."""
+    rng = np.random.default_rng(seed)
+    eps = 1e-3
+    k = rng.standard_normal((n, d))
+    k[:, 0] = 0.0
+    k[1:] /= np.linalg.norm(k[1:], axis=1, keepdims=True)
+    k[0] = np.eye(d)[0]
+    c = np.log(7 / eps)
+    v = np.zeros((n, 1))
+    v[0, 0] = 1.0
+    q, k, v = _as(impl, c * np.eye(d)[:1], k, v)
+    c_cast = float(np.asarray(q, dtype=np.float64)[0, 0])  # the query as the implementation's dtype holds it
+    weight = float(impl.attention(q, k, v, scale=1.0)[0, 0])
+    exact = 1 / (1 + (n - 1) * np.exp(-c_cast))
+    note(f"weight on the first of n={n} states with a fixed query: {weight!r}, exact {exact!r}")
+    slack = float(T.attention_error(q, k, v, None, 1.0, u=T.unit_roundoff(impl.dtype)).max())  # rounding
+    assert abs(weight - exact) <= slack, (
+        f"weight on the first state = {weight:.6g}, but should be 1/(1 + (n − 1)e^(−c)) = {exact:.6g} for n = {n} "
+        f"with the fixed query {c_cast:.4g}·e₀ [attention(scale=1)]")
 
 
 @pytest.mark.claim("alignment-example", kind="property", role="illustration")
