@@ -60,9 +60,13 @@ def _now() -> str:
 
 
 def _read_json(path: Path) -> Any:
+    """A cache file or report.json, read as data (attnclaims.safeio): a regular file of at most 256 MB,
+    nested at most 64 levels; anything else is None (a cache miss, or "cannot read it as a report")."""
+    from attnclaims.safeio import MB, UnsafeInput, load_json
+
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return load_json(path, 256 * MB, "file")
+    except UnsafeInput:
         return None
 
 
@@ -104,6 +108,7 @@ def _proof_from_report(d: Mapping) -> dict:
     """A report.json derivation as the ProofResult-like dict ``with_statuses`` reads."""
     return {"name": d.get("name", ""), "outcome": d.get("outcome", "not run"), "reason": d.get("reason", ""),
             "failed_step": d.get("failed_step"), "cited": list(d.get("cited", ())),
+            "proof_status": d.get("proof_status"),
             "steps": [{"index": s.get("index"), "status": s.get("status"), "detail": s.get("detail", ""),
                        "method": s.get("method", "")} for s in d.get("steps", ())]}
 
@@ -160,7 +165,7 @@ def derivation_lines(claim_id: str, check: bool, last: Mapping | None, report_pa
     T = lambda key, **kw: i18n.t(lang, key, **kw)
     from attnclaims.proofs import MODULES
     from attnclaims.proofs.render import folded, instances_label, order_derivations, renderings_for, text_lines
-    from attnclaims.report.common import STEP_MARK
+    from attnclaims.report.common import STEP_MARK, proof_label
     from attnclaims.report.model import with_statuses
 
     if claim_id.replace("-", "_") not in MODULES:
@@ -193,6 +198,9 @@ def derivation_lines(claim_id: str, check: bool, last: Mapping | None, report_pa
         lines.append(f"  [{general['name']}] {general['title']}: {status.get(general['outcome'], general['outcome'])} "
                      f"({len(general['steps'])} {T('steps')}" + (f", {secs:.2f} s" if isinstance(secs, float) else "")
                      + ")")
+        if general.get("proof_status") in ("instance", "instance+cited"):  # never read as a general proof
+            lines.append(f"    {proof_label(general, lang)}"
+                         + (f" — {T('proof_cited_note')}" if general["proof_status"] == "instance+cited" else ""))
         if general.get("reason"):
             lines.append(f"    {general['reason']}")
         if general.get("assumptions"):

@@ -540,3 +540,19 @@ def test_pytest_exits_non_zero_for_a_run_that_stopped_early(tmp_path):
     data = json.loads(results.read_text(encoding="utf-8"))
     assert data["complete"] is False and data["tests_run"] == 1 and data["tests_total"] == 2, data
     assert proc.returncode != 0 and data["exitstatus"] == proc.returncode, proc.stdout[-2000:]
+
+
+def test_explain_reads_a_deeply_nested_cache_file_as_a_miss(tmp_path, monkeypatch, capsys):
+    """A cache file nested 200,000 levels deep was an internal error (RecursionError), not a miss."""
+    from attnclaims import explain
+
+    monkeypatch.setenv("ATTNCLAIMS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    deep = "[" * 200_000 + "]" * 200_000
+    for name in (explain.PROOFS_CACHE, explain.TESTS_CACHE):
+        path = explain.cache_dir() / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(deep, encoding="utf-8")
+    assert explain._read_json(explain.cache_dir() / explain.TESTS_CACHE) is None
+    os.mkfifo(tmp_path / "fifo")
+    assert explain._read_json(tmp_path / "fifo") is None  # a FIFO is not waited on
