@@ -14,15 +14,43 @@ measurements on the reference, citations: every item has ``implementation``
 columns. Errors alone do not make a claim implementation-tested: the ``error``
 items a stopped run records for an implementation ("run stopped after N of M
 tests") on such a claim make its independent verdict ``error`` instead.
+Items of kind ``contract`` (checks of the protocol's edges) are left out of
+every claim's verdict: they are reported apart, and change the exit status
+only under ``strict_contract`` (:func:`exit_status`).
 
 **The evidence of a claim for implementation X** is X's own items plus the
 claim's implementation-independent items; the independent items can refute a
 claim or make it an error for X (a failed derivation step is a counterexample
 whoever runs it), but they count towards a positive verdict only together
-with X's own passing checks: when none of X's checks of the claim ran, the
-verdict is **not applicable** (naming what X lacks) or **no evidence**,
-whatever the proofs say. The rules, applied in this order — the first that
-matches decides:
+with X's own passing checks.
+
+**Parts.** The registry splits a claim's precise statement into parts
+(``[[claims.parts]]``; a claim that lists none has one part, the whole
+statement). Each item backs the part its test names (``part=`` on its
+``claim`` marker), else every part whose ``checks`` patterns match the item's
+name (how derivations and measurements are placed), else the claim's first
+part (:func:`part_of`).
+
+**Countable items.** A passing item can support a verdict word only when it is
+*countable* (:func:`countable`): not a negative control (``role="control"``),
+not a self-comparison (``self_comparison``: determinism, batch independence,
+inputs unmodified, strided views compare X only with itself), not a check of
+an extension, and not a hypothesis test that ran too few of its drawn
+examples: an implementation may decline examples (``NotImplementedError``,
+``NotApplicable``, an undeclared variant; :mod:`attnclaims.declines` counts
+them, ``examples_declined``) and a test that declined any counts only when at
+least :data:`~attnclaims.declines.MIN_EXAMPLES_RAN` (10) examples ran and at
+least :data:`~attnclaims.declines.MIN_RAN_FRACTION` (10 %) of those drawn. A
+failure is never discounted: every failing item refutes (rule 1), whatever
+its kind or role.
+
+**Exercised parts.** In X's column a part is *exercised* when X has a
+countable passing item backing it; a part whose ``needs`` is empty (it does not
+depend on the implementation) is exercised by a countable passing independent
+item too. In the :data:`INDEPENDENT` column a part is exercised by a countable
+passing item.
+
+The rules, applied in this order — the first that matches decides:
 
 1. **refuted** — some check *failed* (a counterexample, a violated bound, a
    failed derivation step). If a claim this one depends on (``depends_on``,
@@ -38,40 +66,65 @@ matches decides:
    tell a broken system from a working one, so its passes prove nothing).
    Neither is a counterexample to the claim, neither is a pass; both are
    shown, never hidden.
-3. **not applicable** — every one of X's own checks of the claim was not
-   applicable (X lacks a capability, or does not support the variant the
-   check needs); the reason names what is missing.
-   **no evidence** — nothing was recorded for the claim in this column (in
-   X's column: none of the claim's implementation checks ran for X), or only
-   negative controls ran, which cannot support a claim on their own.
-4. **historical** — the only evidence is citations (a statement of history).
-5. **qualified** — a passing check with ``role="qualification"`` demonstrates
-   where the sentence as written is imprecise; the registry's
-   ``qualification`` text says what the correction is.
-6. **illustrative** — every passing supporting check has
-   ``role="illustration"`` (a constructed example, not the general statement).
-7. **proven** — a passing derivation (``kind="proof"``) and passing numerical
-   evidence (property, statistical, measurement or conformance).
-8. **verified** — otherwise: passing numerical checks, nothing failing.
+3. When X has no countable passing item of the claim (for :data:`INDEPENDENT`:
+   there is none at all):
+
+   * **no evidence** — nothing was recorded for the claim in this column (in
+     X's column: none of the claim's implementation checks ran for X);
+   * **verified — extension: <labels>** (category ``extension``) — checks of
+     extensions ran and passed for X (:attr:`Verdict.extensions` lists them):
+     checked and fine for the variant, no verdict on the claim as stated (in
+     the independent column extension-only evidence is **no evidence**);
+   * **not applicable** — every one of X's own checks of the claim as stated
+     was not applicable (X lacks a capability, declines every input, or does
+     not support the variant the check needs); the reason names what is
+     missing;
+   * **no evidence** — otherwise: what passed cannot support the claim on its
+     own (only negative controls, only self-comparisons, only tests that ran
+     too few examples), named in the reason.
+4. **partial: <what is missing>** (category ``partial``) — some part was not
+   exercised: "<label> never called" (X's checks of it did not run), "<label>
+   ran on too few examples", "<label> only self-compared", "<label> not
+   checked"; the parts are joined with "; ". Never a bare verdict word.
+5. Otherwise each part gets a word from its countable passing items (X's own
+   and the independent ones backing it), by rules a–e, and **the claim's
+   verdict is the weakest of its parts** in the order proven > verified >
+   qualified > illustrative > historical (:data:`attnclaims.vocab.STRENGTH`):
+
+   a. **historical** — the part's only evidence is citations;
+   b. **qualified** — a passing check with ``role="qualification"`` backs the
+      part: it demonstrates where the sentence as written is imprecise; the
+      registry's ``qualification`` text says what the correction is;
+   c. **illustrative** — every passing non-citation check of the part has
+      ``role="illustration"``;
+   d. **proven** — a passing *general* derivation (``kind="proof"`` whose
+      ``data["proof_status"]`` is ``general`` or absent) and passing numerical
+      evidence (property, statistical, measurement or conformance) back the
+      part. A derivation of an instance (``instance``) or one whose decisive
+      step is a cited lemma (``instance+cited``) is verified-level support,
+      named in the reason, never a proof;
+   e. **verified** — otherwise: passing checks, nothing failing.
+
+   So a claim is proven only when every part is, a proven part and a
+   qualified part make it qualified, and a part checked only numerically
+   makes it verified. :attr:`Verdict.parts` carries each part's verdict and
+   reason ("not exercised" for a missing one).
 
 **Extensions.** An item with ``extension`` set checks a variant the article
-does not state (RMSNorm, rotary embeddings, Pre-LN, ...). Its failure refutes
-like any other (rule 1), but it never decides the verdict word: rules 3–8 look
-only at items without an extension, so a passing RMSNorm qualification does not
-make the LayerNorm sentence "qualified", and an implementation whose only
-passing checks of a claim are extensions is "not applicable" for the claim as
-stated.
-
-Items that are not applicable are ignored when other items ran (they are
-counted and listed). Items with ``role="control"`` are negative controls: they
-show that a check *can* fail (for example an RNN must fail the permutation
-test). A control that passes is listed as such; one that fails makes the claim
-an ``error`` (rule 2), not ``refuted``: it says the check is blind, not that
-the claim is false. Controls alone never make a claim verified.
+does not state (RMSNorm, rotary embeddings, Pre-LN, grouped-query attention,
+...; derivations of extensions carry it too). Its failure refutes like any
+other (rule 1), but it never supports the claim as stated: it is never
+countable, so a RoPE derivation cannot prove the sinusoidal claim and a
+passing RMSNorm qualification does not make the LayerNorm sentence
+"qualified". Items that are not applicable are ignored once other items ran
+(they are counted and listed). A control that passes is listed as such; one
+that fails makes the claim an ``error`` (rule 2), not ``refuted``: it says the
+check is blind, not that the claim is false.
 
 The exit status (:func:`exit_status`) is 1 when any column of any selected
 claim is refuted, blocked or an error, the independent column included;
-``not applicable`` and ``no evidence`` are shown but do not fail a run.
+``not applicable``, ``no evidence``, ``partial`` and ``extension`` are shown but
+do not fail a run; contract findings fail it only under ``strict_contract``.
 """
 from __future__ import annotations
 
@@ -469,12 +522,21 @@ HOW_TO_READ = [
                                      "implementation needed a capability or variant it lacks (named). Proofs "
                                      "and measurements never fill an implementation's column on their own. "
                                      "Such claims are listed, never dropped."),
+    ("partial: <what is missing>", "some parts of the claim were checked for this implementation, not all: the "
+                                   "text names the part that was never called, ran on too few examples or was "
+                                   "only compared with itself. Never a bare verdict word."),
+    ("verified — extension: <labels>", "only checks of extensions (variants the article does not state, e.g. "
+                                       "causal alignment, RMSNorm) ran and passed: checked and fine for the "
+                                       "variant, no verdict on the claim as stated."),
     (INDEPENDENT, "the claim's evidence does not depend on any implementation (derivations, measurements on "
                   "the reference, citations): its verdict is shown once, in this column."),
     ("historical", "a statement of history or attribution: cited, not tested."),
     ("qualified", "the precise statement holds, and a check demonstrates where the sentence as written is "
-                  "imprecise; the correction is quoted from the registry."),
+                  "imprecise; the correction is quoted from the registry. A claim is the weakest of its parts: "
+                  "a proven part and a qualified part make it qualified."),
     ("illustrative", "shown on constructed examples only; the general form is not mechanically checkable."),
-    ("proven", "a sympy derivation checks step by step and the implementation's numerical checks pass."),
-    ("verified", "numerical checks (property, statistical, measurement, conformance) pass, nothing failed."),
+    ("proven", "every part of the claim is backed by a general sympy derivation that checks step by step and "
+               "by the implementation's own numerical checks, which pass."),
+    ("verified", "every part of the claim was exercised and its checks pass, nothing failed; some part rests on "
+                 "numerical checks or on a derivation of an instance or a cited lemma only."),
 ]

@@ -50,7 +50,10 @@ def _slope(x, y) -> float:
 # ------------------------------------------------------------------ scaling-variance
 
 
-@pytest.mark.claim("scaling-variance", kind="statistical", role="qualification")
+@pytest.mark.claim("scaling-variance", kind="statistical", role="qualification", part="typical-size")
+# the same independence condition bounds softmax-saturation's statistical half: correlated q = k keep
+# growing like √d_k after scaling, so scaling alone does not keep the softmax out of saturation
+@pytest.mark.claim("softmax-saturation", kind="statistical", role="qualification", part="statistics")
 def test_typical_size_grows_like_sqrt_dk_and_only_correlated_scores_grow_linearly(artifacts_dir, attn_record):
     """Var[q·k] = d_k grows linearly, but E|q·k| grows like √d_k; q = k gives E[q·q] = d_k (linear).
 

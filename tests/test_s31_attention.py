@@ -329,7 +329,7 @@ def test_scores_of_either_function_give_distribution_and_convex_combination(impl
 # softmax-saturation  (② 缩放：除以 √dk；防止 softmax 梯度消失)
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.claim("softmax-saturation")
+@pytest.mark.claim("softmax-saturation", part="default-scale")
 @pytest.mark.requires("attention")
 @given(case=S.attention_cases(mask=None, explicit_scale=False, score_scale=1.0))
 @example(case=EDGE["d_k=1"])
@@ -352,7 +352,7 @@ def _entropy(a: np.ndarray) -> np.ndarray:
         return -np.sum(np.where(a > 0, a * np.log(a), 0.0), axis=-1)
 
 
-@pytest.mark.claim("softmax-saturation")
+@pytest.mark.claim("softmax-saturation", part="default-scale")
 @pytest.mark.requires("attention")
 @given(case=S.attention_cases(mask=False, explicit_scale=False, max_seq=16, max_dim=4, batch_ndim=(0, 1),
                               score_scale=2.0))

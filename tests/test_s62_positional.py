@@ -173,7 +173,7 @@ def test_rnn_and_convolution_fail_the_equivariance_check(baseline, x, data):
         check_equivariant(f, x, perm, _baseline_bound(f(x), terms), f"{baseline} (control)")
 
 
-@pytest.mark.claim("permutation-equivariance", kind="property", role="qualification")
+@pytest.mark.claim("permutation-equivariance", kind="property", role="qualification", part="causal-position")
 @pytest.mark.requires("attention")
 @given(n=S.seq_lengths(2), d_k=st.integers(1, 4))
 @example(n=4, d_k=2)
@@ -300,7 +300,7 @@ def test_shift_by_k_is_a_rotation_and_dot_products_depend_on_k_only(impl, size, 
                    f"PE(pos)·PE(pos+{k}) = sum_i cos(w_i {k}) for every pos, d={d}", names=("PE·PE", "sum cos"))
 
 
-@pytest.mark.claim("positional-encoding")
+@pytest.mark.claim("positional-encoding", part="added")
 @pytest.mark.parametrize("kind", [
     pytest.param("sinusoidal", marks=pytest.mark.requires("multi_head_attention", "positional_encoding")),
     pytest.param("learned", marks=pytest.mark.requires("multi_head_attention")),

@@ -24,7 +24,7 @@ CATALOGUE = {
     "attention-history": "historical",
     "score-functions": "verified",
     "scaling-variance": "qualified",
-    "softmax-saturation": "proven",
+    "softmax-saturation": "qualified",  # its statistical half rests on scaling-variance's independence condition
     "softmax-distribution": "proven",
     "convex-combination": "verified",
     "alignment-example": "illustrative",
@@ -37,7 +37,7 @@ CATALOGUE = {
     "multihead-structure": "proven",
     "multihead-expressivity": "verified",
     "permutation-equivariance": "qualified",
-    "positional-encoding": "proven",
+    "positional-encoding": "verified",  # the "adding breaks equivariance" part is tested, not derived
     "layer-norm": "proven",
     "residual-gradient": "qualified",
     "position-wise-ffn": "verified",
