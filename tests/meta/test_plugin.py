@@ -327,3 +327,83 @@ def test_the_kill_matrix_options(project):
     finished = {e["test"].rsplit("::", 1)[-1]: e for e in events if e["event"] == "test-finished"}
     assert finished["test_k1"]["outcome"] == "failed" and not finished["test_k1"]["kill_skipped"]
     assert finished["test_k2"]["kill_skipped"] is True
+
+
+# -- the claim marker's part=, self_comparison= and declined examples -----------------------------
+
+_MARKER_TESTS = '''
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+@pytest.mark.claim("softmax-saturation", part="default-scale")
+@pytest.mark.claim("softmax-distribution", self_comparison=True)
+@pytest.mark.requires("softmax")
+def test_tagged(impl):
+    x = np.array([[1.0, 2.0]])
+    assert np.array_equal(impl.softmax(x), impl.softmax(x))
+
+@pytest.mark.claim("convex-combination")
+@pytest.mark.requires("attention")
+@settings(max_examples=20, database=None, derandomize=True)
+@given(width=st.sampled_from([1, 2, 3, 4]))
+def test_declines_some(impl, width):
+    q = np.ones((2, width))
+    out = impl.attention(q, q, q)
+    assert out.shape == (2, width)
+'''
+
+_WIDTH_TWO_ONLY = '''
+import numpy as np
+
+class WidthTwoOnly:
+    name = "width-two"
+    dtype = np.float64
+
+    def softmax(self, x, axis=-1):
+        e = np.exp(x - x.max(axis=axis, keepdims=True))
+        return e / e.sum(axis=axis, keepdims=True)
+
+    def attention(self, q, k, v, mask=None, scale=None):
+        if q.shape[-1] != 2:
+            raise NotImplementedError("only d_k = 2")
+        w = self.softmax(q @ k.T / np.sqrt(2.0))
+        return w @ v
+'''
+
+
+def test_part_and_self_comparison_and_declined_examples_are_recorded(tmp_path):
+    """part= and self_comparison= reach the evidence per claim; the required capabilities are listed; a
+    hypothesis test whose implementation declines some widths passes on the examples that ran and counts
+    the declined ones (it would be not applicable as a whole if declines were not counted)."""
+    (tmp_path / "test_marks.py").write_text(textwrap.dedent(_MARKER_TESTS), encoding="utf-8")
+    (tmp_path / "narrow.py").write_text(textwrap.dedent(_WIDTH_TWO_ONLY), encoding="utf-8")
+    out = tmp_path / "results.json"
+    result = _run(tmp_path, "test_marks.py", "--attn-impl", "narrow:WidthTwoOnly", "--attn-results", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    by_claim = {e["claim"]: e for e in json.loads(out.read_text(encoding="utf-8"))["evidence"]}
+    assert by_claim["softmax-saturation"]["part"] == "default-scale"
+    assert by_claim["softmax-saturation"]["self_comparison"] is False
+    assert by_claim["softmax-distribution"]["self_comparison"] is True
+    assert by_claim["softmax-distribution"]["requires"] == ["softmax"]
+    declined = by_claim["convex-combination"]
+    assert declined["outcome"] == "passed" and declined["examples_declined"] > 0, declined
+    assert declined["examples"] >= 1 and "only d_k = 2" in declined["message"], declined
+
+
+@pytest.mark.parametrize("mark, says", [
+    ('part="no-such-part"', "part='no-such-part' is not a part of claim 'softmax-saturation'"),
+    ('colour="red"', "claim marker has unknown argument 'colour'"),
+    ('self_comparison="yes"', "self_comparison='yes' is not True or False"),
+])
+def test_a_bad_claim_marker_argument_is_a_usage_error(tmp_path, mark, says):
+    (tmp_path / "test_bad.py").write_text(textwrap.dedent(f'''
+        import pytest
+
+        @pytest.mark.claim("softmax-saturation", {mark})
+        def test_x():
+            pass
+        '''), encoding="utf-8")
+    result = _run(tmp_path, "test_bad.py")
+    assert result.returncode == 4 and says in result.stdout + result.stderr, result.stdout + result.stderr
