@@ -27,7 +27,15 @@ Errors are in units of u = 2⁻⁵³ (the float64 unit roundoff; one ulp of 1.0 
   read directly in units of u.
 
 A method that returns NaN or inf where the exact result is finite has error ∞.
-Run: ``.venv/bin/python bench/bench_accuracy.py [--quick]``; the table goes to
+
+Detection thresholds per dtype (:func:`detection_thresholds`): the smallest relative perturbation
+out ⊙ (1 + ε·s), random signs s = ±1, of a correct implementation's output in float64, float32,
+float16 and bfloat16 (the reference's output rounded once to the dtype: the correct 16-bit style) that
+the suite's conformance check rejects, found by bisection in log ε, on attention (ordinary rows, rows
+with one allowed key), multi-head attention and the FFN; for the 16-bit dtypes also with the bounds
+that charged n·u₁₆ per sum (the general bounds evaluated with u = u₁₆), for comparison.
+
+Run: ``.venv/bin/python bench/bench_accuracy.py [--quick] [--thresholds-only]``; the tables go to
 the terminal and ``bench/results/accuracy.json``.
 """
 from __future__ import annotations
@@ -38,6 +46,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import mpmath
 import numpy as np
@@ -378,6 +387,114 @@ def verdicts(results: dict) -> dict:
     }
 
 
+# --------------------------------------------------------------------------- detection thresholds
+
+THRESHOLD_DTYPES = ("float64", "float32", "float16", "bfloat16")
+
+
+def _np_dtype(name: str):
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def threshold_cases(seed: int = 0) -> dict[str, Callable]:
+    """Per case, a function of the dtype returning (reference output's arguments as a callable's result,
+    the error function, its arguments, keyword arguments), inputs and parameters rounded to the dtype."""
+    from attnclaims.checks import tolerances as T
+    from attnclaims.reference import feed_forward, multi_head_attention
+    from attnclaims.reference.params import init_feed_forward, init_multi_head
+
+    rng = np.random.default_rng([seed, 22])
+    uni = lambda *shape: rng.uniform(-1.0, 1.0, size=shape)
+    q, k, v, x = uni(4, 8), uni(8, 8), uni(8, 8), uni(6, 8)
+    one_key = np.zeros((4, 8), dtype=bool)
+    one_key[np.arange(4), [0, 3, 5, 7]] = True
+    c = lambda a, dt: np.asarray(a).astype(dt).astype(np.float64)
+
+    def attn(mask):
+        def make(dt):
+            qc, kc, vc = c(q, dt), c(k, dt), c(v, dt)
+            return attention(qc, kc, vc, mask=mask), T.attention_error, (qc, kc, vc, mask), {}
+        return make
+
+    def mha(dt):
+        p = init_multi_head(seed, 8, 2, dtype=dt)
+        xc = c(x, dt)
+        return multi_head_attention(xc, xc, p), T.multi_head_error, (xc, xc, p), {}
+
+    def ffn(dt):
+        p = init_feed_forward(seed, 8, 16, dtype=dt)
+        xc = c(x, dt)
+        return feed_forward(xc, p), T.feed_forward_error, (xc, p), {}
+
+    return {"attention, n_k=8, d_k=8": attn(None), "attention, one allowed key per row": attn(one_key),
+            "multi-head, n=6, d_model=8, 2 heads": mha, "FFN, d_model=8, d_ff=16": ffn}
+
+
+def _rejects(out, ref, bound) -> bool:
+    from attnclaims.checks import tolerances as T
+    from attnclaims.guard import CheckFailure
+
+    try:
+        T.assert_close(out, ref, bound, "threshold")
+    except CheckFailure:
+        return True
+    return False
+
+
+def _bisect(correct: np.ndarray, ref: np.ndarray, bound, signs: np.ndarray) -> float:
+    """The smallest ε in [1e-18, 10] with correct ⊙ (1 + ε·signs) rejected (bisection in log ε, 40 steps)."""
+    lo, hi = -18.0, 1.0
+    if not _rejects(correct * (1.0 + 10.0 ** hi * signs), ref, bound):
+        return math.inf
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if _rejects(correct * (1.0 + 10.0 ** mid * signs), ref, bound) else (mid, hi)
+    return 10.0 ** hi
+
+
+def detection_thresholds(seed: int = 0) -> list[dict]:
+    """Per case and dtype: the threshold with the suite's bound (``conformance``, which for float16 and
+    bfloat16 is the float32-accumulation model's where the capability has one) and, for the 16-bit
+    dtypes, with the general bound evaluated at u₁₆ (``before``)."""
+    from attnclaims.checks import tolerances as T
+
+    rows = []
+    for name, make in threshold_cases(seed).items():
+        row = {"case": name, "threshold": {}, "before": {}}
+        for dname in THRESHOLD_DTYPES:
+            dt = _np_dtype(dname)
+            ref, error, cast, kwargs = make(dt)
+            ref = np.asarray(ref, dtype=np.float64)
+            correct = ref.astype(dt).astype(np.float64)  # the reference rounded once: the best the dtype can do
+            signs = np.random.default_rng([seed, 7]).choice([-1.0, 1.0], size=ref.shape)
+            bound = T.conformance(error, *cast, dtype=dt, **kwargs)
+            row["threshold"][dname] = _bisect(correct, ref, bound, signs)
+            if T.reduced_precision(dt):
+                u = T.unit_roundoff(dt)
+                old = T.Bound(error(*cast, u=u, **kwargs), u) + T.Bound(error(*cast, u=T.U64, **kwargs), T.U64)
+                row["before"][dname] = _bisect(correct, ref, old, signs)
+        rows.append(row)
+    return rows
+
+
+def print_thresholds(rows: list[dict], console: Console) -> None:
+    t = Table(title="detection threshold: smallest relative perturbation ε of a correct output that the "
+                    "conformance check rejects (16-bit: now / with the n·u₁₆ bounds)")
+    t.add_column("case", no_wrap=True)
+    for d in THRESHOLD_DTYPES:
+        t.add_column(d, justify="right")
+    show = lambda e: "∞ (never)" if math.isinf(e) else f"{e:.2g}"
+    for r in rows:
+        cells = [show(r["threshold"][d]) + (f" / {show(r['before'][d])}" if d in r["before"] else "")
+                 for d in THRESHOLD_DTYPES]
+        t.add_row(r["case"], *cells)
+    console.print(t)
+
+
 def fmt(e: float) -> str:
     if math.isinf(e):
         return "[red]∞ (nan/inf)[/red]"
@@ -422,14 +539,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--trials", type=int, default=None, help="random draws per case (default 5, --quick 1)")
     ap.add_argument("--out", type=Path, default=RESULTS, help=f"JSON output (default {RESULTS})")
+    ap.add_argument("--thresholds-only", action="store_true",
+                    help="only the detection thresholds per dtype (a few seconds; no mpmath comparison)")
     args = ap.parse_args(argv)
     start = time.perf_counter()
+    console = Console(width=160)
+    thresholds = detection_thresholds(args.seed)
+    if args.thresholds_only:
+        print_thresholds(thresholds, console)
+        return 0
     results = run(quick=args.quick, seed=args.seed, trials=args.trials)
     summary = verdicts(results)
     doc = {"benchmark": "accuracy", "quick": args.quick, "seed": args.seed, "digits": DIGITS,
            "unit": "u = 2**-53", "machine": machine(), "results": results, "summary": summary,
-           "elapsed_s": round(time.perf_counter() - start, 2)}
-    print_tables(results, summary, Console(width=160))
+           "detection_thresholds": thresholds, "elapsed_s": round(time.perf_counter() - start, 2)}
+    print_tables(results, summary, console)
+    print_thresholds(thresholds, console)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(jsonable(doc), indent=2, allow_nan=False) + "\n")
     print(f"wrote {args.out} ({doc['elapsed_s']} s)")

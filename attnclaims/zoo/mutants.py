@@ -835,6 +835,7 @@ class _ValuesFromKeys(Composed):
 
 # The modern components' mutants register themselves into MUTANTS (and as attributes of this module).
 from attnclaims.zoo import modern_mutants  # noqa: E402,F401  (imported for its registrations)
+from attnclaims.zoo import precision_mutants  # noqa: E402,F401  (the 16-bit accuracy mutants register here)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -821,3 +821,354 @@ def test_assert_close_on_nothing_fails_only_for_a_nan_tolerance():
     with pytest.raises(CheckFailure) as info:  # no element to point at: the message has no detail
         T.assert_close(np.zeros(0), np.zeros(0), T.Bound(np.zeros(0), math.nan), "empty")
     assert str(info.value) == "max |out - ref| / scale = 0 > nan [empty]"
+
+
+# ---------------------------------------------------------------------------------------------
+# float16 and bfloat16: the float32-accumulation model
+# ---------------------------------------------------------------------------------------------
+# Formula: each 16-bit bound is what its docstring says. Soundness: the model's worst case — every store
+# rounded by exactly ±u in the worst direction, every float32 operation exact — and real float32
+# accumulation with 16-bit stores (and torch's 16-bit kernels, where torch is installed) stay within the
+# bounds. Power: the two 16-bit mutants of the zoo (an attention output 1 % off, a leaky-ReLU FFN) exceed
+# them, where the bounds that charge n·u per sum accepted both.
+
+def _bf16():
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+SIXTEEN = pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+
+
+def _dtype16(name: str) -> np.dtype:
+    return _bf16() if name == "bfloat16" else np.dtype(np.float16)
+
+
+def test_error_model_picks_the_16_bit_bounds_only_for_16_bit_dtypes():
+    """error_model: the 16-bit model's function for float16 and bfloat16, the function itself otherwise;
+    conformance and self_consistency evaluate it for the implementation's part (the reference's part stays
+    the float64 bound)."""
+    for error, sixteen in T.SIXTEEN_BIT.items():
+        assert T.error_model(error, np.float16) is sixteen and T.error_model(error, _bf16()) is sixteen
+        assert T.error_model(error, np.float32) is error and T.error_model(error, np.float64) is error
+    assert T.error_model(T.layer_norm_error, _bf16()) is T.layer_norm_error  # no 16-bit bound: unchanged
+    rng = _rng(61)
+    q, k, v = rng.uniform(-1, 1, (3, 4)), rng.uniform(-1, 1, (5, 4)), rng.uniform(-1, 1, (5, 2))
+    u = 2.0 ** -8
+    b = T.conformance(T.attention_error, q, k, v, dtype=_bf16())
+    assert b.tol == u + U64
+    check(b.abs, T.sixteen_bit_attention_error(q, k, v, u=u) + T.attention_error(q, k, v, u=U64))
+    s = T.self_consistency(T.attention_error, q, k, v, dtype=_bf16())
+    assert s.tol == 2 * u
+    check(s.abs, 2 * T.sixteen_bit_attention_error(q, k, v, u=u))
+    b32 = T.conformance(T.attention_error, q, k, v, dtype=np.float32)
+    check(b32.abs, T.attention_error(q, k, v, u=U32) + T.attention_error(q, k, v, u=U64))
+
+
+def _linear16_loops(x, w, b, u, ex):
+    """sixteen_bit_linear_error element by element: (Δx|W| + u₃₂(d_in + 1)(|x||W| + |b|))(1 + u)²
+    + u(1 + u)|x W| + u|x W + b|."""
+    out = np.zeros(x.shape[:-1] + (w.shape[1],))
+    for idx in np.ndindex(*x.shape[:-1]):
+        for c in range(w.shape[1]):
+            prod = math.fsum(x[idx][i] * w[i, c] for i in range(w.shape[0]))
+            mag = math.fsum(abs(x[idx][i] * w[i, c]) for i in range(w.shape[0])) + abs(b[c])
+            prop = math.fsum(ex[idx][i] * abs(w[i, c]) for i in range(w.shape[0]))
+            core = prop + U32 * (w.shape[0] + 1) * mag
+            out[idx + (c,)] = core * (1 + u) ** 2 + u * (1 + u) * abs(prod) + u * abs(prod + b[c])
+    return out
+
+
+def _score16_loops(q, k, scale, u, eq, ek):
+    """sixteen_bit_score_error element by element (module docstring's formula)."""
+    n_q, d = q.shape
+    s = 1 / math.sqrt(d) if scale is None else abs(scale)
+    stored = (1 + u) ** 3
+    out = np.zeros((n_q, k.shape[0]))
+    for i in range(n_q):
+        for j in range(k.shape[0]):
+            mag = math.fsum(abs(q[i, l] * k[j, l]) for l in range(d))
+            prop = math.fsum(eq[i, l] * abs(k[j, l]) + abs(q[i, l]) * ek[j, l] + eq[i, l] * ek[j, l]
+                             for l in range(d))
+            out[i, j] = s * ((stored * (1 + (d + 3) * U32) - 1) * mag + stored * prop)
+    return out
+
+
+@SIXTEEN
+def test_sixteen_bit_linear_and_score_errors_follow_their_docstrings(dtype_name):
+    u = T.unit_roundoff(_dtype16(dtype_name))
+    rng = _rng(62)
+    x, w, b = rng.normal(size=(2, 3, 4)), rng.normal(size=(4, 5)), rng.normal(size=5)
+    ex = rng.uniform(0, 1e-3, size=x.shape)
+    check(T.sixteen_bit_linear_error(x, w, b, u=u, ex=ex), _linear16_loops(x, w, b, u, ex))
+    check(T.sixteen_bit_linear_error(x, w, u=u), _linear16_loops(x, w, np.zeros(5), u, np.zeros(x.shape)))
+    q, k = rng.normal(size=(3, 4)), rng.normal(size=(6, 4))
+    eq, ek = rng.uniform(0, 1e-3, size=q.shape), rng.uniform(0, 1e-3, size=k.shape)
+    for scale in (None, 0.3, -2.0):
+        check(T.sixteen_bit_score_error(q, k, scale, u=u, eq=eq, ek=ek), _score16_loops(q, k, scale, u, eq, ek))
+
+
+@SIXTEEN
+def test_sixteen_bit_feed_forward_error_follows_its_docstring(dtype_name):
+    """ΔP from the linear bound; ΔH = ΔP where P > −ΔP and 0 elsewhere (a unit sure to be off is exactly 0);
+    the output's linear bound with ΔH, plus u₃₂(d_ff + 1)(1 + u)²ΔH|W₂|."""
+    u = T.unit_roundoff(_dtype16(dtype_name))
+    rng = _rng(63)
+    p = init_feed_forward(5, 4, 6)
+    x = rng.normal(size=(2, 3, 4))
+    ex = rng.uniform(0, 1e-3, size=x.shape)
+    for e in (None, ex):
+        e0 = np.zeros(x.shape) if e is None else e
+        pre = x @ p.w1 + p.b1
+        e_pre = _linear16_loops(x, p.w1, p.b1, u, e0)
+        e_h = np.where(pre > -e_pre, e_pre, 0.0)
+        want = _linear16_loops(np.maximum(pre, 0), p.w2, p.b2, u, e_h) + U32 * (p.w2.shape[0] + 1) * (1 + u) ** 2 * (
+            e_h @ np.abs(p.w2))
+        check(T.sixteen_bit_feed_forward_error(x, p, u=u, ex=e), want)
+    # units far below the kink carry no error: every hidden unit off, the output is b₂ stored once
+    off = p.__class__(w1=p.w1 * 0, b1=-np.ones_like(p.b1), w2=p.w2, b2=p.b2)
+    bound = T.sixteen_bit_feed_forward_error(x, off, u=u)
+    b2 = np.abs(np.broadcast_to(p.b2, bound.shape))
+    check(bound, u * b2 + U32 * (p.w2.shape[0] + 1) * (1 + u) ** 2 * b2)
+
+
+@SIXTEEN
+def test_sixteen_bit_attention_error_on_one_key_rows_is_the_output_rounding(dtype_name):
+    """A row with one allowed key has weight exactly 1: its bound is (1 + u)·u₃₂(n_k + 2)|v_j| + u|v_j|, no
+    score or weight term — however large the scores — and the weights' bound there is 0."""
+    u = T.unit_roundoff(_dtype16(dtype_name))
+    rng = _rng(64)
+    q, k, v = rng.normal(size=(3, 2)) * 40, rng.normal(size=(5, 2)) * 40, rng.normal(size=(5, 3))
+    mask = np.zeros((3, 5), bool)
+    mask[np.arange(3), [4, 0, 2]] = True
+    want = ((1 + u) * U32 * 7 + u) * np.abs(v[[4, 0, 2]])
+    check(T.sixteen_bit_attention_error(q, k, v, mask, u=u), want)
+    assert not T.sixteen_bit_attention_weights_error(q, k, mask, u=u).any()
+    # two allowed keys: the score term is back, and with scores of ~10³ it is the whole output
+    mask[0, 1] = True
+    assert T.sixteen_bit_attention_error(q, k, v, mask, u=u)[0].min() > 0.5 * np.abs(v[[4, 1]]).min()
+
+
+def _store(x, delta):
+    """The model's store: x(1 + δ) with the given relative δ (±u: the worst a 16-bit rounding may do)."""
+    return np.asarray(x, np.float64) * (1.0 + delta)
+
+
+def _model_attention(q, k, v, scale, u, signs):
+    """Attention evaluated in the 16-bit model with adversarial stores and exact float32 operations: q√s and
+    k√s stored, the scores stored, the exponentials and the weights stored, the output stored; δ = ±u by
+    ``signs`` (a callable shape -> ±1 array). Rows of one key are exact (every style computes weight 1)."""
+    s = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    qs, ks = _store(q * math.sqrt(s), u * signs(q.shape)), _store(k * math.sqrt(s), u * signs(k.shape))
+    scores = _store(qs @ ks.T, u * signs((q.shape[0], k.shape[0])))
+    e = _store(np.exp(scores - scores.max(axis=-1, keepdims=True)), u * signs(scores.shape))
+    a = _store(e / e.sum(axis=-1, keepdims=True), u * signs(scores.shape))
+    if k.shape[0] == 1:
+        a = np.ones_like(a)
+    return _store(a @ v, u * signs((q.shape[0], v.shape[1])))
+
+
+def _float32_attention(q, k, v, scale, dtype):
+    """The practice: scores, softmax and the weighted sum in float32, scores and weights stored in ``dtype``."""
+    s = np.float32(1 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    f = lambda a: np.asarray(a).astype(dtype).astype(np.float32)
+    scores = f((f(q) @ f(k).T) * s)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    a = f(e / e.sum(axis=-1, keepdims=True, dtype=np.float32))
+    return (a @ f(v)).astype(dtype)
+
+
+def _sign_patterns(rng):
+    """All +1, all −1, random, and alternating by the last index (the worst mixes of relative errors)."""
+    yield lambda shape: np.ones(shape)
+    yield lambda shape: -np.ones(shape)
+    yield lambda shape: rng.choice([-1.0, 1.0], size=shape)
+    yield lambda shape: np.where(np.arange(shape[-1]) % 2 == 0, 1.0, -1.0) * np.ones(shape)
+
+
+@SIXTEEN
+def test_sixteen_bit_attention_bound_holds_for_the_model_worst_case_and_float32_accumulation(dtype_name):
+    """Sound: over 150 random cases (n 1–12, d 1–8, score scales 2⁻²…2⁴), the model's adversarial stores and
+    the float32 practice stay within conformance's 16-bit bound, and so do the correct 16-bit style's
+    outputs; the adversarial stores reach a good part of it (the bound is not loose by orders)."""
+    from attnclaims.zoo.reduced_precision import RoundedEinsum
+
+    dtype = _dtype16(dtype_name)
+    u = T.unit_roundoff(dtype)
+    style = RoundedEinsum(dtype, "style")
+    rng = _rng(65)
+    worst = 0.0
+    for _ in range(150):
+        n_q, n_k, d = (int(i) for i in rng.integers(1, 13, 3))
+        d = min(d, 8)
+        sc = 2.0 ** int(rng.integers(-2, 5))
+        q, k, v = (rng.uniform(-1, 1, (n, w)).astype(dtype).astype(np.float64)
+                   for n, w in ((n_q, d), (n_k, d), (n_k, 3)))
+        q = (q * sc).astype(dtype).astype(np.float64)
+        ref = attention(q, k, v)
+        bound = T.conformance(T.attention_error, q, k, v, dtype=dtype)
+        outs = [_model_attention(q, k, v, None, u, signs) for signs in _sign_patterns(rng)]
+        outs += [_float32_attention(q, k, v, None, dtype), style.attention(q, k, v)]
+        for out in outs:
+            ratio = T.assert_close(out, ref, bound, f"{dtype_name} attention n_q={n_q} n_k={n_k} d={d} scale={sc}")
+            worst = max(worst, ratio / bound.tol)
+    assert worst > 0.1, f"the model's worst case reaches only {worst:.3g} of the bound"
+
+
+@SIXTEEN
+def test_sixteen_bit_softmax_and_weights_bounds_hold_for_stored_exponentials(dtype_name):
+    """torch's softmax along a non-last axis stores exp(x − max) before dividing (float16 reaches 1.02u):
+    the model's two adversarial stores stay within the softmax bound; three (the weights read through
+    attention(q, k, I)) within the weights' bound."""
+    dtype = _dtype16(dtype_name)
+    u = T.unit_roundoff(dtype)
+    rng = _rng(66)
+    for _ in range(100):
+        n = int(rng.integers(1, 20))
+        x = (rng.uniform(-1, 1, (3, n)) * 2.0 ** int(rng.integers(-2, 5))).astype(dtype).astype(np.float64)
+        ref = softmax(x)
+        for signs in _sign_patterns(rng):
+            e = _store(np.exp(x - x.max(axis=-1, keepdims=True)), u * signs(x.shape))
+            a = _store(e / e.sum(axis=-1, keepdims=True), u * signs(x.shape))
+            a = np.ones_like(a) if n == 1 else a
+            T.assert_close(a, ref, T.conformance(T.softmax_error, x, dtype=dtype), f"softmax n={n}")
+            k = np.eye(n)
+            w = a if n == 1 else _store(a, u * signs(a.shape))  # 1 is a 16-bit number: storing it is exact
+            T.assert_close(w, ref, T.conformance(T.attention_weights_error, x, k, None, 1.0, dtype=dtype),
+                           f"weights n={n}")
+
+
+def _model_ffn(x, p, u, signs):
+    """FFN in the 16-bit model with adversarial stores: x W₁, x W₁ + b₁, H W₂ and the output stored."""
+    pre = _store(_store(x @ p.w1, u * signs(x.shape[:-1] + (p.d_ff,))) + p.b1, u * signs(x.shape[:-1] + (p.d_ff,)))
+    h = np.maximum(pre, 0.0)
+    out_shape = x.shape[:-1] + (p.d_model,)
+    return _store(_store(h @ p.w2, u * signs(out_shape)) + p.b2, u * signs(out_shape))
+
+
+def _ffn16_params(seed, d_model, d_ff, dtype):
+    p = init_feed_forward(seed, d_model, d_ff)
+    c = lambda a: np.asarray(a).astype(dtype).astype(np.float64)
+    return p.__class__(w1=c(p.w1), b1=c(p.b1), w2=c(p.w2), b2=c(p.b2))
+
+
+@SIXTEEN
+def test_sixteen_bit_feed_forward_bound_holds_for_the_model_worst_case(dtype_name):
+    """Sound: the model's adversarial stores (two per linear layer), float32 accumulation with 16-bit stores,
+    and the correct 16-bit style stay within the FFN bound on 150 random cases (d_model 1–8, d_ff 1–16)."""
+    from attnclaims.zoo.reduced_precision import RoundedEinsum
+
+    dtype = _dtype16(dtype_name)
+    u = T.unit_roundoff(dtype)
+    style = RoundedEinsum(dtype, "style")
+    rng = _rng(67)
+    f = lambda a: np.asarray(a).astype(dtype).astype(np.float32)
+    for i in range(150):
+        dm, dff = int(rng.integers(1, 9)), int(rng.integers(1, 17))
+        p = _ffn16_params(i, dm, dff, dtype)
+        x = (rng.uniform(-1, 1, (3, dm)) * 2.0 ** int(rng.integers(-1, 3))).astype(dtype).astype(np.float64)
+        ref = feed_forward(x, p)
+        bound = T.conformance(T.feed_forward_error, x, p, dtype=dtype)
+        h32 = f(f(f(x) @ f(p.w1)) + f(p.b1))
+        practice = f(f(np.maximum(h32, 0) @ f(p.w2)) + f(p.b2))
+        outs = [_model_ffn(x, p, u, signs) for signs in _sign_patterns(rng)] + [practice, style.feed_forward(x, p)]
+        for out in outs:
+            T.assert_close(out, ref, bound, f"{dtype_name} FFN d_model={dm} d_ff={dff}")
+
+
+def _share_rejected(outs_refs_bounds) -> float:
+    rejected = 0
+    for out, ref, bound in outs_refs_bounds:
+        try:
+            T.assert_close(out, ref, bound, "power")
+        except CheckFailure:
+            rejected += 1
+    return rejected / len(outs_refs_bounds)
+
+
+def test_16_bit_bounds_reject_an_attention_output_one_percent_off():
+    """Power: the zoo's attention_one_percent_bfloat16 (output × 1.01, rounded to bfloat16) is rejected on
+    every one of 100 cases whose rows have one allowed key (weight exactly 1: the bound is the output's
+    rounding, u = 0.39 %), which the bound that charged n·u per sum (attention_error with u = 2⁻⁸) accepted
+    every time. In float16 (u = 0.049 %) an output 1 % off is rejected on ordinary rows too: at least 80 %
+    of 100 cases with n_k 2–12 and scores of order ≤ 1 (measured with this seed: 100 %). In bfloat16 such
+    rows cannot tell 1 % from the worst case of correct rounding (three stores on each weight, 3u = 1.2 %)."""
+    from attnclaims.zoo.mutants import MUTANTS
+
+    mutant = MUTANTS["attention_one_percent_bfloat16"].factory()
+    dtype = mutant.dtype
+    assert dtype == _bf16()
+    u = T.unit_roundoff(dtype)
+    rng = _rng(68)
+    new, old = [], []
+    for _ in range(100):
+        n_q, n_k, d = int(rng.integers(1, 9)), int(rng.integers(1, 13)), int(rng.integers(1, 9))
+        q, k, v = (rng.uniform(-1, 1, (n, w)).astype(dtype) for n, w in ((n_q, d), (n_k, d), (n_k, 3)))
+        mask = np.zeros((n_q, n_k), bool)
+        mask[np.arange(n_q), rng.integers(0, n_k, n_q)] = True
+        out = mutant.attention(q, k, v, mask)
+        ref = attention(*(a.astype(np.float64) for a in (q, k, v)), mask=mask)
+        new.append((out, ref, T.conformance(T.attention_error, q, k, v, mask, dtype=dtype)))
+        old.append((out, ref, T.Bound(T.attention_error(q, k, v, mask, u=u), u)
+                    + T.Bound(T.attention_error(q, k, v, mask, u=U64), U64)))
+    assert _share_rejected(new) == 1.0, f"rejected {_share_rejected(new):.0%} of one-key cases"
+    assert _share_rejected(old) == 0.0
+    f16 = []
+    for _ in range(100):
+        n_q, n_k, d = int(rng.integers(1, 9)), int(rng.integers(2, 13)), int(rng.integers(1, 9))
+        q, k, v = (rng.uniform(-1, 1, (n, w)).astype(np.float16) for n, w in ((n_q, d), (n_k, d), (n_k, 3)))
+        ref = attention(*(a.astype(np.float64) for a in (q, k, v)))
+        f16.append(((1.01 * ref).astype(np.float16), ref, T.conformance(T.attention_error, q, k, v, dtype=np.float16)))
+    assert _share_rejected(f16) >= 0.8, f"float16: rejected {_share_rejected(f16):.0%}"
+
+
+def test_bfloat16_bounds_reject_a_leaky_relu_feed_forward():
+    """Power: the zoo's ffn_leaky_relu_bfloat16 is rejected on at least half of 200 random cases (d_model
+    1–8, d_ff 1–16; measured with this seed: 70 %); the bound that charged n·u per sum rejected one (0.5 %)."""
+    from attnclaims.zoo.mutants import MUTANTS
+
+    mutant = MUTANTS["ffn_leaky_relu_bfloat16"].factory()
+    dtype = mutant.dtype
+    u = T.unit_roundoff(dtype)
+    rng = _rng(69)
+    new, old = [], []
+    for i in range(200):
+        dm, dff = int(rng.integers(1, 9)), int(rng.integers(1, 17))
+        p = _ffn16_params(i, dm, dff, dtype)
+        x = (rng.uniform(-1, 1, (3, dm)) * 2.0 ** int(rng.integers(-1, 3))).astype(dtype)
+        out, ref = mutant.feed_forward(x, p), feed_forward(x.astype(np.float64), p)
+        new.append((out, ref, T.conformance(T.feed_forward_error, x, p, dtype=dtype)))
+        old.append((out, ref, T.Bound(T.feed_forward_error(x, p, u=u), u) + T.Bound(T.feed_forward_error(x, p, u=U64),
+                                                                                      U64)))
+    assert _share_rejected(new) >= 0.5, f"rejected {_share_rejected(new):.0%}"
+    assert _share_rejected(old) <= 0.01, f"the n·u bound rejected {_share_rejected(old):.0%}"
+
+
+@SIXTEEN
+def test_torch_16_bit_kernels_stay_within_the_16_bit_bounds(dtype_name):
+    """No false alarm on torch's CPU kernels (scaled_dot_product_attention, softmax along the last and a
+    non-last axis, two F.linear with a ReLU) on 100 random cases each; the ratios reached are noted in the
+    failure message only."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    dtype = _dtype16(dtype_name)
+    tdt = getattr(torch, dtype_name)
+    t = lambda a: torch.tensor(np.asarray(a, np.float64).astype(np.float32)).to(tdt)
+    back = lambda a: a.float().numpy().astype(np.float64)
+    rng = _rng(70)
+    for i in range(100):
+        n_q, n_k, d = (int(j) for j in rng.integers(1, 13, 3))
+        q, k, v = (rng.uniform(-1, 1, (2, n, d)).astype(dtype).astype(np.float64) * 2.0 ** int(rng.integers(-2, 3))
+                   for n in (n_q, n_k, n_k))
+        q, k, v = (a.astype(dtype).astype(np.float64) for a in (q, k, v))
+        T.assert_close(back(F.scaled_dot_product_attention(t(q), t(k), t(v))), attention(q, k, v),
+                       T.conformance(T.attention_error, q, k, v, dtype=dtype), "torch attention")
+        for axis in (-1, 0):
+            T.assert_close(back(torch.softmax(t(q), dim=axis)), softmax(q, axis=axis),
+                           T.conformance(T.softmax_error, q, axis, dtype=dtype), f"torch softmax axis {axis}")
+        dm, dff = int(rng.integers(1, 9)), int(rng.integers(1, 17))
+        p = _ffn16_params(i, dm, dff, dtype)
+        x = (rng.uniform(-1, 1, (2, 3, dm)) * 2.0 ** int(rng.integers(-1, 3))).astype(dtype).astype(np.float64)
+        out = back(F.linear(F.relu(F.linear(t(x), t(p.w1).T, t(p.b1))), t(p.w2).T, t(p.b2)))
+        T.assert_close(out, feed_forward(x, p), T.conformance(T.feed_forward_error, x, p, dtype=dtype), "torch FFN")
