@@ -328,3 +328,30 @@ def test_a_non_utf8_registry_is_one_line_on_the_command_line(tmp_path):
         assert proc.stderr.strip().splitlines() == [
             f"attnclaims: the claim registry is broken: {bad}: not UTF-8 text (byte 0xe9 at line 2, offset 20); "
             "the registry must be UTF-8"]
+
+
+def test_the_claims_that_have_halves_list_their_parts(registry):
+    """Claims whose precise statement has halves that need different evidence (a capability, a recount, a
+    statistical assumption) list them, so no column reads proven or verified with a half unchecked."""
+    parts = {c.id: [p.id for p in c.parts] for c in registry}
+    assert parts["softmax-saturation"] == ["jacobian", "default-scale", "statistics"]
+    assert parts["scaling-variance"] == ["variance", "typical-size"]
+    assert parts["positional-encoding"] == ["sinusoid", "added"]
+    assert parts["permutation-equivariance"] == ["equivariance", "causal-position"]
+    assert parts["paper-tables"] == ["table1", "table3"]
+    assert registry.get("softmax-saturation").parts[1].needs == ("attention",)
+    assert registry.get("positional-encoding").parts[0].needs == ("positional_encoding",)
+    for claim in registry:
+        for part in claim.parts:
+            assert part.statement_zh and part.label_zh, (claim.id, part.id)
+
+
+def test_a_part_without_its_chinese_text_is_one_line(tmp_path):
+    text = CLAIMS_PATH.read_text(encoding="utf-8")
+    broken = text.replace('label_zh = "默认缩放"\n', "", 1)
+    assert broken != text
+    with pytest.raises(RegistryError) as info:
+        parse_registry(broken, Path("claims.toml"))
+    message = str(info.value)
+    assert "claim 'softmax-saturation'" in message and "'default-scale'" in message and "label_zh" in message
+    assert "\n" not in message
