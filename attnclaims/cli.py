@@ -259,6 +259,10 @@ def _configure_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--call-timeout", metavar="SECONDS", type=seconds_arg, default=None,
                    help="time limit of one call into the implementation (default 20); a call that holds "
                         "the interpreter past it ends that implementation's run, which names the call")
+    p.add_argument("--strict-contract", action="store_true",
+                   help="make contract findings (malformed input an implementation accepts, e.g. a mask that "
+                        "does not broadcast) fail the run with exit status 1; by default they are reported in "
+                        "their own section and do not change the exit status")
 
 
 def _configure_check(p: argparse.ArgumentParser) -> None:
@@ -360,7 +364,7 @@ class _Progress:
 
 _STYLE = {"proven": "bold green", "verified": "green", "qualified": "yellow", "illustrative": "blue",
           "historical": "dim", "refuted": "bold red", "blocked": "red", "error": "bold magenta",
-          "no evidence": "dim", "not applicable": "dim"}
+          "partial": "yellow", "extension": "cyan", "no evidence": "dim", "not applicable": "dim"}
 
 
 def _cell(detail: dict | None, expected: str):
@@ -414,9 +418,36 @@ def print_verdicts(report: dict) -> None:
         console.print("\nProblems:", style="bold", markup=False)
         for line in problems:
             console.print(Text(line), highlight=False, soft_wrap=True)
+    print_contract(report, console)
     console.print("")
     for impl, counts in report["summary"]["verdicts"].items():
         console.print(Text(f"{safe_text(impl)}: {safe_text(summary_counts(counts))}"))
+
+
+def print_contract(report: dict, console) -> None:
+    """Contract findings, apart from the claims: each with the implementation, the check, the claim it
+    sits under and the message (whose further lines carry the adapter-side fix); then whether they
+    change the exit status (only under ``--strict-contract``)."""
+    from rich.text import Text
+
+    findings, checks = report.get("contract_findings") or [], report.get("contract_checks") or {}
+    if not findings:
+        if checks:
+            n = sum(counts.get("passed", 0) for counts in checks.values())
+            console.print(Text(f"\nContract: every contract check passed ({n})."), highlight=False)
+        return
+    console.print(Text(f"\nContract findings ({len(findings)}): malformed input an implementation accepted; "
+                       "never a counterexample to a claim:", style="bold"), highlight=False)
+    for f in findings:
+        lines = str(f.get("message") or "").strip().splitlines() or [f["outcome"]]
+        console.print(Text(f"  {safe_text(f.get('implementation') or 'any implementation')} · "
+                           f"{safe_text(f['name'].rsplit('::', 1)[-1])} ({safe_text(f['claim'])}): "
+                           f"{safe_text(lines[0])}"), highlight=False, soft_wrap=True)
+        for line in lines[1:]:  # the fix, as the check wrote it
+            console.print(Text(f"      {safe_text(line)}"), highlight=False, soft_wrap=True)
+    console.print(Text("  --strict-contract: these findings make the exit status 1." if report.get("strict_contract")
+                       else "  They do not change the exit status (--strict-contract makes them fail the run).",
+                       style="dim"), highlight=False)
 
 
 def _execute(args, artifacts: Path | None, out_dir: Path | None):
@@ -438,7 +469,8 @@ def _execute(args, artifacts: Path | None, out_dir: Path | None):
     # Stopped by a signal (Ctrl-C, SIGTERM, SIGHUP): the report of what finished is still built and
     # written; the caller re-raises the signal's exception afterwards (exit 130, 143, 129).
     args._interrupted = result.interrupted
-    return from_run(result, registry, out_dir=out_dir, command=command)
+    return from_run(result, registry, out_dir=out_dir, command=command,
+                    strict_contract=bool(getattr(args, "strict_contract", False)))
 
 
 def _reraise_interrupt(args) -> None:
@@ -479,6 +511,9 @@ def _merged(args, out_dir: Path) -> dict:
         raise UsageError(f"--merge: {exc}") from None
     for note in report["run"]["merge"]["notes"]:
         print(f"note: {safe_text(note)}", file=sys.stderr)
+    if getattr(args, "strict_contract", False):  # the merged files' contract findings fail the run too
+        report["strict_contract"] = True
+        report["exit_status"] = max(int(report["exit_status"]), int(bool(report.get("contract_findings"))))
     return report
 
 

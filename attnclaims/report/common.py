@@ -46,13 +46,21 @@ def proof_label(d: Mapping, lang: str = "en") -> str:
 
     status = d.get("proof_status")
     if status == "instance+cited":
-        sources = [first_line(str(c), 160) for c in d.get("cited") or ()]
-        return i18n.t(lang, "proof_cited", source="; ".join(sources) or "?")
+        cited = list(d.get("cited") or ())
+        sources = "; ".join(first_line(str(c), 120) for c in cited[:2]) or "?"
+        more = len(cited) - 2
+        return i18n.t(lang, "proof_cited", source=sources + (f"; +{more}" if more > 0 else ""))
     if status == "instance":
         return i18n.t(lang, "proof_instance")
     if status == "general":
         return i18n.t(lang, "proof_general")
     return ""
+
+
+def claim_evidence(c: Mapping) -> list[dict]:
+    """A claim's evidence as its section shows it: without its contract items (malformed-input findings
+    have their own section and are never part of a claim's verdict)."""
+    return [e for e in c.get("evidence") or () if e.get("kind") != "contract"]
 
 
 def parts_of(detail: Mapping) -> list[dict]:

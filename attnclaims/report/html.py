@@ -30,7 +30,7 @@ from typing import Iterable, Mapping, Sequence
 from attnclaims.report import i18n
 from attnclaims.terminal import escape_controls
 from attnclaims.report.common import (
-    MAX_TABLE_ROWS, OUTCOME_MARK, STEP_MARK, by_severity, cache_line, clipped, columns, compact_json, failure_lines,
+    MAX_TABLE_ROWS, OUTCOME_MARK, STEP_MARK, by_severity, cache_line, claim_evidence, clipped, columns, compact_json, failure_lines,
     first_line,
     fmt_number, fmt_seconds, is_problem, outcome_counts, parts_of, passing_summary, proof_label, repro_text,
     scalar_data, section_label, summary_counts, table_of, verdict_category,
@@ -624,11 +624,11 @@ def _claim(c: Mapping, report: Mapping, out_dir: Path | None, fig_index: list[in
     p.append(f"<h4>{esc(T('evidence'))}</h4>")
     p.append(_evidence(c, lang))
 
-    for e in c["evidence"]:
+    for e in claim_evidence(c):
         if e["outcome"] in ("failed", "error"):
             p.append(_failure(e, env, lang))
 
-    for e in c["evidence"]:
+    for e in claim_evidence(c):
         p.append(_measurement(e, out_dir, fig_index, lang))
 
     if c["citations"]:
@@ -656,7 +656,7 @@ def _evidence(c: Mapping, lang: str) -> str:
     """Problems open (failed, error, not applicable); passing checks as one line (count, kinds, slowest);
     every check in a collapsed table."""
     T = lambda key, **kw: i18n.t(lang, key, **kw)
-    ev = c["evidence"]
+    ev = claim_evidence(c)
     if not ev:
         return f'<p class="note">{esc(T("no_evidence"))}</p>'
     header = [esc(T(k)) for k in ("outcome", "kind", "role", "check", "implementation", "examples", "time", "message")]

@@ -21,7 +21,7 @@ from attnclaims.proofs.render import folded, instances_label
 from attnclaims.report import i18n
 from attnclaims.terminal import escape_controls
 from attnclaims.report.common import (
-    OUTCOME_MARK, STEP_MARK, by_severity, cache_line, columns, compact_json, failure_lines, first_line,
+    OUTCOME_MARK, STEP_MARK, by_severity, cache_line, claim_evidence, columns, compact_json, failure_lines, first_line,
     clipped, fmt_number, fmt_seconds, is_problem, parts_of, passing_summary, proof_label, repro_text, scalar_data,
     section_label, summary_counts, table_of,
 )
@@ -37,7 +37,7 @@ MAX_LEMMA_LATEX = 160
 #: measurement tables show at most this many rows in report.md (all of them in index.html's limit and the JSON)
 MAX_MD_TABLE_ROWS = 12
 #: the list of the article's sentences shows each one's beginning (the annotated article has all of it)
-MAX_MD_SENTENCE = 36
+MAX_MD_SENTENCE = 16
 _MD_PUNCT = re.compile(r"([\\`*\[\]#!~])")
 _LONE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 
@@ -289,19 +289,20 @@ def _sentences_section(report: Mapping, lang: str) -> list[str]:
     for s in sentences:
         what = []
         if s["claims"]:
-            what.append(f"✓ {T('checked_by')} " + ", ".join(link(c) for c in s["claims"]))
+            what.append("✓ " + ", ".join(link(c) for c in s["claims"]))
         for n in s["not_checked"]:
             passage = "" if _whole(n["text"], s["text"]) else f"«{cell(first_line(n['text'], 24))}» "
             because = n.get("because_zh") if lang == "zh" and n.get("because_zh") else n["because"]
             restates = f" ({T('restates')} " + ", ".join(link(c) for c in n.get("restates", ())) + ")" \
                 if n.get("restates") else ""
-            what.append(f"– {passage}{T('nc_short')} · {cell(i18n.word(i18n.NOT_CHECKED_ZH, n['reason'], lang))}: "
-                        f"{cell(because)}{restates}")
+            # a restatement is explained by the claims it restates (its full reason: index.html, the article)
+            why = "" if restates else f": {cell(because)}"
+            what.append(f"– {passage}{cell(i18n.word(i18n.NOT_CHECKED_ZH, n['reason'], lang))}{why}{restates}")
         for c in s.get("related", ()):
             what.append(f"↗ {T('related')}: {link(c)} ({T('beyond')})")
         rows.append([str(s["index"]), text(section_label(s["section"])) if s["section"] else "",
                      cell(first_line(s["text"], MAX_MD_SENTENCE)), "<br>".join(what)])
-    out.append(_table(["#", "§", T("sentence"), f"{T('checked_by')} / {T('not_checked_because')}"], rows))
+    out.append(_table(["#", "§", T("sentence"), f"✓ {T('checked_by')} / – {T('not_checked_because')}"], rows))
     out.append("")
     beyond = [c for c in report["claims"] if c.get("beyond_article")]
     if beyond:
@@ -434,7 +435,7 @@ def _claim(c: Mapping, report: Mapping, lang: str = "en") -> list[str]:
 
     out.append(f"#### {T('evidence')}")
     out.append("")
-    ev = c["evidence"]
+    ev = claim_evidence(c)
     if not ev:
         out.append(f"*{T('no_evidence')}*")
         out.append("")

@@ -261,7 +261,11 @@ def build_report(registry, evidence: Sequence[Evidence], implementations: Sequen
         items = [e for e in evidence if e.claim == cid and e.kind != CONTRACT]
         has_proofs = "sympy" in claim.methods or any(e.kind == "proof" for e in items)
         derivations, derivation_note = _derivations(cid, items) if has_proofs else ([], "")
+        # report.json keeps the claim's contract items with its evidence (so that a merge of this file keeps
+        # them); the renderers show them in their own section, never among the claim's checks
         entries = [evidence_entry(e, environment, out_dir, spec_of) for e in items]
+        entries += [evidence_entry(e, environment, out_dir, spec_of) for e in evidence
+                    if e.claim == cid and e.kind == CONTRACT]
         figures = list(dict.fromkeys(f for d in entries for f in d["figures"]))
         per = verdicts.get(cid, {})
         claim_rows.append({

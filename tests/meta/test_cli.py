@@ -45,6 +45,12 @@ def test_rows_sum_to_one(impl, n):
     assert np.allclose(p.sum(-1), 1.0)
 
 
+@pytest.mark.claim("softmax-distribution", kind="contract")
+def test_masks_that_do_not_broadcast_are_rejected(impl):
+    raise AssertionError("accepts a mask of shape (1, 2) for scores (1, 1) \\x1b[2J\\n"
+                         "fix: raise ValueError when the mask does not broadcast to the scores")
+
+
 @pytest.mark.claim("convex-combination")
 @given(st.integers(1, 6))
 def test_fails_from_three(impl, n):
@@ -327,6 +333,33 @@ def test_check_selected_claims_and_exit_0(fake_suite, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     claims = [line.split()[0] for line in proc.stdout.splitlines()[1:] if line.split()]
     assert "softmax-distribution" in claims and "convex-combination" not in claims
+    # the contract finding is shown in its own section, with the fix, and leaves the verdict and exit alone
+    assert "proven" in table_rows(proc.stdout)["softmax-distribution"]
+    out = proc.stdout[proc.stdout.index("Contract findings (1)"):]
+    assert "reference · test_masks_that_do_not_broadcast_are_rejected (softmax-distribution): accepts a mask of " \
+           "shape (1, 2) for scores (1, 1) \\x1b[2J" in out  # control characters escaped here too
+    assert "fix: raise ValueError when the mask does not broadcast" in out and "do not change the exit status" in out
+
+
+def test_strict_contract_makes_contract_findings_fail_check_and_report(fake_suite, tmp_path):
+    proc = attnclaims("check", "--claim", "softmax-distribution", "-n", "0", "--strict-contract",
+                      env=fake_suite, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "proven" in table_rows(proc.stdout)["softmax-distribution"]  # still no verdict changes
+    assert "--strict-contract: these findings make the exit status 1." in proc.stdout
+    out = tmp_path / "out"
+    proc = attnclaims("report", "--claim", "softmax-distribution", "-n", "0", "--out", str(out),
+                      env=fake_suite, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert [f["name"].rsplit("::", 1)[-1] for f in data["contract_findings"]] == \
+        ["test_masks_that_do_not_broadcast_are_rejected"] and data["strict_contract"] is False
+    # the item stays in report.json (a merge of this file keeps it) but never among the claim's checks
+    assert any(e["kind"] == "contract" for c in data["claims"] for e in c["evidence"])
+    assert "## Contract findings" in (out / "report.md").read_text(encoding="utf-8")
+    merged = attnclaims("report", "--merge", str(out / "report.json"), "--strict-contract", "--out",
+                        str(tmp_path / "merged"), env=fake_suite, cwd=tmp_path)
+    assert merged.returncode == 1, merged.stdout + merged.stderr
 
 
 def test_a_crashing_implementation_is_an_error_and_the_run_goes_on(fake_suite, tmp_path):
