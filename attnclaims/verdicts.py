@@ -322,15 +322,17 @@ def _weak(items: Sequence[Evidence], mine: bool) -> str:
     return "no check of it ran" if mine else "nothing recorded for it"
 
 
-def _missing_phrase(part, items: Sequence[Evidence]) -> str:
-    """The short text of a part that was not exercised, for "partial: …"."""
+def _missing_phrase(part, items: Sequence[Evidence], implementation_side: bool) -> str:
+    """The short text of a part that was not exercised, for "partial: …" (``implementation_side``: the part
+    needs a capability and the column is an implementation's; ``items``: the implementation's own items of
+    the part there, else every item of the part)."""
     passed = [e for e in items if e.outcome == "passed" and not e.extension]
     if any(e.role != "control" and not e.self_comparison and not enough_examples(e.examples, e.examples_declined)
            for e in passed):
         return f"{part.label} ran on too few examples"
     if any(e.self_comparison for e in passed):
         return f"{part.label} only self-compared"
-    if part.needs and not any(e.outcome == "passed" for e in items):
+    if implementation_side and not passed:
         return f"{part.label} never called"
     return f"{part.label} not checked"
 
@@ -358,7 +360,8 @@ def _parts_verdict(claim, own: Sequence[Evidence], independent: Sequence[Evidenc
             if part.needs and column != INDEPENDENT and not support_own:
                 why = (f"needs one of {', '.join(part.needs)}; " + why) if not mine else why
             row.update(verdict="not exercised", reason=why)
-            missing.append(_missing_phrase(part, mine or free))
+            side = bool(part.needs) and column != INDEPENDENT
+            missing.append(_missing_phrase(part, mine if side else [*mine, *free], side))
         else:
             word, why = _word([*support_own, *support_free])
             row.update(verdict=word, reason=why)
