@@ -300,6 +300,7 @@ def load_last(report: str | None) -> tuple[dict | None, Path]:
 def render(registry, claim, args) -> str:
     """The whole explanation as text (printed by :func:`run`)."""
     from attnclaims.report import i18n
+    from attnclaims.report.common import parts_of
     from attnclaims.report.mathtext import to_plain
 
     lang = getattr(args, "lang", "en")
@@ -358,6 +359,12 @@ def render(registry, claim, args) -> str:
                 why = to_plain(i18n.reason(d["reason"], lang)) if d.get("reason") else ""
                 out.append(f"  {i18n.verdict_word(impl, lang)}: {i18n.verdict_word(str(d.get('verdict')), lang)}"
                            + (f" — {why}" if why else ""))
+                if d.get("extensions"):
+                    out.append(f"    {T('extensions')}: {', '.join(map(str, d['extensions']))}")
+                for part in parts_of(d):  # each part of the claim and what this column made of it
+                    out.append(f"    {T('part')} {part['id']}: {i18n.verdict_word(str(part['verdict']), lang)}"
+                               + (f" — {to_plain(i18n.reason(str(part['reason']), lang))}" if part.get("reason")
+                                  else ""))
             if not row.get("verdict_details"):
                 out.extend(f"  {impl}: {v}" for impl, v in (row.get("verdicts") or {}).items())
     return "\n".join(out)

@@ -195,6 +195,7 @@ VERDICT_ZH = {
     "independent of the implementation": "与实现无关",
     "partial": "部分成立", "extension": "扩展已验证", "not exercised": "未运行到",
     "too few examples": "样例过少", "self-comparison only": "仅自身比较", "not checked": "未核查",
+    "partial: <what is missing>": "部分成立：<缺少的部分>", "verified — extension: <labels>": "已验证——扩展：<扩展名>",
 }
 
 #: the two verdict forms that carry text after their word ("partial: <what is missing>",
@@ -221,10 +222,16 @@ HOW_TO_READ_ZH = {
     "independent of the implementation": "该论断的证据不依赖任何实现（推导、在参考实现上的测量、文献引用）：它的结论"
                                          "只在这一列中显示一次，而不复制到每个实现的列中。",
     "historical": "关于历史或归属的陈述：有文献引用，不作测试。",
-    "qualified": "精确陈述成立，并有一项检查表明原句的表述在何处不够精确；修正内容引自登记表。",
+    "qualified": "精确陈述成立，并有一项检查表明原句的表述在何处不够精确；修正内容引自登记表。论断取其各部分中最弱的"
+                 "结论：一个已证明的部分加一个需限定的部分，结论为需限定。",
     "illustrative": "只在构造的示例上展示；其一般形式无法机械地检查。",
-    "proven": "sympy 推导逐步验证通过，且该实现的数值检查通过。",
-    "verified": "数值检查（性质测试、统计检验、测量、一致性）通过，没有任何失败。",
+    "proven": "论断的每一部分都有逐步验证通过的一般性 sympy 推导支持，并有该实现自身通过的数值检查支持。",
+    "verified": "论断的每一部分都已运行到且检查通过，没有任何失败；其中某部分只依据数值检查，或只依据对实例的推导或"
+                "引用的引理。",
+    "partial: <what is missing>": "论断的某些部分对该实现做了检查，但不是全部：文字说明哪一部分从未被调用、运行的样例"
+                                  "过少，或只与自身比较过。绝不只给出一个结论词。",
+    "verified — extension: <labels>": "只有扩展（原文未陈述的变体，例如因果对齐、RMSNorm）的检查运行并通过：该变体经检查"
+                                      "无误，但对原文所述的论断不作结论。",
 }
 
 KIND_ZH = {"proof": "证明", "property": "性质测试", "statistical": "统计检验", "measurement": "测量",
@@ -243,6 +250,8 @@ def verdict_word(verdict: str, lang: str, category: str | None = None) -> str:
     """A verdict as the edition shows it ("blocked by X" -> "受阻于 X" in Chinese)."""
     if lang != "zh":
         return verdict
+    if verdict in VERDICT_ZH:
+        return VERDICT_ZH[verdict]
     if category in (None, "blocked") and verdict.startswith(BLOCKED_PREFIX):
         return "受阻于 " + verdict.removeprefix(BLOCKED_PREFIX)
     if verdict.startswith(PARTIAL_PREFIX):  # "partial: default scale never called" -> "部分成立：默认缩放从未被调用"

@@ -153,3 +153,27 @@ def test_the_benchmark_runs_and_records_the_slowest(tmp_path):
     assert doc["benchmark"] == "explain" and [r["claim"] for r in doc["rows"]] == ["transformer-history"]
     assert doc["slowest"]["claim"] == "transformer-history" and doc["rows"][0]["warm"]["exit"] == 0
     assert "slowest warm explain: transformer-history" in proc.stdout and proc.returncode in (0, 1)
+
+
+def test_explain_labels_a_cited_lemma_and_shows_the_parts_of_the_last_verdicts(capsys, tmp_path):
+    """A derivation whose decisive step is a cited fact reads "instance + cited lemma (source)", never as a
+    general proof; the last verdicts list each part of the claim (in both languages)."""
+    proof = {"name": "softmax-simplex-index", "title": "t", "outcome": "passed", "steps": [],
+             "proof_status": "instance+cited", "cited": ["a cited fact (Source 2020)"]}
+    evidence = [Evidence("softmax-distribution", "proof", "tests/test_proofs.py::test_derivation[index]", "passed",
+                         data={"proof": proof, "proof_status": "instance+cited", "cited": ["a cited fact (Source 2020)"]}),
+                Evidence("scaling-variance", "statistical", "tests/test_scaling.py::test_variance", "passed",
+                         part="variance")]
+    out = tmp_path / "rep"
+    write_report(build_report(load_registry(), evidence, [{"name": "reference"}], ENV), out, ["json"])
+    rc, text, _ = _explain(capsys, "softmax-distribution", "--no-tests", "--report", str(out))
+    assert rc == 0
+    block = text[text.index("[softmax-simplex-index]"):]
+    assert "instance + cited lemma (a cited fact (Source 2020)) — The decisive step is a cited fact" in block
+    rc, text, _ = _explain(capsys, "scaling-variance", "--no-tests", "--no-check", "--report", str(out))
+    last = text[text.index("Last verdicts:"):]
+    assert "partial: " in last and "part typical-size: not exercised" in last and "part variance: verified" in last
+    rc, text, _ = _explain(capsys, "scaling-variance", "--no-tests", "--no-check", "--report", str(out),
+                           "--lang", "zh")
+    last = text[text.index("最近的结论"):]
+    assert "部分成立：" in last and "部分 typical-size: 未运行到" in last
