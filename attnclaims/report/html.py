@@ -292,6 +292,7 @@ border:1px solid currentColor;line-height:1.5}
 .v-error{color:#fff;background:var(--error);border-color:var(--error)}
 .v-no-evidence,.v-not-applicable{color:var(--none);background:#fff;border-style:dashed}
 .v-partial{color:var(--qualified);background:#fff8e5}
+.v-partial,.v-extension{white-space:normal;overflow-wrap:anywhere;max-width:100%}
 .v-extension{color:var(--verified);background:#fff}
 .v-not-exercised,.v-too-few-examples,.v-self-comparison-only{color:var(--none);background:#fff;border-style:dashed}
 ul.parts{font-size:.9em}.ps{font-size:.85em;color:var(--muted)}.ps.cited,.proof-status.cited{color:#6b4b00}

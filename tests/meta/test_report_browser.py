@@ -285,9 +285,13 @@ def test_chinese_text_is_rendered_with_a_cjk_font(browser, page, tmp_path):
 
 def test_the_article_highlights_link_to_existing_anchors_and_show_their_tooltip(browser, page, tmp_path):
     art = browser.page((page.parent / "article.html").as_uri(), 1280)
-    links = art.js("[...document.querySelectorAll('.hl a.cl')].map(a => a.getAttribute('href'))")
+    links = art.js("[...document.querySelectorAll('.hl a.cl, #beyond a.cl')].map(a => a.getAttribute('href'))")
     ids = set(art.js("[...document.querySelectorAll('[id^=q-]')].map(e => e.id)"))
     assert len(links) == len(set(links)) == 28 and all(h.startswith("index.html#claim-") for h in links)
+    # the claims beyond the article are listed after it, none highlighted on a sentence of it
+    beyond = art.js("[...document.querySelectorAll('#beyond a.cl')].map(a => a.getAttribute('href'))")
+    assert {h.split("-", 1)[1] for h in beyond} == {"attention-lipschitz", "paper-tables"}
+    assert art.js("document.querySelectorAll('#article-text .hl a.cl').length") == 28 - len(beyond)
     index = browser.page(page.as_uri(), 1280)
     missing = index.js(f"{json.dumps([h.split('#')[1] for h in links])}.filter(i => !document.getElementById(i))")
     assert missing == []
@@ -298,6 +302,11 @@ def test_the_article_highlights_link_to_existing_anchors_and_show_their_tooltip(
     assert art.js(shown) == "none"
     art.js("document.getElementById('q-softmax-distribution').focus()")
     assert art.js(shown) == "block"  # focus (keyboard) shows the precise statement, CSS only
+    # a passage no claim checks: marked, and its reason shown on focus
+    reason = "getComputedStyle(document.querySelector('#article-text .nc > .tip')).display"
+    assert art.js(reason) == "none"
+    art.js("document.querySelector('#article-text .nc').focus()")
+    assert art.js(reason) == "block"
     assert art.js("document.scripts.length") == 0
     art.screenshot(tmp_path / "article.png")
 
