@@ -243,3 +243,29 @@ def kv_cache_error(x, params, part: str, *, u: float, ex=None) -> np.ndarray:
     if part == "k" and p.rope is not None:
         err = rotary_error(value, np.arange(x.shape[-2]), p.rope.base, p.rope.layout, u=u, ex=err)
     return err
+
+
+# ---------------------------------------------------------------------------------------------
+# float16 and bfloat16: the float32-accumulation model (attnclaims/checks/tolerances.py)
+# ---------------------------------------------------------------------------------------------
+
+def sixteen_bit_grouped_query_error(x_q, x_kv, params, mask=None, *, u: float, ex_q=None,
+                                    ex_kv=None) -> np.ndarray:
+    """:func:`grouped_query_error` under the 16-bit model: :func:`~attnclaims.checks.tolerances.
+    sixteen_bit_multi_head_error` with every K/V head repeated for its group (a repeated head is the same
+    16-bit numbers, stored once: its error is the one it has in each copy)."""
+    return T.sixteen_bit_multi_head_error(x_q, x_kv, expand_kv(params), mask, u=u, ex_q=ex_q, ex_kv=ex_kv)
+
+
+def sixteen_bit_causal_attention_error(q, k, v, alignment: str = "top-left", window=None, scale=None, *,
+                                       u: float) -> np.ndarray:
+    """:func:`causal_attention_error` under the 16-bit model: :func:`~attnclaims.checks.tolerances.
+    sixteen_bit_attention_error` with the mask of ``alignment`` and ``window`` (a causal mask's first row
+    has one allowed key, whose weight is exactly 1)."""
+    mask = sliding_window_mask(np.shape(q)[-2], np.shape(k)[-2], window, alignment)
+    return T.sixteen_bit_attention_error(q, k, v, mask, scale, u=u)
+
+
+# conformance() and self_consistency() reach these through tolerances.error_model
+T.SIXTEEN_BIT[grouped_query_error] = sixteen_bit_grouped_query_error
+T.SIXTEEN_BIT[causal_attention_error] = sixteen_bit_causal_attention_error

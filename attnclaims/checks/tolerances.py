@@ -99,7 +99,8 @@ REDUCED_PRECISION = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
 # Expected practice, as in the libraries that ship these dtypes (torch's CPU and CUDA kernels, cuBLAS,
 # XLA): inputs, parameters and outputs are stored in the reduced dtype, while dot products, sums and the
 # softmax's max/exp/sum are accumulated in float32 and rounded to the reduced dtype once. The capabilities
-# that have one (softmax, attention and its weights, linear maps, the FFN, multi-head attention) are held
+# that have one (softmax, attention and its weights, linear maps, the FFN, multi-head attention, and in
+# attnclaims/checks/modern_tolerances.py grouped-query and causal attention) are held
 # to the bounds of that model (section "float16 and bfloat16: the float32-accumulation model" below,
 # :func:`error_model`), which a 1 % error or a leaky ReLU exceeds. The others keep the general bounds:
 # every bound of this module charges each operation a relative error u of the dtype it is evaluated for

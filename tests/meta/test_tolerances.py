@@ -1172,3 +1172,28 @@ def test_torch_16_bit_kernels_stay_within_the_16_bit_bounds(dtype_name):
         x = (rng.uniform(-1, 1, (2, 3, dm)) * 2.0 ** int(rng.integers(-1, 3))).astype(dtype).astype(np.float64)
         out = back(F.linear(F.relu(F.linear(t(x), t(p.w1).T, t(p.b1))), t(p.w2).T, t(p.b2)))
         T.assert_close(out, feed_forward(x, p), T.conformance(T.feed_forward_error, x, p, dtype=dtype), "torch FFN")
+
+
+def test_modern_16_bit_bounds_are_the_model_bounds_of_their_parts():
+    """Grouped-query and causal attention in 16 bits: error_model gives the 16-bit model's bounds, which
+    are the multi-head bound with the K/V heads repeated and the attention bound with the causal mask."""
+    from attnclaims.checks import modern_tolerances as MT
+    from attnclaims.reference.masks import sliding_window_mask
+    from attnclaims.reference.modern import expand_kv
+
+    u = 2.0 ** -8
+    assert T.error_model(MT.grouped_query_error, _bf16()) is MT.sixteen_bit_grouped_query_error
+    assert T.error_model(MT.causal_attention_error, np.float16) is MT.sixteen_bit_causal_attention_error
+    assert T.error_model(MT.causal_attention_error, np.float32) is MT.causal_attention_error
+    rng = _rng(71)
+    p = init_multi_head(3, 8, 4, num_kv_heads=2)
+    x = rng.uniform(-1, 1, (5, 8))
+    check(MT.sixteen_bit_grouped_query_error(x, x, p, u=u), T.sixteen_bit_multi_head_error(x, x, expand_kv(p), u=u))
+    q, k, v = rng.uniform(-1, 1, (4, 3)), rng.uniform(-1, 1, (6, 3)), rng.uniform(-1, 1, (6, 2))
+    for alignment in ("top-left", "bottom-right"):
+        mask = sliding_window_mask(4, 6, None, alignment)
+        check(MT.sixteen_bit_causal_attention_error(q, k, v, alignment, u=u),
+              T.sixteen_bit_attention_error(q, k, v, mask, u=u))
+    # top-left: the first query sees one key, so its bound is the output's rounding alone
+    first = MT.sixteen_bit_causal_attention_error(q, k, v, "top-left", u=u)[0]
+    check(first, ((1 + u) * U32 * 8 + u) * np.abs(v[0]))
