@@ -405,7 +405,9 @@ def _several_step_schedules(draw, n: int) -> tuple[int, int]:
     least two calls (n ≥ 2): a step handed a cache needs a cache to be handed."""
     prompt = draw(st.integers(0, n - 1))
     chunk = draw(st.sampled_from([1, 1, 2, 3, max(1, n - 1)]))
-    return prompt, chunk
+    # a prompt of p >= 1 < n is one call and the rest at least one more; without a prompt the first chunk must
+    # leave a position over
+    return prompt, (chunk if prompt else min(chunk, n - 1))
 
 
 @pytest.mark.claim("parallel-training", "decoder-masking", kind="conformance", extension=CACHE)
