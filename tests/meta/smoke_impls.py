@@ -55,3 +55,10 @@ class ElementwiseScores(UncheckedMask):
                 raise ValueError(f"mask.shape={mask.shape} does not broadcast to the scores' {scores.shape}")
             scores = np.where(mask, scores, -np.inf)
         return self.softmax(scores) @ v
+
+
+class UnreadableDtype(UncheckedMask):
+    """A ``dtype`` numpy cannot read: the adapter's error, one line, never a traceback."""
+
+    name = "unreadable-dtype"
+    dtype = "float64-please"

@@ -121,6 +121,8 @@ def test_an_accepted_mask_that_does_not_broadcast_is_a_contract_line_with_the_fi
     assert "  ok       attention" in text and "all smoke checks passed; 1 contract finding(s)" in text
     assert status == 0
     assert _run("smoke_impls:UncheckedMask", strict_contract=True)[0] == 1
+    proc, _ = _cli("smoke_impls:UncheckedMask", "--strict-contract")
+    assert proc.returncode == 1 and "  contract attention" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_keys_of_another_width_and_heads_that_do_not_divide_d_model_are_contract_lines():
@@ -185,3 +187,10 @@ def test_an_import_that_hangs_is_one_line_and_exit_2(tmp_path):
     assert _one_line(proc.stderr) == ("attnclaims smoke: implementation 'smoke_hangs_at_import:impl': importing or "
                                       "constructing it did not finish within 2 s")
     assert seconds < 60
+
+
+def test_a_dtype_numpy_cannot_read_is_one_line_and_exit_1():
+    status, text = _run("smoke_impls:UnreadableDtype")
+    assert status == 1
+    assert text.splitlines() == ["attnclaims smoke: 'smoke_impls:UnreadableDtype': reading its name or dtype raised "
+                                 "TypeError: data type 'float64-please' not understood"], text
