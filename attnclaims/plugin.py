@@ -188,6 +188,25 @@ def pytest_configure(config):
     if state.kill and not config.getoption("attn_kill_shrink", default=False):
         _drop_shrink_phase()
     config.pluginmanager.register(_Reporter(config), "attnclaims-reporter")
+    if config.getoption("attn_impl", default=None):
+        os._exit = _exit_of_a_stopped_run  # until pytest_unconfigure (which restores the real one)
+
+
+#: ``os._exit`` itself, restored in pytest_unconfigure and used there to leave.
+_REAL_EXIT = os._exit
+
+
+def _exit_of_a_stopped_run(status: int) -> None:
+    """``os._exit`` while a session against an implementation runs: the process ends before its session
+    finished, so the run stopped early ("complete": false in the results file) and must not exit 0
+    (an implementation that calls ``os._exit(0)`` made ``pytest --attn-impl ...`` pass). A non-zero
+    status is kept; 0 becomes 2 (pytest's "interrupted")."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    _REAL_EXIT(status if status else int(pytest.ExitCode.INTERRUPTED))
 
 
 def _emit(config, event: str, **data) -> None:
@@ -790,6 +809,8 @@ def _write_results(config, complete: bool) -> dict | None:
 def pytest_unconfigure(config):
     """Leave with ``os._exit`` once everything is written, when run by the orchestrator or when a
     thread that is not a daemon (one the implementation started) would keep the process alive."""
+    if os._exit is _exit_of_a_stopped_run:  # the session has finished: os._exit is the real one again
+        os._exit = _REAL_EXIT
     state = config.stash.get(_SESSION, None)
     if state is None or state.exitstatus is None:
         return

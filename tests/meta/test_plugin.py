@@ -209,8 +209,9 @@ def test_the_event_stream_of_a_run(project):
 
 
 def test_a_process_that_dies_mid_run_leaves_evidence_and_no_session_end(project):
-    """``os._exit(0)`` inside the implementation: pytest's exit status is 0, but the events stop after
-    the finished tests' evidence (no ``session-finished``) and the results file says incomplete."""
+    """``os._exit(0)`` inside the implementation: the events stop after the finished tests' evidence (no
+    ``session-finished``), the results file says incomplete, and pytest's exit status is 2, not the 0
+    the implementation asked for (a CI step must not pass on a run that stopped early)."""
     (project / "exits_impl.py").write_text(textwrap.dedent('''
         import os
         from user_impl import SoftmaxOnly
@@ -222,7 +223,7 @@ def test_a_process_that_dies_mid_run_leaves_evidence_and_no_session_end(project)
     events, results = project / "events.jsonl", project / "results.json"
     result = _run(project, "test_user.py", "--attn-impl", "exits_impl:Exits", "--attn-events", str(events),
                   "--attn-results", str(results))
-    assert result.returncode == 0  # what os._exit(0) says: only the files can tell
+    assert result.returncode == 2  # os._exit(0) before the session finished: "interrupted", never 0
     kinds = [e["event"] for e in _events(events)]
     assert "session-finished" not in kinds and kinds.count("test-finished") == 1, kinds
     payload = json.loads(results.read_text(encoding="utf-8"))

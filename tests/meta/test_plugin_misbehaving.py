@@ -90,7 +90,8 @@ def test_a_call_that_holds_the_gil_is_ended_by_the_watchdog(runs):
     assert payload["complete"] is False and payload["tests_run"] < 3
 
 
-@pytest.mark.parametrize("name, status", [("Interrupts", 2), ("ExitsProcess", 0)])
+# os._exit(0) in a method ends the process before its session finished: exit 2, never the 0 it asked for
+@pytest.mark.parametrize("name, status", [("Interrupts", 2), ("ExitsProcess", 2)])
 def test_a_stopped_run_leaves_results_that_say_incomplete(runs, name, status):
     result, payload = _payload(runs, name)
     assert result.returncode == status, result.stdout[-3000:]
