@@ -197,7 +197,7 @@ def class_separation(n, f, classes, rel_noise: float = 0.0, abs_error: float = 0
 
 
 def select_growth(n, y, classes=DEFAULT_CLASSES, rel_noise: float = 0.0, abs_error: float = 0.0,
-                  alpha: float = 1e-6) -> GrowthFit:
+                  alpha: float = 1e-6, separation: bool = True) -> GrowthFit:
     """The smallest growth class whose minimax fit stays within the stated noise of every point.
 
     Model: y_i = f(n_i) + b_i + f(n_i)·σ·z_i, f in one class of :data:`GROWTH_CLASSES` (constant c₀;
@@ -213,7 +213,9 @@ def select_growth(n, y, classes=DEFAULT_CLASSES, rel_noise: float = 0.0, abs_err
     fits only if some c has max_i |f(n_i) − (B_h c)_i| ≤ 2 s̄_i (s̄: s at f, ≤ s·(1 + zσ)/(1 − zσ)). So for
     every f whose minimax distance from each smaller class exceeds 2s̄ at the sizes used ("separated"),
     P(wrong class) ≤ α; for exact counts (σ = 0) the rule is deterministic and never wrong on a separated
-    f. ``separation`` reports that distance for the chosen class's fitted curve. Needs ≥ 4 points.
+    f. The fit's ``separation`` reports that distance for the chosen class's fitted curve (skipped, and
+    the fit then not ``separated`` unless the class is the smallest, when ``separation=False``: a speed
+    option for repeated draws). Needs ≥ 4 points.
     """
     n = np.asarray(n, dtype=float)
     y = np.asarray(y, dtype=float)
@@ -232,16 +234,18 @@ def select_growth(n, y, classes=DEFAULT_CLASSES, rel_noise: float = 0.0, abs_err
         if misfit[cls] <= 1.0:
             chosen = cls
             break
-    separation = {}
+    sep = {}
     if chosen is not None:
+        smaller = order[:order.index(chosen)]
         fitted = np.stack(GROWTH_CLASSES[chosen](n), axis=1) @ coefs[chosen]
-        separation = class_separation(n, fitted, order[:order.index(chosen)], rel_noise, abs_error, alpha)
+        sep = (class_separation(n, fitted, smaller, rel_noise, abs_error, alpha) if separation
+               else dict.fromkeys(smaller, math.nan))  # not computed: never reported as separated
     noise = {"rel_noise": rel_noise, "abs_error": abs_error, "alpha": alpha if rel_noise > 0 else 0.0, "z": z}
     rule = ("the first of " + ", ".join(order) + " whose minimax fit is within s_i = abs_error + "
             f"{ROUNDING:g}·max|y| + zσ|y_i|/(1 − zσ) of every point (σ = {rel_noise:g}, abs_error = {abs_error:g}"
             + (f", z = {z:.2f} for α = {alpha:g}" if rel_noise > 0 else "") + ")")
     return GrowthFit(chosen, _BIG_O[chosen], [float(c) for c in coefs[chosen]] if chosen else [], misfit,
-                     separation, alpha if rel_noise > 0 else 0.0, noise, rule)
+                     sep, alpha if rel_noise > 0 else 0.0, noise, rule)
 
 
 def ols_line(x, y) -> tuple[float, float]:

@@ -92,7 +92,8 @@ def _noisy_failures(select, rel_noise=0.01):
     out = []
     for name, sizes, f, cls in NOISY:
         r = np.random.default_rng(2024)
-        wrong = sum(select(sizes, f(sizes) * (1 + rel_noise * r.standard_normal(sizes.size)), rel_noise=rel_noise) != cls
+        wrong = sum(select(sizes, f(sizes) * (1 + rel_noise * r.standard_normal(sizes.size)), rel_noise=rel_noise,
+                           separation=False) != cls
                     for _ in range(DRAWS))
         if wrong:
             out.append(f"{name} with {rel_noise:.0%} noise: {wrong}/{DRAWS} misclassified")
