@@ -811,12 +811,26 @@ def _unavailable(message: str) -> bool:
     return " is unavailable: " in message
 
 
+#: The test name of the error items of an implementation that could not be used or whose run never
+#: started (not :data:`ORCHESTRATOR`, the name of a stopped run's "not run" items).
+SETUP = "the implementation's run (attnclaims orchestrator)"
+
+
+def implementation_claims(s: Session) -> set[str]:
+    """The claims with a test that exercises the implementation, from a session's collection."""
+    return {cid for t in s.tests.values() if t.get("impl_test") for cid in t.get("claims", ())}
+
+
 def broken_evidence(reason: str, name: str, registry, claims: list[str] | None,
-                    prefix: str = "the implementation cannot be used: ") -> list[Evidence]:
-    """An ``error`` item in ``name``'s column for every selected claim (historical ones aside): the
-    implementation resolved but could not be used at all (or its run never started)."""
+                    prefix: str = "the implementation cannot be used: ",
+                    only: set[str] | None = None) -> list[Evidence]:
+    """An ``error`` item in ``name``'s column for every selected claim (historical ones aside; ``only``:
+    just these, the claims with implementation tests when a collection said which): the implementation
+    resolved but could not be used at all, or its run never started."""
     ids = [c for c in (claims or registry.order()) if not registry.get(c).is_historical]
-    return [Evidence(claim=cid, kind="property", name=ORCHESTRATOR, outcome="error", implementation=name,
+    if only:  # never nothing: the run is broken either way
+        ids = [c for c in ids if c in only] or ids
+    return [Evidence(claim=cid, kind="property", name=SETUP, outcome="error", implementation=name,
                      message=f"{prefix}{reason}") for cid in ids]
 
 
@@ -982,16 +996,19 @@ def run(options: RunOptions, registry, progress: ProgressFn | None = None,
             progress({"event": "cache", "implementation": specs[0], "computed": cached[1], "items": len(cached[0])})
         first = True
         interrupted: BaseException | None = None
+        impl_claims: set[str] = set()  # claims with implementation tests, once a session collected them
         for spec in specs:
             if interrupted is not None:  # stopped by a signal before this one started: an error, never a pass
                 why = stopped_by(interrupted)
                 runs.append(ImplementationRun(spec=spec, name=spec, reason=f"not run: {why}",
                                               info={"name": spec, "spec": spec, "available": True}))
-                evidence.extend(broken_evidence(why, spec, registry, options.claims, prefix="not run: "))
+                evidence.extend(broken_evidence(why, spec, registry, options.claims, prefix="not run: ",
+                                                only=impl_claims))
                 continue
             # with the independent evidence cached, the first implementation runs only its own tests too
             impl_run, s = _run_one(spec, options, first and cached is None, work, artifacts, progress)
             interrupted = impl_run.interrupted
+            impl_claims |= implementation_claims(s)
             if not impl_run.available:
                 runs.append(impl_run)
                 continue
@@ -1001,7 +1018,7 @@ def run(options: RunOptions, registry, progress: ProgressFn | None = None,
             used_names.add(name)
             impl_run.name = name
             if impl_run.broken:  # nothing ran: one error per claim, saying why
-                items = broken_evidence(impl_run.broken, name, registry, options.claims)
+                items = broken_evidence(impl_run.broken, name, registry, options.claims, only=impl_claims)
             else:
                 items = session_evidence(s, name, registry, options.claims)
             # a test module that cannot be collected in this implementation's run is its run's error (its

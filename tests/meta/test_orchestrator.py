@@ -497,3 +497,17 @@ def test_invalid_variants_are_refused_before_the_run_in_one_line_naming_the_key(
     proc, seconds = attnclaims("check", "--impl", spec, "-n", "0", env=_broken_env(suite, tmp_path), cwd=tmp_path)
     assert_one_line_error(proc, "invalid variants", key)
     assert "running" not in proc.stderr  # refused before any pytest child ran
+
+
+def test_an_unusable_implementation_gets_an_error_in_its_own_name_for_its_claims():
+    """The items of a run that could not use its implementation (or never started) name the implementation,
+    cover the claims with implementation tests when a collection said which (else every selected claim),
+    and are told apart from a stopped run's "not run" items by their test name."""
+    from attnclaims.orchestrator import ORCHESTRATOR, SETUP, broken_evidence
+
+    items = broken_evidence("TypeError: data type 'floaty' not understood", "mine", REGISTRY,
+                            ["layer-norm", "softmax-distribution"], only={"layer-norm"})
+    assert [(e.claim, e.implementation, e.outcome, e.name) for e in items] == [("layer-norm", "mine", "error", SETUP)]
+    assert "floaty" in items[0].message and SETUP != ORCHESTRATOR
+    every = broken_evidence("x", "mine", REGISTRY, ["layer-norm", "softmax-distribution"], only={"other-claim"})
+    assert [e.claim for e in every] == ["layer-norm", "softmax-distribution"]
