@@ -9,11 +9,22 @@ and the report puts them side by side without re-running anything. A file is eit
 * a **report.json**, written by ``attnclaims report`` (``"schema": "attnclaims-report/1"``): every
   implementation it shows, with its evidence and its ``environment``.
 
+Every file is **data** (docs/design.md, "What each input is trusted for"): a regular file of at most
+:data:`FILE_LIMIT` bytes (a FIFO, ``/dev/zero`` or a folder is refused at once), JSON nested at most
+64 levels, every evidence record and implementation entry type- and size-checked
+(:func:`attnclaims.safeio.evidence_record`). A figure is copied only when the file was produced with
+it — a regular SVG file inside the file's own folder — into ``<out>/figures/`` under its content hash;
+a figure named by an absolute path elsewhere, by ``..`` or through a link leading out is never read or
+copied (a note says so). Each merged item carries ``data["merged"]`` (the file, its SHA-256, its
+attnclaims version and profile) and ``report["run"]["merge"]["sources"]`` lists what produced each
+file. A results file that does not say ``"complete": true`` is taken as incomplete.
+
 Checks, each a one-line :class:`MergeError` (the CLI prints it and exits 2): every file is
 readable JSON of one of the two kinds; all files come from the same attnclaims version and the
 same hypothesis profile (``environment.suite_version`` / ``profile`` of a report, ``suite_version``
 / ``profile`` of a results file) — results of different versions or profiles are not comparable
-column by column, so they are refused, naming the files and their values; at least one file.
+column by column, so they are refused, naming the files and their values; the same registry as the
+merge's when a file records its SHA-256 (``registry_sha256``); at least one file.
 A results file that does not record its attnclaims version is merged and the report says the
 version was not checked for it.
 
