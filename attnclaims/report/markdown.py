@@ -296,7 +296,7 @@ def _sentences_section(report: Mapping, lang: str) -> list[str]:
             restates = f" ({T('restates')} " + ", ".join(link(c) for c in n.get("restates", ())) + ")" \
                 if n.get("restates") else ""
             # a restatement is explained by the claims it restates (its full reason: index.html, the article)
-            why = "" if restates else f": {cell(because)}"
+            why = "" if n["reason"] == "restatement" and restates else f": {cell(because)}"
             what.append(f"– {passage}{cell(i18n.word(i18n.NOT_CHECKED_ZH, n['reason'], lang))}{why}{restates}")
         for c in s.get("related", ()):
             what.append(f"↗ {T('related')}: {link(c)} ({T('beyond')})")
