@@ -104,14 +104,16 @@ def test_the_report_lists_every_sentence_in_both_editions():
     assert len(report["sentences"]) >= 40 and report["sentences_note"] == ""
     beyond = {c["id"] for c in report["claims"] if c["beyond_article"]}
     assert beyond == {c.id for c in reg if c.section == "beyond"}
-    for lang, words in (("en", ("Sentences of the article", "not checked · opinion", "Beyond the article",
-                                "related to sentence")),
-                        ("zh", ("原文逐句", "未核查 · 观点或评价", "超出原文的论断", "句相关"))):
+    for lang, words, md_mark, html_mark in (
+            ("en", ("Sentences of the article", "Beyond the article", "related to sentence"),
+             "– opinion: ", "not checked · opinion"),
+            ("zh", ("原文逐句", "超出原文的论断", "句相关"), "– 观点或评价: ", "未核查 · 观点或评价")):
         md = markdown_report.render(report, lang=lang)
         page = html_report.render(report, None, lang=lang)
         for text in (md, page):
             for w in words:
                 assert w in text, (lang, w)
+        assert md_mark in md and html_mark in page, lang
         # the Chinese edition gives the Chinese reason
         because = "对重要性的评价" if lang == "zh" else "a judgement of importance"
         assert because in md and because in page
