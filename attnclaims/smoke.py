@@ -1,10 +1,15 @@
 """``attnclaims smoke --impl pkg.mod:attr``: a few seconds' check that a new adapter is wired up.
 
-Before a full run (a minute or more), this calls each capability the implementation has once or twice on
-small fixed inputs in its dtype — self- and cross-attention where it takes both, a mask, batch axes, a
-Post-LN or Pre-LN layer among those it declares — and compares the result with the reference within the
-same derived bound the claim tests use (``attnclaims/checks/tolerances.py``: u of the declared dtype plus
-the reference's). Every call is guarded, so an exception, a wrong shape or dtype, NaN or a hang is one line
+Before a full run (a minute or more), this calls every capability the implementation has — the 2017
+architecture's, the modern components' (``rms_norm``, ``gated_feed_forward``, ``rotary_embedding``,
+``causal_attention``, grouped-query ``multi_head_attention``, ``decoder_block`` and its cached decoding) and
+every ``*_vjp`` — once or twice on small fixed inputs in its dtype, within what it declares (``variants``:
+self- and cross-attention, each Post-LN/Pre-LN placement, each RoPE layout and causal alignment, the gated
+activations of ``block_ffn``, one decoder block of the most modern kind it takes), and compares the result
+with the reference within the bound the claim tests use for the same comparison (forward:
+``attnclaims/checks/tolerances.py`` and ``modern_tolerances.py``, u of the declared dtype plus the
+reference's; backward: the derived vjp bounds, or the per-case measured ones of
+``attnclaims/checks/backward_precision.py`` and ``modern_backward_precision.py``). Every call is guarded, so an exception, a wrong shape or dtype, NaN or a hang is one line
 naming the capability and, where the adapter says so, the library function responsible. A method that
 raises ``NotImplementedError`` (or ``NotApplicable``) is ``n/a``, as in the claim suite.
 
@@ -30,7 +35,7 @@ from typing import Callable
 
 import numpy as np
 
-from attnclaims.protocol import CAPABILITIES, declared_variants
+from attnclaims.protocol import CAPABILITIES, VJP_CAPABILITIES, declared_variants
 
 __all__ = ["SMOKE", "CONTRACT", "smoke", "configure", "run"]
 
@@ -90,6 +95,15 @@ def _mha(g, dt):
         T.assert_close(g.multi_head_attention(x_q, x_kv, p, mask), multi_head_attention(x_q, x_kv, p, mask=mask),
                        T.conformance(T.multi_head_error, x_q, x_kv, p, mask, dtype=dt),
                        f"multi_head_attention(x_q{x_q.shape}, x_kv{x_kv.shape}, heads={_HEADS})")
+    if declared_variants(g.impl)["grouped_query"]:  # num_kv_heads < num_heads (tests/test_modern_attention.py's bound)
+        from attnclaims.checks import modern_tolerances as MT
+
+        gp = init_multi_head(25, _D_MODEL, 4, num_kv_heads=2, dtype=dt)
+        x_kv, mask = calls[-1][1:]
+        T.assert_close(g.multi_head_attention(x, x_kv, gp, mask), multi_head_attention(x, x_kv, gp, mask=mask),
+                       T.conformance(MT.grouped_query_error, x, x_kv, gp, mask, dtype=dt),
+                       "multi_head_attention(heads=4, num_kv_heads=2)")
+        return ", ".join(done) + f", {_HEADS} heads; grouped-query 4 heads / 2 K/V heads"
     return ", ".join(done) + f", {_HEADS} heads"
 
 
@@ -160,11 +174,379 @@ def _decoder(g, dt):
     return "decoder_layer (causal) " + " and ".join("Pre-LN" if nf else "Post-LN" for nf in _placements(g))
 
 
-#: capability -> its smoke check (the capabilities of the 2017 architecture; others are listed as present)
+# -- modern components: bounds of tests/test_modern_attention.py and tests/test_modern_layers.py ----------
+
+def _variants(g) -> dict:
+    return declared_variants(g.impl)
+
+
+def _rms(g, dt):
+    from attnclaims.checks import modern_tolerances as MT
+    from attnclaims.checks import tolerances as T
+    from attnclaims.reference.modern import rms_norm
+    from attnclaims.reference.params import init_rms_norm
+
+    (x,) = _inputs(dt, 17, (2, _N_Q, _D_MODEL))
+    gamma = init_rms_norm(_D_MODEL, 18, spread=0.5, dtype=dt).gamma
+    T.assert_close(g.rms_norm(x, gamma, 1e-6), rms_norm(x, gamma, 1e-6),
+                   T.conformance(MT.rms_norm_error, x, gamma, 1e-6, dtype=dt), "rms_norm")
+    return f"rms_norm(x{x.shape}, eps=1e-6)"
+
+
+def _gated_activations(g) -> list[str]:
+    """The activations ``gated_feed_forward`` is called with: the gated members of ``block_ffn`` (as in the
+    claim suite, :func:`attnclaims.checks.modern_strategies.gated_activations`)."""
+    from attnclaims.guard import NotApplicable
+    from attnclaims.protocol import unsupported_message
+
+    have = [a for a in ("silu", "gelu") if a in _variants(g)["block_ffn"]]
+    if not have:
+        raise NotApplicable(g.name, reason=unsupported_message(g.impl, "block_ffn", "silu"))
+    return have
+
+
+def _gated(g, dt):
+    from attnclaims.checks import modern_tolerances as MT
+    from attnclaims.checks import tolerances as T
+    from attnclaims.reference.modern import gated_feed_forward
+    from attnclaims.reference.params import init_gated_feed_forward
+
+    (x,) = _inputs(dt, 19, (2, _N_Q, _D_MODEL))
+    acts = _gated_activations(g)
+    for act in acts:
+        p = init_gated_feed_forward(20, _D_MODEL, _D_FF, activation=act, dtype=dt)
+        T.assert_close(g.gated_feed_forward(x, p), gated_feed_forward(x, p),
+                       T.conformance(MT.gated_feed_forward_error, x, p, dtype=dt), f"gated_feed_forward({act!r})")
+    return f"gated_feed_forward {' and '.join(acts)}, d_ff={_D_FF}"
+
+
+_POSITIONS = np.arange(5, 5 + _N_Q)
+
+
+def _rotary(g, dt):
+    from attnclaims.checks import modern_tolerances as MT
+    from attnclaims.checks import tolerances as T
+    from attnclaims.reference.rotary import rotary_embedding
+
+    (x,) = _inputs(dt, 21, (2, _N_Q, _D_MODEL))
+    layouts = _variants(g)["rope_layout"]
+    for layout in layouts:
+        T.assert_close(g.rotary_embedding(x, _POSITIONS, 10000.0, layout), rotary_embedding(x, _POSITIONS, 10000.0, layout),
+                       T.conformance(MT.rotary_error, x, _POSITIONS, 10000.0, layout, dtype=dt),
+                       f"rotary_embedding(x{x.shape}, positions {_POSITIONS.tolist()}, layout={layout!r})")
+    return f"rotary_embedding layout {' and '.join(layouts)}"
+
+
+def _causal_calls(g):
+    """(alignment, window) of each smoke call: every declared alignment, and a window of 2 if declared."""
+    v = _variants(g)
+    return [(a, None) for a in v["causal_alignment"]] + ([(v["causal_alignment"][0], 2)] if v["sliding_window"] else [])
+
+
+def _causal(g, dt):
+    from attnclaims.checks import modern_tolerances as MT
+    from attnclaims.checks import tolerances as T
+    from attnclaims.reference.modern import causal_attention
+
+    q, k, v = _inputs(dt, 22, (2, _N_Q, 4), (2, _N_K, 4), (2, _N_K, 3))
+    calls = _causal_calls(g)
+    for alignment, window in calls:
+        T.assert_close(g.causal_attention(q, k, v, alignment, window), causal_attention(q, k, v, alignment, window),
+                       T.conformance(MT.causal_attention_error, q, k, v, alignment, window, dtype=dt),
+                       f"causal_attention(n_q={_N_Q}, n_k={_N_K}, alignment={alignment!r}, window={window})")
+    return "causal_attention " + ", ".join(a + ("" if w is None else f" window={w}") for a, w in calls)
+
+
+def _block_params(g, dt):
+    """One decoder-only block within what the implementation declares: RMSNorm, a gated FFN, RoPE, Pre-LN
+    and grouped-query attention where declared (the most modern block it takes), else the first declared."""
+    from attnclaims.reference.params import RotaryParams, init_decoder_block
+
+    v = _variants(g)
+    norm = "rms" if "rms" in v["block_norm"] else v["block_norm"][0]
+    ffn = next((a for a in ("silu", "gelu") if a in v["block_ffn"]), v["block_ffn"][0])
+    rope = RotaryParams(layout=v["rope_layout"][0]) if True in v["block_rope"] else None
+    nf = True if True in v["block_norm_first"] else v["block_norm_first"][0]
+    p = init_decoder_block(23, _D_MODEL, _HEADS, _D_FF, num_kv_heads=1 if v["grouped_query"] else None, ffn=ffn,
+                           norm=norm, norm_first=nf, rope=rope, norm_spread=0.3, dtype=dt)
+    return p, (f"norm={norm}, ffn={ffn}, rope={'none' if rope is None else rope.layout}, norm_first={nf}, "
+               f"kv_heads={p.self_attn.num_kv_heads}")
+
+
+def _block(g, dt):
+    from attnclaims.checks import modern_tolerances as MT
+    from attnclaims.checks import tolerances as T
+    from attnclaims.reference.modern import decoder_block
+
+    (x,) = _inputs(dt, 24, (2, _N_K, _D_MODEL))
+    p, what = _block_params(g, dt)
+    T.assert_close(g.decoder_block(x, p, None), decoder_block(x, p),
+                   T.conformance(MT.decoder_block_error, x, p, dtype=dt), f"decoder_block({what})")
+    return f"decoder_block ({what})"
+
+
+def _step(g, dt):
+    from attnclaims.checks import modern_tolerances as MT
+    from attnclaims.checks import tolerances as T
+    from attnclaims.reference.modern import cached_decode, decoder_block, decoder_block_step
+
+    (x,) = _inputs(dt, 24, (2, _N_K, _D_MODEL))
+    p, what = _block_params(g, dt)
+    caches = []
+
+    def step(x_t, cache, params, position):
+        y, new = g.decoder_block_step(x_t, cache, params, position)
+        caches.append(new)
+        return y, new
+
+    out = cached_decode(step, x, p, 1, 2)  # a prompt of 1, then 2 positions per step
+    T.assert_close(out, decoder_block(x, p), T.conformance(MT.decoder_block_error, x, p, dtype=dt),
+                   f"{len(caches)} decoder_block_step calls (prompt_length=1, chunk=2; {what}) vs reference decoder_block")
+    _, want = decoder_block_step(x, None, p, 0)
+    for part in "kv":
+        T.assert_close(getattr(caches[-1], part), getattr(want, part),
+                       T.conformance(MT.kv_cache_error, x, p, part, dtype=dt),
+                       f"the last step's cache.{part} vs the reference's", names=(f"cache.{part}", "reference"))
+    return f"{len(caches)} steps against the KV cache, outputs and cache ({what})"
+
+
+def _decode(g, dt):
+    from attnclaims.checks import modern_tolerances as MT
+    from attnclaims.checks import tolerances as T
+    from attnclaims.reference.modern import decoder_block
+
+    (x,) = _inputs(dt, 24, (2, _N_K, _D_MODEL))
+    p, what = _block_params(g, dt)
+    T.assert_close(g.decoder_block_decode(x, p, 1, 2), decoder_block(x, p),
+                   T.conformance(MT.decoder_block_error, x, p, dtype=dt),
+                   f"decoder_block_decode(prompt_length=1, chunk=2; {what}) vs reference decoder_block")
+    return f"decoder_block_decode prompt_length=1, chunk=2 ({what})"
+
+
+# -- backward passes: bounds of tests/test_gradients.py and tests/test_modern_gradients.py --------------
+
+def _d(dt, seed, shape):
+    """An output gradient: seeded normal entries rounded to the dtype (as the claim suite's)."""
+    from attnclaims.checks import strategies as S
+
+    return S.cast(np.random.default_rng(seed).standard_normal(shape), dt)
+
+
+def _derived(error, *args, dtype, index=None):
+    """The claim suite's bound for a vjp with a derived error model (``tests/test_gradients.py``'s ``_bound``):
+    the implementation's rounding in its dtype plus the reference's."""
+    from attnclaims.checks import tolerances as T
+
+    u = T.unit_roundoff(dtype)
+
+    def one(uu):
+        e = error(*args, u=uu)
+        return e if index is None else e[index]
+
+    return 2 * T.Bound(one(u), u) if u == T.U64 else T.Bound(one(u), u) + T.Bound(one(T.U64), T.U64)
+
+
+def _each(cap, got, want, bounds):
+    """Compare every gradient (the leaves of the vjp's output) with the reference's."""
+    from attnclaims.checks import backward_precision as BP
+    from attnclaims.checks import tolerances as T
+
+    for (name, a), (_, b) in zip(BP.leaves(got), BP.leaves(want)):
+        T.assert_close(a, b, bounds(name), f"{cap}: gradient {name} vs reference", names=("impl", "ref"))
+
+
+def _softmax_vjp(g, dt):
+    from attnclaims.checks import tolerances as T
+    from attnclaims.reference import backward as RB
+
+    (x,) = _inputs(dt, 31, (2, 3, _N_K))
+    d = _d(dt, 32, x.shape)
+    T.assert_close(g.softmax_vjp(x, d, axis=-1), RB.softmax_vjp(x, d, axis=-1),
+                   _derived(T.softmax_vjp_error, x, d, -1, dtype=dt), "softmax_vjp: dx vs reference", names=("dx", "ref"))
+    return f"softmax_vjp(x{x.shape})"
+
+
+def _attention_vjp(g, dt):
+    from attnclaims.checks import tolerances as T
+    from attnclaims.reference import backward as RB
+
+    q, k, v = _inputs(dt, 33, (2, _N_Q, 4), (2, _N_K, 4), (2, _N_K, 3))
+    d = _d(dt, 34, (2, _N_Q, 3))
+    mask = _mask()
+    _each("attention_vjp", g.attention_vjp(q, k, v, d, mask), RB.attention_vjp(q, k, v, d, mask=mask),
+          lambda name: _derived(T.attention_vjp_error, q, k, v, d, mask, None, dtype=dt, index=int(name)))
+    return "attention_vjp with a mask: dq, dk, dv"
+
+
+def _layer_norm_vjp(g, dt):
+    from attnclaims.checks import tolerances as T
+    from attnclaims.reference import backward as RB
+    from attnclaims.reference.params import init_layer_norm
+
+    (x,) = _inputs(dt, 35, (2, _N_Q, _D_MODEL))
+    n = init_layer_norm(_D_MODEL, 36, spread=0.5, dtype=dt)
+    d = _d(dt, 37, x.shape)
+    _each("layer_norm_vjp", g.layer_norm_vjp(x, n.gamma, n.beta, 1e-5, d), RB.layer_norm_vjp(x, n.gamma, n.beta, 1e-5, d),
+          lambda name: _derived(T.layer_norm_vjp_error, x, n.gamma, 1e-5, d, dtype=dt, index=int(name)))
+    return "layer_norm_vjp: dx, dgamma, dbeta"
+
+
+def _ffn_vjp(g, dt):
+    from attnclaims.checks import tolerances as T
+    from attnclaims.reference import backward as RB
+    from attnclaims.reference.params import init_feed_forward
+
+    (x,) = _inputs(dt, 38, (2, _N_Q, _D_MODEL))
+    p = init_feed_forward(39, _D_MODEL, _D_FF, dtype=dt)
+    d = _d(dt, 40, x.shape)
+    u = T.unit_roundoff(dt)
+    e_i, e_r = T.feed_forward_vjp_error(x, p, d, u=u), T.feed_forward_vjp_error(x, p, d, u=T.U64)
+    tol = u + (T.U64 if u != T.U64 else u)
+    dx, dp = g.feed_forward_vjp(x, p, d)
+    rdx, rdp = RB.feed_forward_vjp(x, p, d)
+    T.assert_close(dx, rdx, T.Bound(e_i[0] + e_r[0], tol), "feed_forward_vjp: dx vs reference", names=("dx", "ref"))
+    for name in ("w1", "b1", "w2", "b2"):
+        T.assert_close(getattr(dp, name), getattr(rdp, name), T.Bound(e_i[1][name] + e_r[1][name], tol),
+                       f"feed_forward_vjp: d{name} vs reference", names=("d" + name, "ref"))
+    return "feed_forward_vjp: dx, dparams"
+
+
+def _measured(key, g_out, want, args, dt, what):
+    from attnclaims.checks import backward_precision as BP
+    from attnclaims.checks import modern_backward_precision as MBP
+
+    bounds = (BP if key in ("multi_head_attention_vjp", "encoder_layer_vjp", "decoder_layer_vjp") else MBP
+              ).measured_bounds(key, want, args, dt)
+    _each(what, g_out, want, bounds.__getitem__)
+
+
+def _mha_vjp(g, dt):
+    from attnclaims.checks import modern_backward_precision as MBP
+    from attnclaims.reference import backward as RB
+    from attnclaims.reference.params import init_multi_head
+
+    x, memory = _inputs(dt, 41, (2, _N_Q, _D_MODEL), (2, _N_K, _D_MODEL))
+    d = _d(dt, 42, x.shape)
+    v = _variants(g)
+    calls = [("multi_head_attention_vjp", init_multi_head(43, _D_MODEL, _HEADS, dtype=dt), "")]
+    if v["grouped_query"]:
+        calls.append((MBP.GQA_KEY, init_multi_head(44, _D_MODEL, 4, num_kv_heads=2, dtype=dt), ", grouped-query 4/2"))
+    x_kv, mask = (memory, _mask()) if v["cross_attention"] else (x, None)
+    for key, p, _ in calls:
+        _measured(key, g.multi_head_attention_vjp(x, x_kv, p, d, mask), RB.multi_head_attention_vjp(x, x_kv, p, d, mask=mask),
+                  (x, x_kv, p, d, mask), dt, f"multi_head_attention_vjp(heads={p.num_heads}, kv_heads={p.num_kv_heads})")
+    return ("multi_head_attention_vjp " + ("cross-attention with a mask" if v["cross_attention"] else "self-attention")
+            + "".join(c[2] for c in calls))
+
+
+def _encoder_vjp(g, dt):
+    from attnclaims.reference import backward as RB
+    from attnclaims.reference.params import init_encoder_layer
+
+    (x,) = _inputs(dt, 45, (2, _N_Q, _D_MODEL))
+    d = _d(dt, 46, x.shape)
+    for nf in _placements(g):
+        p = init_encoder_layer(47, _D_MODEL, _HEADS, _D_FF, norm_first=nf, norm_spread=0.3, dtype=dt)
+        _measured("encoder_layer_vjp", g.encoder_layer_vjp(x, p, d, None), RB.encoder_layer_vjp(x, p, d),
+                  (x, p, d, None), dt, f"encoder_layer_vjp(norm_first={nf})")
+    return "encoder_layer_vjp " + " and ".join("Pre-LN" if nf else "Post-LN" for nf in _placements(g))
+
+
+def _decoder_vjp(g, dt):
+    from attnclaims.reference import backward as RB
+    from attnclaims.reference.params import init_decoder_layer
+
+    y, memory = _inputs(dt, 48, (2, _N_Q, _D_MODEL), (2, _N_K, _D_MODEL))
+    d = _d(dt, 49, y.shape)
+    for nf in _placements(g):
+        p = init_decoder_layer(50, _D_MODEL, _HEADS, _D_FF, norm_first=nf, norm_spread=0.3, dtype=dt)
+        _measured("decoder_layer_vjp", g.decoder_layer_vjp(y, memory, p, d, None, None), RB.decoder_layer_vjp(y, memory, p, d),
+                  (y, memory, p, d, None, None), dt, f"decoder_layer_vjp(norm_first={nf})")
+    return "decoder_layer_vjp " + " and ".join("Pre-LN" if nf else "Post-LN" for nf in _placements(g))
+
+
+def _rms_vjp(g, dt):
+    from attnclaims.reference import modern_backward as RMB
+    from attnclaims.reference.params import init_rms_norm
+
+    (x,) = _inputs(dt, 51, (2, _N_Q, _D_MODEL))
+    gamma = init_rms_norm(_D_MODEL, 52, spread=0.5, dtype=dt).gamma
+    d = _d(dt, 53, x.shape)
+    _measured("rms_norm_vjp", g.rms_norm_vjp(x, gamma, 1e-6, d), RMB.rms_norm_vjp(x, gamma, 1e-6, d),
+              (x, gamma, 1e-6, d), dt, "rms_norm_vjp")
+    return "rms_norm_vjp: dx, dgamma"
+
+
+def _gated_vjp(g, dt):
+    from attnclaims.reference import modern_backward as RMB
+    from attnclaims.reference.params import init_gated_feed_forward
+
+    (x,) = _inputs(dt, 54, (2, _N_Q, _D_MODEL))
+    d = _d(dt, 55, x.shape)
+    acts = _gated_activations(g)
+    for act in acts:
+        p = init_gated_feed_forward(56, _D_MODEL, _D_FF, activation=act, dtype=dt)
+        _measured("gated_feed_forward_vjp", g.gated_feed_forward_vjp(x, p, d), RMB.gated_feed_forward_vjp(x, p, d),
+                  (x, p, d), dt, f"gated_feed_forward_vjp({act!r})")
+    return f"gated_feed_forward_vjp {' and '.join(acts)}"
+
+
+def _rotary_vjp(g, dt):
+    from attnclaims.checks import modern_tolerances as MT
+    from attnclaims.checks import tolerances as T
+    from attnclaims.reference import modern_backward as RMB
+
+    (x,) = _inputs(dt, 57, (2, _N_Q, _D_MODEL))
+    d = _d(dt, 58, x.shape)
+    layouts = _variants(g)["rope_layout"]
+    for layout in layouts:
+        T.assert_close(g.rotary_embedding_vjp(x, _POSITIONS, d, 10000.0, layout),
+                       RMB.rotary_embedding_vjp(x, _POSITIONS, d, 10000.0, layout),
+                       T.conformance(MT.rotary_error, d, -_POSITIONS, 10000.0, layout, dtype=dt),
+                       f"rotary_embedding_vjp(layout={layout!r}) vs reference", names=("dx", "ref"))
+    return f"rotary_embedding_vjp layout {' and '.join(layouts)}"
+
+
+def _causal_vjp(g, dt):
+    from attnclaims.checks import tolerances as T
+    from attnclaims.reference import modern_backward as RMB
+    from attnclaims.reference import sliding_window_mask
+
+    q, k, v = _inputs(dt, 59, (2, _N_Q, 4), (2, _N_K, 4), (2, _N_K, 3))
+    d = _d(dt, 60, (2, _N_Q, 3))
+    calls = _causal_calls(g)
+    for alignment, window in calls:
+        mask = sliding_window_mask(_N_Q, _N_K, window, alignment)
+        _each(f"causal_attention_vjp(alignment={alignment!r}, window={window})",
+              g.causal_attention_vjp(q, k, v, d, alignment, window),
+              RMB.causal_attention_vjp(q, k, v, d, alignment=alignment, window=window),
+              lambda name, mask=mask: _derived(T.attention_vjp_error, q, k, v, d, mask, None, dtype=dt, index=int(name)))
+    return "causal_attention_vjp " + ", ".join(a + ("" if w is None else f" window={w}") for a, w in calls)
+
+
+def _block_vjp(g, dt):
+    from attnclaims.reference import modern_backward as RMB
+
+    (x,) = _inputs(dt, 61, (2, _N_K, _D_MODEL))
+    d = _d(dt, 62, x.shape)
+    p, what = _block_params(g, dt)
+    _measured("decoder_block_vjp", g.decoder_block_vjp(x, p, d, None), RMB.decoder_block_vjp(x, p, d),
+              (x, p, d, None), dt, f"decoder_block_vjp({what})")
+    return f"decoder_block_vjp ({what})"
+
+
+#: capability -> its smoke check: every capability of the protocol, forward and backward
 SMOKE: dict[str, Callable] = {
     "softmax": _softmax, "attention": _attention, "multi_head_attention": _mha, "positional_encoding": _positional,
     "layer_norm": _layer_norm, "feed_forward": _ffn, "encoder_layer": _encoder, "decoder_layer": _decoder,
+    "rms_norm": _rms, "gated_feed_forward": _gated, "rotary_embedding": _rotary, "causal_attention": _causal,
+    "decoder_block": _block, "decoder_block_decode": _decode, "decoder_block_step": _step,
+    "softmax_vjp": _softmax_vjp, "attention_vjp": _attention_vjp, "layer_norm_vjp": _layer_norm_vjp,
+    "multi_head_attention_vjp": _mha_vjp, "feed_forward_vjp": _ffn_vjp, "encoder_layer_vjp": _encoder_vjp,
+    "decoder_layer_vjp": _decoder_vjp, "rms_norm_vjp": _rms_vjp, "gated_feed_forward_vjp": _gated_vjp,
+    "rotary_embedding_vjp": _rotary_vjp, "causal_attention_vjp": _causal_vjp, "decoder_block_vjp": _block_vjp,
 }
+assert set(SMOKE) == set(CAPABILITIES), "every capability of the protocol has a smoke check"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,9 +693,14 @@ def smoke(spec: str, *, timeout: float = 20.0, out=None, strict_contract: bool =
             print(f"  contract {cap:<22} {safe_text(line)}", file=out)
     if others:
         print(f"  present  {', '.join(others)} (not smoke-tested: the claim suite tests them)", file=out)
-    missing = [c for c in SMOKE if not g.has(c)]
+    missing = [c for c in SMOKE if not g.has(c) and c not in VJP_CAPABILITIES]
     if missing:
         print(f"  absent   {', '.join(missing)} (their tests will be 'not applicable')", file=out)
+    no_vjp = [c for c in VJP_CAPABILITIES if not g.has(c)]
+    if no_vjp:
+        print("  absent   " + ("every *_vjp (no backward pass exposed: " if len(no_vjp) == len(VJP_CAPABILITIES)
+                              else ", ".join(no_vjp) + " (") + "their gradient tests will be 'not applicable')",
+              file=out)
     contract = (f"{findings} contract finding(s): calls outside the protocol accepted (docs/adapters.md, "
                 "\"What must be rejected\")") if findings else ""
     if failed:

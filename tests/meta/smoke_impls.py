@@ -62,3 +62,14 @@ class UnreadableDtype(UncheckedMask):
 
     name = "unreadable-dtype"
     dtype = "float64-please"
+
+
+from attnclaims.reference.impl import Reference  # noqa: E402  (after the classes above, which need none of it)
+
+
+class ReluBlocksOnly(Reference):
+    """The reference declaring ``block_ffn=("relu",)``: decoder blocks with the ReLU FFN only, which also
+    leaves ``gated_feed_forward`` (and its vjp) with no activation to be called with."""
+
+    name = "relu-blocks-only"
+    variants = {"block_ffn": ("relu",), "grouped_query": True}

@@ -44,12 +44,80 @@ def _one_line(stderr: str) -> str:
     return lines[0]
 
 
+def test_every_capability_of_the_protocol_has_a_smoke_check():
+    """The modern capabilities and every ``*_vjp`` included: none is only listed as present."""
+    from attnclaims.protocol import CAPABILITIES
+
+    assert set(smoke.SMOKE) == set(CAPABILITIES)
+
+
 def test_the_reference_passes_every_smoke_check():
+    from attnclaims.protocol import CAPABILITIES
+
     status, text = _run("reference")
     assert status == 0, text
-    for cap in smoke.SMOKE:
-        assert f"  ok       {cap}" in text
+    for cap in CAPABILITIES:
+        assert f"  ok       {cap} " in text, cap
     assert "Post-LN and Pre-LN" in text and "all smoke checks passed" in text
+    assert "grouped-query 4 heads / 2 K/V heads" in text and "present" not in text and "absent" not in text
+
+
+#: (zoo mutant, the capability whose smoke line it must fail, a capability it leaves correct)
+MODERN_MUTANTS = [
+    ("rms_eps_outside_sqrt", "rms_norm", "layer_norm"),
+    ("gated_gate_up_swapped", "gated_feed_forward", "feed_forward"),
+    ("rope_wrong_layout", "rotary_embedding", "causal_attention"),
+    ("causal_bottom_right_as_top_left", "causal_attention", "attention"),
+    ("sliding_window_off_by_one", "causal_attention", "decoder_block"),
+    ("gqa_kv_heads_tiled", "multi_head_attention", "attention"),
+    ("block_not_causal", "decoder_block", "causal_attention"),
+    ("cache_keys_unrotated", "decoder_block_step", "decoder_block"),
+    ("decode_position_is_step_index", "decoder_block_decode", "decoder_block_step"),
+]
+
+VJP_MUTANTS = [
+    ("softmax_backward_uncentered", "softmax_vjp", "softmax"),
+    ("attention_backward_mask_ignored", "attention_vjp", "softmax_vjp"),
+    ("layer_norm_backward_no_mean_term", "layer_norm_vjp", "attention_vjp"),
+    ("feed_forward_backward_bias_first_position", "feed_forward_vjp", "layer_norm_vjp"),
+    ("multi_head_backward_key_path_dropped", "multi_head_attention_vjp", "attention_vjp"),
+    ("encoder_backward_residual_dropped", "encoder_layer_vjp", "multi_head_attention_vjp"),
+    ("decoder_backward_memory_detached", "decoder_layer_vjp", "encoder_layer_vjp"),
+    ("rms_norm_backward_scale_term_missing", "rms_norm_vjp", "layer_norm_vjp"),
+    ("gated_backward_gate_up_swapped", "gated_feed_forward_vjp", "feed_forward_vjp"),
+    ("rope_backward_forward_rotation", "rotary_embedding_vjp", "rotary_embedding"),
+    ("causal_backward_mask_dropped", "causal_attention_vjp", "attention_vjp"),
+    ("gqa_backward_key_group_not_summed", "multi_head_attention_vjp", "decoder_layer_vjp"),
+    ("decoder_block_backward_residual_dropped", "decoder_block_vjp", "decoder_block"),
+]
+
+
+@pytest.mark.parametrize("mutant, broken, intact", MODERN_MUTANTS + VJP_MUTANTS,
+                         ids=[m[0] for m in MODERN_MUTANTS + VJP_MUTANTS])
+def test_a_broken_modern_capability_or_backward_pass_fails_its_line(mutant, broken, intact):
+    """Each zoo mutant of a modern capability or of a vjp fails the smoke line of the capability it breaks
+    (within the claim suite's bounds), and the capabilities it leaves alone still pass."""
+    status, text = _run(f"attnclaims.zoo.mutants:{mutant}")
+    assert status == 1, text
+    assert f"  FAILED   {broken} " in text, text
+    assert f"  ok       {intact} " in text, text
+
+
+def test_block_ffn_restricts_gated_feed_forward_too():
+    """``block_ffn=("relu",)`` leaves no gated activation: gated_feed_forward and its vjp are not applicable
+    (as in the claim suite), and the decoder blocks are smoke-tested with the ReLU FFN."""
+    status, text = _run("smoke_impls:ReluBlocksOnly")
+    assert status == 0, text
+    for cap in ("gated_feed_forward", "gated_feed_forward_vjp"):
+        assert f"  n/a      {cap:<22} not applicable (variant block_ffn='silu'): relu-blocks-only declares " \
+               "block_ffn=('relu',)" in text, text
+    assert "decoder_block (norm=rms, ffn=relu," in text and "  ok       decoder_block_vjp " in text
+
+
+def test_a_forward_only_adapter_is_told_its_gradient_tests_are_not_applicable():
+    status, text = _run("smoke_impls:UncheckedMask")
+    assert "  absent   every *_vjp (no backward pass exposed: their gradient tests will be 'not applicable')" in text
+    assert "_vjp," not in text and status == 0, text
 
 
 def test_a_broken_capability_fails_its_line():
