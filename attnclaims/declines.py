@@ -31,25 +31,26 @@ MIN_EXAMPLES_RAN = 10
 #: the four layer-norm ε runs about a quarter of its draws, well above it whatever the seed.
 MIN_RAN_FRACTION = 0.1
 
-#: After this many declines in one test with no call of the implementation returning, the
-#: implementation supports none of the test's inputs: the decline is no longer rejected, so the test
-#: ends not applicable at once instead of drawing up to ten times its examples (hypothesis' own
-#: filter health check gives up at the same 50 invalid draws).
+#: After this many declines in a row (no call of the implementation returning in between), the
+#: implementation is taken to support none of the test's inputs: the decline is no longer rejected, so
+#: the test ends not applicable at once instead of drawing up to ten times its examples (hypothesis'
+#: own filter health check gives up at the same 50 invalid draws). An implementation that runs one
+#: draw in four declines 50 in a row with probability (3/4)^50 < 10^-6.
 GIVE_UP_AFTER = 50
 
-_state = {"count": 0, "reasons": [], "returned": 0}
+_state = {"count": 0, "reasons": [], "streak": 0}
 
 
 def reset() -> None:
     """Start counting for a new test."""
     _state["count"] = 0
     _state["reasons"] = []
-    _state["returned"] = 0
+    _state["streak"] = 0
 
 
 def returned() -> None:
     """A call into the implementation returned (the guard calls this): the implementation accepts some inputs."""
-    _state["returned"] += 1
+    _state["streak"] = 0
 
 
 def count() -> int:
@@ -77,9 +78,10 @@ def decline(reason: str) -> None:
     (the caller then raises its not-applicable exception, which ends the check as before)."""
     if not in_hypothesis_example():
         return
-    if _state["count"] >= GIVE_UP_AFTER and not _state["returned"]:
+    if _state["streak"] >= GIVE_UP_AFTER:
         return
     _state["count"] += 1
+    _state["streak"] += 1
     text = " ".join(str(reason).split())
     if text and text not in _state["reasons"] and len(_state["reasons"]) < 5:
         _state["reasons"].append(text)

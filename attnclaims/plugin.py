@@ -567,9 +567,8 @@ def pytest_runtest_makereport(item, call):
         entry["outcome"] = "failed" if is_check else "error"
         if isinstance(exc, Unsatisfiable) and declines.count():
             # Every drawn example was declined (attnclaims.declines): not applicable, with the first reason.
-            exc = NotApplicable(guard.name if guard is not None else "the implementation", reason=(
-                f"{declines.reasons()[0] if declines.reasons() else 'not applicable'} "
-                f"(declined every drawn example: {declines.count()})"))
+            exc = NotApplicable(guard.name if guard is not None else "the implementation",
+                                reason=(declines.reasons() or ["declined every drawn example"])[0])
         if isinstance(exc, NotApplicable):
             # A method that raised NotImplementedError/NotApplicable, or a variant it does not
             # declare: not applicable for this implementation, so pytest shows it as skipped too.
