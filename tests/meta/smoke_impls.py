@@ -73,3 +73,38 @@ class ReluBlocksOnly(Reference):
 
     name = "relu-blocks-only"
     variants = {"block_ffn": ("relu",), "grouped_query": True}
+
+
+class ThreadBound(UncheckedMask):
+    """State bound to the thread that first used it (as tinygrad's kernel cache is): the thread that
+    constructed the object and each thread that called a capability are recorded, and a call from a
+    thread other than the first caller raises."""
+
+    name = "thread-bound"
+
+    def __init__(self):
+        import threading
+
+        self.constructed_on = threading.current_thread().name
+        self.called_on: list[str] = []
+        self._owner = None
+
+    def _bound(self):
+        import threading
+
+        me = threading.get_ident()
+        self._owner = self._owner or me
+        self.called_on.append(threading.current_thread().name)
+        if me != self._owner:
+            raise RuntimeError("state created on another thread")
+
+    def softmax(self, x, axis=-1):
+        self._bound()
+        return super().softmax(x, axis)
+
+    def attention(self, q, k, v, mask=None, scale=None):
+        self._bound()
+        return super().attention(q, k, v, mask, scale)
+
+
+thread_bound = ThreadBound()

@@ -114,6 +114,19 @@ def test_block_ffn_restricts_gated_feed_forward_too():
     assert "decoder_block (norm=rms, ffn=relu," in text and "  ok       decoder_block_vjp " in text
 
 
+def test_every_call_comes_from_one_guard_thread_other_than_the_constructing_one():
+    """What docs/adapters.md says ("Which thread calls your implementation"): constructed on the main
+    thread, every capability call (the determinism re-calls and the malformed calls included) on the one
+    ``attnclaims-call`` thread, so state bound to the first caller's thread keeps working."""
+    import smoke_impls
+
+    impl = smoke_impls.thread_bound
+    status, text = _run("smoke_impls:thread_bound")
+    assert status == 0 and "FAILED" not in text, text
+    assert impl.constructed_on == "MainThread"
+    assert len(impl.called_on) > 5 and set(impl.called_on) == {"attnclaims-call"}, impl.called_on
+
+
 def test_a_forward_only_adapter_is_told_its_gradient_tests_are_not_applicable():
     status, text = _run("smoke_impls:UncheckedMask")
     assert "  absent   every *_vjp (no backward pass exposed: their gradient tests will be 'not applicable')" in text
