@@ -82,6 +82,9 @@ class Target:
     claims: tuple[str, ...] = ()
     control: bool = False
     modules: tuple[str, ...] = ()  # the test modules to run (empty: the whole tests package)
+    #: tests a mutant's first-detection run starts with (a hint: the test that caught it last time;
+    #: :mod:`attnclaims.kill_order`); any order gives the same kills, a good one a shorter run
+    first: tuple[str, ...] = ()
 
 
 @dataclass
@@ -192,7 +195,7 @@ def control_targets(names: Iterable[str] | None = None) -> list[Target]:
 
 
 def _command(target: Target, work: Path, *, profile: str, full: bool, shrink: bool,
-             call_timeout: float | None) -> list[str]:
+             call_timeout: float | None, stop_at_kill: bool = False) -> list[str]:
     """The pytest arguments of one target: its test files (or the whole tests package) in kill-matrix mode."""
     if target.modules:
         args = orchestrator.base_args(list(target.modules), work, rootdir=_tests_dir(), pyargs=False)
@@ -202,6 +205,10 @@ def _command(target: Target, work: Path, *, profile: str, full: bool, shrink: bo
              "-o", "console_output_style=classic"]
     if not full and not target.control:
         args += ["--attn-kill-claims", ",".join(target.claims), "--attn-kill-first"]
+        if stop_at_kill:  # only declared claims' tests run: the first failure is a kill, the rest is not needed
+            args += ["--maxfail", "1"]
+        if target.first:
+            args += ["-p", "attnclaims.kill_order", *(f"--attn-kill-order={t}" for t in target.first)]
     if shrink:
         args += ["--attn-kill-shrink"]
     if call_timeout is not None:
@@ -244,12 +251,15 @@ def _records(session: orchestrator.Session) -> list[dict]:
 
 def run_target(target: Target, work: Path, *, profile: str = "ci", full: bool = False, shrink: bool = False,
                timeout: float = DEFAULT_TIMEOUT, call_timeout: float | None = None,
-               server: orchestrator.ForkServer | None = None) -> TargetResult:
+               server: orchestrator.ForkServer | None = None, stop_at_kill: bool = False) -> TargetResult:
     """Run the selected tests against one implementation (forked from ``server``, or in a fresh
-    interpreter); never raises for what the implementation does."""
+    interpreter); never raises for what the implementation does. ``stop_at_kill``: a mutant's session
+    ends at its first failing test (a kill: only its declared claims' tests run), so ``detected_by``
+    names that one claim only."""
     runs = work / "runs"
     runs.mkdir(parents=True, exist_ok=True)
-    args = _command(target, work, profile=profile, full=full, shrink=shrink, call_timeout=call_timeout)
+    args = _command(target, work, profile=profile, full=full, shrink=shrink, call_timeout=call_timeout,
+                    stop_at_kill=stop_at_kill)
     res = TargetResult(name=target.name, spec=target.spec, control=target.control, description=target.description,
                        capability=target.capability, declared=list(target.claims),
                        mode="full" if full or target.control else "first")
@@ -259,7 +269,7 @@ def run_target(target: Target, work: Path, *, profile: str = "ci", full: bool = 
     res.wall_s = round(time.perf_counter() - t0, 2)
     res.exitstatus = session.session.get("exitstatus") if session.session else session.returncode
     _summarise(res, _records(session), set(target.claims))
-    if session.stopped:
+    if session.stopped and not (stop_at_kill and res.killed and res.mode == "first"):
         res.problem = f"run stopped after {session.done} of {session.total} tests: {session.stopped}"
     elif res.exitstatus not in (0, 1):
         # 2 interrupted, 3 internal error, 4 usage error, 5 no tests: the matrix row is incomplete
@@ -329,7 +339,7 @@ ProgressFn = Callable[[TargetResult, int, int], None]
 
 def run_matrix(targets: list[Target], *, profile: str = "ci", full: bool = False, workers: int | None = None,
                shrink: bool = False, out: Path | None = None, timeout: float = DEFAULT_TIMEOUT,
-               progress: ProgressFn | None = None, batch: bool = True) -> MatrixResult:
+               progress: ProgressFn | None = None, batch: bool = True, stop_at_kill: bool = False) -> MatrixResult:
     """Run every target (mutants and correct implementations) on ``workers`` parallel processes: children
     forked from one fork server per worker (``batch``), or a fresh interpreter per target."""
     from attnclaims.profiles import PROFILES
@@ -360,7 +370,7 @@ def run_matrix(targets: list[Target], *, profile: str = "ci", full: bool = False
             with lock:
                 servers.append(local.server)
         return run_target(targets[i], work, profile=profile, full=full, shrink=shrink, timeout=timeout,
-                          server=local.server if batch else None)
+                          server=local.server if batch else None, stop_at_kill=stop_at_kill)
 
     pool = ThreadPoolExecutor(max_workers=workers)
     finished = False

@@ -13,6 +13,9 @@ claim marker and are not claim evidence.
 from __future__ import annotations
 
 import inspect
+import json
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,6 +32,10 @@ from attnclaims.zoo.mutants import MUTANTS, Composed
 #: backward mutants (a bug in it would make their kills meaningless)
 REQUIRED_CONTROLS = {"einsum", "loops", "logsumexp", "composed-backward"}
 BACKWARD_MODULE = "attnclaims.zoo.backward_mutants"
+#: per mutant, the test that caught it last time: its kill-matrix run starts there (an order only; see
+#: :mod:`attnclaims.kill_order`). Refresh: ``attnclaims mutants --out DIR``, then each mutant's
+#: ``first_detection_test`` in ``DIR/mutants.json``.
+KILL_HINTS = Path(__file__).resolve().parent / "data" / "kill_order.json"
 #: the backward bugs the suite must catch, each with the mutant that plants it
 BACKWARD_BUGS = {
     "no centering in the softmax backward (missing −⟨p, d⟩)": "softmax_backward_uncentered",
@@ -79,6 +86,26 @@ def test_every_implementation_level_claim_is_covered_by_a_mutant():
 def test_every_capability_has_a_mutant():
     covered = {m.capability for m in MUTANTS.values()}
     assert covered == set(CAPABILITIES), f"capabilities without a mutant: {sorted(set(CAPABILITIES) - covered)}"
+
+
+def _kill_hints() -> dict[str, list[str]]:
+    return json.loads(KILL_HINTS.read_text(encoding="utf-8"))["first"]
+
+
+def test_every_kill_hint_names_a_mutant_and_a_test_of_its_declared_claims():
+    """A hint that names a renamed test or a test of another claim is never run first: the kill matrix
+    above would still pass, only slower. This keeps the hints pointing at tests that exist."""
+    hints = _kill_hints()
+    unknown = sorted(set(hints) - set(MUTANTS))
+    assert not unknown, f"{KILL_HINTS.name}: hints for mutants not in the zoo: {unknown}"
+    # the collection's node ids start at the repository (tests/test_x.py::…), the kill matrix's at the tests folder
+    claims = {Path(t.partition("::")[0]).name + "::" + t.partition("::")[2]: c for t, c in implementation_claims().items()}
+    stale = {name: t for name, tests in hints.items() for t in tests
+             if not set(claims.get(t, ())) & set(MUTANTS[name].claims)}
+    assert not stale, f"{KILL_HINTS.name}: hints that are not a test of the mutant's declared claims: {stale}"
+    missing = sorted(set(MUTANTS) - set(hints))
+    # a new mutant may go without one until the next refresh; most have one (the saving this file buys)
+    assert len(missing) <= len(MUTANTS) // 3, f"{KILL_HINTS.name}: {len(missing)} mutants without a hint: {missing}"
 
 
 def _backward_mutants() -> list[str]:
@@ -156,11 +183,25 @@ def test_composed_base_is_bit_identical_to_the_reference():
 
 
 def test_every_mutant_is_detected_and_the_correct_implementations_pass(tmp_path):
-    """One run (the controls and the mutants share the worker processes): kill rate 100%, no false alarm."""
+    """One run (the controls and the mutants share the worker processes): kill rate 100%, no false alarm.
+
+    A mutant's run ends at its first failing test (``stop_at_kill``: only its declared claims' tests run,
+    so that failure is the kill this test asks for; the matrix ``attnclaims mutants`` prints still runs on
+    to every declared claim), and starts with the test that caught it last time (:data:`KILL_HINTS`), so
+    that it is usually one test long. A mutant that ends without a kill that way (its first failure an
+    error, not a failed check) runs again, in the suite's order, to the end of its declared claims' tests,
+    as the matrix runs it. The correct implementations run every implementation test either way."""
     controls = control_targets(sorted(REQUIRED_CONTROLS))
     assert {c.name for c in controls} >= REQUIRED_CONTROLS, \
         f"missing correct implementations: {sorted(REQUIRED_CONTROLS - {c.name for c in controls})}"
-    matrix = run_matrix(mutant_targets() + controls, profile="ci", workers=2, out=tmp_path)
+    hints = _kill_hints()
+    mutants = [replace(t, first=tuple(hints.get(t.name, ()))) for t in mutant_targets()]
+    matrix = run_matrix(mutants + controls, profile="ci", workers=2, out=tmp_path / "first", stop_at_kill=True)
+    again = [m.name for m in matrix.mutants if not m.killed]
+    if again:
+        rerun = {r.name: r for r in run_matrix(mutant_targets(again), profile="ci", workers=2,
+                                               out=tmp_path / "again").mutants}
+        matrix.mutants = [rerun.get(m.name, m) for m in matrix.mutants]
     report = "\n".join(matrix_lines(matrix))
     problems = [f"{r.name}: {r.problem}" for r in matrix.mutants + matrix.controls if r.problem]
     survivors = [f"{m.name} ({', '.join(m.declared)}): {m.description}" for m in matrix.mutants if not m.killed]
@@ -169,6 +210,23 @@ def test_every_mutant_is_detected_and_the_correct_implementations_pass(tmp_path)
     assert not survivors, "mutants no declared claim detected:\n" + "\n".join(survivors) + "\n\n" + report
     assert not alarms, "correct implementations failed:\n" + "\n".join(alarms) + "\n\n" + report
     assert matrix.kill_rate == 1.0
+
+
+def test_only_a_mutants_run_stops_at_its_kill(tmp_path):
+    """``stop_at_kill`` (what the test above uses) ends a mutant's first-detection run at its first failure,
+    never a control's run (every implementation test runs on a correct implementation) nor a full run."""
+    from attnclaims.mutants import _command
+
+    mutant, control = mutant_targets(["scale_missing"])[0], control_targets(["einsum"])[0]
+
+    def args(target, **kw):
+        return _command(target, tmp_path, profile="ci", shrink=False, call_timeout=None, **kw)
+
+    assert "--maxfail" in args(mutant, full=False, stop_at_kill=True)
+    assert "--maxfail" not in args(mutant, full=False)
+    assert "--maxfail" not in args(mutant, full=True, stop_at_kill=True)
+    assert "--maxfail" not in args(control, full=False, stop_at_kill=True)
+    assert "--attn-kill-claims" not in args(control, full=False, stop_at_kill=True)
 
 
 @pytest.mark.parametrize("scale", [1e-137, 1e-3, 1.0, 1e150])
