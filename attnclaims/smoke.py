@@ -40,6 +40,7 @@ from attnclaims.protocol import CAPABILITIES, VJP_CAPABILITIES, declared_variant
 __all__ = ["SMOKE", "CONTRACT", "smoke", "configure", "run"]
 
 _N_Q, _N_K, _D_MODEL, _HEADS, _D_FF = 3, 5, 8, 2, 12
+_WIDTH = max(map(len, CAPABILITIES))  # the capability column of the report lines (multi_head_attention_vjp)
 
 
 def _inputs(dtype, seed: int, *shapes):
@@ -672,22 +673,22 @@ def smoke(spec: str, *, timeout: float = 20.0, out=None, strict_contract: bool =
         except CheckFailure as exc:
             failed += 1
             where = f" [responsible: {responsible[cap]}]" if cap in responsible and "responsible" not in str(exc) else ""
-            print(f"  FAILED   {cap:<22} {safe_text(str(exc).splitlines()[0])}{safe_text(where)}", file=out)
+            print(f"  FAILED   {cap:<{_WIDTH}} {safe_text(str(exc).splitlines()[0])}{safe_text(where)}", file=out)
             continue
         except NotApplicable as exc:  # the method raised NotImplementedError or NotApplicable: as in the claim suite
             declined.append(cap)
-            print(f"  n/a      {cap:<22} {safe_text(str(exc).splitlines()[0])}", file=out)
+            print(f"  n/a      {cap:<{_WIDTH}} {safe_text(str(exc).splitlines()[0])}", file=out)
             continue
         except (SystemExit, KeyboardInterrupt) as exc:  # raised by the method: it would end a test session
             failed += 1
-            print(f"  FAILED   {cap:<22} raised {type(exc).__name__}({safe_text(repr(exc.args)[1:-1].rstrip(','))}), "
+            print(f"  FAILED   {cap:<{_WIDTH}} raised {type(exc).__name__}({safe_text(repr(exc.args)[1:-1].rstrip(','))}), "
                   "which would end the test session", file=out)
             continue
         passed += 1
-        print(f"  ok       {cap:<22} {what} ({time.perf_counter() - start:.2f} s)", file=out)
+        print(f"  ok       {cap:<{_WIDTH}} {what} ({time.perf_counter() - start:.2f} s)", file=out)
         for line in found if cap in CONTRACT else ():
             findings += 1
-            print(f"  contract {cap:<22} {safe_text(line)}", file=out)
+            print(f"  contract {cap:<{_WIDTH}} {safe_text(line)}", file=out)
     missing = [c for c in SMOKE if not g.has(c) and c not in VJP_CAPABILITIES]
     if missing:
         print(f"  absent   {', '.join(missing)} (their tests will be 'not applicable')", file=out)

@@ -120,7 +120,7 @@ def test_block_ffn_restricts_gated_feed_forward_too():
     status, text = _run("smoke_impls:ReluBlocksOnly")
     assert status == 0, text
     for cap in ("gated_feed_forward", "gated_feed_forward_vjp"):
-        assert f"  n/a      {cap:<22} not applicable (variant block_ffn='silu'): relu-blocks-only declares " \
+        assert f"  n/a      {cap:<24} not applicable (variant block_ffn='silu'): relu-blocks-only declares " \
                "block_ffn=('relu',)" in text, text
     assert "decoder_block (norm=rms, ffn=relu," in text and "  ok       decoder_block_vjp " in text
 
@@ -147,7 +147,7 @@ def test_a_forward_only_adapter_is_told_its_gradient_tests_are_not_applicable():
 def test_a_broken_capability_fails_its_line():
     status, text = _run("attnclaims.zoo.mutants:heads_split_strided")
     assert status == 1
-    assert "  FAILED   multi_head_attention   max |out - ref| / scale" in text
+    assert "  FAILED   multi_head_attention     max |out - ref| / scale" in text
     assert "  ok       attention" in text and "smoke check(s) failed" in text
 
 
@@ -208,7 +208,7 @@ def test_an_accepted_mask_that_does_not_broadcast_is_a_contract_line_with_the_fi
     status, text = _run("smoke_impls:UncheckedMask")
     lines = [line for line in text.splitlines() if line.startswith("  contract ")]
     assert len(lines) == 1, text
-    assert lines[0].startswith("  contract attention              attention accepts a mask of shape (2, 5) for scores "
+    assert lines[0].startswith("  contract attention                attention accepts a mask of shape (2, 5) for scores "
                                "of shape (1, 5) instead of raising"), lines[0]
     assert "broadcasting lets it through when n_q = 1" in lines[0] and "Fix in the adapter: check the mask" in lines[0]
     assert "  ok       attention" in text and "all smoke checks passed; 1 contract finding(s)" in text
@@ -225,7 +225,7 @@ def test_keys_of_another_width_and_heads_that_do_not_divide_d_model_are_contract
     assert status == 0, text
     status, text = _run("attnclaims.zoo.mutants:heads_truncated")
     (line,) = [line for line in text.splitlines() if line.startswith("  contract ")]
-    assert line.startswith("  contract multi_head_attention   multi_head_attention accepts num_heads=2 for d_model=5"), line
+    assert line.startswith("  contract multi_head_attention     multi_head_attention accepts num_heads=2 for d_model=5"), line
     assert "d_model % num_heads == 0" in line and status == 0, text
 
 
@@ -235,7 +235,7 @@ def test_a_method_that_raises_not_implemented_error_is_not_applicable():
     """Every method declines: one ``n/a`` line each, no traceback, and a summary that does not claim a pass."""
     status, text = _run("smoke_impls:DeclinesEverything")
     for cap in smoke.SMOKE:
-        assert f"  n/a      {cap:<22} not applicable: declines-everything · {cap} raised NotImplementedError" in text, text
+        assert f"  n/a      {cap:<24} not applicable: declines-everything · {cap} raised NotImplementedError" in text, text
     assert "nothing was smoke-tested: every capability it has declined" in text
     assert "passed" not in text and "FAILED" not in text and status == 0
     proc, _ = _cli("smoke_impls:DeclinesEverything")
@@ -268,7 +268,7 @@ def test_an_implementation_that_ends_the_process_is_not_a_success():
 def test_a_keyboard_interrupt_from_a_method_is_a_failed_line():
     proc, _ = _cli("attnclaims.zoo.misbehaving:Interrupts")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
-    assert "  FAILED   attention              raised KeyboardInterrupt(" in proc.stdout, proc.stdout
+    assert "  FAILED   attention                raised KeyboardInterrupt(" in proc.stdout, proc.stdout
     assert "  ok       multi_head_attention" in proc.stdout and "1 smoke check(s) failed" in proc.stdout
 
 
