@@ -151,8 +151,34 @@ def profile(impl: str, quick: bool, top: int = 15) -> dict:
     modules = sorted(per_module.items(), key=lambda kv: kv[1], reverse=True)
     return {"impl": impl, "wall_s": wall, "exit_status": exit_status, "tests_s": total,
             "overhead_s": wall - total,  # interpreter start-up, imports, collection
+            "phases": phases(session, per_test, wall),
             "slowest": [{"test": t, "seconds": s, "pct": 100 * s / total if total else 0.0} for t, s in slowest],
             "modules": [{"module": m, "seconds": s, "pct": 100 * s / total if total else 0.0} for m, s in modules]}
+
+
+#: the test modules of each phase that does not depend on the implementation (sympy derivations; numerical
+#: measurements and the statistical qualifications); every test the plugin marks ``impl_test`` is an
+#: implementation test, whatever its module
+PHASE_MODULES = {"proofs": ("test_proofs.py", "test_proofs_numeric.py"),
+                 "measurements": ("test_measurements.py", "test_qualifications.py")}
+
+
+def phases(session, per_test: dict[str, float], wall: float) -> list[dict]:
+    """Where one session's wall time goes: start-up and collection (until its first test started),
+    proofs, measurements, implementation tests, the other tests, and the rest (the session's end, the
+    orchestrator's reading of the events)."""
+    collection = float(session.first_started or 0.0)
+    sums = {"start-up and collection": collection, "proofs": 0.0, "measurements": 0.0,
+            "implementation tests": 0.0, "other tests": 0.0}
+    for test, seconds in per_test.items():
+        module = test.split("::", 1)[0].rsplit("/", 1)[-1]
+        if session.tests.get(test, {}).get("impl_test"):
+            sums["implementation tests"] += seconds
+        else:
+            phase = next((k for k, mods in PHASE_MODULES.items() if module in mods), "other tests")
+            sums[phase] += seconds
+    sums["rest"] = max(0.0, wall - sum(sums.values()))
+    return [{"phase": k, "seconds": v, "pct": 100 * v / wall if wall else 0.0} for k, v in sums.items()]
 
 
 # --------------------------------------------------------------------------- run
@@ -228,6 +254,14 @@ def print_tables(results: dict, summary: dict, console: Console) -> None:
                   f"{checks[(impl, 2)]['cpu_s'] / checks[(impl, 0)]['cpu_s']:.2f}")
     console.print(t)
     for p in results["profiles"]:
+        if p.get("phases"):
+            t = Table(title=f"where the time goes, by phase: {p['impl']} (one process, wall {p['wall_s']:.1f} s)")
+            t.add_column("phase")
+            t.add_column("s", justify="right")
+            t.add_column("%", justify="right")
+            for r in p["phases"]:
+                t.add_row(r["phase"], f"{r['seconds']:.2f}", f"{r['pct']:.0f}")
+            console.print(t)
         t = Table(title=f"where the time goes: {p['impl']} (seconds per test, one process; "
                         f"wall {p['wall_s']:.1f} s, tests {p['tests_s']:.1f} s, start-up+collection "
                         f"{p['overhead_s']:.1f} s)")
