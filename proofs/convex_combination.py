@@ -40,12 +40,13 @@ def _explicit(size: int) -> Derivation:
     ]
     # one-hot weights return that row
     steps += [
-        Step.of(out.subs({x: (1 if t == s else 0) for t, x in enumerate(a)}), "=", v[s], f"one-hot weight on row {s + 1}")
+        Step.of(sp.Subs(out, a, [1 if t == s else 0 for t in range(size)]), "=", v[s], f"one-hot weight on row {s + 1}")
         for s in range(size)
     ]
     return Derivation(
         claim=CLAIM,
         name=f"convex-hull-n{size}",
+        instance=f"n = {size}",
         title=f"attention output inside the value rows' range (n = {size})",
         statement=f"For a_j ≥ 0, Σ a_j = 1 (n = {size}): min_j v_j ≤ Σ a_j v_j ≤ max_j v_j in every coordinate; one-hot a returns its row.",
         assumptions="a_j ≥ 0 with Σ a_j = 1; m ≤ v_j ≤ M for all j",

@@ -55,7 +55,10 @@ __all__ = [
     "MatFn",
     "hold_add",
     "hold_frac",
+    "hold_matmul",
     "hold_mul",
+    "held_derivative",
+    "held_jacobian",
     "canon_sums",
     "decide_sign",
     "resolve",
@@ -96,6 +99,23 @@ def hold_mul(*args):
 def hold_add(*args):
     """A sum kept as written."""
     return sp.Add(*args, evaluate=False)
+
+
+def hold_matmul(*factors):
+    """A matrix product kept as written (explicit matrices made immutable): the checker multiplies it out."""
+    return sp.MatMul(*[sp.ImmutableMatrix(f) if isinstance(f, sp.MatrixBase) else f for f in factors], evaluate=False)
+
+
+def held_derivative(m, var):
+    """``∂m/∂var`` entry by entry as unevaluated Derivatives (a matrix or a scalar): the checker differentiates."""
+    if isinstance(m, sp.MatrixBase):
+        return m.applyfunc(lambda e: sp.Derivative(e, var, evaluate=False))
+    return sp.Derivative(m, var, evaluate=False)
+
+
+def held_jacobian(m, xs):
+    """The Jacobian of the column ``m`` in ``xs`` as unevaluated Derivatives."""
+    return sp.Matrix(len(m), len(xs), lambda r, c: sp.Derivative(m[r], xs[c], evaluate=False))
 
 
 def hold_frac(num, den):
@@ -143,8 +163,17 @@ class Lemma:
     not proved here (its source in ``why``); ``hypothesis`` marks an assumption
     of the statement (e.g. Σ p_i = 1 for abstract weights). ``evidence`` is an
     optional ``(a, b)`` pair sympy must show equal, the mechanical part of a
-    cited fact. ``from_steps`` names earlier steps of the same derivation the
-    lemma summarizes; it holds if those steps were proved.
+    cited fact. ``definition`` marks a rule that fixes what an opaque operator
+    means (linearity of E, Var Y = E[Y²] − (E Y)²): not proved, and not a cited
+    theorem either, so it does not make a derivation rest on a cited fact.
+
+    ``from_steps`` names earlier steps of the same derivation the lemma
+    summarizes. Unless it is also ``cited``, the lemma must be, mechanically, one
+    of the relations those steps proved (a chain ``a = b ≤ c`` proves ``a = b``,
+    ``b ≤ c`` and ``a ≤ c``), up to renaming integer index symbols; a lemma about
+    matrix expressions is compared entry by entry (see :func:`entry_of`).
+    ``instantiate`` (pairs ``(symbol, expression)``) then substitutes into the
+    matched lemma: what is proved for a generic matrix S holds for S = XW….
     """
 
     lhs: Any
@@ -155,6 +184,8 @@ class Lemma:
     hypothesis: bool = False
     evidence: tuple | None = None
     from_steps: tuple = ()
+    definition: bool = False
+    instantiate: tuple = ()
 
     @property
     def basis(self) -> str:
@@ -162,7 +193,21 @@ class Lemma:
             return "hypothesis"
         if self.cited:
             return "cited"
+        if self.definition:
+            return "definition"
         return "derived" if self.from_steps else "proved"
+
+    @property
+    def rule(self) -> tuple:
+        """``(lhs, rhs)`` as a rewrite rule, instantiated when ``instantiate`` is given."""
+        if not self.instantiate:
+            return self.lhs, self.rhs
+        rep = dict(self.instantiate)
+
+        def flat(e):  # rebuild products so that P·(XW)·Pᵀ is the flat P·X·W·Pᵀ the steps write
+            return e.replace(lambda x: isinstance(x, sp.MatMul), lambda x: sp.MatMul(*x.args).doit(deep=False))
+
+        return flat(self.lhs.xreplace(rep)), flat(self.rhs.xreplace(rep))
 
     def __post_init__(self):
         object.__setattr__(self, "lhs", sp.sympify(self.lhs))
@@ -256,10 +301,19 @@ class ProofResult:
     steps: list
     failed_step: int | None = None
     reason: str = ""
+    instance: str = ""  # the fixed sizes it shows ("n = 3"); empty: symbolic sizes
+    extension: str = ""  # the variant of the claim it is about; empty: the claim as stated
 
     @property
     def passed(self) -> bool:
         return self.outcome == "passed"
+
+    @property
+    def status(self) -> str:
+        """``"general"``, ``"instance"`` or ``"instance+cited"`` (see :meth:`Derivation.proof_status`)."""
+        if self.cited:
+            return "instance+cited"
+        return "instance" if self.instance else "general"
 
     @property
     def cited(self) -> list:
@@ -275,6 +329,7 @@ class ProofResult:
         d = asdict(self)
         d["n_steps"] = len(self.steps)
         d["cited"] = self.cited
+        d["proof_status"] = self.status
         return d
 
     def __bool__(self):  # a result is not a truth value; use .passed
@@ -404,6 +459,50 @@ def combine_sums(expr):
         else:
             rest.append(term)
     return sp.Add(*rest, *[sp.Sum(sp.Add(*fs), *lims) for lims, fs in groups.items()])
+
+
+def separate_sums(expr):
+    """Σ_i Σ_j f(i) g(j) -> (Σ_i f(i)) (Σ_j g(j)) wherever the summand is a product whose every factor
+    depends on at most one of the summation indices (distributivity over finite sums)."""
+    def split(s):
+        f, lims = s.function, list(s.limits)
+        while isinstance(f, sp.Sum):  # nested sums: one list of limits
+            lims = list(f.limits) + lims
+            f = f.function
+        if len(lims) < 2 or any(len(lim) != 3 for lim in lims):
+            return s
+        vs = [lim[0] for lim in lims]
+        if any(lim[1].has(*vs) or lim[2].has(*vs) for lim in lims):
+            return s  # a range that depends on another index: not a product of sums
+        groups: dict = {v: [] for v in vs}
+        const = []
+        for fac in sp.Mul.make_args(f):
+            dep = [v for v in vs if fac.has(v)]
+            if len(dep) > 1:
+                return s
+            (groups[dep[0]] if dep else const).append(fac)
+        return sp.Mul(*const) * sp.Mul(*[sp.Sum(sp.Mul(*groups[lim[0]]), lim) for lim in lims])
+
+    return expr.replace(lambda e: isinstance(e, sp.Sum), split)
+
+
+def unhold(expr):
+    """``expr`` rebuilt with sympy's evaluation, bottom-up and once per distinct subexpression (linear in
+    the size of the DAG, where ``doit`` walks the tree): held sums and products (:func:`hold_add`, …)
+    collapse to sympy's canonical form."""
+    memo: dict = {}
+
+    def rb(e):
+        if not isinstance(e, sp.Basic) or not e.args:
+            return e
+        got = memo.get(e)
+        if got is None:
+            got = memo[e] = e.func(*[rb(a) for a in e.args])
+        return got
+
+    if isinstance(expr, sp.MatrixBase):  # one memo for all entries: they share subexpressions
+        return expr.applyfunc(rb)
+    return rb(expr)
 
 
 def in_sums(f):
@@ -563,6 +662,8 @@ _METHODS = {
     "stats": lambda e: _stats_doit(e),
     "combine_sums": lambda e: combine_sums(e),
     "expand_log": lambda e: sp.expand_log(e, force=True),
+    "separate": lambda e: separate_sums(e),
+    "unhold": unhold,
 }
 
 
@@ -637,6 +738,10 @@ def equal(a, b, method: str | None = None, ranges: Mapping | None = None) -> tup
     ranges = ranges or {}
     if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
         a, b = sp.Matrix(a), sp.Matrix(b)
+    if method == "unhold" and isinstance(a, sp.MatrixBase) and isinstance(b, sp.MatrixBase):
+        a, b = unhold(a), unhold(b)
+        if a.shape == b.shape and all(x == y for x, y in zip(a, b)):
+            return True, "unhold"
     if isinstance(a, sp.MatrixBase) or isinstance(b, sp.MatrixBase):
         if isinstance(a, MatrixExpr):
             a = a.as_explicit()
@@ -659,7 +764,7 @@ def equal(a, b, method: str | None = None, ranges: Mapping | None = None) -> tup
             r = f(d)
             if r == 0 or isinstance(r, sp.ZeroMatrix):
                 return True, "matrix algebra"
-        if all(s.is_Integer for s in a.shape):
+        if all(sp.sympify(s).is_Integer for s in a.shape):
             return equal(a.as_explicit(), b.as_explicit(), method, ranges)
         return False, f"a - b reduces to {sp.sstr(r)}, not 0"
     a, b = sp.sympify(a), sp.sympify(b)
@@ -699,8 +804,8 @@ def _check_lemma(lem: Lemma, ranges) -> tuple[bool, str]:
         ok, detail = equal(sp.sympify(lem.evidence[0]).doit(), sp.sympify(lem.evidence[1]).doit(), None, ranges)
         if not ok:
             return False, f"evidence for lemma {lem.text()} fails: {detail}"
-    if lem.cited or lem.hypothesis or lem.from_steps:
-        return True, lem.basis
+    if lem.cited or lem.hypothesis or lem.definition or lem.from_steps:
+        return True, lem.basis  # a from_steps lemma is matched against its steps by Derivation._check_step
     if lem.rel == "=":
         return equal(lem.lhs, lem.rhs, None, ranges)
     return _inequality(lem.lhs, lem.rel, lem.rhs, (), ranges)
@@ -708,20 +813,21 @@ def _check_lemma(lem: Lemma, ranges) -> tuple[bool, str]:
 
 def _inequality(a, rel, b, lemmas: Iterable[Lemma], ranges) -> tuple[bool, str]:
     slack = (b - a) if rel in ("<=", "<") else (a - b)
-    strict = rel in ("<", ">")
+    strict = rel in ("<", ">")  # the step's own strictness; a lemma's never replaces it
     lam_rules = []
     for i, lem in enumerate(lemmas):
+        lhs, rhs = lem.rule
         if lem.rel == "=":
-            lam_rules.append((lem.lhs, lem.rhs))
+            lam_rules.append((lhs, rhs))
             continue
-        strict = {"positive": True} if lem.rel in ("<", ">") else {}
-        if isinstance(lem.lhs, sp.Indexed):
+        lam_sign = {"positive": True} if lem.rel in ("<", ">") else {}
+        if isinstance(lhs, sp.Indexed):
             # a bound for every index: one slack per index, λ_j
-            lam = sp.IndexedBase(f"_lambda{i}", nonnegative=True, **strict)[lem.lhs.indices]
+            lam = sp.IndexedBase(f"_lambda{i}", nonnegative=True, **lam_sign)[lhs.indices]
         else:
-            lam = sp.Dummy(f"lambda{i}", nonnegative=True, **strict)
+            lam = sp.Dummy(f"lambda{i}", nonnegative=True, **lam_sign)
         # A <= B  =>  A = B - λ;  A >= B  =>  A = B + λ
-        lam_rules.append((lem.lhs, lem.rhs - lam if lem.rel in ("<=", "<") else lem.rhs + lam))
+        lam_rules.append((lhs, rhs - lam if lem.rel in ("<=", "<") else rhs + lam))
     slack = _subs(slack, lam_rules)
     s = decide_sign(slack)
     if s is None and slack.has(sp.Sum, sp.KroneckerDelta, sp.Piecewise):
@@ -733,9 +839,150 @@ def _inequality(a, rel, b, lemmas: Iterable[Lemma], ranges) -> tuple[bool, str]:
     return False, f"could not show slack {sp.sstr(slack)} {'> 0' if strict else '>= 0'} (sign: {s})"
 
 
+# --------------------------------------------------------------------------
+# What steps prove: chains composed, lemmas matched against them
+# --------------------------------------------------------------------------
+
+_FLIP = {"=": "=", "<=": ">=", "<": ">", ">=": "<=", ">": "<", "~": None}
+
+
+def _implies(proved: str, wanted: str) -> bool:
+    """``a proved b`` implies ``a wanted b`` (a strict lemma needs a strict relation)."""
+    return proved == wanted or (proved, wanted) in (("<", "<="), (">", ">="), ("=", "<="), ("=", ">="))
+
+
+def compose(r1: str | None, r2: str | None) -> str | None:
+    """The relation of ``a r1 b r2 c`` between a and c (None: no relation follows).
+    Strict beats non-strict; ``=`` is neutral; ``~`` composes with ``=`` only."""
+    if r1 is None or r2 is None:
+        return None
+    if r1 == "=":
+        return r2
+    if r2 == "=":
+        return r1
+    if r1 in ("<", "<=") and r2 in ("<", "<="):
+        return "<" if "<" in (r1, r2) else "<="
+    if r1 in (">", ">=") and r2 in (">", ">="):
+        return ">" if ">" in (r1, r2) else ">="
+    return None  # opposite directions, or ~ with an inequality
+
+
+def _structurally_same(x, y) -> bool:
+    """``x`` and ``y`` are the same expression as written (before any simplification; sums compared
+    up to the names of their indices)."""
+    if isinstance(x, sp.MatrixBase) or isinstance(y, sp.MatrixBase):
+        return isinstance(x, sp.MatrixBase) and isinstance(y, sp.MatrixBase) and x.shape == y.shape and all(
+            _structurally_same(a, b) for a, b in zip(x, y))
+    try:
+        x, y = sp.sympify(x), sp.sympify(y)
+    except (sp.SympifyError, TypeError):
+        return False
+    return x == y
+
+
+def entry_of(M, r, c, permutations: Mapping, entries: Mapping):
+    """Entry ``(r, c)`` of the matrix expression ``M`` as a scalar expression.
+
+    A permutation matrix ``P`` declared in ``permutations`` (``P -> (σ, σ⁻¹, range)``) acts on
+    indices: ``(P M)_{rc} = M_{σ(r) c}``, ``(M Pᵀ)_{rc} = M_{r σ(c)}``; a :class:`MatFn` named in
+    ``entries`` is expanded by its definition ``entries[name](A, r, c)`` with ``A(i, j)`` the
+    argument's entries; a MatrixSymbol ``S`` becomes ``S[r, c]`` (an IndexedBase of the same name).
+    Anything else raises ValueError: a lemma about it cannot be compared entry by entry.
+    """
+    def sig(P):
+        return permutations[P][0]
+
+    if isinstance(M, sp.MatrixSymbol):
+        if M in permutations:
+            return sp.KroneckerDelta(sig(M)(r), c)
+        return sp.IndexedBase(M.name)[r, c]
+    if isinstance(M, sp.Transpose):
+        return entry_of(M.arg, c, r, permutations, entries)
+    if isinstance(M, MatFn):
+        name = str(M.args[0])
+        if name not in entries:
+            raise ValueError(f"{name} has no entry definition in this derivation")
+        arg = M.args[1]
+        return entries[name](lambda i, j: entry_of(arg, i, j, permutations, entries), r, c)
+    if isinstance(M, sp.MatAdd):
+        return sp.Add(*[entry_of(a, r, c, permutations, entries) for a in M.args])
+    if isinstance(M, sp.MatMul):
+        coeff, mats = M.as_coeff_mmul()
+        factors = list(mats.args)
+        while factors and factors[0] in permutations:
+            r = sig(factors[0])(r)
+            factors.pop(0)
+        while factors and isinstance(factors[-1], sp.Transpose) and factors[-1].arg in permutations:
+            c = sig(factors[-1].arg)(c)
+            factors.pop()
+        if not factors:
+            return coeff * sp.KroneckerDelta(r, c)
+        if len(factors) == 1:
+            return coeff * entry_of(factors[0], r, c, permutations, entries)
+        raise ValueError(f"product {sp.sstr(sp.MatMul(*factors))} is not compared entry by entry")
+    raise ValueError(f"{type(M).__name__} {sp.sstr(M)} is not compared entry by entry")
+
+
+def _renamings(lemma_syms: set, target_syms: set, ranges: Mapping):
+    """Bijections between integer index symbols (same assumptions; same declared range, if any)."""
+    def key(x):
+        return (tuple(sorted((k, v) for k, v in x.assumptions0.items())), str(ranges.get(x)))
+
+    src = sorted((x for x in lemma_syms if x.is_integer and isinstance(x, sp.Symbol)), key=str)
+    dst = sorted((x for x in target_syms if x.is_integer and isinstance(x, sp.Symbol)), key=str)
+    tried = 0
+    for image in itertools.permutations(dst, len(src)):
+        if all(key(a) == key(b) for a, b in zip(src, image)):
+            rep = dict(zip(src, image))
+            if all(a == b for a, b in rep.items()):
+                continue  # the identity: already tried
+            tried += 1
+            if tried > 120:  # bounded: lemmas name a handful of indices
+                return
+            yield rep
+
+
+def _matches(L, R, x, y, ranges, cheap: bool = False) -> bool:
+    """``L`` equals ``x`` and ``R`` equals ``y`` (sympy shows each difference is 0), possibly after a
+    renaming of integer index symbols applied to L and R together."""
+    def same(u, v) -> bool:
+        if canon_sums(u) == canon_sums(v):
+            return True
+        if cheap:  # the first pass compares as written; sympy is asked only if nothing matches so
+            return False
+        try:
+            return equal(u, v, None, ranges)[0]
+        except Exception:  # a sympy failure while simplifying: not shown equal
+            return False
+
+    def both(L_, R_):
+        return same(L_, x) and same(R_, y)
+
+    if both(L, R):
+        return True
+
+    def syms(e):
+        return e.free_symbols if isinstance(e, (sp.Basic, sp.MatrixBase)) else set()
+
+    for rep in _renamings(syms(L) | syms(R), syms(x) | syms(y), ranges):
+        sim = {a: sp.Dummy(a.name, **a.assumptions0) for a in rep}  # simultaneous: i <-> j swaps
+        L2 = L.xreplace(sim).xreplace({sim[a]: b for a, b in rep.items()})
+        R2 = R.xreplace(sim).xreplace({sim[a]: b for a, b in rep.items()})
+        if both(L2, R2):
+            return True
+    return False
+
+
 @dataclass
 class Derivation:
-    """A claim's derivation: ``steps`` checked pairwise (see module docstring)."""
+    """A claim's derivation: ``steps`` checked pairwise (see module docstring).
+
+    ``instance``: empty for a derivation with symbolic sizes (a general argument), else the fixed
+    instance it shows (``"n = 3"``). ``extension``: the variant of the claim it is about (rotary
+    position embeddings, grouped-query attention), empty for the claim as stated. ``permutations``
+    (``P -> (σ, σ⁻¹, (lo, hi))``) declares permutation matrices, for ``method="reindex"`` steps and
+    entrywise lemmas; ``entries`` (``name -> f(A, r, c)``) defines the :class:`MatFn` maps entry by entry.
+    """
 
     claim: str
     name: str
@@ -745,6 +992,10 @@ class Derivation:
     assumptions: str = ""
     ranges: dict = field(default_factory=dict)  # index -> (lo, hi), for Sum/KroneckerDelta/Piecewise
     source: str = ""
+    instance: str = ""
+    extension: str = ""
+    permutations: dict = field(default_factory=dict)
+    entries: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if not callable(self.steps):
@@ -764,11 +1015,29 @@ class Derivation:
             self.steps = steps
         return self.steps
 
+    def cited_lemmas(self) -> list:
+        """``"lemma (source)"`` for every cited lemma the steps use (deduplicated, in order)."""
+        out = []
+        for s in self.get_steps():
+            for lem in s.lemmas:
+                c = f"{lem.text()} ({lem.why})"
+                if lem.cited and c not in out:
+                    out.append(c)
+        return out
+
+    def proof_status(self) -> str:
+        """``"general"`` (symbolic sizes, every step checked), ``"instance"`` (fixed sizes) or
+        ``"instance+cited"`` (a cited fact carries a step: not a general proof, whatever the sizes)."""
+        if self.cited_lemmas():
+            return "instance+cited"
+        return "instance" if self.instance else "general"
+
     # -- checking -----------------------------------------------------------
 
     def check(self) -> ProofResult:
         t0 = time.perf_counter()
         results = []
+        proved: list = []  # per step: (left, rel, right, continues the previous step's chain)
         prev = None
         for i, step in enumerate(self.get_steps()):
             ts = time.perf_counter()
@@ -776,13 +1045,15 @@ class Derivation:
             hyps = [f"{lem.text()} ({lem.why})" for lem in step.lemmas if lem.hypothesis]
             if step.start or (prev is None and not step.standalone):
                 prev = step.expr
+                proved.append((None, None, step.expr, False))
                 results.append(StepResult(i, step.why, step.rel, "given", time.perf_counter() - ts,
                                           cited=cited, hypotheses=hyps))
                 continue
             a = step.lhs if step.standalone else prev
             b = step.expr
+            proved.append((a, step.rel, b, not step.standalone))
             try:
-                ok, detail = self._check_step(a, step, b, results)
+                ok, detail = self._check_step(a, step, b, results, proved, i)
                 status = "proved" if ok else "failed"
             except Exception as exc:  # a sympy failure is a failed step, reported with its reason
                 status, detail = "error", f"{type(exc).__name__}: {exc}"
@@ -806,18 +1077,101 @@ class Derivation:
             steps=results,
             failed_step=failed,
             reason=reason,
+            instance=self.instance,
+            extension=self.extension,
         )
 
-    def _check_step(self, a, step: Step, b, done=()) -> tuple[bool, str]:
+    def relations(self, indices: Sequence[int], proved: Sequence) -> list:
+        """The relations ``(left, rel, right)`` that the steps ``indices`` prove: each step's own,
+        and along a chain every composition of consecutive steps (``a = b``, ``b ≤ c`` give ``a ≤ c``)."""
+        wanted = set(indices)
+        out = []
+        for i in sorted(wanted):
+            left, rel, right, _ = proved[i]
+            if rel is None:  # a chain's starting expression: its relations begin at the next step
+                left, rel = right, "="
+            else:
+                out.append((left, rel, right))
+            j = i + 1
+            while j in wanted and j < len(proved) and proved[j][3]:  # the same chain goes on
+                rel = compose(rel, proved[j][1])
+                if rel is None:
+                    break
+                right = proved[j][2]
+                out.append((left, rel, right))
+                j += 1
+        return out
+
+    def _match_lemma(self, lem: Lemma, proved: Sequence) -> tuple[bool, str]:
+        L, R = lem.lhs, lem.rhs
+        if isinstance(L, MatrixExpr) or isinstance(R, MatrixExpr):
+            r, c = sp.Symbol("r_", integer=True), sp.Symbol("c_", integer=True)
+            try:
+                L, R = (entry_of(M, r, c, self.permutations, self.entries) for M in (lem.lhs, lem.rhs))
+            except ValueError as exc:
+                return False, f"lemma {lem.text()} cannot be compared with steps {list(lem.from_steps)}: {exc}"
+        options = []
+        for x, rel, y in self.relations(lem.from_steps, proved):
+            if _implies(rel, lem.rel):
+                options.append((x, y))
+            if rel != "~" and _implies(_FLIP[rel], lem.rel):
+                options.append((y, x))  # b ≥ a read as a ≤ b
+        for cheap in (True, False):
+            for x_, y_ in options:
+                if _matches(L, R, x_, y_, self.ranges, cheap):
+                    return True, "derived"
+        return False, (f"lemma {lem.text()} is not one of the relations steps {list(lem.from_steps)} proved"
+                       " (a lemma must be what its steps show, up to renaming indices)")
+
+    def _reindex(self, a, b) -> tuple[bool, str]:
+        """``a = b`` by renaming the index of sums over a declared permutation's range:
+        Σ_{c=lo}^{hi} f(c) = Σ_{c=lo}^{hi} f(τ(c)) for τ = σ or σ⁻¹, a bijection of lo..hi."""
+        if not self.permutations:
+            return False, "method reindex needs a permutation declared on the derivation"
+        tried = []
+        for sigma, inv, (lo, hi) in self.permutations.values():
+            for tau in (sigma, inv):
+                def swap(s, tau=tau):
+                    (v, l0, h0), = s.limits if len(s.limits) == 1 else ((None, None, None),)
+                    if v is None or l0 != lo or h0 != hi:
+                        return s
+                    return sp.Sum(s.function.xreplace({v: tau(v)}), (v, lo, hi))
+                r = a.replace(lambda e: isinstance(e, sp.Sum), swap)
+                r = r.replace(lambda e: isinstance(e, (sigma, inv)) and isinstance(e.args[0], (sigma, inv))
+                              and type(e) is not type(e.args[0]), lambda e: e.args[0].args[0])
+                if r == a:
+                    continue
+                tried.append(r)
+                if _structurally_same(r, b) or equal(r, b, None, self.ranges)[0]:
+                    return True, f"sums reindexed by {tau}, a bijection of {lo}..{hi}"
+        if not tried:
+            return False, "no sum over a declared permutation's range to reindex"
+        return False, f"after reindexing, {sp.sstr(tried[-1])} is not {sp.sstr(b)}"
+
+    def _check_step(self, a, step: Step, b, done=(), proved=(), index=None) -> tuple[bool, str]:
+        index = len(done) if index is None else index
+        if _structurally_same(a, b):
+            return False, "the two sides are identical before simplification: the step shows nothing"
         for lem in step.lemmas:
-            missing = [m for m in lem.from_steps if m >= len(done) or done[m].status not in ("proved", "given")]
+            if any(m >= index for m in lem.from_steps):
+                return False, (f"lemma {lem.text()} cites step(s) {[m for m in lem.from_steps if m >= index]}:"
+                               " a step cannot rest on itself or on a later step")
+            missing = [m for m in lem.from_steps if done[m].status not in ("proved", "given")]
             if missing:
                 return False, f"lemma {lem.text()} rests on steps {missing}, which were not proved before it"
+            if lem.hypothesis and lem.rel == step.rel and _structurally_same(lem.lhs, a) and _structurally_same(lem.rhs, b):
+                return False, f"the step assumes what it shows: its hypothesis {lem.text()} is the step itself"
             ok, detail = _check_lemma(lem, self.ranges)
             if not ok:
                 return False, f"lemma {lem.text()} not established: {detail}"
+            if lem.from_steps and not lem.cited:
+                ok, detail = self._match_lemma(lem, proved)
+                if not ok:
+                    return False, detail
         if step.rel == "=":
-            rules = [(lem.lhs, lem.rhs) for lem in step.lemmas if lem.rel == "="]
+            if step.method == "reindex":
+                return self._reindex(a, b)
+            rules = [lem.rule for lem in step.lemmas if lem.rel == "="]
             if rules:
                 a, b = _subs(a, rules), _subs(b, rules)
             return equal(a, b, step.method, self.ranges)
@@ -836,6 +1190,7 @@ class Derivation:
                 return True, f"limit of {target} as {step.var} -> oo is {lim}"
             return False, f"limit of {target} as {step.var} -> oo is {lim}, not {0 if target == 'log-ratio' else 1}"
         return _inequality(a, step.rel, b, step.lemmas, self.ranges)
+
 
     # -- rendering ----------------------------------------------------------
 

@@ -22,6 +22,7 @@ import sympy as sp
 from .core import Derivation, MatFn, Step
 
 CLAIM = "multihead-structure"
+EXTENSION = "grouped-query attention"  # its derivations never count for the claim as stated
 
 n, d_k, d_model = sp.symbols("n d_k d_model", integer=True, positive=True)
 CASES = ((4, 2), (4, 1), (2, 2))
@@ -78,6 +79,8 @@ def _case(h: int, h_kv: int) -> Derivation:
     return Derivation(
         claim=CLAIM,
         name=f"gqa-h{h}-kv{h_kv}",
+        instance=f"h = {h}, h_kv = {h_kv}",
+        extension=EXTENSION,
         title=f"{kind} attention, h = {h}, h_kv = {h_kv}: multi-head attention with each K/V head repeated "
               "for its group",
         statement=f"h = {h} query heads, h_kv = {h_kv} K/V heads (r = {r}): (X W_K)E = [K_⌊i/{r}⌋]_i, so "

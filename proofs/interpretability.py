@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .core import Derivation, Lemma, Step
+from .core import Derivation, Lemma, Step, hold_matmul
 
 CLAIM = "interpretability"
 
@@ -50,15 +50,16 @@ def _symbolic_kernel() -> Derivation:
     ones = sp.ones(3, 1)
     steps = [
         Step.of(w * V, "=", sp.zeros(1, 1), "w·V = 0 (n = 3, d_v = 1)", method="expand"),
-        Step.of(w * ones, "=", sp.zeros(1, 1), "w·1 = 0", method="expand"),
+        Step.of(hold_matmul(w, ones), "=", sp.zeros(1, 1), "w·1 = 0", method="expand"),
         Step.of((A + t * w) * V, "=", A * V, "a and a + t·w give the same output", method="expand"),
         Step.of((A + t * w) * ones, "=", A * ones, "a + t·w still sums to Σ a = 1", method="expand"),
-        Step.of((w * w.T)[0], "=", (v[0] - v[1]) ** 2 + (v[1] - v[2]) ** 2 + (v[2] - v[0]) ** 2,
+        Step.of(hold_matmul(w, w.T), "=", sp.Matrix([[(v[0] - v[1]) ** 2 + (v[1] - v[2]) ** 2 + (v[2] - v[0]) ** 2]]),
                 "‖w‖² > 0 unless all values are equal, so a + t·w ≠ a for t ≠ 0", method="expand"),
     ]
     return Derivation(
         claim=CLAIM,
         name="weights-kernel-n3",
+        instance="n = 3, d_v = 1",
         title="two weight vectors, one output (n = 3, d_v = 1, symbolic V)",
         statement="For any V ∈ ℝ^{3×1} with distinct values and a in the open simplex, a + t·w (small t ≠ 0) is a different distribution with the same output.",
         assumptions="values real; a_j > 0; t small enough that a + t·w ≥ 0",
@@ -71,13 +72,14 @@ def _counterexample() -> Derivation:
     a1 = sp.Matrix([[sp.Rational(1, 3)] * 3])
     a2 = sp.Matrix([[sp.Rational(1, 2), 0, sp.Rational(1, 2)]])
     steps = [
-        Step.of(a1 * V, "=", a2 * V, "uniform weights and weights (½, 0, ½) on V = (0, 1, 2)ᵀ both give 1"),
-        Step.of(a1 * sp.ones(3, 1), "=", a2 * sp.ones(3, 1), "both sum to 1"),
-        Step.of((a1 - a2) * (a1 - a2).T, "=", sp.Matrix([[sp.Rational(1, 6)]]), "the two weight vectors differ (squared distance 1/6)"),
+        Step.of(hold_matmul(a1, V), "=", hold_matmul(a2, V), "uniform weights and weights (½, 0, ½) on V = (0, 1, 2)ᵀ both give 1"),
+        Step.of(hold_matmul(a1, sp.ones(3, 1)), "=", hold_matmul(a2, sp.ones(3, 1)), "both sum to 1"),
+        Step.of(hold_matmul(a1 - a2, (a1 - a2).T), "=", sp.Matrix([[sp.Rational(1, 6)]]), "the two weight vectors differ (squared distance 1/6)"),
     ]
     return Derivation(
         claim=CLAIM,
         name="weights-counterexample",
+        instance="one counterexample, n = 3",
         title="smallest counterexample: n = 3 keys, d_v = 1",
         statement="a = (⅓, ⅓, ⅓) and a' = (½, 0, ½) on V = (0, 1, 2)ᵀ: same output 1, different weights.",
         steps=steps,

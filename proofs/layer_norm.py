@@ -58,6 +58,7 @@ def _explicit(size: int) -> Derivation:
     return Derivation(
         claim=CLAIM,
         name=f"layer-norm-d{size}",
+        instance=f"d = {size}",
         title=f"LayerNorm output moments and affine invariance (width {size})",
         statement=f"For x ∈ ℝ^{size}, γ = 1, β = 0: mean LN(x) = 0, var LN(x) = σ²/(σ² + ε) (= 1 at ε = 0); LN(a·x + b) = LN(x) for a > 0, ε = 0.",
         assumptions="x real, not all equal (σ² > 0); ε ≥ 0; a > 0, b real",
@@ -78,7 +79,7 @@ def _index_form() -> Derivation:
         Step(hold_frac(sp.Sum((xb[i] - mu) ** 2, (i, 1, n)), hold_mul(n, s2 + eps)), "the denominator does not depend on i",
              method="simplify"),
         Step(s2 / (s2 + eps), "Σ (x_i − μ)² = nσ²", lemmas=var_def),
-        Step.of(s2 / (s2 + 0), "=", 1, "ε = 0: variance exactly 1"),
+        Step.of(sp.Subs(s2 / (s2 + eps), eps, 0), "=", 1, "ε = 0: variance exactly 1", method="doit"),
         Step.begin((a * xb[i] + b - (a * mu + b)) / sp.sqrt(a**2 * s2), "LN(a·x + b)_i with ε = 0: μ → aμ + b, σ² → a²σ²"),
         Step((xb[i] - mu) / sp.sqrt(s2), "a > 0 cancels: = LN(x)_i", method="simplify"),
     ]

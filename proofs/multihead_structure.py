@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .core import Derivation, Lemma, Step
+from .core import Derivation, Lemma, Step, hold_mul
 
 CLAIM = "multihead-structure"
 
@@ -30,6 +30,7 @@ def _blocks(heads: int) -> Derivation:
     return Derivation(
         claim=CLAIM,
         name=f"concat-projection-h{heads}",
+        instance=f"h = {heads}",
         title=f"Concat(head_1..head_{heads}) W_O = Σ_i head_i W_O^(i)",
         statement=f"For h = {heads} heads of shape (n, d_v) and W_O of shape ({heads}·d_v, d_model): Concat(heads) W_O = Σ_i head_i W_O^(i).",
         assumptions="n, d_v, d_model symbolic positive integers",
@@ -64,9 +65,9 @@ def _counts() -> Derivation:
     d_k = d_model / h
     per_head = 3 * (d_model * d_k + d_k)  # W_Q^i, W_K^i, W_V^i and their biases
     params = h * per_head + (h * d_k * d_model + d_model)  # W_O and its bias
-    proj_flops = 3 * h * (2 * n * d_model * d_k)  # Q, K, V projections of n rows
-    score_flops = h * (2 * n * m * d_k)  # Q_i K_iᵀ for n queries, m keys
-    av_flops = h * (2 * n * m * d_k)  # A_i V_i with d_v = d_k
+    proj_flops = hold_mul(3, h, 2 * n * d_model * d_k)  # Q, K, V projections of n rows
+    score_flops = hold_mul(h, 2 * n * m * d_k)  # Q_i K_iᵀ for n queries, m keys
+    av_flops = hold_mul(h, 2 * n * m * d_k)  # A_i V_i with d_v = d_k
     steps = [
         Step(params, "h heads: W_Q^i, W_K^i, W_V^i of d_model×d_k with biases; W_O of (h·d_k)×d_model with bias"),
         Step(4 * d_model**2 + 4 * d_model, "d_k = d_model/h: the h cancels", method="expand"),

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .core import Derivation, Lemma, Step
+from .core import Derivation, Lemma, Step, hold_add, hold_mul
 
 CLAIM = "paper-tables"
 
 n, d, k, r = sp.symbols("n d k r", integer=True, positive=True)
+t = sp.Symbol("t", integer=True)
 s = sp.Symbol("s", integer=True, positive=True)
 s0 = sp.Symbol("s_0", integer=True, nonnegative=True)
 L = sp.Symbol("L", integer=True, positive=True)
@@ -40,11 +41,11 @@ TABLE1 = {
 
 def _complexity() -> Derivation:
     steps = [
-        Step.of(n * n * d + n * n * d, "=", 2 * TABLE1["self-attention"][0],
+        Step.of(hold_add(hold_mul(n, n, d), hold_mul(n, n, d)), "=", 2 * TABLE1["self-attention"][0],
                 "self-attention: QKᵀ is n×d times d×n, AV is n×n times n×d: n²d multiply-adds each"),
-        Step.of(n * (d * d), "=", TABLE1["recurrent"][0], "recurrent: n sequential steps of W h, a d×d matrix times a vector"),
-        Step.of(n * (k * d * d), "=", TABLE1["convolutional"][0], "convolution: n outputs, each k inputs of width d mapped by d×d"),
-        Step.of(n * (r * d), "=", TABLE1["self-attention-restricted"][0], "restricted self-attention: each of n queries scores r keys of width d"),
+        Step.of(hold_mul(n, hold_mul(d, d)), "=", TABLE1["recurrent"][0], "recurrent: n sequential steps of W h, a d×d matrix times a vector"),
+        Step.of(hold_mul(n, hold_mul(k, d, d)), "=", TABLE1["convolutional"][0], "convolution: n outputs, each k inputs of width d mapped by d×d"),
+        Step.of(hold_mul(n, hold_mul(r, d)), "=", TABLE1["self-attention-restricted"][0], "restricted self-attention: each of n queries scores r keys of width d"),
         # cheaper iff n < d
         Step.of(TABLE1["recurrent"][0] - TABLE1["self-attention"][0], "=", n * d * (d - n), "n d² − n² d = n d (d − n)",
                 method="expand"),
@@ -66,8 +67,11 @@ def _complexity() -> Derivation:
 
 def _paths() -> Derivation:
     steps = [
-        Step.of(TABLE1["recurrent"][1], "=", n, "recurrent: h_t needs h_{t−1}, n sequential steps"),
-        Step.of(TABLE1["recurrent"][2], "=", n - 1, "recurrent: x_1 reaches h_n through n − 1 applications of W (∂h_n/∂h_1 = W^{n−1})"),
+        Step.of(sp.Sum(1, (t, 1, n)), "=", TABLE1["recurrent"][1],
+                "recurrent: one step per position, h_t waits for h_{t−1}: Σ_{t=1}^{n} 1 sequential steps", method="doit"),
+        Step.of(sp.Sum(1, (t, 2, n)), "=", TABLE1["recurrent"][2],
+                "recurrent: x_1 reaches h_n through one application of W per step t = 2..n (∂h_n/∂h_1 = W^{n−1})",
+                method="doit"),
         Step.of(TABLE1["recurrent"][2], "~", n, "the recurrent path length is Θ(n)", var=n),
         # contiguous convolution: L layers of kernel k see 1 + L(k − 1) positions
         Step.of(1 + L * (k - 1), ">=", n, "L = ⌈(n−1)/(k−1)⌉ stacked convolutions of width k ≥ 2 cover n positions",
@@ -80,14 +84,15 @@ def _paths() -> Derivation:
         # restricted self-attention: each layer moves at most r positions
         Step.of(r * L, ">=", n - 1, "L = ⌈(n−1)/r⌉ restricted layers, r positions each, cover distance n − 1",
                 lemmas=Lemma(L, (n - 1) / r, "L = ⌈(n−1)/r⌉ ≥ (n−1)/r", rel=">=", hypothesis=True)),
-        Step.of(TABLE1["self-attention"][2], "=", 1, "self-attention: every query scores every key, one step"),
-        Step.of(TABLE1["self-attention"][1], "=", 1, "self-attention: all positions in parallel, O(1) sequential operations"),
+        Step.of(sp.Subs(TABLE1["self-attention-restricted"][2], r, n - 1), "=", TABLE1["self-attention"][2],
+                "self-attention is the restricted layer with neighbourhood r = n − 1 (every query scores every key): "
+                "⌈(n−1)/(n−1)⌉ = 1", method="doit"),
     ]
     return Derivation(
         claim=CLAIM,
         name="table1-paths",
         title="Table 1, sequential operations and maximum path lengths",
-        statement="Sequential ops: recurrent n, others O(1). Max path length: self-attention 1, recurrent n − 1, contiguous convolution ⌈(n−1)/(k−1)⌉, dilated ⌈log_k n⌉, restricted ⌈(n−1)/r⌉.",
+        statement="Sequential ops: recurrent n, others O(1) (Table 1's constant 1, not derived here). Max path length: self-attention 1, recurrent n − 1, contiguous convolution ⌈(n−1)/(k−1)⌉, dilated ⌈log_k n⌉, restricted ⌈(n−1)/r⌉.",
         assumptions="n ≥ 2; kernel width k ≥ 2 (k − 1 > 0); r ≥ 1",
         steps=steps,
         source="Vaswani et al. 2017, Table 1",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .core import Derivation, Step
+from .core import Derivation, Step, held_derivative
 
 CLAIM = "positional-encoding"
 
@@ -52,11 +52,11 @@ def _pair() -> Derivation:
     steps = [
         Step.of(sp.Matrix([sp.sin(w * (pos + k)), sp.cos(w * (pos + k))]), "=", rotation(w * k) * v,
                 "angle addition: one frequency pair is rotated by ω k", method="expand_trig,expand"),
-        Step.of(sp.diff(rotation(w * k), pos), "=", sp.zeros(2, 2), "R_k does not depend on pos"),
+        Step.of(held_derivative(rotation(w * k), pos), "=", sp.zeros(2, 2), "R_k does not depend on pos", method="doit"),
         Step.of(rotation(w * k).T * rotation(w * k), "=", sp.eye(2), "R_k is orthogonal", method="trigsimp"),
         Step.of(v.dot(sp.Matrix([sp.sin(w * (pos + k)), sp.cos(w * (pos + k))])), "=", sp.cos(w * k),
                 "sin a sin b + cos a cos b = cos(b − a)", method="expand_trig,simplify"),
-        Step.of(sp.cos(w * (-k)), "=", sp.cos(w * k), "cos is even: the dot product does not see the direction of k"),
+        Step.of(sp.cos(w * (-k), evaluate=False), "=", sp.cos(w * k), "cos is even: the dot product does not see the direction of k"),
         Step.of(v.dot(v), "=", 1, "sin² + cos² = 1", method="trigsimp"),
     ]
     return Derivation(
@@ -82,7 +82,7 @@ def _explicit(pairs: int) -> Derivation:
     P, Pk = pe(pos, pairs, freqs), pe(pos + k, pairs, freqs)
     steps = [
         Step.of(Pk, "=", R * P, f"PE(pos + k) = R_k PE(pos), d_model = {2 * pairs}", method="expand_trig,expand"),
-        Step.of(sp.diff(R, pos), "=", sp.zeros(2 * pairs, 2 * pairs), "R_k does not depend on pos"),
+        Step.of(held_derivative(R, pos), "=", sp.zeros(2 * pairs, 2 * pairs), "R_k does not depend on pos", method="doit"),
         Step.of(P.dot(Pk), "=", sum(sp.cos(f * k) for f in freqs),
                 "PE(pos)·PE(pos + k) = Σ_i cos(ω_i k)", method="expand_trig,expand,trigsimp"),
         Step.of(P.dot(P), "=", sp.Integer(pairs), f"‖PE(pos)‖² = d_model/2 = {pairs}", method="trigsimp"),
@@ -90,6 +90,7 @@ def _explicit(pairs: int) -> Derivation:
     return Derivation(
         claim=CLAIM,
         name=f"pe-dmodel-{2 * pairs}",
+        instance=f"d_model = {2 * pairs}",
         title=f"sinusoidal encoding identities, d_model = {2 * pairs}",
         statement=f"d_model = {2 * pairs}, any frequencies ω_i > 0 (the paper's 10000^(−2i/d_model) included): PE(pos+k) = R_k PE(pos); PE(pos)·PE(pos+k) = Σ cos(ω_i k); ‖PE(pos)‖² = {pairs}.",
         assumptions="pos, k real; ω_i > 0",
@@ -105,7 +106,7 @@ def _index_form() -> Derivation:
         Step(sp.Sum(dot_term, (i, 0, half - 1)), "PE(pos)·PE(pos + k), d_model = 2m, summed over the m frequency pairs"),
         Step(sp.Sum(sp.cos(wi * k), (i, 0, half - 1)), "each pair gives cos(ω_i k) (pe-frequency-pair)",
              method="combine_sums,sum:expand_trig,sum:trigsimp"),
-        Step.of(sp.Sum(sp.cos(wi * (-k)), (i, 0, half - 1)), "=", sp.Sum(sp.cos(wi * k), (i, 0, half - 1)),
+        Step.of(sp.Sum(sp.cos(wi * (-k), evaluate=False), (i, 0, half - 1)), "=", sp.Sum(sp.cos(wi * k), (i, 0, half - 1)),
                 "even in k: PE(pos)·PE(pos − k) = PE(pos)·PE(pos + k)"),
         Step.begin(sp.Sum(sp.sin(wi * pos) ** 2 + sp.cos(wi * pos) ** 2, (i, 0, half - 1)), "‖PE(pos)‖²"),
         Step(sp.Sum(1, (i, 0, half - 1)), "sin² + cos² = 1", method="trigsimp"),

@@ -15,6 +15,13 @@ Rendering is bounded by the size of what is shown, so nothing can run for minute
 Families of derivations: ``softmax-jacobian-n2`` … ``-n5`` are fixed-size instances of
 ``softmax-jacobian-index`` (symbolic n); :func:`order_derivations` puts each general
 derivation first and marks the instances it folds (``instance_of``, ``instance_label``).
+
+What a derivation establishes (stable API for the report and ``explain``): :func:`render_derivation`
+returns ``proof_status`` (``"general"``, ``"instance"`` or ``"instance+cited"``, as
+:meth:`Derivation.proof_status` and ``ProofResult.status``), ``cited`` (``"lemma (source)"`` strings),
+``instance`` (``"n = 3"`` or ``""``), ``extension`` (``""`` for the claim as stated) and
+``proof_label``, the words to show: :func:`proof_label` (``"general proof"``, ``"instance (n = 3)"``,
+``"instance + cited lemma (Popoviciu's inequality …)"``). Only a general proof may make a claim proven.
 """
 from __future__ import annotations
 
@@ -226,6 +233,26 @@ def render_lemma(lem) -> dict:
             "why": lem.why, "cited": bool(lem.cited), "basis": lem.basis}
 
 
+#: the words for each proof status (English; the report translates them by these keys)
+PROOF_STATUS_TEXT = {"general": "general proof", "instance": "instance", "instance+cited": "instance + cited lemma"}
+
+
+def proof_label(status: str, cited: Sequence[str] = (), instance: str = "") -> str:
+    """What a derivation shows, in words: ``"general proof"``, ``"instance (n = 3)"`` or
+    ``"instance + cited lemma (source; source)"`` (the sources are the cited lemmas' ``why``, the text
+    in the last parentheses of each ``"lemma (source)"`` string)."""
+    if status == "general":
+        return PROOF_STATUS_TEXT["general"]
+    if status == "instance":
+        return f"instance ({instance})" if instance else "instance"
+    sources = []
+    for c in cited:
+        src = c[c.rfind("(") + 1:].rstrip(")") if c.endswith(")") and "(" in c else c
+        if src not in sources:
+            sources.append(src)
+    return PROOF_STATUS_TEXT["instance+cited"] + (f" ({'; '.join(sources)})" if sources else "")
+
+
 def render_derivation(derivation) -> dict:
     """The static rendering of a derivation (no statuses: those come from a run's ProofResult)."""
     steps = []
@@ -240,9 +267,13 @@ def render_derivation(derivation) -> dict:
         symbols = derivation.symbols_declared()
     except Exception:
         symbols = []
+    status = derivation.proof_status()
+    cited = derivation.cited_lemmas()
+    instance = getattr(derivation, "instance", "")
     return {"name": derivation.name, "title": derivation.title, "statement": derivation.statement,
             "assumptions": derivation.assumptions, "symbols": symbols, "source": getattr(derivation, "source", ""),
-            "steps": steps}
+            "steps": steps, "proof_status": status, "cited": cited, "instance": instance,
+            "extension": getattr(derivation, "extension", ""), "proof_label": proof_label(status, cited, instance)}
 
 
 def text_lines(rendered: Mapping, statuses: Mapping | None = None, mark: Mapping | None = None) -> list[str]:
@@ -424,6 +455,7 @@ def renderings_for(claim_id: str, derivations=None) -> list[dict]:
     return out
 
 
-__all__ = ["MAX_TREE", "MAX_OPS", "MAX_ENTRIES", "tree_size", "render_expr", "render_relation", "render_lemma",
+__all__ = ["MAX_TREE", "MAX_OPS", "MAX_ENTRIES", "PROOF_STATUS_TEXT", "proof_label", "tree_size", "render_expr",
+           "render_relation", "render_lemma",
            "render_derivation", "text_lines", "instance_key", "order_derivations", "folded", "instances_label",
            "cache_dir", "cached_renderings", "store_renderings", "renderings_for"]

@@ -13,7 +13,7 @@ import itertools
 
 import sympy as sp
 
-from .core import Derivation, Lemma, Step
+from .core import Derivation, Lemma, Step, held_jacobian
 
 CLAIM = "residual-gradient"
 
@@ -27,12 +27,13 @@ def _block_jacobian() -> Derivation:
     F = sp.Matrix([sp.Function(f"F{j}")(*xs) for j in (1, 2, 3)])
     x = sp.Matrix(xs)
     steps = [
-        Step.of((x + F).jacobian(list(xs)), "=", sp.eye(3) + F.jacobian(list(xs)),
+        Step.of(held_jacobian(x + F, xs), "=", sp.eye(3) + F.jacobian(list(xs)),
                 "∂(x + F(x))/∂x = I + J_F (width 3, F arbitrary differentiable)"),
     ]
     return Derivation(
         claim=CLAIM,
         name="residual-block-jacobian",
+        instance="width 3",
         title="the Jacobian of x + F(x) is I + J_F",
         statement="For any differentiable F: ℝ³ → ℝ³, ∂(x + F(x))/∂x = I + ∂F/∂x.",
         assumptions="F1, F2, F3 arbitrary differentiable functions",
@@ -62,6 +63,7 @@ def _product(L: int) -> Derivation:
     return Derivation(
         claim=CLAIM,
         name=f"residual-product-L{L}",
+        instance=f"L = {L}",
         title=f"Π(I + J_l) = I + Σ J_l + … keeps the identity path (L = {L})",
         statement=f"For L = {L} residual blocks: Π_l (I + J_l) = I + Σ_l J_l + (products of ≥ 2 Jacobians).",
         assumptions="J_l ∈ ℝ^{d×d}, symbolic d, arbitrary (non-commuting)",

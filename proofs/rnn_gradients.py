@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .core import Derivation, Lemma, Norm2, Step
+from .core import Derivation, Lemma, Norm2, Step, held_jacobian
 
 CLAIM = "rnn-gradients"
 
@@ -46,7 +46,7 @@ def _linear() -> Derivation:
     for x in xs:  # h_2, h_3, h_4
         h = W * h + U * x
     steps = [
-        Step.of(h.jacobian(list(h1)), "=", W**3, "unroll h_4 = W(W(W h_1 + U x_2) + U x_3) + U x_4 (2×2, T = 4)", method="expand"),
+        Step.of(held_jacobian(h, list(h1)), "=", W**3, "unroll h_4 = W(W(W h_1 + U x_2) + U x_3) + U x_4 (2×2, T = 4)", method="doit,expand"),
         # general T by induction: ∂h_{T+1}/∂h_1 = W ∂h_T/∂h_1
         Step.of(W_ * J_, "=", W_**T, "induction: h_{T+1} = W h_T + U x_{T+1}, so ∂h_{T+1}/∂h_1 = W·W^{T−1}",
                 lemmas=Lemma(J_, W_ ** (T - 1), "induction hypothesis ∂h_T/∂h_1 = W^{T−1}", hypothesis=True)),
@@ -70,7 +70,7 @@ def _spectral() -> Derivation:
     Wk_small = S * small * S.inv()
     steps = [
         # W = SΛS⁻¹ ⇒ W^k = SΛ^kS⁻¹ (induction step with symbolic sizes)
-        Step.of(S_ * L_**k * S_.I * (S_ * L_ * S_.I), "=", S_ * L_ ** (k + 1) * S_.I,
+        Step.of(sp.MatMul(S_, L_**k, S_.I, S_, L_, S_.I, evaluate=False), "=", S_ * L_ ** (k + 1) * S_.I,
                 "W^{k+1} = W^k W: S⁻¹S = I cancels (W = SΛS⁻¹ diagonalizable)"),
         Step.of(sp.Abs((rho * sp.exp(sp.I * theta)) ** k), "=", rho**k, "|λ^k| = |λ|^k for λ = ρe^{iθ}", method="simplify"),
         Step.of(sp.Limit((1 / (1 + s1)) ** k, k, sp.oo), "=", 0, "|λ| = 1/(1 + s) < 1: |λ|^k → 0", method="doit"),
@@ -83,6 +83,7 @@ def _spectral() -> Derivation:
     return Derivation(
         claim=CLAIM,
         name="rnn-spectral-radius",
+        instance="2×2 W shown for the limits",
         title="W^k → 0 if ρ(W) < 1, unbounded if ρ(W) > 1 (diagonalizable W)",
         statement="For diagonalizable W = SΛS⁻¹: W^k = SΛ^kS⁻¹; W^k → 0 when every |λ_i| < 1; ‖W^k‖ → ∞ when some |λ_i| > 1.",
         assumptions="W diagonalizable with invertible S; k a non-negative integer; s, s1, s2 > 0",
@@ -93,7 +94,7 @@ def _spectral() -> Derivation:
 def tanh_entry_steps() -> list[Step]:
     """0 < 1 − tanh²(u) ≤ 1: the entries of D_t = diag(1 − tanh²(a_t))."""
     return [
-        Step.of(sp.diff(sp.tanh(u), u), "=", 1 - sp.tanh(u) ** 2, "d tanh(u)/du = 1 − tanh²(u)"),
+        Step.of(sp.Derivative(sp.tanh(u), u), "=", 1 - sp.tanh(u) ** 2, "d tanh(u)/du = 1 − tanh²(u)", method="doit"),
         Step.of(1 - sp.tanh(u) ** 2, "<=", 1, "tanh² ≥ 0"),
         Step.of(1 - sp.tanh(u) ** 2, "=", 1 / sp.cosh(u) ** 2, "1 − tanh² = sech²", method="trigsimp"),
         Step(sp.Integer(0), "cosh(u) ≥ 1 > 0", rel=">"),
@@ -122,8 +123,8 @@ def _tanh() -> Derivation:
     x = sp.Symbol("x", real=True)
     pre = W * h + U * x
     D = sp.diag(*[1 - sp.tanh(a) ** 2 for a in pre])
-    steps = [Step.of(pre.applyfunc(sp.tanh).jacobian(list(h)), "=", D * W,
-                     "one step h_t = tanh(W h_{t−1} + U x_t): ∂h_t/∂h_{t−1} = D_t W (2×2 shown)")]
+    steps = [Step.of(held_jacobian(pre.applyfunc(sp.tanh), list(h)), "=", D * W,
+                     "one step h_t = tanh(W h_{t−1} + U x_t): ∂h_t/∂h_{t−1} = D_t W (2×2 shown)", method="doit")]
     steps += tanh_entry_steps()
     steps += tanh_induction_steps(first=1)
     return Derivation(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .core import Derivation, Step
+from .core import Derivation, Step, hold_matmul
 
 CLAIM = "rnn-sequential"
 
@@ -42,7 +42,7 @@ def _composition() -> Derivation:
     right = compose(f, compose(g, k))
     steps = [
         Step.of(apply(f, apply(g, h0)), "=", apply(fg, h0), "f(g(h)) = A(A'h + b') + b = (AA')h + (Ab' + b)", method="expand"),
-        Step.of(left[0], "=", right[0], "associativity, matrix part: (AA')A'' = A(A'A'')", method="expand"),
+        Step.of(hold_matmul(fg[0], k[0]), "=", hold_matmul(f[0], compose(g, k)[0]), "associativity, matrix part: (AA')A'' = A(A'A'')", method="expand"),
         Step.of(left[1], "=", right[1], "associativity, vector part: AA'b'' + Ab' + b both ways", method="expand"),
     ]
     return Derivation(
@@ -68,12 +68,12 @@ def _scan(length: int = 4) -> Derivation:
     steps = [
         Step.of(h, "=", apply(tree, h0), "sequential loop = balanced tree (f4∘f3)∘(f2∘f1) applied to h_0", method="expand"),
         Step.of(apply(chain, h0), "=", apply(tree, h0), "any bracketing gives the same map (associativity)", method="expand"),
-        Step.of(compose(fs[1], fs[0])[0], "=", fs[1][0] * fs[0][0], "prefix h_2 from the pair f2∘f1", method="expand"),
         Step.of(apply(compose(fs[1], fs[0]), h0), "=", apply(fs[1], apply(fs[0], h0)), "the scan's prefix h_2 equals the loop's", method="expand"),
     ]
     return Derivation(
         claim=CLAIM,
         name="linear-recurrence-scan",
+        instance="n = 4",
         title="a linear recurrence computed by a tree of compositions equals the loop (n = 4)",
         statement="For h_t = A_t h_{t−1} + b_t, n = 4: the loop and the scan tree (f4∘f3)∘(f2∘f1) give the same h_4; in general the tree has depth ⌈log₂ n⌉.",
         assumptions="A_t ∈ ℝ^{d×d}, b_t ∈ ℝ^d, symbolic d",

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .core import Derivation, Step
+from .core import Derivation, Step, hold_add, hold_mul
 
 CLAIM = "positional-encoding"
+EXTENSION = "rotary position embeddings"  # its derivations never count for the claim as stated
 
 m, n, t = sp.symbols("m n t", real=True)
 w = sp.Symbol("omega", positive=True)
@@ -56,12 +57,13 @@ def _pair() -> Derivation:
                 "angle addition: R(mω)ᵀ R(nω) = R((n − m)ω)", method="expand_trig,expand"),
         Step.of(rotation(w * t).T * rotation(w * t), "=", sp.eye(2), "R(θ) is orthogonal: norms are kept",
                 method="trigsimp"),
-        Step.of(rotation((n + t - (m + t)) * w), "=", rotation((n - m) * w),
+        Step.of(rotation(hold_mul(hold_add(n + t, -(m + t)), w)), "=", rotation((n - m) * w),
                 "shifting both positions by t leaves n − m, hence R_{n−m}, unchanged"),
     ]
     return Derivation(
         claim=CLAIM,
         name="rope-pair-relative",
+        extension=EXTENSION,
         title="one RoPE pair: R(mω)ᵀR(nω) = R((n − m)ω), R orthogonal",
         statement="For any ω > 0 and positions m, n: ⟨R(mω)q, R(nω)k⟩ = qᵀR((n − m)ω)k, a function of n − m; "
                   "‖R(θ)x‖ = ‖x‖.",
@@ -76,7 +78,7 @@ def _layout(layout: str) -> Derivation:
     steps = [
         Step.of(R_m.T * R_n, "=", rope_matrix(n - m, layout),
                 f"{layout} pairs: R_mᵀ R_n = R_(n−m), pair by pair", method="expand_trig,expand"),
-        Step.of(rope_matrix((n + t) - (m + t), layout), "=", rope_matrix(n - m, layout),
+        Step.of(rope_matrix(hold_add(n + t, -(m + t)), layout), "=", rope_matrix(n - m, layout),
                 "so shifting both positions by t leaves R_mᵀ R_n = R_(n−m), hence every score qᵀ R_(n−m) k, "
                 "unchanged"),
         Step.of(R_m.T * R_m, "=", sp.eye(4), "R_m is orthogonal: ‖R_m x‖ = ‖x‖", method="trigsimp"),
@@ -85,6 +87,8 @@ def _layout(layout: str) -> Derivation:
     return Derivation(
         claim=CLAIM,
         name=f"rope-{layout}-d4",
+        instance="d = 4",
+        extension=EXTENSION,
         title=f"RoPE, {layout} pairs ({pairs}), d = 4: scores depend on n − m only; norms kept",
         statement=f"d = 4, pairs {pairs} rotated by mω_0, mω_1 (any ω_i > 0): R_mᵀR_n = R_(n−m), so "
                   "⟨R_{m+t}q, R_{n+t}k⟩ = ⟨R_m q, R_n k⟩ for every t, and R_m is orthogonal.",

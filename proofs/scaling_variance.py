@@ -56,35 +56,43 @@ def _moment_algebra(scale, target, name, title) -> Derivation:
         # E[q·k] = 0
         Step(E(dot), "E[q·k], q·k = Σ_i q_i k_i"),
         Step(sp.Sum(E(X(i)), (i, 1, d)), "linearity of expectation",
-             lemmas=Lemma(E(dot), sp.Sum(E(X(i)), (i, 1, d)), "linearity of E", cited=True)),
+             lemmas=Lemma(E(dot), sp.Sum(E(X(i)), (i, 1, d)), "linearity of E", definition=True)),
         Step(sp.Sum(E(q[i]) * E(k[i]), (i, 1, d)), "q_i and k_i are independent",
              lemmas=Lemma(E(X(i)), E(q[i]) * E(k[i]), _IND, hypothesis=True)),
         Step(sp.Integer(0), "E[q_i] = E[k_i] = 0", lemmas=_moments(i)),
         # Var(q_i k_i) = 1
         Step.of(Var(X(i)), "=", E(X(i) ** 2) - E(X(i)) ** 2, "Var Y = E[Y²] − (E Y)²",
-                lemmas=Lemma(Var(X(i)), E(X(i) ** 2) - E(X(i)) ** 2, "definition of variance", cited=True)),
+                lemmas=Lemma(Var(X(i)), E(X(i) ** 2) - E(X(i)) ** 2, "definition of variance", definition=True)),
         Step(E(q[i] ** 2) * E(k[i] ** 2) - (E(q[i]) * E(k[i])) ** 2, "q_i and k_i are independent",
              lemmas=(Lemma(E(X(i) ** 2), E(q[i] ** 2) * E(k[i] ** 2), _IND, hypothesis=True),
                      Lemma(E(X(i)), E(q[i]) * E(k[i]), _IND, hypothesis=True))),
         Step(sp.Integer(1), "moments 0 and 1", lemmas=_moments(i)),
         # Cov(q_i k_i, q_j k_j) = 0 for i ≠ j
         Step.of(Cov(X(i), X(j)), "=", E(X(i) * X(j)) - E(X(i)) * E(X(j)), "Cov(Y, Z) = E[YZ] − E[Y]E[Z], i ≠ j",
-                lemmas=Lemma(Cov(X(i), X(j)), E(X(i) * X(j)) - E(X(i)) * E(X(j)), "definition of covariance", cited=True)),
+                lemmas=Lemma(Cov(X(i), X(j)), E(X(i) * X(j)) - E(X(i)) * E(X(j)), "definition of covariance", definition=True)),
         Step(hold_add(hold_mul(E(q[i]), E(q[j]), E(k[i]), E(k[j])), -hold_mul(E(q[i]), E(k[i]), E(q[j]), E(k[j]))),
              "q_i, q_j, k_i, k_j are independent for i ≠ j",
              lemmas=(Lemma(E(X(i) * X(j)), E(q[i]) * E(q[j]) * E(k[i]) * E(k[j]), _IND, hypothesis=True),
                      Lemma(E(X(i)), E(q[i]) * E(k[i]), _IND, hypothesis=True),
                      Lemma(E(X(j)), E(q[j]) * E(k[j]), _IND, hypothesis=True))),
         Step(sp.Integer(0), "the two products are equal: Cov = 0 whatever the moments"),
+        # C(i, j) = Cov(q_i k_i, q_j k_j) = δ_ij, from the two chains above
+        Step.of(C(i, j), "=", sp.Piecewise((Var(X(i)), sp.Eq(i, j)), (Cov(X(i), X(j)), True)),
+                "C(i, j) = Cov(q_i k_i, q_j k_j), which is Var(q_i k_i) when i = j",
+                lemmas=Lemma(C(i, j), sp.Piecewise((Var(X(i)), sp.Eq(i, j)), (Cov(X(i), X(j)), True)),
+                             "C names the covariance of the terms; Cov(Y, Y) = Var Y", definition=True)),
+        Step(sp.Piecewise((1, sp.Eq(i, j)), (0, True)), "Var(q_i k_i) = 1 (steps 4-6), Cov = 0 for i ≠ j (steps 7-9)",
+             lemmas=(Lemma(Var(X(i)), 1, "steps 4-6", from_steps=(4, 5, 6)),
+                     Lemma(Cov(X(i), X(j)), 0, "steps 7-9", from_steps=(7, 8, 9)))),
+        Step(sp.KroneckerDelta(i, j), "1 if i = j, else 0: the Kronecker delta"),
         # Var(q·k) = Σ_i Σ_j C(i, j) = Σ_i Σ_j δ_ij = d_k
         Step.of(Var(dot * scale), "=", scale**2 * sp.Sum(sp.Sum(C(i, j), (j, 1, d)), (i, 1, d)),
                 "Var(cY) = c² Var Y and Var(Σ Y_i) = Σ_i Σ_j Cov(Y_i, Y_j)",
                 lemmas=Lemma(Var(dot * scale), scale**2 * sp.Sum(sp.Sum(C(i, j), (j, 1, d)), (i, 1, d)),
-                             "bilinearity of covariance", cited=True)),
+                             "bilinearity of covariance (expand the square, linearity of E)", definition=True)),
         Step(scale**2 * sp.Sum(sp.Sum(sp.KroneckerDelta(i, j), (j, 1, d)), (i, 1, d)),
-             "C(i, i) = Var(q_i k_i) = 1 and C(i, j) = 0 for i ≠ j (the two chains above)",
-             lemmas=Lemma(C(i, j), sp.KroneckerDelta(i, j), "C(i, i) = 1 (steps 4-6), C(i, j) = 0 for i ≠ j (steps 7-9)",
-                          from_steps=(4, 5, 6, 7, 8, 9))),
+             "C(i, j) = δ_ij (steps 10-12)",
+             lemmas=Lemma(C(i, j), sp.KroneckerDelta(i, j), "steps 10-12", from_steps=(10, 11, 12))),
         Step(scale**2 * sp.Sum(1, (i, 1, d)), "Σ_j δ_ij = 1 for 1 ≤ i ≤ d_k"),
         Step(target, "Σ_{i=1}^{d_k} 1 = d_k"),
     ]
@@ -130,6 +138,7 @@ def _stats_crosscheck() -> Derivation:
         statement="For Gaussian q, k ∈ ℝ²: E[q·k] = 0, Var[q·k] = 2, Var[q·k/√2] = 1.",
         assumptions="independent standard normal components",
         steps=steps,
+        instance="d_k = 2",
     )
 
 
@@ -153,7 +162,6 @@ def _abs_gaussian() -> Derivation:
                           evidence=(hold_frac(sp.Integral(r**d * sp.exp(-(r**2) / 2), (r, 0, sp.oo)),
                                               sp.Integral(r ** (d - 1) * sp.exp(-(r**2) / 2), (r, 0, sp.oo))),
                                     chi_mean))),
-        Step(expected_abs_exact(), "collect constants"),
         Step(sp.sqrt(2 * d / sp.pi), "Γ((d+1)/2)/Γ(d/2) ~ √(d/2) as d → ∞", rel="~", var=d,
              method="loggamma"),
     ]

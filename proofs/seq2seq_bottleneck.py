@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .core import Derivation, Lemma, Norm2, Step
+from .core import Derivation, Lemma, Norm2, Step, held_jacobian
 from .rnn_gradients import SUBMULT, tanh_entry_steps
 
 CLAIM = "seq2seq-bottleneck"
@@ -60,7 +60,7 @@ def _linear_rnn() -> Derivation:
     for x in xs:
         h = W * h + U * x
     steps = [
-        Step.of(h.jacobian([xs[0]]), "=", W**3 * U, "unroll h_4 from h_0 = 0 (2×2, n = 4)", method="expand"),
+        Step.of(held_jacobian(h, [xs[0]]), "=", W**3 * U, "unroll h_4 from h_0 = 0 (2×2, n = 4)", method="doit,expand"),
         Step.of(J_ * U_, "=", W_ ** (n - 1) * U_, "∂h_n/∂x_1 = (∂h_n/∂h_1)(∂h_1/∂x_1) = W^{n−1} U for every n",
                 lemmas=Lemma(J_, W_ ** (n - 1), "∂h_n/∂h_1 = W^{n−1} (rnn-gradients, linear-rnn-jacobian)", cited=True)),
     ]

@@ -52,6 +52,7 @@ def _explicit(size: int) -> Derivation:
     return Derivation(
         claim=CLAIM,
         name=f"softmax-simplex-n{size}",
+        instance=f"n = {size}",
         title=f"softmax is a distribution, shift invariant (n = {size})",
         statement=f"For real z_1..z_{size}: Σ softmax(z) = 1, softmax(z)_i > 0, softmax(z + c·1) = softmax(z).",
         assumptions="scores real, c real",

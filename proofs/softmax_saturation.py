@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .core import Derivation, Lemma, Step, hold_add, hold_frac, hold_mul
+from .core import Derivation, Lemma, Step, held_jacobian, hold_add, hold_frac, hold_mul
 from .softmax_distribution import softmax
 
 CLAIM = "softmax-saturation"
@@ -44,9 +44,9 @@ def _jacobian(size: int) -> Derivation:
     xbar = sum(p_ * x_ for p_, x_ in zip(ps, xs))
     simplex = Lemma(ps[-1], 1 - sum(ps[:-1]), "the weights sum to 1 (softmax-distribution)", hypothesis=True)
     steps = [
-        Step.of(sp.Matrix(size, size, lambda r, s: sp.diff(soft[r], zs[s])), "=", jacobian_formula(soft),
-                "quotient rule: ∂p_i/∂z_j = p_i δ_ij − p_i p_j", method="together,cancel"),
-        Step.of(J.T, "=", J, "J is symmetric: (ppᵀ)ᵀ = ppᵀ"),
+        Step.of(held_jacobian(soft, zs), "=", jacobian_formula(soft),
+                "quotient rule: ∂p_i/∂z_j = p_i δ_ij − p_i p_j", method="doit,together,cancel"),
+        Step.of(sp.Transpose(sp.ImmutableMatrix(J)), "=", J, "J is symmetric: (ppᵀ)ᵀ = ppᵀ"),
         Step.of(J * ones, "=", sp.zeros(size, 1), "J·1 = p − p (Σ p_j) = 0", lemmas=simplex, method="expand"),
         Step.of(J.trace(), "=", 1 - sum(q**2 for q in ps), "tr J = Σ p_i − Σ p_i²", lemmas=simplex, method="expand"),
         Step.of((x.T * J * x)[0], "=", sum(q * (x_ - xbar) ** 2 for q, x_ in zip(ps, xs)),
@@ -65,6 +65,7 @@ def _jacobian(size: int) -> Derivation:
     return Derivation(
         claim=CLAIM,
         name=f"softmax-jacobian-n{size}",
+        instance=f"n = {size}",
         title=f"softmax Jacobian diag(p) − ppᵀ and its trace bound (n = {size})",
         statement=(
             f"For n = {size}: ∂softmax(z)/∂z = diag(p) − ppᵀ; J symmetric, J·1 = 0, J ⪰ 0, "
@@ -85,8 +86,7 @@ def _jacobian_index() -> Derivation:
         Step(sp.diff(p_i, zb[j]), "∂/∂z_j of exp(z_i)/Σ_k exp(z_k), 1 ≤ i, j ≤ n"),
         Step(p_i * sp.KroneckerDelta(i, j) - p_i * p_j, "J_ij = p_i δ_ij − p_i p_j, i.e. J = diag(p) − ppᵀ"),
         Step.of(sp.Sum(J_ij, (j, 1, n)), "=", pb[i] - pb[i] * sp.Sum(pb[j], (j, 1, n)), "row sum (J·1)_i"),
-        Step(pb[i] - pb[i] * 1, "Σ_j p_j = 1", lemmas=simplex),
-        Step(sp.Integer(0), "so J·1 = 0"),
+        Step(sp.Integer(0), "Σ_j p_j = 1, so J·1 = 0", lemmas=simplex),
         Step.of(sp.Sum(J_ij.subs(j, i), (i, 1, n)), "=", sp.Sum(pb[i], (i, 1, n)) - sp.Sum(pb[i] ** 2, (i, 1, n)),
                 "tr J = Σ_i J_ii"),
         Step(1 - sp.Sum(pb[i] ** 2, (i, 1, n)), "Σ_i p_i = 1", lemmas=Lemma(sp.Sum(pb[i], (i, 1, n)), 1, "the weights sum to 1", hypothesis=True)),
@@ -119,11 +119,13 @@ def _gap(size: int) -> Derivation:
         Step(hold_frac(others, total), "Σ p = 1: the other weights", method="cancel"),
         Step(hold_frac(others, sp.exp(a)), "keep only exp(a) in the denominator", rel="<="),
         Step(hold_add(*exps), "z_j − a = −Δ − t_j", method="expand,powsimp"),
-        Step((size - 1) * sp.exp(-Delta), "each exp(−Δ − t_j) ≤ exp(−Δ)", rel="<=", lemmas=lemmas),
     ]
+    if size > 2:  # for n = 2 the sum is the single term exp(−Δ) already
+        steps.append(Step((size - 1) * sp.exp(-Delta), "each exp(−Δ − t_j) ≤ exp(−Δ)", rel="<=", lemmas=lemmas))
     return Derivation(
         claim=CLAIM,
         name=f"softmax-gap-n{size}",
+        instance=f"n = {size}",
         title=f"1 − max p ≤ (n − 1)e^(−Δ) (n = {size})",
         statement=f"For n = {size}, scores with largest a and gap Δ to the next: 1 − max softmax ≤ (n − 1)e^(−Δ).",
         assumptions="scores real: z_1 = a, z_2 = a − Δ, z_j = a − Δ − t_j with Δ, t_j ≥ 0",
@@ -153,33 +155,90 @@ def _gap_index() -> Derivation:
     )
 
 
+xb = sp.IndexedBase("x", real=True)
+pp = sp.IndexedBase("p", positive=True)  # weights in the open simplex
+xm = sp.Symbol("m", real=True)  # the weighted mean Σ p_j x_j
+cc = sp.Symbol("c", real=True)
+
+
+def _quad():
+    """xᵀ(diag(p) − ppᵀ)x = Σ_i Σ_j x_i (p_i δ_ij − p_i p_j) x_j."""
+    return sp.Sum(sp.Sum(xb[i] * (pp[i] * sp.KroneckerDelta(i, j) - pp[i] * pp[j]) * xb[j], (j, 1, n)), (i, 1, n))
+
+
+def _quadratic_form_steps(c=cc) -> list[Step]:
+    """xᵀJx = Σ p_i x_i² − m² = Σ p_i (x_i − c)² − (m − c)² for every c, symbolic n (steps 0-6)."""
+    xbar = sp.Sum(pp[j] * xb[j], (j, 1, n))
+    sq = sp.Sum(pp[i] * xb[i] ** 2, (i, 1, n))
+    mean = Lemma(xbar, xm, "m names the weighted mean Σ_j p_j x_j", definition=True)
+    mean_i = Lemma(sp.Sum(pp[i] * xb[i], (i, 1, n)), xm, "m names the weighted mean Σ_i p_i x_i", definition=True)
+    simplex = Lemma(sp.Sum(pp[i], (i, 1, n)), 1, "the weights sum to 1 (softmax-distribution)", hypothesis=True)
+    return [
+        Step.begin(sp.Sum(sp.Sum(xb[i] * (pp[i] * sp.KroneckerDelta(i, j) - pp[i] * pp[j]) * xb[j], (j, 1, n)), (i, 1, n)),
+                   "xᵀJx = Σ_i Σ_j x_i J_ij x_j with J_ij = p_i δ_ij − p_i p_j, 1 ≤ i, j ≤ n"),
+        Step(sq - sp.Sum(sp.Sum(pp[i] * xb[i] * pp[j] * xb[j], (j, 1, n)), (i, 1, n)), "Σ_j δ_ij x_j = x_i"),
+        Step(sq - xbar**2, "the double sum of a product is the product of the sums", method="separate"),
+        Step(sq - xm**2, "m = Σ_j p_j x_j", lemmas=mean),
+        Step.begin(sp.Sum(pp[i] * (xb[i] - c) ** 2, (i, 1, n)) - (xm - c) ** 2, f"with c = {sp.sstr(c)}"),
+        Step(sq - 2 * c * sp.Sum(pp[i] * xb[i], (i, 1, n)) + c**2 * sp.Sum(pp[i], (i, 1, n)) - (xm - c) ** 2,
+             "expand the square; linearity of the sum"),
+        Step(sq - xm**2, "Σ_i p_i x_i = m and Σ_i p_i = 1", lemmas=(mean_i, simplex), method="expand"),
+    ]
+
+
+def _psd_index() -> Derivation:
+    """J = diag(p) − ppᵀ ⪰ 0 for every n: xᵀJx is the variance of x under p."""
+    steps = _quadratic_form_steps(xm)
+    steps += [
+        Step.begin(sp.Sum(sp.Sum(xb[i] * (pp[i] * sp.KroneckerDelta(i, j) - pp[i] * pp[j]) * xb[j], (j, 1, n)), (i, 1, n)),
+                   "xᵀJx again"),
+        Step(sp.Sum(pp[i] * (xb[i] - xm) ** 2, (i, 1, n)), "steps 0-3 and, with c = m, steps 4-6",
+             lemmas=(Lemma(sp.Sum(sp.Sum(xb[i] * (pp[i] * sp.KroneckerDelta(i, j) - pp[i] * pp[j]) * xb[j], (j, 1, n)),
+                                  (i, 1, n)), sp.Sum(pp[i] * xb[i] ** 2, (i, 1, n)) - xm**2, "steps 0-3",
+                           from_steps=(0, 1, 2, 3)),
+                     Lemma(sp.Sum(pp[i] * (xb[i] - xm) ** 2, (i, 1, n)), sp.Sum(pp[i] * xb[i] ** 2, (i, 1, n)) - xm**2,
+                           "steps 4-6", from_steps=(4, 5, 6)))),
+        Step(sp.Integer(0), "a positive combination of squares: J is positive semidefinite", rel=">="),
+    ]
+    return Derivation(
+        claim=CLAIM,
+        name="softmax-jacobian-psd-index",
+        title="diag(p) − ppᵀ is positive semidefinite (symbolic n)",
+        statement="For every n and p in the open simplex: xᵀ(diag(p) − ppᵀ)x = Σ_i p_i (x_i − m)² ≥ 0, m = Σ_j p_j x_j.",
+        assumptions="n a positive integer; p_i > 0 with Σ p_i = 1; x real",
+        steps=steps,
+        ranges={i: (1, n), j: (1, n)},
+    )
+
+
 def _norm_half() -> Derivation:
     """‖J‖₂ ≤ 1/2 for every n, with equality at n = 2, p = (½, ½)."""
     J2 = jacobian_formula([p_half, 1 - p_half])
     u = sp.Matrix([1, -1])
     lam = 2 * p_half * (1 - p_half)
-    xs = sp.symbols("x1:4", real=True)
-    ps = sp.symbols("p1:4", positive=True)
-    x = sp.Matrix(xs)
-    xbar = sum(q * x_ for q, x_ in zip(ps, xs))
-    simplex = Lemma(ps[-1], 1 - sum(ps[:-1]), "the weights sum to 1", hypothesis=True)
-    big, small = sp.symbols("M m", real=True)  # largest and smallest coordinate of x
+    big, small = sp.symbols("M m_", real=True)  # largest and smallest coordinate of x
     c = (big + small) / 2  # the identity below holds for any c; the midpoint gives the bound
-    steps = [
+    spread = sp.Sum(pp[i] * (xb[i] - c) ** 2, (i, 1, n))
+    steps = _quadratic_form_steps(c)  # 0-6: the identity for symbolic n
+    steps += [
         # n = 2: the spectrum of J is {0, 2p(1 − p)}.
         Step.of(J2, "=", p_half * (1 - p_half) * sp.Matrix([[1, -1], [-1, 1]]), "n = 2, p = (p, 1 − p)", method="expand"),
         Step.of(J2 * u, "=", lam * u, "(1, −1) is an eigenvector, eigenvalue 2p(1 − p)", method="expand"),
         Step.of(J2 * sp.ones(2, 1), "=", sp.zeros(2, 1), "1 is an eigenvector, eigenvalue 0", method="expand"),
         Step.of(lam, "<=", sp.Rational(1, 2), "‖J‖₂ = 2p(1 − p) ≤ 1/2: the slack is 2(p − 1/2)²"),
-        Step.of(lam.subs(p_half, sp.Rational(1, 2)), "=", sp.Rational(1, 2), "equality at p = 1/2: the supremum is attained"),
-        # every n, shown with n = 3 symbols for the identity: xᵀJx = Var_p(x) ≤ (M − m)²/4 ≤ ‖x‖²/2.
-        Step.of((x.T * jacobian_formula(ps) * x)[0], "=",
-                sum(q * (x_ - c) ** 2 for q, x_ in zip(ps, xs)) - (xbar - c) ** 2,
-                "xᵀJx = Σ p_i (x_i − c)² − (x̄ − c)² for any c, here c = (M + m)/2 (n = 3 shown)", lemmas=simplex, method="expand"),
-        Step(sum(q * (x_ - c) ** 2 for q, x_ in zip(ps, xs)), "drop −(x̄ − c)²", rel="<="),
+        Step.of(sp.Subs(lam, p_half, sp.Rational(1, 2)), "=", sp.Rational(1, 2), "equality at p = 1/2: the supremum is attained",
+                method="doit"),
+        # every n: xᵀJx = Σ p_i (x_i − c)² − (m − c)² (steps 0-6) ≤ (M − m)²/4 ≤ ‖x‖²/2.
+        Step.begin(_quad(), "xᵀJx, for every n"),
+        Step(spread - (xm - c) ** 2, "= Σ p_i (x_i − c)² − (m − c)², c = (M + m)/2: steps 0-3 and 4-6",
+             lemmas=(Lemma(_quad(), sp.Sum(pp[i] * xb[i] ** 2, (i, 1, n)) - xm**2, "steps 0-3", from_steps=(0, 1, 2, 3)),
+                     Lemma(spread - (xm - c) ** 2, sp.Sum(pp[i] * xb[i] ** 2, (i, 1, n)) - xm**2, "steps 4-6",
+                           from_steps=(4, 5, 6)))),
+        Step(spread, "drop −(m − c)²", rel="<="),
         Step(((big - small) / 2) ** 2, "|x_i − c| ≤ (M − m)/2; a weighted mean is at most the largest term", rel="<=",
-             lemmas=Lemma(sum(q * (x_ - c) ** 2 for q, x_ in zip(ps, xs)), ((big - small) / 2) ** 2,
-                          "Σ p_i (x_i − c)² ≤ max_i (x_i − c)² ≤ ((M − m)/2)² for weights summing to 1, m ≤ x_i ≤ M", rel="<=", cited=True)),
+             lemmas=Lemma(spread, ((big - small) / 2) ** 2,
+                          "Σ p_i (x_i − c)² ≤ max_i (x_i − c)² ≤ ((M − m)/2)² for weights summing to 1, m ≤ x_i ≤ M "
+                          "(Popoviciu's inequality)", rel="<=", cited=True)),
         Step((big**2 + small**2) / 2, "(M² + m²)/2 − (M − m)²/4 = (M + m)²/4 ≥ 0", rel="<="),
         Step(sp.Rational(1, 2), "M² + m² ≤ ‖x‖² = 1 for a unit vector x", rel="<=",
              lemmas=Lemma(big**2, 1 - small**2, "M² + m² ≤ ‖x‖² = 1: two coordinates of a unit vector", rel="<=", hypothesis=True)),
@@ -188,14 +247,16 @@ def _norm_half() -> Derivation:
         claim=CLAIM,
         name="softmax-jacobian-norm",
         title="sup ‖diag(p) − ppᵀ‖₂ = 1/2, attained at n = 2, p = (½, ½)",
-        statement="‖J‖₂ = max over unit x of xᵀJx ≤ 1/2 for every n and p; at n = 2, p = (½, ½) it equals 1/2.",
+        statement="‖J‖₂ = max over unit x of xᵀJx ≤ 1/2 for every n and p (the identity for symbolic n; the bound on "
+                  "the weighted spread cited); at n = 2, p = (½, ½) it equals 1/2.",
         assumptions="p in the open simplex; x a unit vector with largest coordinate M and smallest m",
         steps=steps,
+        ranges={i: (1, n), j: (1, n)},
         source="Popoviciu's inequality on variances",
     )
 
 
 def derivations() -> list[Derivation]:
-    out = [_jacobian(m) for m in SIZES] + [_jacobian_index()]
+    out = [_jacobian(m) for m in SIZES] + [_jacobian_index(), _psd_index()]
     out += [_gap(m) for m in SIZES] + [_gap_index(), _norm_half()]
     return out
