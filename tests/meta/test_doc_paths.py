@@ -1,7 +1,8 @@
 """Every repository path, anchor and module the README and the docs cite resolves.
 
 A reader with a checkout follows a citation to a file: ``README.md``, ``docs/*.md`` and ``bench/README.md``
-are scanned for backticked spans and Markdown links, and each citation is resolved:
+are scanned for backticked spans, Markdown links and images (inline, or reference definitions
+``[name]: path``) and the README's layout listing, and each citation is resolved:
 
 * a path (``attnclaims/checks/tolerances.py``, ``tests/meta/test_smoke.py``, ``docs/report.md``; a glob such
   as ``tests/test_s*.py`` must match a file) is a path in the repository, spelled as the repository spells
@@ -33,7 +34,7 @@ DOCS = sorted([ROOT / "README.md", ROOT / "bench" / "README.md", *(ROOT / "docs"
 TOP = ("attnclaims/", "tests/", "docs/", "bench/", "spec/", "reference/", "proofs/", ".ci/", "pyproject.toml",
        "README.md")
 _CODE = re.compile(r"(`+)(.+?)\1", re.S)
-_LINK = re.compile(r"\]\(\s*([^)\s]+)(?:\s+\"[^\"]*\")?\s*\)")
+_LINK = re.compile(r"\]\(\s*([^)\s]+)(?:\s+\"[^\"]*\")?\s*\)|^\s{0,3}\[[^\]]+\]:\s*(\S+)", re.M)
 _FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 _MODULE = re.compile(r"^attnclaims(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_]*)?$")
 _PATH = re.compile(r"^[A-Za-z0-9_.*/-]+(?:#[A-Za-z0-9_.%-]*)?$")
@@ -115,7 +116,7 @@ def dangling(text: str, doc: Path) -> list[str]:
     """The citations of ``text`` (the Markdown of ``doc``) that do not resolve, one line each."""
     problems = []
     for m in _LINK.finditer(text):
-        target = m.group(1).strip("<>")
+        target = (m.group(1) or m.group(2)).strip("<>")  # inline link or image, or a reference definition
         if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("//"):
             continue  # a URL (http:, mailto:, …)
         why = _resolve_path(target, doc.parent, doc, text)
@@ -172,6 +173,7 @@ def test_a_dangling_citation_is_found():
         "Right: `attnclaims/checks/tolerances.py`, `reference/modern.py`, `tests/meta/`, [self](#a-heading),",
         "[report](report.md), `attnclaims.checks.tolerances`, `attnclaims.zoo.mutants:heads_truncated`,",
         "`tests/test_s*.py`, `attnclaims/guard.py:120`, `https://example.org/x.py`, [gone](#no-heading).",
+        "[defined]: ../bench/no_such_bench.py", "[fine]: ../bench/README.md", "![figure](img/no_such.png)",
         "```", "spec/        the registry", "tests/       property tests;", "             implementations/: the zoo",
         "attnclaims/  the harness;", "             zoo/: the zoo", "```",
     ])
@@ -180,9 +182,9 @@ def test_a_dangling_citation_is_found():
                     "folder (the repository has it at reference/modern.py", "`tests/implementations/",
                     "docs/report.md#no-such-heading:", "report.md#no-such-heading-either", "nowhere.md",
                     "attnclaims.checks.no_such_module", "no attribute 'no_such_mutant'", "tests/test_nothing_*.py",
-                    "#no-heading", "layout tests/implementations/"):
+                    "#no-heading", "layout tests/implementations/", "../bench/no_such_bench.py", "img/no_such.png"):
         assert sum(planted in p for p in problems) == 1, (planted, problems)
-    assert len(problems) == 11, problems
+    assert len(problems) == 13, problems
 
 
 def test_github_slugs():
