@@ -2,8 +2,10 @@
 
     python bench/bench_proofs.py [--claim ID ...] [--out bench/results/proofs.json]
 
-Prints one row per derivation (claim, derivation, steps, outcome, wall and CPU
-seconds of building + checking it) and the totals, and writes the rows and the
+Prints one row per derivation (claim, derivation, steps, outcome, what it
+establishes — general / instance / instance+cited —, wall and CPU seconds of
+building + checking it, the checker's matching of derived lemmas and vacuity
+checks included) and the totals, and writes the rows and the
 machine's description to JSON. The limits are judged on CPU time: sympy runs in
 one thread, so on an idle machine wall time equals CPU time, while on a shared
 one (several test runs at once) wall time measures the other processes too; the
@@ -33,11 +35,11 @@ def main(argv=None) -> int:
     t_import = time.perf_counter()
     import sympy
 
-    from attnclaims.proofs import modules
+    from attnclaims.proofs import extension_modules, modules
 
     import_s = time.perf_counter() - t_import
     rows = []
-    for mod in modules():
+    for mod in modules() + extension_modules():
         if args.claim and mod.CLAIM not in args.claim:
             continue
         w0, c0 = time.perf_counter(), time.process_time()
@@ -49,6 +51,7 @@ def main(argv=None) -> int:
             wall, cpu = time.perf_counter() - w0, time.process_time() - c0
             rows.append({
                 "claim": d.claim, "derivation": d.name, "steps": len(result.steps), "outcome": result.outcome,
+                "proof_status": result.status,
                 "seconds": round(wall, 3), "cpu_seconds": round(cpu, 3), "reason": result.reason,
                 # the module builds all its derivations at once; its build time is shared out evenly
                 "build_seconds": round(build_wall / len(derivations), 3),
@@ -56,11 +59,11 @@ def main(argv=None) -> int:
             })
 
     width = max(len(r["derivation"]) for r in rows)
-    print(f"{'claim':26s} {'derivation':{width}s} {'steps':>5s} {'outcome':8s} {'wall s':>7s} {'cpu s':>7s}")
+    print(f"{'claim':26s} {'derivation':{width}s} {'steps':>5s} {'outcome':8s} {'status':14s} {'wall s':>7s} {'cpu s':>7s}")
     for r in rows:
         total = r["seconds"] + r["build_seconds"]
         flag = "  > limit" if r["cpu_seconds"] + r["build_cpu_seconds"] > PER_DERIVATION_LIMIT_S else ""
-        print(f"{r['claim']:26s} {r['derivation']:{width}s} {r['steps']:5d} {r['outcome']:8s} "
+        print(f"{r['claim']:26s} {r['derivation']:{width}s} {r['steps']:5d} {r['outcome']:8s} {r['proof_status']:14s} "
               f"{total:7.2f} {r['cpu_seconds'] + r['build_cpu_seconds']:7.2f}{flag}")
         if r["outcome"] != "passed":
             print(f"    {r['reason']}")
