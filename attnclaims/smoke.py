@@ -723,9 +723,11 @@ def configure(parser) -> None:
 
 def _limit(call_timeout: float) -> float:
     """The checks' deadline once the implementation is constructed (the import has its own, ``check``'s
-    ``ATTNCLAIMS_IMPORT_TIMEOUT``): two guarded calls per smoke check and per malformed call, each within the
-    per-call limit, plus slack. Only a backstop: every call is limited by the guard and its watchdog."""
-    return 2 * (len(SMOKE) + _MALFORMED_CALLS) * (call_timeout or 20.0) + 30.0
+    ``ATTNCLAIMS_IMPORT_TIMEOUT``): up to six guarded calls per smoke check (three decoding steps or three
+    causal alignments/windows, the first two of each capability made twice by the guard's determinism
+    check) and two per malformed call, each within the per-call limit, plus slack. Only a backstop: every
+    call is limited by the guard and its watchdog."""
+    return (6 * len(SMOKE) + 2 * _MALFORMED_CALLS) * (call_timeout or 20.0) + 30.0
 
 
 def _lines(path) -> list[str]:
