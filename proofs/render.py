@@ -287,7 +287,9 @@ def text_lines(rendered: Mapping, statuses: Mapping | None = None, mark: Mapping
         lines.append(f"    ({s['index']}) {tag + ': ' if tag else ''}{s['why']}"
                      + (f" [{st['detail']}]" if st.get("detail") and status in ("failed", "error") else ""))
         for lem in s["lemmas"]:
-            lines.append(f"        {'cited' if lem['cited'] else 'lemma'}: {lem['text']} ({lem['why']})")
+            tag = "cited" if lem["cited"] else {"definition": "definition", "hypothesis": "hypothesis"}.get(
+                lem.get("basis", ""), "lemma")
+            lines.append(f"        {tag}: {lem['text']} ({lem['why']})")
     return lines
 
 

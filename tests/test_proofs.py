@@ -90,6 +90,12 @@ def test_renders_as_text_and_latex(derivation: Derivation):
     assert all(f"because {s.why}" in text for s in steps)
     assert latex.count(r"\text{(") == len(steps)
     assert latex.strip().endswith(r"\end{align*}")
+    from attnclaims.proofs.render import proof_label, render_derivation
+
+    rendered = render_derivation(derivation)
+    assert rendered["proof_status"] == derivation.proof_status()
+    assert rendered["proof_label"] == proof_label(derivation.proof_status(), derivation.cited_lemmas(), derivation.instance)
+    assert rendered["extension"] == derivation.extension
 
 
 # --------------------------------------------------------------------------
