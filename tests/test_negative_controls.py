@@ -319,3 +319,22 @@ def test_every_section_test_has_a_negative_control():
             if name.startswith("test_") and callable(obj) and name not in covered | exempt:
                 missing.append(f"{module.__name__}.{name}")
     assert not missing, f"property tests without a negative control: {missing}"
+
+
+class _EncoderBackwardLoses5Percent(BM.BackwardComposed):
+    """encoder_layer_vjp returns 0.95 × the input gradient (a stray damping factor in the residual branch's
+    backward): a stack of L such layers loses 5 % of ‖∂L/∂x‖ per layer, a decay the band rule must reject."""
+
+    def encoder_layer_vjp(self, x, params, d_out, mask=None):
+        dx, dp = super().encoder_layer_vjp(x, params, d_out, mask=mask)
+        return 0.95 * dx, dp
+
+
+@pytest.mark.claim("residual-gradient", role="control")
+def test_residual_gradient_band_rejects_a_decaying_stack():
+    """tests/test_gradients.py's band rule (the measurement's multi-seed drift test on the implementation's own
+    stacks) fails an encoder_layer_vjp that loses 5 % of the gradient per layer."""
+    broken = _EncoderBackwardLoses5Percent()
+    guard = GuardedImplementation(broken, spec=type(broken).__name__, timeout=None)
+    with control_profile(), pytest.raises(AssertionError, match="post-LN stack.*decays with depth"):
+        grad.test_residual_gradient_on_the_implementations_own_stacks(impl=guard)
