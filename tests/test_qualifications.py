@@ -182,15 +182,40 @@ def test_post_ln_and_pre_ln_gradients_scale_differently_with_depth(artifacts_dir
 
 
 @pytest.mark.claim("no-recurrence", kind="measurement", role="qualification")
-@pytest.mark.claim("parallel-training", kind="measurement")  # the parallel pass: O(1) sequential steps
+@pytest.mark.claim("parallel-training", kind="measurement")  # sequential steps of the parallel pass, both counts
 def test_decoding_at_inference_is_sequential(attn_record):
-    """One parallel causal pass has critical path 4 whatever n; autoregressive decoding, where
-    position i + 1's input is computed from position i's output, has a critical path linear in n."""
+    """Sequential steps (critical paths, :mod:`attnclaims.measurements.graphs`) of one parallel causal pass and
+    of autoregressive decoding (position i + 1's input computed from position i's output), counted twice:
+
+    * per position, as Vaswani et al. Table 1 counts "sequential operations" (one node per projection,
+      score q_i·k_j, row softmax and weighted sum): the parallel pass takes 4 steps whatever n — O(1), the
+      precise statement of parallel-training — and decoding O(n);
+    * per scalar operation with fan-in 2 (the count rnn-sequential decides on): the parallel pass's reductions
+      over n keys (max, sum, weighted sum) make it O(log n) — so "does not grow with n" holds only in
+      Vaswani's counting, as the registry's statement says — while decoding fits neither O(1) nor O(log n)
+      (it is Θ(n log n)): the parallel pass is still exponentially shallower. The scalar graph is the unmasked one: every row's subgraph is the same,
+      so its critical path runs through the last row, whose n-key subgraph the causal pass has unchanged.
+    """
+    from attnclaims.measurements.graphs import scalar_attention_graph, scalar_decoding_graph
+    from attnclaims.measurements.recurrence import SCALAR_CEILINGS
+
     n_values = [4, 8, 16, 32, 64, 128]
     parallel = [critical_path(attention_graph(n, causal=True)) for n in n_values]
     decoding = [critical_path(attention_graph(n, autoregressive=True)) for n in n_values]
     fit_par, fit_dec = select_growth(n_values, parallel), select_growth(n_values, decoding)
-    attn_record(decision=f"parallel causal pass {fit_par.big_o}, autoregressive decoding {fit_dec.big_o}",
-                n=n_values, parallel=parallel, decoding=decoding)
-    assert fit_par.cls == "constant", f"parallel pass grows like {fit_par.big_o}"
-    assert fit_dec.cls == "linear", f"decoding grows like {fit_dec.big_o}, expected O(n)"
+    scalar_n = [4, 6, 8, 12, 16, 24, 32, 48, 64]  # non-powers of two too: ceilings of log₂ n
+    scalar_par = [critical_path(scalar_attention_graph(n)) for n in scalar_n]
+    scalar_dec = [critical_path(scalar_decoding_graph(n)) for n in scalar_n]
+    fit_spar = select_growth(scalar_n, scalar_par, abs_error=SCALAR_CEILINGS)
+    # decoding sums ⌈log₂(t + 1)⌉ over positions, so its ceilings' error is not bounded by a constant: it is
+    # only shown to fit neither O(1) nor O(log n) (Θ(n log n) by scalar_decoding_graph's count)
+    fit_sdec = select_growth(scalar_n, scalar_dec, classes=("constant", "log"), abs_error=SCALAR_CEILINGS)
+    attn_record(decision=f"per position (Vaswani's count): parallel causal pass {fit_par.big_o}, autoregressive "
+                         f"decoding {fit_dec.big_o}; per scalar operation (fan-in 2): parallel pass "
+                         f"{fit_spar.big_o}, decoding {fit_sdec.big_o if fit_sdec.cls else 'beyond O(log n)'}",
+                n=n_values, parallel=parallel, decoding=decoding, scalar_n=scalar_n, scalar_parallel=scalar_par,
+                scalar_decoding=scalar_dec)
+    assert fit_par.cls == "constant", f"parallel pass grows like {fit_par.big_o} per position"
+    assert fit_dec.cls == "linear", f"decoding grows like {fit_dec.big_o} per position, expected O(n)"
+    assert fit_spar.cls == "log", f"parallel pass grows like {fit_spar.big_o} per scalar operation, expected O(log n)"
+    assert fit_sdec.cls is None, f"decoding grows like {fit_sdec.big_o} per scalar operation, expected Θ(n log n)"
