@@ -28,8 +28,11 @@ def ffn_cases(draw, *, generic: bool = False, min_seq: int = 1):
 
 
 def _ffn_bound(impl, x, params, ex=None) -> T.Bound:
+    """One evaluation's error bound of ``impl.feed_forward(x, params)``: the 16-bit model's (float32
+    accumulation, :func:`~attnclaims.checks.tolerances.error_model`) for float16 and bfloat16, the general
+    model's otherwise."""
     u = T.unit_roundoff(impl.dtype)
-    return T.Bound(T.feed_forward_error(x, params, u=u, ex=ex), u)
+    return T.Bound(T.error_model(T.feed_forward_error, impl.dtype)(x, params, u=u, ex=ex), u)
 
 
 @pytest.mark.claim("position-wise-ffn", kind="conformance")
