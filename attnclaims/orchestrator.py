@@ -65,6 +65,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from attnclaims.vocab import STOPPED_RUN
 from attnclaims.evidence import Evidence
 
 TESTS_PACKAGE = "attnclaims.tests"
@@ -74,7 +75,7 @@ DEFAULT_IMPORT_TIMEOUT = 120.0
 COLLECTION_LIMIT_S = 600.0
 _POLL_S = 0.1
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-ORCHESTRATOR = "attnclaims orchestrator"
+ORCHESTRATOR = STOPPED_RUN
 
 
 class RunError(ValueError):

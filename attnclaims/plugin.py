@@ -767,6 +767,14 @@ def _suite_version() -> str:
     return __version__
 
 
+def _registry_sha256() -> str | None:
+    """SHA-256 of the registry this run reads, so that ``report --merge`` refuses results of another one."""
+    from attnclaims.cache import registry_digest
+
+    digest = registry_digest()
+    return None if digest.startswith("unreadable") else digest
+
+
 def _write_results(config, complete: bool) -> dict | None:
     """(Re)write ``--attn-results``: atomically, from the evidence serialised as each test finished.
     While the run goes the file says ``"complete": false``; so does the last one of a stopped run."""
@@ -789,6 +797,7 @@ def _write_results(config, complete: bool) -> dict | None:
         "implementation": info or {"name": spec, "spec": spec},
         "profile": settings.get_current_profile_name(),
         "suite_version": _suite_version(),
+        "registry_sha256": _registry_sha256(),
         "exitstatus": state.exitstatus,
         "complete": bool(complete and not state.stopped and ran_all),
         "tests_run": state.finished,

@@ -11,9 +11,13 @@ implementation. A claim that no implementation check touches (derivations,
 measurements on the reference, citations: every item has ``implementation``
 ``None``) gets its verdict once, in the column :data:`INDEPENDENT`
 ("independent of the implementation"), never copied into the implementations'
-columns. Errors alone do not make a claim implementation-tested: the ``error``
-items a stopped run records for an implementation ("run stopped after N of M
-tests") on such a claim make its independent verdict ``error`` instead.
+columns. The ``error`` items a stopped run records for an implementation ("run
+stopped after N of M tests", named :data:`attnclaims.vocab.STOPPED_RUN`) do not
+make a claim implementation-tested on their own: on a claim with no
+implementation check they make its independent verdict ``error`` instead. Every
+other error of an implementation (a test that crashed, a method that raised
+``SystemExit``, a process that died, an implementation that could not be used)
+gives the claim that implementation's column, where the error is shown.
 Items of kind ``contract`` (checks of the protocol's edges) are left out of
 every claim's verdict: they are reported apart, and change the exit status
 only under ``strict_contract`` (:func:`exit_status`).
@@ -136,7 +140,8 @@ from typing import Iterable, Mapping, Sequence
 from attnclaims.declines import MIN_EXAMPLES_RAN, MIN_RAN_FRACTION, enough_examples
 from attnclaims.evidence import Evidence
 from attnclaims.vocab import (BLOCKED, BLOCKED_PREFIX, EXTENSION, EXTENSION_PREFIX, INDEPENDENT, NUMERIC_KINDS,
-                              OTHER_VERDICTS, PARTIAL, PARTIAL_PREFIX, PROBLEM_CATEGORIES, STRENGTH, VERDICT_WORDS)
+                              OTHER_VERDICTS, PARTIAL, PARTIAL_PREFIX, PROBLEM_CATEGORIES, STOPPED_RUN, STRENGTH,
+                              VERDICT_WORDS)
 
 __all__ = ["Verdict", "compute_verdicts", "exit_status", "evidence_for", "implementation_tested", "HOW_TO_READ",
            "INDEPENDENT", "VERDICT_WORDS", "OTHER_VERDICTS", "BLOCKED_PREFIX", "NUMERIC_KINDS", "part_of",
@@ -447,7 +452,7 @@ def compute_verdicts(registry, evidence: Sequence[Evidence], implementations: Se
     for cid, items in by_claim.items():
         claim = registry.get(cid)
         independent = [e for e in items if e.implementation is None]
-        if any(e.implementation is not None and e.outcome != "error" for e in items):
+        if any(e.implementation is not None and (e.outcome != "error" or e.name != STOPPED_RUN) for e in items):
             columns[cid] = list(implementations)
             for impl in implementations:
                 mine = [e for e in items if e.implementation == impl]

@@ -43,6 +43,13 @@ PROBLEM_CATEGORIES = ("refuted", BLOCKED, "error")
 #: implementation's column.
 INDEPENDENT = "independent of the implementation"
 
+#: The test name of the ``error`` items a stopped run records for the claims whose tests did not run
+#: ("run stopped after N of M tests"). Alone they do not give a claim an implementation column: a claim
+#: with no implementation check keeps its single independent column. Every other error item of an
+#: implementation (a test that crashed, an implementation that could not be used) is that
+#: implementation's, shown in its column.
+STOPPED_RUN = "attnclaims orchestrator"
+
 #: Outcomes of one check.
 OUTCOMES = ("passed", "failed", "not-applicable", "error")
 #: Kinds of evidence.

@@ -9,6 +9,7 @@ with one line naming the files.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -163,3 +164,14 @@ def test_cli_refuses_merge_with_impl_and_bad_files_in_one_line(tmp_path, capsys)
     assert main(["report", "--merge", pa, pb, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert "different profiles" in err and len(err.splitlines()) == 1
+
+
+def test_results_of_another_registry_are_refused(tmp_path):
+    """A results file records the SHA-256 of the registry it ran against; merging it under another registry
+    would attach its evidence to claims whose statements may differ, so the merge refuses it in one line."""
+    a, b, _ = _two(tmp_path)
+    data = json.loads(Path(b).read_text(encoding="utf-8"))
+    data["registry_sha256"] = "0" * 64
+    Path(b).write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(MergeError, match="another registry"):
+        merged_report([a, b], REGISTRY)

@@ -115,6 +115,9 @@ def test_module_attr_factory_and_not_applicable_are_recorded(project):
     import attnclaims
 
     assert payload["suite_version"] == attnclaims.__version__  # what report --merge checks
+    from attnclaims.cache import registry_digest
+
+    assert payload["registry_sha256"] == registry_digest()  # merge refuses results of another registry
     assert payload["implementation"]["capabilities"] == ["softmax"]
     by_claim = {e["claim"]: e for e in payload["evidence"]}
     assert by_claim["softmax-distribution"]["outcome"] == "passed"

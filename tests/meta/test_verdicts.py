@@ -15,7 +15,7 @@ import attnclaims.verdicts as verdicts
 from attnclaims.evidence import Evidence
 from attnclaims.registry import parse_registry
 from attnclaims.verdicts import compute_verdicts, exit_status
-from attnclaims.vocab import INDEPENDENT
+from attnclaims.vocab import INDEPENDENT, STOPPED_RUN
 
 IMPL, OTHER = "reference", "other"
 
@@ -367,8 +367,23 @@ def test_the_report_schema_spells_the_vocabulary_words_as_vocab_does():
 
 def test_a_stopped_run_on_a_claim_without_implementation_checks_is_an_error_in_the_independent_column(registry):
     evidence = [ev("root", kind="proof", impl=None),
-                ev("root", "error", impl=OTHER, message="run stopped after 0 tests, before they were collected: killed")]
+                ev("root", "error", impl=OTHER, name=STOPPED_RUN,
+                   message="run stopped after 0 tests, before they were collected: killed")]
     out = compute_verdicts(registry, evidence, [IMPL, OTHER])
     assert list(out["root"]) == [INDEPENDENT]
     v = out["root"][INDEPENDENT]
     assert v.verdict == "error" and "run stopped after 0 tests" in v.reason and exit_status(out) == 1
+
+
+@pytest.mark.parametrize("name", ["tests/test_s63_layer_norm.py::test_layer_norm_matches_reference",
+                                  "the implementation's run (attnclaims orchestrator)"])
+def test_an_implementations_own_error_is_shown_in_its_column_not_the_independent_one(registry, name):
+    """A test that crashed because of the implementation (SystemExit from a method, a segfault) or an
+    implementation that could not be used: the error is that implementation's, in its column, with the
+    reason — not "independent of the implementation" with the implementation's column empty."""
+    evidence = [ev("root", kind="proof", impl=None),
+                ev("root", "error", impl=OTHER, name=name, message="SystemExit raised inside layer_norm")]
+    out = compute_verdicts(registry, evidence, [IMPL, OTHER])
+    assert INDEPENDENT not in out["root"], out["root"]
+    v = out["root"][OTHER]
+    assert v.verdict == "error" and "SystemExit raised inside layer_norm" in v.reason and exit_status(out) == 1
