@@ -57,6 +57,14 @@ def proof_label(d: Mapping, lang: str = "en") -> str:
     return ""
 
 
+def lemma_tag(lem: Mapping) -> str:
+    """How a step's lemma is shown: cited (a fact taken from a source, not checked here), definition,
+    hypothesis, or lemma (checked)."""
+    if lem.get("cited"):
+        return "cited"
+    return {"definition": "definition", "hypothesis": "hypothesis"}.get(str(lem.get("basis", "")), "lemma")
+
+
 def claim_evidence(c: Mapping) -> list[dict]:
     """A claim's evidence as its section shows it: without its contract items (malformed-input findings
     have their own section and are never part of a claim's verdict)."""

@@ -30,7 +30,7 @@ from typing import Iterable, Mapping, Sequence
 from attnclaims.report import i18n
 from attnclaims.terminal import escape_controls
 from attnclaims.report.common import (
-    MAX_TABLE_ROWS, OUTCOME_MARK, STEP_MARK, by_severity, cache_line, claim_evidence, clipped, columns, compact_json, failure_lines,
+    MAX_TABLE_ROWS, OUTCOME_MARK, STEP_MARK, by_severity, cache_line, claim_evidence, clipped, columns, lemma_tag, compact_json, failure_lines,
     first_line,
     fmt_number, fmt_seconds, is_problem, outcome_counts, parts_of, passing_summary, proof_label, repro_text,
     scalar_data, section_label, summary_counts, table_of, verdict_category,
@@ -745,7 +745,7 @@ def _derivation(d: Mapping, lang: str = "en", instances: Sequence[Mapping] = (),
         for lem in s.get("lemmas", ()):
             math = sanitize_mathml(lem.get("mathml", "")) if lem.get("mathml") else None
             shown = f'<span class="mathinline">{math}</span>' if math else esc(lem.get("text", ""))
-            body.append(f'<div class="lemma">{"cited" if lem.get("cited") else "lemma"}: '
+            body.append(f'<div class="lemma">{lemma_tag(lem)}: '
                         f'{shown} ({esc(lem.get("why", ""))})</div>')
         body.append("</div>")
     body.append("</div>")

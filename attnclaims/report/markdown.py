@@ -21,7 +21,7 @@ from attnclaims.proofs.render import folded, instances_label
 from attnclaims.report import i18n
 from attnclaims.terminal import escape_controls
 from attnclaims.report.common import (
-    OUTCOME_MARK, STEP_MARK, by_severity, cache_line, claim_evidence, columns, compact_json, failure_lines, first_line,
+    OUTCOME_MARK, STEP_MARK, by_severity, cache_line, claim_evidence, columns, lemma_tag, compact_json, failure_lines, first_line,
     clipped, fmt_number, fmt_seconds, is_problem, parts_of, passing_summary, proof_label, repro_text, scalar_data,
     section_label, summary_counts, table_of,
 )
@@ -341,7 +341,7 @@ def _step_lines(s: Mapping, lang: str) -> list[str]:
     for lem in s.get("lemmas", ()):  # a long lemma formula is in index.html and report.json
         lt = lem.get("latex") or ""
         shown = f"$`{_tex(lt)}`$ " if lt and len(lt) <= MAX_LEMMA_LATEX else ""
-        out.append(f"  · {'cited' if lem.get('cited') else 'lemma'}: {shown}({text(lem.get('why', ''))})")
+        out.append(f"  · {lemma_tag(lem)}: {shown}({text(lem.get('why', ''))})")
     out.append("")
     return out
 

@@ -539,15 +539,16 @@ def _reference_run(tmp: Path) -> tuple[dict, Path]:
 
 
 def test_the_reference_report_fits_the_reader(tmp_path):
-    """report.md <= 150 KB and index.html <= 1.5 MB (figures inlined) for the reference, in both editions,
-    on a real run's evidence (recorded); a failing check would still show everything (tested above)."""
+    """report.md <= 160 KB and index.html <= 1.5 MB (figures inlined) for the reference, in both editions,
+    on a real run's evidence (recorded); a failing check would still show everything (tested above).
+    (report.md's budget was 150 KB before it listed every sentence of the article and each claim's parts.)"""
     report, out = _reference_run(tmp_path)
     assert sum(len(c["evidence"]) for c in report["claims"]) > 200  # a real run, not a stub
     paths = write_report(report, out, ["md", "html"], langs=["en", "zh"])
     sizes = {p.name: p.stat().st_size for p in paths}
     print("sizes:", sizes)
     for name in ("report.md", "report.zh.md"):
-        assert sizes[name] <= 150_000, (name, sizes[name])
+        assert sizes[name] <= 160_000, (name, sizes[name])
     for name in ("index.html", "index.zh.html"):
         assert sizes[name] <= 1_500_000, (name, sizes[name])
     html = (out / "index.html").read_text(encoding="utf-8")

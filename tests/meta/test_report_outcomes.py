@@ -139,3 +139,12 @@ def test_a_derivation_resting_on_a_cited_lemma_is_labelled_so_everywhere(registr
     for zh in (pages["md-zh"], pages["html-zh"]):
         assert "实例 + 引用的引理（‖J‖ ≤ 1/2 (Horn &amp; Johnson, Thm 5.6.9)）" in zh
         assert "不是一般性证明" in zh
+
+
+def test_a_lemma_is_shown_as_what_it_is():
+    from attnclaims.report.common import lemma_tag
+
+    assert lemma_tag({"cited": True, "basis": "definition"}) == "cited"  # a cited fact is never shown as checked
+    assert lemma_tag({"cited": False, "basis": "definition"}) == "definition"
+    assert lemma_tag({"cited": False, "basis": "hypothesis"}) == "hypothesis"
+    assert lemma_tag({"cited": False}) == "lemma"
