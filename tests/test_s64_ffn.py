@@ -47,7 +47,7 @@ def test_feed_forward_matches_reference(impl, data):
                    f"feed_forward(x{x.shape}, d_ff={p.d_ff}) vs reference")
 
 
-@pytest.mark.claim("position-wise-ffn")
+@pytest.mark.claim("position-wise-ffn", part="position-wise")
 @pytest.mark.requires("feed_forward")
 @given(data=ffn_cases(min_seq=2), pick=st.data())
 def test_each_position_is_transformed_alone(impl, data, pick):
@@ -62,7 +62,7 @@ def test_each_position_is_transformed_alone(impl, data, pick):
     T.assert_close(full, alone, bound, f"FFN(X)[{i}] vs FFN(X[{i}:{i + 1}])", names=("FFN(X)[i]", "FFN(X[i])"))
 
 
-@pytest.mark.claim("position-wise-ffn")
+@pytest.mark.claim("position-wise-ffn", part="position-wise")
 @pytest.mark.requires("feed_forward")
 @given(data=ffn_cases(generic=True, min_seq=2), pick=st.data())
 def test_jacobian_is_block_diagonal(impl, data, pick):
@@ -82,7 +82,7 @@ def test_jacobian_is_block_diagonal(impl, data, pick):
                    names=("FFN(X')[i≠j]", "FFN(X)[i≠j]"))
 
 
-@pytest.mark.claim("position-wise-ffn")
+@pytest.mark.claim("position-wise-ffn", part="position-wise")
 @pytest.mark.requires("feed_forward")
 @given(data=ffn_cases(min_seq=2), perm_data=st.data())
 def test_commutes_with_permutations(impl, data, perm_data):

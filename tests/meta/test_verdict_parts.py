@@ -417,6 +417,18 @@ class LayerNormOneEpsSampleVariance(LayerNormOneEps):
         return gamma * (x - mu) / np.sqrt(var + eps) + beta
 
 
+class FeedForwardOneToken:
+    """A feed-forward that runs one position at a time and declines inputs with more than one position."""
+
+    name = "ffn-one-token"
+    dtype = np.dtype(np.float64)
+
+    def feed_forward(self, x, params):
+        if np.shape(x)[-2] != 1:
+            raise NotImplementedError(f"one position at a time, got {np.shape(x)[-2]}")
+        return Reference().feed_forward(x, params)
+
+
 def _suite(tmp_path: Path, spec: str, claims: str, modules: str) -> tuple[dict, list[Evidence]]:
     """The implementation tests of ``claims`` in the test ``modules`` (comma-separated, those that hold
     every test of the parts concerned) against ``spec`` in a pytest child (dev profile): the verdicts of
@@ -486,3 +498,18 @@ def test_an_adapter_with_only_modern_capabilities_shows_its_extension_evidence(t
         v = verdicts[cid]
         assert v.category == EXTENSION and v.verdict.startswith("verified — extension: "), (cid, v.verdict)
         assert all(label in v.extensions for label in labels), (cid, v.extensions)
+
+
+def test_position_wise_checks_never_pass_on_one_position_inputs_alone(tmp_path):
+    """A one-position input makes FFN(X)[i] = FFN(X[i:i+1]), the block-diagonal Jacobian and FFN(PX) = P FFN(X)
+    trivial (a call compared with itself, or nothing compared): an implementation that declines every longer
+    input is not applicable on them, never passed on trivial examples."""
+    verdicts, evidence = _suite(tmp_path, "test_verdict_parts:FeedForwardOneToken", "position-wise-ffn",
+                                "test_s64_ffn")
+    trivial_at_one = ("test_each_position_is_transformed_alone", "test_jacobian_is_block_diagonal",
+                      "test_commutes_with_permutations")
+    for name in trivial_at_one:
+        got = [e for e in evidence if e.name.endswith(name)]
+        assert got and all(e.outcome == "not-applicable" for e in got), [(e.name, e.outcome, e.message) for e in got]
+    v = verdicts["position-wise-ffn"]
+    assert v.category == PARTIAL and "position-wise on several positions" in v.verdict, (v.verdict, v.reason)
