@@ -157,6 +157,30 @@ def test_the_private_copies_keep_strides_shared_memory_and_read_only_flags():
     assert not np.shares_memory(seen["q"], base)
 
 
+def test_one_array_passed_twice_reaches_the_implementation_as_one_object():
+    """Self-attention passes x_q as x_kv; a self-attention-only module (a one-sequence ``forward``) may rely on
+    ``x_kv is x_q``. The private copies keep that identity (one copy passed twice), and two equal but distinct
+    arrays stay two objects."""
+    seen = []
+
+    class SelfOnly(Reference):
+        name = "self-only"
+
+        def multi_head_attention(self, x_q, x_kv, params, mask=None):
+            seen.append(x_kv is x_q)
+            return Reference.multi_head_attention(self, x_q, x_kv, params, mask=mask)
+
+    from attnclaims.reference import init_multi_head
+
+    rng = np.random.default_rng(0)
+    x, p = rng.normal(size=(3, 4)), init_multi_head(rng, 4, 2)
+    guard = GuardedImplementation(SelfOnly(), timeout=None)
+    guard.multi_head_attention(x, x, p)
+    guard.multi_head_attention(x, x.copy(), p)
+    assert seen[0] and seen[1], "the same array passed twice arrived as two objects"
+    assert not seen[2] and not seen[3], "two distinct arrays arrived as one object"
+
+
 def test_a_step_that_keeps_its_own_cache_is_caught_by_the_step_tests():
     """``KeepsItsOwnCache`` passes every step test that decodes one sequence in order; the tests that hand it a
     cache it did not produce fail it, saying which."""
