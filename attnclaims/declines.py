@@ -32,13 +32,14 @@ MIN_EXAMPLES_RAN = 10
 MIN_RAN_FRACTION = 0.1
 
 #: After this many declines in a row (no call of the implementation returning in between), the
-#: implementation is taken to support none of the test's inputs: the decline is no longer rejected, so
+#: implementation is taken to support none of the test's inputs for the rest of the test: the decline is
+#: no longer rejected, so
 #: the test ends not applicable at once instead of drawing up to ten times its examples (hypothesis'
 #: own filter health check gives up at the same 50 invalid draws). An implementation that runs one
 #: draw in four declines 50 in a row with probability (3/4)^50 < 10^-6.
 GIVE_UP_AFTER = 50
 
-_state = {"count": 0, "reasons": [], "streak": 0}
+_state = {"count": 0, "reasons": [], "streak": 0, "gave_up": False}
 
 
 def reset() -> None:
@@ -46,6 +47,7 @@ def reset() -> None:
     _state["count"] = 0
     _state["reasons"] = []
     _state["streak"] = 0
+    _state["gave_up"] = False
 
 
 def returned() -> None:
@@ -78,7 +80,11 @@ def decline(reason: str) -> None:
     (the caller then raises its not-applicable exception, which ends the check as before)."""
     if not in_hypothesis_example():
         return
-    if _state["streak"] >= GIVE_UP_AFTER:
+    if _state["gave_up"] or _state["streak"] >= GIVE_UP_AFTER:
+        # Given up for the rest of the test, whatever returns later: hypothesis replays a failing example
+        # to confirm it, and a decline that raised on the first run but rejected on the replay (because a
+        # call of the replayed example returned first and reset the streak) is its FlakyFailure.
+        _state["gave_up"] = True
         return
     _state["count"] += 1
     _state["streak"] += 1
