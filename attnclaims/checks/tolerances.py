@@ -529,14 +529,21 @@ def multi_head_error(x_q, x_kv, params, mask=None, *, u: float, ex_q=None, ex_kv
     with those input errors (:func:`attention_error`, scale 1/√d_k, the mask shared by the heads), the
     concatenation (exact) and the output projection with the heads' errors.
     x_q (..., n_q, d_model), x_kv (..., n_k, d_model) -> (..., n_q, d_model)."""
+    return _multi_head_composition(x_q, x_kv, params, mask, u=u, ex_q=ex_q, ex_kv=ex_kv, linear=linear_error,
+                                   attention=attention_error)
+
+
+def _multi_head_composition(x_q, x_kv, params, mask, *, u: float, ex_q, ex_kv, linear, attention) -> np.ndarray:
+    """Multi-head attention's bound composed of a bound of the linear maps (``linear``) and of one head's
+    attention (``attention``): the general model's or the 16-bit model's, the composition the same."""
     p = params
     x_q, x_kv = _f64(x_q), _f64(x_kv)
     h = p.num_heads
     proj = lambda x, w, b: x @ _f64(w) + _f64(b)
     q, k, v = proj(x_q, p.w_q, p.b_q), proj(x_kv, p.w_k, p.b_k), proj(x_kv, p.w_v, p.b_v)
-    eq = linear_error(x_q, p.w_q, p.b_q, u=u, ex=ex_q)
-    ek = linear_error(x_kv, p.w_k, p.b_k, u=u, ex=ex_kv)
-    ev = linear_error(x_kv, p.w_v, p.b_v, u=u, ex=ex_kv)
+    eq = linear(x_q, p.w_q, p.b_q, u=u, ex=ex_q)
+    ek = linear(x_kv, p.w_k, p.b_k, u=u, ex=ex_kv)
+    ev = linear(x_kv, p.w_v, p.b_v, u=u, ex=ex_kv)
     head_mask = None
     if mask is not None:
         target_shape = np.broadcast_shapes(x_q.shape[:-2], x_kv.shape[:-2]) + (x_q.shape[-2], x_kv.shape[-2])
@@ -544,8 +551,8 @@ def multi_head_error(x_q, x_kv, params, mask=None, *, u: float, ex_q=None, ex_kv
     qh, kh, vh = _split(q, h), _split(k, h), _split(v, h)
     a, _, _ = _weights_and_shift(qh, kh, head_mask, None)
     heads = a @ vh  # (..., h, n_q, d_k)
-    e_heads = attention_error(qh, kh, vh, head_mask, None, u=u, eq=_split(eq, h), ek=_split(ek, h), ev=_split(ev, h))
-    return linear_error(_merge(heads), p.w_o, p.b_o, u=u, ex=_merge(e_heads))
+    e_heads = attention(qh, kh, vh, head_mask, None, u=u, eq=_split(eq, h), ek=_split(ek, h), ev=_split(ev, h))
+    return linear(_merge(heads), p.w_o, p.b_o, u=u, ex=_merge(e_heads))
 
 
 def rounded_projection(x, w, b, dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -976,24 +983,8 @@ def sixteen_bit_multi_head_error(x_q, x_kv, params, mask=None, *, u: float, ex_q
     """Error bound of multi-head attention for a 16-bit implementation: :func:`multi_head_error` composed of
     :func:`sixteen_bit_linear_error` (projections) and :func:`sixteen_bit_attention_error` (each head, with
     the projections' errors). x_q (..., n_q, d_model), x_kv (..., n_k, d_model) -> (..., n_q, d_model)."""
-    p = params
-    x_q, x_kv = _f64(x_q), _f64(x_kv)
-    h = p.num_heads
-    proj = lambda x, w, b: x @ _f64(w) + _f64(b)
-    q, k, v = proj(x_q, p.w_q, p.b_q), proj(x_kv, p.w_k, p.b_k), proj(x_kv, p.w_v, p.b_v)
-    eq = sixteen_bit_linear_error(x_q, p.w_q, p.b_q, u=u, ex=ex_q)
-    ek = sixteen_bit_linear_error(x_kv, p.w_k, p.b_k, u=u, ex=ex_kv)
-    ev = sixteen_bit_linear_error(x_kv, p.w_v, p.b_v, u=u, ex=ex_kv)
-    head_mask = None
-    if mask is not None:
-        target_shape = np.broadcast_shapes(x_q.shape[:-2], x_kv.shape[:-2]) + (x_q.shape[-2], x_kv.shape[-2])
-        head_mask = np.broadcast_to(np.asarray(mask, bool), target_shape)[..., None, :, :]
-    qh, kh, vh = _split(q, h), _split(k, h), _split(v, h)
-    a, _, _ = _weights_and_shift(qh, kh, head_mask, None)
-    heads = a @ vh
-    e_heads = sixteen_bit_attention_error(qh, kh, vh, head_mask, None, u=u, eq=_split(eq, h), ek=_split(ek, h),
-                                          ev=_split(ev, h))
-    return sixteen_bit_linear_error(_merge(heads), p.w_o, p.b_o, u=u, ex=_merge(e_heads))
+    return _multi_head_composition(x_q, x_kv, params, mask, u=u, ex_q=ex_q, ex_kv=ex_kv,
+                                   linear=sixteen_bit_linear_error, attention=sixteen_bit_attention_error)
 
 
 #: the 16-bit model's bound of each capability that has one (:func:`error_model`)

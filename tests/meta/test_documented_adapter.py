@@ -29,29 +29,9 @@ import pytest
 
 PROBLEMS = ("refuted", "blocked", "error")
 
-#: the example without its two shape checks (a correct attention on every valid call)
-UNCHECKED = '''
-import numpy as np
-
-
-class UncheckedAttention:
-    name = "unchecked-numpy"
-    dtype = np.float64
-
-    def softmax(self, x, axis=-1):
-        e = np.exp(x - x.max(axis=axis, keepdims=True))
-        return e / e.sum(axis=axis, keepdims=True)
-
-    def attention(self, q, k, v, mask=None, scale=None):
-        scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
-        scores = (q @ np.swapaxes(k, -1, -2)) * scale
-        if mask is not None:
-            scores = np.where(mask, scores, -np.inf)
-        return self.softmax(scores) @ v
-
-
-impl = UncheckedAttention()
-'''
+#: the example without its two shape checks (a correct attention on every valid call): smoke's own
+#: ``UncheckedMask`` (tests/meta/smoke_impls.py), which smoke's tests show one contract finding for too
+UNCHECKED = "from smoke_impls import UncheckedMask\n\nimpl = UncheckedMask()\n"
 
 
 def documented_example() -> str:
@@ -77,7 +57,7 @@ def run_checks(tmp_path: Path, module: str, source: str) -> tuple[str, list, dic
 
     (tmp_path / f"{module}.py").write_text(source, encoding="utf-8")
     results = tmp_path / "results.json"
-    env = dict(os.environ, PYTHONPATH=str(tmp_path), PYTHONDONTWRITEBYTECODE="1")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(Path(__file__).resolve().parent)]), PYTHONDONTWRITEBYTECODE="1")
     env.pop("PYTEST_ADDOPTS", None)
     env.pop("PYTEST_XDIST_WORKER", None)
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-c", os.devnull,
