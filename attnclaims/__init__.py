@@ -3,7 +3,7 @@ attention implementations against them.
 
 Layout (see docs/design.md): ``attnclaims.spec`` holds the claim registry,
 ``attnclaims.reference`` the numpy float64 reference implementation,
-``attnclaims.proofs`` the sympy derivations, ``attnclaims.tests`` the
+``attnclaims.proofs`` the sympy derivations, ``attnclaims.suite`` the
 hypothesis property tests, and this package the harness (registry loader,
 guarded implementation calls, pytest plugin, runner, verdicts, report, CLI).
 """

@@ -236,7 +236,7 @@ def _collect_all() -> list[dict]:
 def tests_for(claim_id: str, last: Mapping | None, report_path: Path | None, collect: bool = True
               ) -> tuple[list[dict], str]:
     """(the tests that back ``claim_id``, where the listing comes from and its date)."""
-    key = _fingerprint("attnclaims.tests")
+    key = _fingerprint("attnclaims.suite")
     cached = _read_json(cache_dir() / TESTS_CACHE)
     if isinstance(cached, dict) and cached.get("key") == key and isinstance(cached.get("items"), list):
         items = [i for i in cached["items"] if claim_id in i.get("claims", ())]

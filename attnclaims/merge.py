@@ -3,7 +3,7 @@
 Each library can be its own run — its own pytest process, its own CI job, its own machine —
 and the report puts them side by side without re-running anything. A file is either
 
-* a **results file**, written by ``pytest --pyargs attnclaims.tests --attn-impl NAME
+* a **results file**, written by ``pytest --pyargs attnclaims.suite --attn-impl NAME
   --attn-results FILE`` (keys ``implementation``, ``profile``, ``evidence``, ``complete``): one
   implementation's evidence; or
 * a **report.json**, written by ``attnclaims report`` (``"schema": "attnclaims-report/1"``): every

@@ -46,7 +46,7 @@ from typing import Callable, Iterable
 from attnclaims import orchestrator
 
 ZOO_MODULE = "attnclaims.zoo.mutants"
-TESTS_PACKAGE = "attnclaims.tests"
+TESTS_PACKAGE = "attnclaims.suite"
 #: The correct implementations, which must pass every implementation test (zero false alarms).
 CORRECT: dict[str, str] = {
     "einsum": "attnclaims.zoo.einsum_impl:einsum_impl",

@@ -4,7 +4,7 @@ use it.
 
 One pytest child per implementation::
 
-    python -m pytest --pyargs attnclaims.tests -m claim --attn-impl X --attn-events <tmp>/X.events.jsonl
+    python -m pytest --pyargs attnclaims.suite -m claim --attn-impl X --attn-events <tmp>/X.events.jsonl
            --attn-artifacts <figures> --hypothesis-profile <profile> -q -p no:cacheprovider [-n N]
 
 The first implementation runs every claim test; the others only the tests that exercise the
@@ -68,7 +68,7 @@ from typing import Callable
 from attnclaims.vocab import STOPPED_RUN
 from attnclaims.evidence import Evidence
 
-TESTS_PACKAGE = "attnclaims.tests"
+TESTS_PACKAGE = "attnclaims.suite"
 TESTS_ENV = "ATTNCLAIMS_TESTS_PACKAGE"
 IMPORT_TIMEOUT_ENV = "ATTNCLAIMS_IMPORT_TIMEOUT"
 DEFAULT_IMPORT_TIMEOUT = 120.0

@@ -380,7 +380,7 @@ def _is_impl_test(item) -> bool:
 
 
 def _module(item) -> str:
-    """The importable name of the test's module (``attnclaims.tests.test_s31_attention``)."""
+    """The importable name of the test's module (``attnclaims.suite.test_s31_attention``)."""
     module = getattr(getattr(item, "module", None), "__name__", None)
     return module or Path(str(item.path)).stem
 

@@ -1,4 +1,4 @@
-"""Load and validate the claim registry (``spec/claims.toml``).
+"""Load and validate the claim registry (``attnclaims/spec/claims.toml``).
 
 Every problem is reported as one :class:`RegistryError` line naming the file,
 the claim id and the field, e.g.
@@ -59,7 +59,7 @@ class Part:
 
     ``needs``: the capabilities that can exercise it (any one of them; empty: the part does not depend
     on the implementation — derivations, measurements on the reference). ``kinds``: the evidence kinds
-    that back it. ``checks``: ``fnmatch`` patterns of evidence names (``tests/test_proofs.py::
+    that back it. ``checks``: ``fnmatch`` patterns of evidence names (``attnclaims/suite/test_proofs.py::
     test_derivation[softmax-saturation/softmax-jacobian-*]``) that belong to this part when their test
     does not say (``part=`` on its ``claim`` marker says). ``label``: a short noun phrase for the
     verdict text ("default scale" -> "partial: default scale never called")."""

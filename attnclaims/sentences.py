@@ -1,10 +1,10 @@
 """Every sentence of the article accounted for: the claims that check it, or why it is not checked.
 
-The article (``spec/article.zh.txt``) is split into sentences mechanically (:func:`split`): a
+The article (``attnclaims/spec/article.zh.txt``) is split into sentences mechanically (:func:`split`): a
 sentence ends at "。", and a new one starts at each section number ("3.1 ") and at each numbered
 step ("①"…"⑨") — the article has no other sentence punctuation. A sentence is *checked* by the
 claims whose quote (located as the annotated article locates it, :func:`attnclaims.report.article.locate`)
-overlaps it. What no claim quotes is listed in ``spec/sentences.toml``, one entry per passage::
+overlaps it. What no claim quotes is listed in ``attnclaims/spec/sentences.toml``, one entry per passage::
 
     [[not_checked]]
     text = "极大地增强了模型的表达能力"      # the passage, as it stands in the article

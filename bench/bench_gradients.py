@@ -3,7 +3,7 @@ FlashAttention's rule, the false alarms on correct implementations, and the time
 
 For seeded attention cases (shapes, masks, scales as the strategies draw them) and encoder layers:
 
-* **suite**: the conformance check of tests/test_gradients.py — |impl − ref| ≤ bound elementwise, the derived
+* **suite**: the conformance check of attnclaims/suite/test_gradients.py — |impl − ref| ≤ bound elementwise, the derived
   bound :func:`attnclaims.checks.tolerances.attention_vjp_error` for dq, dk, dv, the per-case measured one
   (:mod:`attnclaims.checks.backward_precision`) for the encoder layer. A perturbation of relative size ε of
   every entry, g(1 + ε s) with random signs s, is detected when ε > tol / max_i(|g_i| / scale_i): that ε is
@@ -17,7 +17,7 @@ For seeded attention cases (shapes, masks, scales as the strategies draw them) a
   detected when ε·max|g| > 2·max|naive − golden|; for float64 the golden result is long double.
 
 False alarms: the error/bound ratio of the einsum, loops and log-sum-exp styles and of torch on every case
-(≤ 1 means no alarm). Time: ``pytest tests/test_gradients.py`` for the reference and torch (ci profile, one
+(≤ 1 means no alarm). Time: ``pytest attnclaims/suite/test_gradients.py`` for the reference and torch (ci profile, one
 process), next to the verdict times of bench/results/speed_idle.json.
 
     python bench/bench_gradients.py [--quick] [--out bench/results/gradients.json]
@@ -183,7 +183,7 @@ def time_tests(impls, quick):
     out = {}
     for impl in impls:
         # through the orchestrator, the one module that starts pytest (its deadlines, its process group)
-        args = [sys.executable, "-m", "attnclaims.orchestrator", "pytest", "--pyargs", "attnclaims.tests.test_gradients",
+        args = [sys.executable, "-m", "attnclaims.orchestrator", "pytest", "--pyargs", "attnclaims.suite.test_gradients",
                 "--attn-impl", impl,
                 "-q", "-p", "no:xdist", "--hypothesis-profile", "dev" if quick else "ci"]
         t0 = time.perf_counter()
@@ -236,7 +236,7 @@ def print_summary(s, times):
     print(f"encoder layer vjp: suite f64 {e['suite_float64']['median']:.1e} / {e['suite_float64']['worst']:.1e}, "
           f"gradcheck {e['gradcheck']['median']:.1e}; false alarms {e['max_alarm_ratio']}")
     for impl, t in times.get("gradient_tests", {}).items():
-        print(f"time of tests/test_gradients.py for {impl}: {t}")
+        print(f"time of attnclaims/suite/test_gradients.py for {impl}: {t}")
     if times.get("verdict_seconds_quiet_machine"):
         print(f"for comparison, attnclaims check (all claims, quiet machine): {times['verdict_seconds_quiet_machine']}")
 

@@ -132,7 +132,7 @@ def profile(impl: str, quick: bool, top: int = 15) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="bench-durations-") as tmp:
         work = Path(tmp)
-        args = orchestrator.base_args(["attnclaims.tests"], work) + [
+        args = orchestrator.base_args(["attnclaims.suite"], work) + [
             "-m", "claim", "--attn-impl", impl, "--hypothesis-profile", "ci"]
         if quick:
             args += ["--attn-claims", QUICK_CLAIM]

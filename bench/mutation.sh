@@ -3,7 +3,7 @@
 #
 #   bash bench/mutation.sh                 # everything: reference/ and the test helpers attnclaims/checks/strategies.py,
 #                                          # attnclaims/checks/tolerances.py, attnclaims/checks/same_precision.py
-#   bash bench/mutation.sh reference/masks.py   # only these paths (comma-separated, mutmut syntax)
+#   bash bench/mutation.sh attnclaims/reference/masks.py   # only these paths (comma-separated, mutmut syntax)
 #
 # mutmut 2.5.1 (pinned) is installed into its own virtual environment ($MUTMUT_VENV). mutmut 3
 # cannot be used here: it imports the mutated copy by file path (``reference.attention``), while
@@ -14,7 +14,7 @@
 # mapping the editable install makes).
 #
 # The test command for each mutant (~0.5 s): the reference's own tests, the baselines' tests,
-# tests/meta/test_reference_edges.py (tests added for survivors of this run), and the meta-tests of
+# tests/reference/test_reference_edges.py (tests added for survivors of this run), and the meta-tests of
 # the strategies and tolerances when they exist, under the hypothesis `ci` profile, stopping at
 # the first failure. Mutants of attnclaims/checks/strategies.py run under the fast `mutation` profile (10
 # examples, no shrinking; bench/mutation_server.py) and every survivor is re-checked under `ci` at
@@ -56,7 +56,7 @@ done
 
 # Which tests run for a mutant of which file (bench/mutation_server.py picks them per run): the
 # baselines have their own tests; the strategies and tolerances their meta-tests; everything else in
-# reference/ is covered by the reference's tests and tests/meta/test_reference_edges.py.
+# reference/ is covered by the reference's tests and tests/reference/test_reference_edges.py.
 ROUTES="$(cd "$WORK" && "$PY" "$ROOT/bench/mutation_routes.py")"
 # Drop mutated paths that do not exist in this checkout (the helpers land with the property tests).
 KEEP=""

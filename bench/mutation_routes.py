@@ -1,11 +1,11 @@
 """Print the test routes of bench/mutation.sh as JSON: which test files run for a mutant of which source file.
 
 Run in the copy's root. The baselines have their own tests; the strategies their meta-tests
-(tests/meta/test_strategies.py), the tolerances the tolerance part of those and the soundness and
-tightness tests of tests/meta/test_reference_edges.py, and the formula tests of tests/meta/test_tolerances.py; the
-strategies also tests/meta/test_strategies_draws.py (tests for their survivors); every other file of reference/ is covered
+(tests/checks/test_strategies.py), the tolerances the tolerance part of those and the soundness and
+tightness tests of tests/reference/test_reference_edges.py, and the formula tests of tests/checks/test_tolerances.py; the
+strategies also tests/checks/test_strategies_draws.py (tests for their survivors); every other file of reference/ is covered
 by the reference's tests. The tests added
-for this run's survivors (tests/meta/test_reference_edges.py) run for every file but attnclaims/checks/strategies.py (which they
+for this run's survivors (tests/reference/test_reference_edges.py) run for every file but attnclaims/checks/strategies.py (which they
 never import).
 
 "profiles" names the hypothesis profile of a route's mutant runs when it is not the ``ci`` of bench/mutation.sh:
@@ -20,25 +20,25 @@ def exists(*paths: str) -> list[str]:
     return [p for p in paths if os.path.exists(p)]
 
 
-extra = exists("tests/meta/test_reference_edges.py")
-core = exists("tests/meta/test_reference.py") + extra
-# The tolerance meta-tests of tests/meta/test_strategies.py (the rest of that module tests the strategies).
-tolerance_meta = [f"tests/meta/test_strategies.py::{name}" for name in (
+extra = exists("tests/reference/test_reference_edges.py")
+core = exists("tests/reference/test_reference.py") + extra
+# The tolerance meta-tests of tests/checks/test_strategies.py (the rest of that module tests the strategies).
+tolerance_meta = [f"tests/checks/test_strategies.py::{name}" for name in (
     "test_assert_close_message_and_measured_bound", "test_exact_zero_and_differs_checks",
     "test_bounds_scale_with_the_unit_roundoff", "test_attention_bound_covers_a_float32_evaluation",
-)] if os.path.exists("tests/meta/test_strategies.py") else []
+)] if os.path.exists("tests/checks/test_strategies.py") else []
 routes = {
     "*": core,
-    "reference/baselines.py": exists("tests/meta/test_reference_baselines.py") + extra,
-    # Not tests/meta/test_reference_edges.py: it never imports attnclaims/checks/strategies.py (checked: after a run of it,
+    "attnclaims/reference/baselines.py": exists("tests/reference/test_reference_baselines.py") + extra,
+    # Not tests/reference/test_reference_edges.py: it never imports attnclaims/checks/strategies.py (checked: after a run of it,
     # no strategies module is loaded), so it cannot fail on a mutant of it and only costs ~0.7 s a mutant.
-    "attnclaims/checks/strategies.py": exists("tests/meta/test_strategies.py", "tests/meta/test_strategies_draws.py",
-                                  "tests/meta/test_documented_inputs.py"),  # docs/adapters.md tables vs the code
-    "attnclaims/checks/tolerances.py": exists("tests/meta/test_tolerances.py") + tolerance_meta + extra,
+    "attnclaims/checks/strategies.py": exists("tests/checks/test_strategies.py", "tests/checks/test_strategies_draws.py",
+                                  "tests/spec/test_documented_inputs.py"),  # docs/adapters.md tables vs the code
+    "attnclaims/checks/tolerances.py": exists("tests/checks/test_tolerances.py") + tolerance_meta + extra,
     # The per-case measured bound of whole layers: its calibration and power tests, and the check of the
-    # ORDERS that docs/adapters.md states (the layer tests of tests/test_s7_architecture.py use it too, but
+    # ORDERS that docs/adapters.md states (the layer tests of attnclaims/suite/test_s7_architecture.py use it too, but
     # take minutes; these take seconds).
-    "attnclaims/checks/same_precision.py": exists("tests/meta/test_same_precision.py", "tests/meta/test_documented_inputs.py"),
+    "attnclaims/checks/same_precision.py": exists("tests/checks/test_same_precision.py", "tests/spec/test_documented_inputs.py"),
     # The strategies' meta-tests draw many examples: their mutants run under the fast "mutation" profile
     # (bench/mutation_server.py), and bench/mutation.sh re-checks every survivor under the full ci profile.
     "profiles": {"attnclaims/checks/strategies.py": "mutation"} if os.path.exists("attnclaims/checks/strategies.py") else {},

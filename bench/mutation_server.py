@@ -16,7 +16,7 @@ just mutated, fresh (bytecode caching is off).
 ROUTES is a JSON object {"watch": [source files], source file: [test files],
 "*": [test files for the rest]}: each run picks the test files of the watched
 source being mutated (the one with a ``.bak`` beside it), so that a mutant of
-``reference/baselines.py`` runs only the baselines' tests.
+``attnclaims/reference/baselines.py`` runs only the baselines' tests.
 
 ROUTES may also hold ``"profiles": {source file: profile}``: a ``run`` for a mutant
 of that source uses that hypothesis profile (one of :data:`FAST_PROFILES`) in place
@@ -112,7 +112,7 @@ def serve(sock_path: str, workdir: str, routes: dict, pytest_args: list[str],
         except ImportError:
             pass
     _register_profiles(sorted(set(routes.get("profiles", {}).values())))
-    mutated = [m for m in sys.modules if m.startswith(("attnclaims.reference", "attnclaims.tests", "reference", "tests"))]
+    mutated = [m for m in sys.modules if m.startswith(("attnclaims.reference", "attnclaims.suite", "reference", "tests"))]
     assert not mutated, f"the server must not import the code under mutation: {mutated}"
     if os.path.exists(sock_path):
         os.unlink(sock_path)

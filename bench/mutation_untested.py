@@ -2,7 +2,7 @@
 
 mutmut 2 keys its cache by the text of a source line. When a line repeats the
 text of an earlier line of the same file (``q = as_float64("q", q, min_ndim=2)``
-opens several functions of reference/attention.py), it cannot look the later
+opens several functions of attnclaims/reference/attention.py), it cannot look the later
 occurrences up: their mutants stay "untested" and the worker that tries them
 dies. This script applies those mutants itself — mutmut's own ``list_mutations``
 and ``mutate``, on the same lines — runs the same tests as the server would

@@ -218,7 +218,7 @@ class TorchImplementation(_TorchBase):
     Every module call runs under ``torch.enable_grad()`` with parameters that require grad, which
     is one of the conditions ``nn.MultiheadAttention.forward`` and ``nn.TransformerEncoderLayer.forward``
     check before taking their fused fast path ("grad is enabled and at least one of ... requires_grad"),
-    so they always run the Python path. ``tests/meta/test_adapters.py`` checks that the fused kernels
+    so they always run the Python path. ``tests/adapters/test_adapters.py`` checks that the fused kernels
     are never called.
     """
 

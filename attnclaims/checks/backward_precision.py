@@ -22,7 +22,7 @@ max-norm comparison): |g|̄ is the |·|-evaluation of the same backward pass
 to be exact still allows. |g|̄_fwd − |g|̄ is what the errors of the forward values the backward consumes
 change the gradient by, to first order, for *any* correct evaluation of the forward pass: the same
 |·|-evaluation with every consumed forward value v widened to |v| + Δv, Δv its derived first-order error
-bound (reference/backward.py: ``_propagate_errors``, ``_ln_forward_error``, ``_widened_attention``). A gradient
+bound (attnclaims/reference/backward.py: ``_propagate_errors``, ``_ln_forward_error``, ``_widened_attention``). A gradient
 entry is a sum of products of forward and backward values, so widening each factor by its error bounds the
 change: |∏(vᵢ + δᵢ) − ∏vᵢ| ≤ ∏(|vᵢ| + Δvᵢ) − ∏|vᵢ|. The errors are propagated through the layer from its exact
 inputs, sub-layer by sub-layer, as tolerances.encoder_layer_error composes the forward bound: every

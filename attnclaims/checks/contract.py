@@ -15,7 +15,7 @@ over the feature axis accepts keys of any width when d_k = 1.
 
 Accepting one is a *contract finding* (evidence kind ``contract``): reported apart from the claims, with the
 adapter-side fix, and never deciding a claim's verdict (:mod:`attnclaims.verdicts`). :func:`must_reject` is the
-one check behind the claim suite's contract tests (``tests/test_contract.py``) and ``attnclaims smoke``.
+one check behind the claim suite's contract tests (``attnclaims/suite/test_contract.py``) and ``attnclaims smoke``.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Why. The derived bounds of :mod:`attnclaims.checks.tolerances` are worst cases, 
 10–10³ of the error a float32 evaluation really makes for one operation. Composed through the
 sub-layers of an encoder or decoder layer (every incoming bound propagated with absolute values
 through the next sub-layer, then a layer norm) the looseness multiplies: 10⁵ for an encoder
-layer, 10⁸ for a decoder layer (``tests/meta/test_reference_edges.py`` measures it). For a float32
+layer, 10⁸ for a decoder layer (``tests/reference/test_reference_edges.py`` measures it). For a float32
 implementation the decoder-layer bound is then larger than the outputs themselves, so the
 whole-layer conformance check could not fail.
 
@@ -33,7 +33,7 @@ the smaller of τ and the derived bound, so it is never looser than the derived 
 though: torch's float32 layers (fused in-projection with the bias in the GEMM, its own layer
 norm and softmax kernels) reached 5.0× the worst of the naive orders on a row in 3,000 encoder
 and decoder cases drawn by the strategies (``bench``-style calibration in
-``tests/meta/test_same_precision.py``; 99 % of cases below 1.7×). ``C_SAME = 8`` covers that with a
+``tests/checks/test_same_precision.py``; 99 % of cases below 1.7×). ``C_SAME = 8`` covers that with a
 margin of 1.6 and leaves the check 10–40 times the observed error, instead of 10⁵–10⁸.
 
 When. Where a golden result at least 2¹¹ times more precise than the naive evaluation exists
@@ -44,7 +44,7 @@ check compares the implementation with the reference. Where long double is float
 silicon) the derived bound stays for float64 implementations (10⁵–10⁸ · 2⁻⁵³ relative, which still
 catches every bug of the mutant zoo).
 
-Calibration (zero false alarms): ``tests/meta/test_same_precision.py`` runs torch in float32 and float64
+Calibration (zero false alarms): ``tests/checks/test_same_precision.py`` runs torch in float32 and float64
 (its modules, summation orders and kernels) against this tolerance on the strategies' cases, and
 checks that the bound is within 10² of torch's error in the median of ordinary cases; the layer
 tests passed 400 ``thorough`` cases each for the einsum, loops and log-sum-exp implementations and

@@ -12,7 +12,7 @@ single allowed key, huge and tiny score scales, a long sequence.
 
 Sizes follow the active hypothesis profile (:func:`attnclaims.profiles.limits`):
 ``ci`` draws sequences up to 12 and widths up to 12, ``thorough`` up to 320 and
-64 (n ≥ 256 is reached; see ``tests/meta/test_strategies.py``).
+64 (n ≥ 256 is reached; see ``tests/checks/test_strategies.py``).
 
 Following the implementation under test
 ---------------------------------------
@@ -55,7 +55,7 @@ number of the dtype it is returned in, *after* every transformation they apply (
 offsets, the cast to the implementation's dtype): entries whose magnitude falls below the dtype's
 smallest normal number are set to 0 (:func:`flush_subnormals`). Backends that flush subnormals to
 zero would differ on them by the smallest normal number, a convention of the hardware, not an error
-in the claims' sense; ``tests/meta/test_strategies_draws.py`` searches every strategy for them.
+in the claims' sense; ``tests/checks/test_strategies_draws.py`` searches every strategy for them.
 """
 from __future__ import annotations
 
@@ -278,7 +278,7 @@ LAYER_MAX_SEQ = 64
 
 #: The built-in shape menu for ``fixed_shapes = True`` (d_v = d_k, num_heads divides d_model). Users
 #: build compiled implementations for these shapes: docs/adapters.md publishes them ("What the tests
-#: feed your implementation"), and tests/meta/test_documented_inputs.py keeps the two in agreement.
+#: feed your implementation"), and tests/spec/test_documented_inputs.py keeps the two in agreement.
 FIXED_SHAPES: tuple[dict, ...] = (
     dict(batch=(2,), n_q=5, n_k=7, d_k=4, d_v=4, d_model=8, num_heads=2, d_ff=16),
     dict(batch=(1,), n_q=1, n_k=3, d_k=2, d_v=2, d_model=4, num_heads=1, d_ff=8),
@@ -761,7 +761,7 @@ def edge_attention_case(name: str) -> AttentionCase:
     In each, the sizes n_q, n_k, d_k, d_v that the name does not set to 1 are pairwise different, so
     an implementation that confuses two axes (Q Kᵀ for K Qᵀ, d_v for d_k) gets a wrong shape or a
     wrong broadcast rather than a lucky match. docs/adapters.md lists every case exactly (shapes,
-    mask, scale, the bug it is for); tests/meta/test_documented_inputs.py keeps that table and this code
+    mask, scale, the bug it is for); tests/spec/test_documented_inputs.py keeps that table and this code
     in agreement."""
     rng = np.random.default_rng(sum(map(ord, name)))
     u = lambda *shape: rng.uniform(-1.0, 1.0, size=shape)

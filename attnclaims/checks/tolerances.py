@@ -356,7 +356,7 @@ def row_sum_bound(dtype, n: int) -> Bound:
 
     bfloat16, n = 128: 7.9e-3 (about 2u_red), where the stated u_red·S would be 4.1. An accumulator in
     the reduced dtype errs by up to (n − 1)·u_red relative, and a bfloat16 running sum of ones stops
-    growing at 256: rows of 64–512 keys exceed this bound (``tests/meta/test_tolerances.py`` measures
+    growing at 256: rows of 64–512 keys exceed this bound (``tests/checks/test_tolerances.py`` measures
     how often, and that the correct 16-bit style and the float32-accumulating practice stay within it).
     """
     u = unit_roundoff(dtype)

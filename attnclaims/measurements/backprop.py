@@ -7,7 +7,7 @@ cache, and a backward that maps the output gradient to the input gradient and
 the parameter gradients. The forwards are checked against the reference
 (:func:`attnclaims.reference.multi_head_attention`, ``feed_forward``,
 ``layer_norm``, ``encoder_layer``) and the backwards against central differences
-in tests/test_measurements.py.
+in attnclaims/suite/test_measurements.py.
 
 Shapes: x (B, n, d_model); parameter gradients are summed over the batch.
 Stack kinds, for each sub-layer F (self-attention, then the FFN):

@@ -25,7 +25,7 @@ CI_SEED = 2002_04745  # arXiv 2002.04745, Xiong et al. 2020
 D_MODEL, HEADS, D_FF, N = 32, 4, 128, 8
 #: the former decision, kept only so that a meta test can show what it let through: one seed's max/min of
 #: ‖∂L/∂x‖ over the depths ≤ 10³ (Post-LN). Nothing decides by it any more: the measurement and the
-#: implementation-level check in tests/test_gradients.py both decide by drift_test below.
+#: implementation-level check in attnclaims/suite/test_gradients.py both decide by drift_test below.
 BAND_POST = 1e3
 #: the band test: a stack "keeps the gradient" unless its per-layer drift of ln‖∂L/∂x‖ is shown to be
 #: below −DRIFT_TOLERANCE (3 % per layer; Post-LN's own drift over 16 seeds was −1.9 % ± 2.2 %/layer,

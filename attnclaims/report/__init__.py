@@ -25,7 +25,7 @@ LANGS = i18n.LANGS
 
 
 def article_text() -> str:
-    """The article the claims quote (``spec/article.zh.txt``)."""
+    """The article the claims quote (``attnclaims/spec/article.zh.txt``)."""
     from attnclaims.spec import ARTICLE_PATH
 
     return ARTICLE_PATH.read_text(encoding="utf-8")

@@ -1,7 +1,7 @@
 """The report's two editions: English (the default) and Chinese (``attnclaims report --lang zh``).
 
 Interface strings live here, keyed by language; the claims' texts come from the
-registry (``title_zh``, ``statement_zh``, … in ``spec/claims.toml``, checked for
+registry (``title_zh``, ``statement_zh``, … in ``attnclaims/spec/claims.toml``, checked for
 completeness by the loader). Technical terms follow Chinese textbooks (注意力,
 缩放点积注意力, 层归一化, 残差连接, 多头注意力, 位置编码, 前馈网络, 编码器,
 解码器, 掩码, 梯度); symbols, claim ids, test names and code stay as they are.

@@ -26,7 +26,7 @@ __all__ = ["BackwardComposed", "backward_composed"]
 
 
 class BackwardComposed(LayerBackward, Composed):
-    """Composed plus backward passes composed through ``self`` (correct: it passes tests/test_gradients.py)."""
+    """Composed plus backward passes composed through ``self`` (correct: it passes attnclaims/suite/test_gradients.py)."""
 
     name = "composed-backward"
 

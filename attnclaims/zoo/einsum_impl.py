@@ -124,7 +124,7 @@ class EinsumImplementation(EinsumModernBackward, EinsumBackward):
         return _linear(hidden, params.w2, params.b2)
 
     def _sublayer(self, x, f, norm, eps, norm_first):
-        """The reference's residual wiring (reference/wiring.py) around this style's own layer norm."""
+        """The reference's residual wiring (attnclaims/reference/wiring.py) around this style's own layer norm."""
         return residual_sublayer(x, f, lambda z: self.layer_norm(z, norm.gamma, norm.beta, eps), norm_first)
 
     def encoder_layer(self, x, params, mask=None):

@@ -9,7 +9,7 @@ travels up into the layers, as it does in a real code base. Each residual sub-la
 * Pre-LN   y = x + F(LN(x)):  dh = F'(h)ᵀ d at h = LN(x),      dx = d + LN'(x)ᵀ dh.
 
 It is checked against the reference's independent composition (attnclaims/reference/backward.py) by
-the conformance tests of tests/test_gradients.py, which every zoo implementation passes.
+the conformance tests of attnclaims/suite/test_gradients.py, which every zoo implementation passes.
 """
 from __future__ import annotations
 

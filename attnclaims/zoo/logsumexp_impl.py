@@ -106,7 +106,7 @@ class LogSumExpImplementation(LogSumExpModernBackward, LogSumExpBackward):
         return _linear(np.clip(_linear(_f64(x), params.w1, params.b1), 0.0, None), params.w2, params.b2)
 
     def _residual(self, x, sub, norm, eps, norm_first):
-        """The reference's residual wiring (reference/wiring.py) around this style's own layer norm."""
+        """The reference's residual wiring (attnclaims/reference/wiring.py) around this style's own layer norm."""
         return residual_sublayer(x, sub, lambda t: self.layer_norm(t, norm.gamma, norm.beta, eps), norm_first)
 
     def encoder_layer(self, x, params, mask=None):

@@ -168,7 +168,7 @@ class LoopsImplementation(LoopsModernBackward, LoopsBackward):
 
     def encoder_layer(self, x, params, mask=None):
         p = params
-        # the residual wiring is the reference's (reference/wiring.py); the sub-layers and norms are this style's
+        # the residual wiring is the reference's (attnclaims/reference/wiring.py); the sub-layers and norms are this style's
         return sublayer_stack(_f64(x), [
             (lambda h: self.multi_head_attention(h, h, p.self_attn, mask), lambda z: self._norm(z, p.norm1, p.eps)),
             (lambda h: self.feed_forward(h, p.ffn), lambda z: self._norm(z, p.norm2, p.eps)),

@@ -34,7 +34,7 @@ What happens at import time (a thread, ``sys.exit``, ``os.chdir``, a hang) needs
 own; the meta tests write those into a temporary folder.
 
 :data:`BUYS_A_VERDICT` lists the ones that try to pass checks they should fail by reaching what the
-test computes its expected value from, or by keeping state between calls (tests/meta/test_hostile_implementations.py):
+test computes its expected value from, or by keeping state between calls (tests/run/test_hostile_implementations.py):
 ``ChangesItsParams`` sets a field of its frozen params (``object.__setattr__(params, "eps", 0.5)``) and
 computes with the changed object, ``ChangesParamsLater`` keeps the params it was given and changes them
 during its next call, ``KeepsItsOwnCache`` has a ``decoder_block_step`` that ignores the cache it is

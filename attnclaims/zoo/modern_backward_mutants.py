@@ -33,7 +33,7 @@ def _rows(a):
 
 class ModernBackwardComposed(ModernLayerBackward, BackwardComposed):
     """BackwardComposed plus the modern components' vjps composed through ``self`` (correct: it passes
-    tests/test_modern_gradients.py)."""
+    attnclaims/suite/test_modern_gradients.py)."""
 
     name = "composed-modern-backward"
 
@@ -178,7 +178,7 @@ class _DecoderBlockBackwardResidualDropped(ModernBackwardComposed):
 
 
 # ---------------------------------------------------------------------------------------------
-# Negative controls for single gradient properties (tests/test_negative_controls.py), not zoo mutants
+# Negative controls for single gradient properties (attnclaims/suite/test_negative_controls.py), not zoo mutants
 # ---------------------------------------------------------------------------------------------
 
 class ModernBackwardCentredRms(ModernBackwardComposed):

@@ -847,7 +847,7 @@ from attnclaims.zoo import backward_mutants  # noqa: E402,F401  (registers the b
 
 # ---------------------------------------------------------------------------------------------
 # The protocol's edges: configurations outside it accepted and silently reinterpreted
-# (caught only by tests/test_contract.py's rejection checks; on valid calls each is exact)
+# (caught only by attnclaims/suite/test_contract.py's rejection checks; on valid calls each is exact)
 # ---------------------------------------------------------------------------------------------
 
 @mutant("heads_truncated", "multi_head_attention", ["multihead-structure"],

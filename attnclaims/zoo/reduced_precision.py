@@ -3,8 +3,8 @@
 
 It stands for the best a 16-bit implementation can do — every output within one rounding (u = 2⁻¹¹ or
 2⁻⁸, or the gradual-underflow spacing) of the float64 value of its 16-bit inputs — so a check that fails
-it is a false alarm of the suite in that dtype, not a finding (``tests/meta/test_variants.py`` runs §3.1's
-and the grouped-query tests on it; ``pytest --pyargs attnclaims.tests -m impl_test --attn-impl
+it is a false alarm of the suite in that dtype, not a finding (``tests/run/test_variants.py`` runs §3.1's
+and the grouped-query tests on it; ``pytest --pyargs attnclaims.suite -m impl_test --attn-impl
 attnclaims.zoo.reduced_precision:einsum_bfloat16`` runs them all). The expected practice of libraries, float32 accumulation, errs more
 than this and less than the bounds allow (``attnclaims/checks/tolerances.py``, "float16 and bfloat16: the
 float32-accumulation model": every stored intermediate rounded once, sums in float32); one rounding of the

@@ -11,7 +11,7 @@
   p ⊙ (d − logsumexp-weighted mean); matmuls.
 
 The layers' vjps come from :class:`~attnclaims.zoo.layer_backward.LayerBackward` on each style's own
-sub-layer forwards and vjps. The three are checked, like the reference, by tests/test_gradients.py.
+sub-layer forwards and vjps. The three are checked, like the reference, by attnclaims/suite/test_gradients.py.
 """
 from __future__ import annotations
 

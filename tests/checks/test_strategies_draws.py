@@ -1,0 +1,877 @@
+"""Tests that kill mutants of ``attnclaims/checks/strategies.py`` its meta-tests let survive (bench/mutation.sh).
+
+``tests/checks/test_strategies.py`` checks the main promises of the strategies; the
+mutation run (docs/mutation_strategies.md) showed which changes to them it does
+not notice. Each test here checks a documented promise — a bound that holds for
+every draw, or an edge case the strategy must reach (every mask leaves a key to
+each query, scale bounds, heads divide d_model, d_model ≤ max_dim, the followed
+implementation's dtype and shape menu, the edge cases of ``EDGE``) — not an
+incidental detail. Draws are derandomized (``_sample``, ``_reach``) and sizes are
+pinned to the ``ci`` limits, so the verdicts do not depend on the profile the
+suite runs under. About the suite, not the article: no claim marker.
+"""
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis.errors import NoSuchExample
+from hypothesis import strategies as st
+
+from attnclaims.guard import GuardedImplementation
+from attnclaims.profiles import _LIMITS
+from attnclaims.checks import strategies as S
+from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse, checked below)
+
+CI = _LIMITS["ci"]
+
+
+def _settings(n: int) -> settings:
+    return settings(max_examples=n, derandomize=True, database=None, deadline=None,
+                    phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+
+
+def _sample(strategy, n: int = 100, notes: list | None = None) -> list:
+    """``n`` derandomized draws of ``strategy`` (the same ones on every run); with ``notes`` (see
+    :func:`_noted`), pairs (draw, the last note made while drawing it)."""
+    out: list = []
+
+    @_settings(n)
+    @given(strategy)
+    def collect(x):
+        out.append(x if notes is None else (x, notes[-1]))
+
+    collect()
+    return out
+
+
+def _reach(strategy, predicate, n: int = 1000) -> bool:
+    """Some derandomized draw of ``strategy`` satisfies ``predicate`` (NoSuchExample when none of ``n`` does)."""
+    find(strategy, predicate, settings=_settings(n))
+    return True
+
+
+def _never(strategy, predicate, n: int = 200) -> None:
+    """No derandomized draw of ``n`` satisfies ``predicate`` (a search for it, where ``_sample`` would only look)."""
+    with pytest.raises(NoSuchExample):
+        find(strategy, predicate, settings=_settings(n))
+
+
+@pytest.fixture(autouse=True)
+def ci_limits(monkeypatch):
+    """Sizes of the ``ci`` profile whatever profile runs this module."""
+    monkeypatch.setattr("attnclaims.checks.strategies.limits", lambda: CI)
+
+
+class _Float32:
+    name, dtype = "float32-stub", np.dtype(np.float32)
+
+
+class _Menu:
+    name, dtype = "menu-stub", np.dtype(np.float64)
+    preferred_shapes = ({"n_q": 2, "d_k": 3},)  # the rest from FIXED_SHAPES[0]
+
+
+class _Fixed:
+    name, dtype, fixed_shapes = "fixed-stub", np.dtype(np.float64), True
+
+
+# ---------------------------------------------------------------------------------------------
+# Following the implementation under test
+# ---------------------------------------------------------------------------------------------
+
+def test_follow_and_following_set_and_restore_the_followed_implementation():
+    stub = _Float32()
+    assert S.followed() is None
+    with S.following(stub) as got:
+        assert got is stub and S.followed() is stub
+        assert _sample(S.arrays((2,)), 1)[0].dtype == np.float32
+        with pytest.raises(RuntimeError):
+            with S.following(_Menu()):
+                raise RuntimeError
+        assert S.followed() is stub, "following() restores the implementation before it, even on an exception"
+    assert S.followed() is None
+    try:
+        S.follow(stub)
+        assert S.followed() is stub and S.cast([1.0]).dtype == np.float32
+    finally:
+        S.follow(None)
+
+
+def test_follow_implementation_follows_impl_for_the_test_and_restores_after():
+    stub = _Float32()
+    request = SimpleNamespace(fixturenames=["impl", "request"], getfixturevalue={"impl": stub}.__getitem__)
+    gen = S.follow_implementation.__wrapped__(request)
+    next(gen)
+    assert S.followed() is stub, "a test that takes impl draws for it"
+    with pytest.raises(StopIteration):
+        next(gen)
+    assert S.followed() is None, "after the test, the strategies no longer draw for its impl"
+    other = SimpleNamespace(fixturenames=["request"], getfixturevalue=None)
+    gen = S.follow_implementation.__wrapped__(other)
+    next(gen)
+    assert S.followed() is None, "a test that does not take impl draws float64"
+    with pytest.raises(StopIteration):
+        next(gen)
+
+
+def test_follow_implementation_is_autouse(request):
+    """Imported into a test module (as the claim tests do), it runs for every test there."""
+    assert "follow_implementation" in request.fixturenames
+
+
+def test_a_guarded_implementation_is_followed_through_to_its_menu():
+    guarded = GuardedImplementation(_Menu(), timeout=None)
+    with S.following(guarded):
+        drawn = _sample(S.dims(), 5)
+    assert {(d.n_q, d.d_k) for d in drawn} == {(2, 3)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Shape menus
+# ---------------------------------------------------------------------------------------------
+
+def test_fixed_shapes_keep_their_documented_properties():
+    """Three shapes, d_v = d_k in each (jax.nn.dot_product_attention), heads dividing d_model; between them
+    a batch, several heads, a single query and n_q ≠ n_k."""
+    assert len(S.FIXED_SHAPES) == 3
+    for m in S.FIXED_SHAPES:
+        assert set(m) == {"batch", "n_q", "n_k", "d_k", "d_v", "d_model", "num_heads", "d_ff"}
+        assert m["d_v"] == m["d_k"] and m["d_model"] % m["num_heads"] == 0
+        assert min(m["n_q"], m["n_k"], m["d_k"], m["d_model"], m["num_heads"], m["d_ff"], *m["batch"]) >= 1
+    assert any(m["n_q"] == 1 for m in S.FIXED_SHAPES) and any(m["n_q"] != m["n_k"] for m in S.FIXED_SHAPES)
+    assert any(m["num_heads"] > 1 for m in S.FIXED_SHAPES) and any(m["batch"][0] > 1 for m in S.FIXED_SHAPES)
+
+
+def test_a_preferred_shape_takes_its_missing_keys_from_the_first_fixed_shape():
+    with S.following(_Menu()):
+        drawn = _sample(S.dims(), 5)
+    first = S.FIXED_SHAPES[0]
+    for d in drawn:
+        assert (d.n_q, d.d_k) == (2, 3)
+        assert (d.batch, d.n_k, d.d_v, d.d_model, d.num_heads, d.d_ff) == (
+            first["batch"], first["n_k"], first["d_v"], first["d_model"], first["num_heads"], first["d_ff"])
+
+
+@pytest.mark.parametrize("stub", [
+    _Float32(),  # declares neither
+    type("NoMenu", (), dict(name="no-menu-stub", dtype=np.dtype(np.float64), fixed_shapes=False, preferred_shapes=()))(),
+], ids=["undeclared", "declared-off"])
+def test_no_menu_means_free_shapes(stub):
+    with S.following(stub):
+        drawn = _sample(S.dims(), 60)
+    menu = {(m["n_q"], m["n_k"], m["d_k"]) for m in S.FIXED_SHAPES}
+    assert any((d.n_q, d.n_k, d.d_k) not in menu for d in drawn), "shapes come from no menu"
+
+
+@pytest.mark.parametrize("stub", [_Fixed(), _Menu()], ids=["fixed", "preferred"])
+def test_menu_dims_honour_the_tests_requirements(stub):
+    """From a menu, dims adjusts only what a test requires: square, a minimum length, batch axes, d_k, d_model."""
+    with S.following(stub):
+        for d in _sample(S.dims(square=True, min_seq=7, batch_ndim=(2, 2), min_d_k=9, min_d_model=11,
+                                even_d_model=True), 20):
+            assert d.n_q == d.n_k >= 7 and len(d.batch) == 2 and d.batch[1] == 1 and d.d_k >= 9
+            assert d.d_model == 12 and d.d_model % d.num_heads == 0
+        for d in _sample(S.dims(batch_ndim=(0, 0), even_d_model=True), 20):
+            assert d.batch == () and d.d_model % 2 == 0 and d.d_model % d.num_heads == 0
+        for d in _sample(S.dims(min_d_model=5), 20):
+            assert d.d_model >= 5 and d.d_model % d.num_heads == 0
+    menu = [dict(S.FIXED_SHAPES[0], **m) for m in stub.preferred_shapes] if isinstance(stub, _Menu) else S.FIXED_SHAPES
+    with S.following(stub):
+        plain = {(d.batch, d.n_q, d.n_k, d.d_k, d.d_v, d.d_model, d.num_heads, d.d_ff) for d in _sample(S.dims(), 30)}
+    assert plain == {(tuple(m["batch"]), m["n_q"], m["n_k"], m["d_k"], m["d_v"], m["d_model"], m["num_heads"],
+                      m["d_ff"]) for m in menu}, "without requirements, every entry as it is"
+
+
+def test_a_menu_entry_whose_heads_no_longer_divide_d_model_falls_back_to_one_head():
+    class Odd:
+        name, dtype = "odd-stub", np.dtype(np.float64)
+        preferred_shapes = ({"d_model": 6, "num_heads": 3},)
+
+    class Seven:
+        name, dtype = "seven-stub", np.dtype(np.float64)
+        preferred_shapes = ({"d_model": 7, "num_heads": 7},)
+
+    with S.following(Odd()):
+        for d in _sample(S.dims(even_d_model=True), 5):
+            assert (d.d_model, d.num_heads) == (6, 3)
+        for d in _sample(S.dims(min_d_model=7), 5):
+            assert (d.d_model, d.num_heads) == (7, 1)
+    with S.following(Seven()):
+        for d in _sample(S.dims(even_d_model=True), 5):
+            assert (d.d_model, d.num_heads) == (8, 1), "an odd d_model is raised (never lowered) to an even one"
+
+
+# ---------------------------------------------------------------------------------------------
+# Dimensions: bounds that hold for every draw, and the edges each strategy must reach
+# ---------------------------------------------------------------------------------------------
+
+def test_dims_default_ranges_hold_and_their_edges_are_reached():
+    drawn = _sample(S.dims(), 100)
+    for d in drawn:
+        assert 1 <= d.n_q <= CI.max_seq and 1 <= d.n_k <= CI.max_seq and len(d.batch) <= 2
+        assert all(1 <= b <= CI.max_batch for b in d.batch)
+        assert 1 <= d.d_k <= CI.max_dim and 1 <= d.d_v <= CI.max_dim and 1 <= d.d_model <= CI.max_dim
+        assert 1 <= d.num_heads <= 4 and d.d_model % d.num_heads == 0 and d.d_ff >= 1
+        assert isinstance(d.d_head, int) and d.d_head * d.num_heads == d.d_model
+    for what, predicate in [
+        ("no batch axis", lambda d: d.batch == ()), ("two batch axes", lambda d: len(d.batch) == 2),
+        ("a batch axis of 1", lambda d: 1 in d.batch), ("n_q = 1", lambda d: d.n_q == 1),
+        ("n_k = max_seq", lambda d: d.n_k == CI.max_seq), ("n_q ≠ n_k", lambda d: d.n_q != d.n_k),
+        ("d_k = 1", lambda d: d.d_k == 1), ("d_v = 1", lambda d: d.d_v == 1), ("d_k ≠ d_v", lambda d: d.d_k != d.d_v),
+        ("one head", lambda d: d.num_heads == 1), ("four heads", lambda d: d.num_heads == 4),
+        ("d_head = 1 with several heads", lambda d: d.d_head == 1 and d.num_heads > 1),
+        ("d_model = 1", lambda d: d.d_model == 1), ("odd d_model", lambda d: d.d_model % 2 == 1),
+        ("d_model = max_dim", lambda d: d.d_model == CI.max_dim), ("d_ff = 1", lambda d: d.d_ff == 1),
+    ]:
+        assert _reach(S.dims(), predicate), what
+
+
+@pytest.mark.parametrize("even", [False, True], ids=["any", "even"])
+def test_dims_min_d_model_is_met_without_passing_max_dim(even):
+    """min_d_model = max_dim leaves one d_model: max_dim itself (ci: 12, divisible by 1, 2, 3 and 4 heads)."""
+    for d in _sample(S.dims(min_d_model=CI.max_dim, even_d_model=even), 60):
+        assert d.d_model == CI.max_dim and d.d_model % d.num_heads == 0
+    for d in _sample(S.dims(min_d_model=3, even_d_model=even), 60):
+        assert 3 <= d.d_model <= CI.max_dim and (d.d_model % 2 == 0 or not even)
+    assert _reach(S.dims(min_d_model=3, even_d_model=even), lambda d: d.d_model == (4 if even else 3))
+    assert _reach(S.dims(min_d_model=5, even_d_model=even), lambda d: d.d_model == (6 if even else 5) and
+                  d.num_heads == 1)
+
+
+def test_dims_even_d_model_stays_within_max_dim():
+    """max_dim 64 (thorough's): 3 heads of up to 21 — an odd head width must not round up to d_model = 66."""
+    _never(S.dims(even_d_model=True, max_dim=64, max_heads=3, batch_ndim=(0, 0)),
+           lambda d: d.d_model % 2 or d.d_model > 64 or d.d_model % d.num_heads)
+
+
+def test_dims_requirements_are_honoured():
+    for d in _sample(S.dims(min_seq=3, max_seq=5, max_dim=2, min_d_k=2, max_heads=1, batch_ndim=(1, 1)), 60):
+        assert 3 <= d.n_q <= 5 and 3 <= d.n_k <= 5 and d.d_k == 2 and d.d_v <= 2 and d.num_heads == 1
+        assert len(d.batch) == 1 and d.d_model <= 2
+    _never(S.dims(max_dim=2), lambda d: d.d_model > 2 or d.d_k > 2 or d.d_v > 2, 200)
+    assert _reach(S.dims(max_dim=2), lambda d: d.num_heads == 2 and d.d_model == 2)
+    assert _reach(S.dims(min_seq=3, max_seq=5), lambda d: d.n_q == 3 and d.n_k == 5)
+    assert _reach(S.dims(square=True), lambda d: d.n_q == 1) and _reach(S.dims(min_d_k=4), lambda d: d.d_k == 4)
+
+
+def test_seq_lengths_and_batch_shapes_cover_their_ranges():
+    assert set(_sample(S.seq_lengths(), 300)) == set(range(1, CI.max_seq + 1))
+    assert set(_sample(S.seq_lengths(4, 6), 60)) == {4, 5, 6}
+    assert set(_sample(S.seq_lengths(20), 30)) == {20}, "a minimum above max_seq is the length"
+    assert set(_sample(S.seq_lengths(10, 30), 300)) == set(range(10, 31))
+    shapes = _sample(S.batch_shapes(), 150)
+    assert {len(b) for b in shapes} == {0, 1, 2}
+    assert {x for b in shapes for x in b} == set(range(1, CI.max_batch + 1))
+    assert {len(b) for b in _sample(S.batch_shapes(1, 3, max_size=2), 80)} == {1, 2, 3}
+    assert all(isinstance(b, tuple) for b in shapes)
+
+
+def test_seq_lengths_are_the_documented_mixture():
+    """``integers(min, SHORT_SEQ) | integers(min, max_seq)`` (docs/adapters.md: "a mixture of short lengths
+    1 … 8 and lengths 1 … max_seq"), the short branch widened to a larger minimum and capped by a smaller
+    maximum. Which branch a length came from cannot be seen in a draw, so the composition is compared."""
+    assert S.SHORT_SEQ == 8
+    for args, short, top in [((), (1, 8), (1, CI.max_seq)), ((1, 64), (1, 8), (1, 64)), ((1, 5), (1, 5), (1, 5)),
+                             ((10, 30), (10, 10), (10, 30)), ((20,), (20, 20), (20, 20))]:
+        assert repr(S.seq_lengths(*args)) == repr(st.integers(*short) | st.integers(*top)), args
+
+
+def test_d_ff_spans_one_to_twice_max_dim():
+    """docs/adapters.md and dims' docstring: d_ff in 1 … 2·max_dim (the paper's d_ff = 4·d_model, kept small)."""
+    for top in (2, 3):
+        _never(S.dims(max_dim=top), lambda d: not 1 <= d.d_ff <= 2 * top, 200)
+        assert _reach(S.dims(max_dim=top), lambda d: d.d_ff == 2 * top, 200)
+    assert max(d.d_ff for d in _sample(S.dims(), 100)) <= 2 * CI.max_dim
+
+
+def test_seeds_span_every_32_bit_seed():
+    _never(S.seeds(), lambda s: not 0 <= s < 2**32, 300)
+    assert _reach(S.seeds(), lambda s: s == 0) and _reach(S.seeds(), lambda s: s == 2**32 - 1)
+
+
+def test_scales_are_the_powers_of_two_from_low_to_high():
+    assert set(_sample(S.scales(), 100)) == {2.0**e for e in range(-3, 4)}
+    assert set(_sample(S.scales(-1, 1), 40)) == {0.5, 1.0, 2.0}
+
+
+# ---------------------------------------------------------------------------------------------
+# Arrays
+# ---------------------------------------------------------------------------------------------
+
+def _subnormal(a) -> bool:
+    a = np.asarray(a)
+    return bool(((a != 0) & (np.abs(a) < np.finfo(a.dtype).smallest_normal)).any())
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_arrays_default_to_unit_scale_without_subnormals(dtype):
+    """U[−1, 1] entries (scale 1, offset 0 by default), both signs, no subnormal (a flush-to-zero
+    implementation would differ on them), in the asked dtype; the same for seeded (large) arrays."""
+    for shape in [(4,), (3, 100)]:  # 4 entries drawn one by one; 300 > ELEMENTWISE_LIMIT from a seed
+        strategy = S.arrays(shape, dtype=dtype)
+        _never(strategy, lambda a: a.dtype != dtype or a.shape != shape or np.abs(a).max() > 1 or _subnormal(a),
+               100)
+        assert _reach(strategy, lambda a: a.min() < -0.5 and a.max() > 0.5)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_entry_by_entry_floats_are_never_subnormal(dtype):
+    """The element strategy itself, searched 1000 times: with subnormals allowed, hypothesis offers the smallest
+    subnormal of the width within 300 derandomized draws (float32: 1.4e-45, float64: 1.1e-308), which the
+    array-level test above, with few entries per draw, does not reach."""
+    smallest_normal = np.finfo(dtype).smallest_normal
+    _never(S._unit_floats(dtype), lambda x: x != 0 and abs(x) < smallest_normal, 1000)
+    _never(S._unit_floats(dtype), lambda x: not -1 <= x <= 1 or np.asarray(x, dtype) != x, 300)
+
+
+def test_arrays_scale_and_offset():
+    for a in _sample(S.arrays((2, 3), scale=0.25, offset=3.0), 30):
+        assert np.all(np.abs(a - 3.0) <= 0.25)
+    assert _reach(S.arrays((2, 3), scale=0.25, offset=3.0), lambda a: a.min() < 2.9 and a.max() > 3.1)
+    assert _reach(S.arrays((300,), scale=0.25, offset=3.0), lambda a: a.min() < 2.8 and a.max() > 3.2 and
+                  np.all(np.abs(a - 3.0) <= 0.25))
+
+
+def test_arrays_up_to_the_elementwise_limit_are_drawn_entry_by_entry():
+    """Entry by entry (hypothesis can make them all 0: ties, zero rows) up to ELEMENTWISE_LIMIT entries; larger
+    ones from a seed (numpy uniform: never all 0)."""
+    limit = S.ELEMENTWISE_LIMIT
+    assert limit == 256
+    assert _reach(S.arrays((limit,)), lambda a: not a.any(), 20)
+    _never(S.arrays((limit + 1,)), lambda a: not a.all(), 20)
+
+
+def test_random_arrays_are_seeded_normals_reproducible_from_their_note(monkeypatch):
+    notes = []
+    monkeypatch.setattr(S, "note", notes.append)
+    for dtype, scale in [(None, None), (np.float32, 0.5)]:
+        notes.clear()
+        a = _sample(S.random_arrays((3, 4), dtype=dtype) if scale is None else
+                    S.random_arrays((3, 4), scale=scale, dtype=dtype), 1)[0]
+        scale = 1.0 if scale is None else scale
+        seed = int(notes[-1].removeprefix("random_arrays seed="))
+        want = (scale * np.random.default_rng(seed).standard_normal((3, 4))).astype(dtype or np.float64)
+        assert a.dtype == want.dtype and np.array_equal(a, want)
+    with S.following(_Float32()):
+        assert _sample(S.random_arrays((2,)), 1)[0].dtype == np.float32
+
+
+# ---------------------------------------------------------------------------------------------
+# Masks
+# ---------------------------------------------------------------------------------------------
+
+def test_large_masks_leave_every_query_a_key_at_every_density():
+    """Above 4·ELEMENTWISE_LIMIT entries masks come from a seed, sparse, half or dense — and still every
+    query keeps a key (the sparse ones need the repair)."""
+    shape = (2, 40, 30)
+    strategy = S.masks(shape)
+    _never(strategy, lambda m: m.shape != shape or m.dtype != np.bool_ or not m.any(axis=-1).all(), 60)
+    for lo, hi in [(0.05, 0.2), (0.4, 0.6), (0.8, 0.95)]:
+        assert _reach(strategy, lambda m: lo < m.mean() < hi, 60)
+
+
+def test_masks_are_drawn_entry_by_entry_up_to_1024_entries_and_seeded_above(monkeypatch):
+    """The documented switch (docs/adapters.md, masks' docstring): 4·ELEMENTWISE_LIMIT = 1024 entries still
+    element-wise (hypothesis shrinks them), 1025 from a seed. Seen through the calls to ``seeds``, which only
+    the seeded branch makes."""
+    assert 4 * S.ELEMENTWISE_LIMIT == 1024
+    calls = []
+
+    def recording_seeds():
+        calls.append(1)
+        return st.integers(0, 2**32 - 1)
+
+    monkeypatch.setattr(S, "seeds", recording_seeds)
+    for shape, seeded in [((32, 32), False), ((2, 16, 32), False), ((5, 205), True), ((1, 1025), True)]:
+        calls.clear()
+        drawn = _sample(S.masks(shape), 3)
+        assert all(m.shape == shape and m.any(axis=-1).all() for m in drawn)
+        assert bool(calls) == seeded, f"{shape}: {math.prod(shape)} entries {'not ' if seeded else ''}seeded"
+
+
+def test_dims_are_frozen_and_hashable():
+    d = _sample(S.dims(), 1)[0]
+    assert d in {d}
+    with pytest.raises(AttributeError):
+        d.n_q = 3
+
+
+def test_small_masks_reach_all_and_one_key_per_query():
+    strategy = S.masks((3, 4, 5))
+    assert _reach(strategy, lambda m: m.all())
+    assert _reach(strategy, lambda m: (m.sum(axis=-1) == 1).all())
+    assert _reach(S.masks((1, 1)), lambda m: m.shape == (1, 1) and m.all())
+
+
+@pytest.mark.parametrize("shape", [(5,), (3, 4), (2, 3, 4), (2, 1, 3, 4)])
+def test_single_key_masks_have_the_asked_shape_and_any_key(shape):
+    drawn = _sample(S.single_key_masks(shape), 20)
+    for m in drawn:
+        assert m.shape == shape and m.dtype == np.bool_ and (m.sum(axis=-1) == 1).all()
+    assert {int(i) for m in drawn for i in np.argmax(m, axis=-1).ravel()} == set(range(shape[-1]))
+
+
+def test_padding_masks_reach_a_single_real_key_and_a_full_sequence():
+    strategy = S.padding_masks(3, 4)
+    assert _reach(strategy, lambda m: (m[:, 0].sum(axis=-1) == 1).any())
+    assert _reach(strategy, lambda m: (m[:, 0].sum(axis=-1) == 4).any())
+    assert _reach(strategy, lambda m: len({int(n) for n in m[:, 0].sum(axis=-1)}) == 3), "lengths differ per sequence"
+
+
+@pytest.mark.parametrize("batch", [(), (2,), (2, 3)])
+def test_mask_forms_are_the_documented_broadcastable_forms(batch):
+    forms = {(4, 5), batch + (4, 5), batch + (1, 5)} | ({(1,) * len(batch) + (4, 5)} if batch else set())
+    drawn = _sample(S.mask_forms(batch, 4, 5), 60)
+    assert {m.shape for m in drawn} == forms
+    for m in drawn:
+        assert m.dtype == np.bool_ and np.broadcast_to(m, batch + (4, 5)).any(axis=-1).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameter sets: documented ranges, and reproducible from their notes
+# ---------------------------------------------------------------------------------------------
+
+def _noted(monkeypatch):
+    """Capture the strategies' notes (hypothesis prints them with a failing example: they must be true)."""
+    notes: list[str] = []
+    monkeypatch.setattr(S, "note", notes.append)
+    return notes
+
+
+def _call(note: str, name: str) -> dict:
+    """The keyword arguments of a note ``name(k=v, …)``."""
+    assert note.startswith(name + "(") and note.endswith(")"), note
+    return eval(f"dict({note[len(name) + 1:-1]})")
+
+
+def test_epsilons_are_the_documented_four():
+    assert set(_sample(S.epsilons(), 40)) == {1e-5, 1e-6, 1e-12, 0.1}
+
+
+def test_multi_head_and_feed_forward_params_rebuild_from_their_notes(monkeypatch):
+    notes = _noted(monkeypatch)
+    biases = set()
+    for p, note in _sample(S.multi_head_params(6, 2), 30, notes):
+        kw = _call(note, "multi_head_params")
+        assert (kw["d_model"], kw["num_heads"]) == (6, 2) and kw["bias_scale"] in (0.1, 0.0, 0.5)
+        want = S.init_multi_head(kw["seed"], 6, 2, bias_scale=kw["bias_scale"])
+        assert np.array_equal(p.w_q, want.w_q) and np.array_equal(p.b_o, want.b_o)
+        biases.add(kw["bias_scale"])
+    assert biases == {0.1, 0.0, 0.5}
+    p, note = _sample(S.multi_head_params(4, 1, bias_scale=0.25), 1, notes)[0]
+    assert _call(note, "multi_head_params")["bias_scale"] == 0.25 and 0 < np.abs(p.b_q).max() <= 0.25
+    for p, note in _sample(S.feed_forward_params(3, 5), 5, notes):
+        kw = _call(note, "feed_forward_params")
+        assert (kw["d_model"], kw["d_ff"]) == (3, 5)
+        want = S.init_feed_forward(kw["seed"], 3, 5)
+        assert np.array_equal(p.w1, want.w1) and np.array_equal(p.b2, want.b2)
+    with S.following(_Float32()):
+        assert _sample(S.multi_head_params(4, 2), 1)[0].w_q.dtype == np.float32
+        assert _sample(S.feed_forward_params(4, 2), 1)[0].w1.dtype == np.float32
+
+
+@pytest.mark.parametrize("name", ["encoder_layer_params", "decoder_layer_params"])
+def test_layer_params_rebuild_from_their_notes_with_both_placements_and_eps(monkeypatch, name):
+    notes = _noted(monkeypatch)
+    strategy, init = getattr(S, name), getattr(S, "init_" + name.removesuffix("_params"))
+    seen = set()
+    for p, note in _sample(strategy(4, 2, 8), 30, notes):
+        kw = _call(note, name)
+        assert (kw["d_model"], kw["num_heads"], kw["d_ff"]) == (4, 2, 8)
+        assert (p.norm_first, p.eps) == (kw["norm_first"], kw["eps"]) and p.eps in (1e-5, 1e-6)
+        want = init(kw["seed"], 4, 2, 8, norm_first=kw["norm_first"], eps=kw["eps"], norm_spread=0.3)
+        assert np.array_equal(p.norm2.gamma, want.norm2.gamma) and np.array_equal(p.ffn.w1, want.ffn.w1)
+        assert 0 < np.abs(p.norm1.gamma - 1).max() <= 0.3 and 0 < np.abs(p.norm2.beta).max() <= 0.3
+        seen.add((p.norm_first, p.eps))
+    assert seen == {(False, 1e-5), (False, 1e-6), (True, 1e-5), (True, 1e-6)}
+    assert {p.norm_first for p in _sample(strategy(4, 2, 8, norm_first=True), 10)} == {True}
+    with S.following(_Float32()):
+        assert _sample(strategy(4, 2, 8), 1)[0].norm1.gamma.dtype == np.float32
+
+
+def test_layer_norm_params_are_the_usual_init_or_perturbed_by_half():
+    drawn = _sample(S.layer_norm_params(5), 40)
+    for p in drawn:
+        assert p.gamma.shape == p.beta.shape == (5,)
+        assert np.abs(p.gamma - 1).max() <= 0.5 and np.abs(p.beta).max() <= 0.5
+    assert any(np.all(p.gamma == 1) and np.all(p.beta == 0) for p in drawn)
+    assert any(np.abs(p.gamma - 1).max() > 0.25 and np.abs(p.beta).max() > 0.25 for p in drawn)
+    with S.following(_Float32()):
+        assert _sample(S.layer_norm_params(3), 1)[0].gamma.dtype == np.float32
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention cases
+# ---------------------------------------------------------------------------------------------
+
+_Q, _K, _V = np.zeros((2, 3, 4)), np.zeros((5, 4)), np.zeros((5, 6))
+
+
+def test_attention_case_shape_properties_and_description():
+    case = S.AttentionCase(_Q, _K, _V)
+    assert (case.batch, case.n_q, case.n_k, case.d_k, case.mask, case.scale, case.label) == ((2,), 3, 5, 4, None, None, "")
+    assert case.describe() == "attention(q(2, 3, 4), k(5, 4), v(5, 6), mask=none, scale=None)"
+    assert S.AttentionCase(_Q[0], _K[None], _V).batch == (1,)
+    assert S.AttentionCase(_Q[0], _K, np.zeros((7, 1, 5, 6))).batch == (7, 1)
+    labelled = S.AttentionCase(_Q, _K, _V, np.ones((3, 5), bool), 0.5, "x")
+    assert labelled.describe() == "attention(q(2, 3, 4), k(5, 4), v(5, 6), mask=(3, 5), scale=0.5) [x]"
+    with pytest.raises(AttributeError):
+        case.scale = 1.0
+
+
+def test_attention_case_cast_clamps_the_scale_to_the_dtype():
+    d_k = 1
+    q, k, v = np.ones((2, 3, d_k)), np.ones((4, d_k)), np.ones((4, 2))
+    info = np.finfo(np.float32)
+    huge = S.AttentionCase(q, k, v, scale=1e300).cast(np.float32)
+    assert huge.q.dtype == np.float32 and huge.scale == float(info.max) / (16.0 * d_k)
+    wide = S.AttentionCase(np.ones((2, 3, 5)), np.ones((4, 5)), v, scale=-1e300).cast(np.float32)
+    assert wide.scale == -float(info.max) / (16.0 * 5)
+    tiny = S.AttentionCase(q, k, v, scale=1e-300).cast(np.float32)
+    assert tiny.scale == float(info.smallest_normal) * 2**30
+    for s in (1.0, -1.0, 0.0, None, 1e300):
+        c = S.AttentionCase(q, k, v, np.ones((3, 4), bool), s).cast(np.float64)
+        assert c.scale == s and c.mask.dtype == np.bool_ and c.v.dtype == np.float64
+    assert S.AttentionCase(q, k, v, scale=-1e-300).cast(np.float64).scale == -float(np.finfo(np.float64).tiny) * 2**30
+    assert S.AttentionCase(q, k, v, scale=0.5).cast(np.float32).scale == 0.5
+
+
+def test_attention_cases_defaults_and_switches():
+    plain = _sample(S.attention_cases(), 40)
+    assert all(c.scale is None for c in plain), "explicit_scale=False by default"
+    for c in plain:
+        assert c.q.shape[:-2] == c.v.shape[:-2] and len(c.q.shape) <= 4 and c.k.shape[-1] == c.q.shape[-1]
+        assert c.k.shape[-2] == c.v.shape[-2] and c.q.shape[-2:-1] != (0,)
+        assert np.abs(c.q).max() <= 2 and np.abs(c.k).max() <= 2 and np.abs(c.v).max() <= 4
+        assert c.mask is None or np.broadcast_to(c.mask, c.batch + (c.n_q, c.n_k)).any(axis=-1).all()
+    for what, predicate in [
+        ("n_q ≠ n_k", lambda c: c.n_q != c.n_k), ("n = 1", lambda c: c.n_q == 1), ("no batch", lambda c: c.batch == ()),
+        ("k with one batch axis fewer", lambda c: c.q.ndim == 4 and c.k.ndim == 3),
+        ("a mask", lambda c: c.mask is not None),
+        ("no mask", lambda c: c.mask is None),
+    ]:
+        assert _reach(S.attention_cases(), predicate, 300), what
+    assert all(c.mask is not None for c in _sample(S.attention_cases(mask=True), 10))
+    assert all(c.mask is None for c in _sample(S.attention_cases(mask=False), 10))
+    assert all(c.scale is not None for c in _sample(S.attention_cases(explicit_scale=True), 10))
+    assert _reach(S.attention_cases(explicit_scale=None), lambda c: c.scale is None)
+    assert _reach(S.attention_cases(explicit_scale=None), lambda c: c.scale is not None)
+    menu = {1.0, 0.5, 0.125, 2.0, -1.0, 0.0, 1e6, 1e300, 1e-300}
+    tiny = S.attention_cases(explicit_scale=True, max_seq=1, max_dim=1, batch_ndim=(0, 0))
+    scales = {c.scale for c in _sample(tiny, 100)}
+    assert scales <= menu
+    for s in menu - scales:
+        assert _reach(tiny, lambda c: c.scale == s, 300), s
+    for c in _sample(S.attention_cases(square=True, score_scale=0.5), 10):
+        assert c.n_q == c.n_k and np.abs(c.q).max() <= 0.5
+
+
+# ---------------------------------------------------------------------------------------------
+# Model cases, layer-norm and softmax inputs
+# ---------------------------------------------------------------------------------------------
+
+def test_model_cases_shapes_scales_and_switches():
+    drawn = _sample(S.model_cases(), 30)
+    for c in drawn:
+        d = c.dims
+        assert len(d.batch) == 1 and c.x.shape == d.batch + (d.n_q, d.d_model)
+        assert c.memory.shape == d.batch + (d.n_k, d.d_model) and 1 <= d.num_heads <= 4
+        assert d.d_model % d.num_heads == 0 and np.abs(c.x).max() <= 2 and np.abs(c.memory).max() <= 2
+    for what, predicate in [
+        ("n_q ≠ n_k", lambda c: c.dims.n_q != c.dims.n_k), ("n_q = 1", lambda c: c.dims.n_q == 1),
+        ("four heads", lambda c: c.dims.num_heads == 4), ("d_model = 1", lambda c: c.dims.d_model == 1),
+        ("all-zero x (drawn by hypothesis, not generic)", lambda c: not c.x.any()),
+        ("|x| > 1", lambda c: np.abs(c.x).max() > 1),
+    ]:
+        assert _reach(S.model_cases(), predicate, 300), what
+    for c in _sample(S.model_cases(square=True, min_seq=2, max_heads=1, min_d_model=3, scale=0.25), 20):
+        assert c.dims.n_q == c.dims.n_k >= 2 and c.dims.num_heads == 1 and c.dims.d_model >= 3
+        assert np.abs(c.x).max() <= 0.25
+    for c in _sample(S.model_cases(generic=True, scale=1.0), 10):
+        assert np.all(c.x != 0) and np.unique(c.x).size == c.x.size, "generic: seeded normal, no zeros, no ties"
+    c = drawn[0].cast(np.float32)
+    assert c.x.dtype == c.memory.dtype == np.float32 and c.dims == drawn[0].dims
+    with pytest.raises(AttributeError):
+        c.x = None
+
+
+def test_model_case_notes_describe_the_case(monkeypatch):
+    notes = _noted(monkeypatch)
+    for c, note in _sample(S.model_cases(scale=0.5), 5, notes):
+        d = c.dims
+        assert note == (f"model case: batch={d.batch}, n_q={d.n_q}, n_k={d.n_k}, d_model={d.d_model}, "
+                             f"heads={d.num_heads}, d_ff={d.d_ff}, scale=0.5")
+
+
+def test_layer_norm_inputs_follow_their_note_and_cover_the_documented_sigmas_and_offsets(monkeypatch):
+    notes = _noted(monkeypatch)
+    sigmas, ratios, shapes = set(), set(), set()
+    for x, note in _sample(S.layer_norm_inputs(), 200, notes):
+        head, sigma, ratio = note.removeprefix("layer_norm_inputs: shape=").rsplit(", ", 2)
+        sigma, ratio = float(sigma.removeprefix("sigma=")), float(ratio.removeprefix("offset=").removesuffix("·sigma"))
+        assert eval(head) == x.shape and 2 <= x.ndim <= 4
+        # |x − offset| ≤ σ, up to the rounding of offset + σ·noise and of the subtraction (a few ulps
+        # of the offset, 1e6·16 at most: 4e-9 absolute, far above σ·1e-12 when the offset is large)
+        assert np.all(np.abs(x - ratio * sigma) <= sigma * (1 + 1e-12) + 4 * np.spacing(abs(ratio * sigma) + sigma))
+        sigmas.add(sigma), ratios.add(ratio), shapes.add(x.shape)
+    assert sigmas == {1.0, 1e-2, 3e-3, 1e-4, 16.0} and ratios == {0.0, 1.0, 1e2, 1e4, 1e6}
+    assert {len(s) for s in shapes} == {2, 3, 4} and any(s[-2] == 1 for s in shapes) and any(s[-1] == 1 for s in shapes)
+    assert any(s[-1] == CI.max_dim for s in shapes)
+
+
+def test_softmax_inputs_cover_axes_and_scales(monkeypatch):
+    notes = _noted(monkeypatch)
+    for (x, axis), note in _sample(S.softmax_inputs(), 60, notes):
+        assert 1 <= x.ndim <= 3 and -x.ndim <= axis < x.ndim and np.isfinite(x).all() and np.abs(x).max() <= 64
+        assert note.startswith(f"softmax x.shape={x.shape}, axis={axis}, max|x|=")
+    for what, predicate in [
+        ("1-D", lambda xa: xa[0].ndim == 1), ("a length-1 axis", lambda xa: xa[0].shape[xa[1]] == 1),
+        ("a first axis of several", lambda xa: xa[0].ndim > 1 and xa[1] in (0, -xa[0].ndim)),
+        ("a negative axis", lambda xa: xa[1] < 0), ("a non-negative axis", lambda xa: xa[1] >= 0 and xa[0].ndim > 1),
+        ("large", lambda xa: np.abs(xa[0]).max() > 32),
+    ]:
+        assert _reach(S.softmax_inputs(), predicate, 300), what
+    _never(S.softmax_inputs(), lambda xa: np.abs(xa[0]).max() > 64, 200)
+    for x, _ in _sample(S.softmax_inputs(huge=True), 20):
+        assert np.abs(x).max() <= 1e300
+    assert _reach(S.softmax_inputs(huge=True), lambda xa: np.abs(xa[0]).max() > 0.5e300)
+    with S.following(_Float32()):
+        for x, _ in _sample(S.softmax_inputs(huge=True), 20):
+            assert x.dtype == np.float32 and np.isfinite(x).all() and np.abs(x).max() <= 1e37
+        assert _reach(S.softmax_inputs(huge=True), lambda xa: np.abs(xa[0]).max() > 0.5e37)
+    assert _reach(S.softmax_inputs(low=-1, high=-1), lambda xa: np.abs(xa[0]).max() == 0.5)
+
+
+# ---------------------------------------------------------------------------------------------
+# The weights probe and the edge cases
+# ---------------------------------------------------------------------------------------------
+
+def test_the_cases_draw_their_scales_from_the_documented_exponent_ranges(monkeypatch):
+    """The powers of two each case strategy scales by (``scales(low, high)``): q and k 2^−4 … 2^1 (|S| ≤ 4·d_k),
+    v 2^−2 … 2^2, model inputs 2^−1 … 2^1, softmax inputs 2^low … 2^high (default −4 … 6)."""
+    calls = []
+    real = S.scales
+    monkeypatch.setattr(S, "scales", lambda low=-3, high=3: calls.append((low, high)) or real(low, high))
+    _sample(S.attention_cases(), 3)
+    assert set(calls) == {(-4, 1), (-2, 2)}
+    calls.clear()
+    _sample(S.model_cases(), 3)
+    assert set(calls) == {(-1, 1)}
+    calls.clear()
+    _sample(S.softmax_inputs(), 3)
+    assert set(calls) == {(-4, 6)}
+    calls.clear()
+    _sample(S.softmax_inputs(low=-1, high=2), 3)
+    assert set(calls) == {(-1, 2)}
+
+
+def test_weights_probe_keeps_d_v_equal_to_d_k():
+    q, k = np.ones((2, 3, 4)), np.ones((2, 3, 4))  # n_k ≤ d_k: unchanged, the default scale as is
+    qp, kp, v, s = S.weights_probe(q, k)
+    assert qp is q and kp is k and s is None and v.shape == (3, 4) and np.array_equal(v[:, :3], np.eye(3))
+    q, k = np.ones((3, 2)), np.ones((5, 2))  # n_k > d_k: zero-padded to width n_k, explicit 1/√d_k
+    qp, kp, v, s = S.weights_probe(q, k)
+    assert qp.shape == (3, 5) and kp.shape == (5, 5) and v.shape == (5, 5) and s == 1 / math.sqrt(2)
+    assert not qp[:, 2:].any() and np.array_equal(v, np.eye(5))
+    assert S.weights_probe(q, k, 0.25)[3] == 0.25
+
+
+_EDGE_PROMISES = {
+    "one-key": lambda c: c.n_k == 1, "one-query": lambda c: c.n_q == 1 and c.batch != (),
+    "d_k=1": lambda c: c.d_k == 1, "single-allowed-key": lambda c: (c.mask.sum(axis=-1) == 1).all(),
+    "huge-scores": lambda c: c.scale == 1e300 and not c.mask.all(axis=-1).any(),
+    "tiny-scores": lambda c: c.scale == 1e-300, "long-sequence": lambda c: c.n_k == CI.long_seq,
+    "one-query-masked": lambda c: c.n_q == 1 and not c.mask.all(),
+    "batched-masks": lambda c: c.mask.ndim == 3 and len({m.tobytes() for m in c.mask}) == c.mask.shape[0],
+}
+
+
+@pytest.mark.parametrize("name", S.EDGE)
+def test_edge_cases_are_what_their_names_say(name):
+    from attnclaims.reference import reference
+
+    case = S.edge_attention_case(name)
+    assert case.label == name and _EDGE_PROMISES[name](case)
+    assert all(np.abs(a).max() <= 1 and a.min() < 0 < a.max() for a in (case.q, case.k, case.v) if a.size > 2)
+    out = reference.attention(case.q, case.k, case.v, case.mask, case.scale)  # consistent, broadcastable shapes
+    assert out.shape == case.batch + (case.n_q, case.v.shape[-1]) and np.isfinite(out).all()
+    again = S.edge_attention_case(name)
+    assert np.array_equal(again.q, case.q), "deterministic"
+
+
+def test_an_unknown_edge_case_is_refused():
+    assert set(S.EDGE) == set(_EDGE_PROMISES)
+    with pytest.raises(ValueError) as exc:
+        S.edge_attention_case("no-such-case")
+    assert str(exc.value) == "unknown edge case 'no-such-case'"
+
+
+def test_layer_max_seq_lies_between_the_ci_and_thorough_lengths():
+    assert isinstance(S.LAYER_MAX_SEQ, int) and CI.max_seq <= S.LAYER_MAX_SEQ < _LIMITS["thorough"].max_seq
+
+
+def test_edge_cases_keep_their_sizes_pairwise_different():
+    """n_q, n_k, d_k, d_v of every edge case differ pairwise, except those its name sets to 1
+    (edge_attention_case's docstring: axis confusions must not match by luck)."""
+    for name in S.EDGE:
+        c = S.edge_attention_case(name)
+        sizes = {"n_q": c.q.shape[-2], "n_k": c.k.shape[-2], "d_k": c.q.shape[-1], "d_v": c.v.shape[-1]}
+        assert c.k.shape[-1] == sizes["d_k"] and c.v.shape[-2] == sizes["n_k"], name
+        free = [v for v in sizes.values() if v != 1]
+        assert len(set(free)) == len(free), f"{name}: sizes {sizes} repeat"
+
+
+# ---------------------------------------------------------------------------------------------
+# No subnormal number anywhere, after every transformation; declared variants
+# ---------------------------------------------------------------------------------------------
+
+def _leaves(value):
+    """Every float array inside a draw (tuples, dataclasses of arrays, cases)."""
+    if isinstance(value, np.ndarray):
+        if value.dtype != np.bool_ and value.dtype.kind in "fV":
+            yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _leaves(v)
+    elif hasattr(value, "__dataclass_fields__"):
+        for name in value.__dataclass_fields__:
+            yield from _leaves(getattr(value, name))
+
+
+def _has_subnormal(value) -> bool:
+    for a in _leaves(value):
+        mag = np.abs(a.astype(np.float64))
+        if ((mag > 0) & (mag < float(S.finfo(a.dtype).smallest_normal))).any():
+            return True
+    return False
+
+
+@st.composite
+def _everything(draw, dtype):
+    """One draw of any strategy of the module, as a test would use it: cast to ``dtype`` where the tests cast."""
+    kind = draw(st.sampled_from(["arrays", "random", "attention", "edge", "model", "mha", "ffn", "norm", "encoder",
+                                 "decoder", "layer_norm_inputs", "softmax", "softmax_huge"]))
+    if kind == "arrays":  # the smallest scale times the smallest normal entry: the equinox false alarm
+        shape = draw(st.sampled_from([(3,), (2, 5), (300,)]))
+        return draw(S.arrays(shape, scale=draw(S.scales(-6, 3)), offset=draw(st.sampled_from([0.0, 1.0, 1e-300]))))
+    if kind == "random":
+        return draw(S.random_arrays((draw(st.integers(1, 40)),), scale=draw(S.scales(-6, 3))))
+    if kind == "attention":
+        case = draw(S.attention_cases(mask=None, explicit_scale=None))
+        return case.cast(dtype)
+    if kind == "edge":
+        return S.edge_attention_case(draw(st.sampled_from(S.EDGE))).cast(dtype)
+    if kind == "model":
+        return draw(S.model_cases()).cast(dtype)
+    d = draw(S.dims())
+    if kind == "mha":
+        return draw(S.multi_head_params(d.d_model, d.num_heads))
+    if kind == "ffn":
+        return draw(S.feed_forward_params(d.d_model, d.d_ff))
+    if kind == "norm":
+        return draw(S.layer_norm_params(d.d_model))
+    if kind == "encoder":
+        return draw(S.encoder_layer_params(d.d_model, d.num_heads, d.d_ff))
+    if kind == "decoder":
+        return draw(S.decoder_layer_params(d.d_model, d.num_heads, d.d_ff))
+    if kind == "layer_norm_inputs":
+        return draw(S.layer_norm_inputs())
+    return draw(S.softmax_inputs(huge=kind == "softmax_huge"))
+
+
+_DTYPES = [np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16)]
+try:
+    import ml_dtypes
+
+    _DTYPES.append(np.dtype(ml_dtypes.bfloat16))
+except ImportError:  # pragma: no cover - ml_dtypes is a dependency
+    pass
+
+
+@pytest.mark.parametrize("dtype", _DTYPES, ids=lambda d: d.name)
+def test_no_strategy_returns_a_subnormal_number_in_any_dtype(dtype):
+    """The adapter guide's promise, on every path: 600 derandomized draws across every strategy (scales down to
+    2⁻⁶, offsets, seeded arrays, parameters, cases cast to the dtype, the edge cases) searched for a subnormal
+    entry. Before entries were flushed after scaling, float64 draws of the smallest normal times 2⁻¹ were
+    subnormal, and float16 ones within a few dozen draws (its smallest normal is 6.1e-5)."""
+    stub = SimpleNamespace(name=f"{dtype.name}-stub", dtype=dtype)
+    with S.following(stub):
+        _never(_everything(dtype), _has_subnormal, 600)
+
+
+@pytest.mark.parametrize("dtype", _DTYPES, ids=lambda d: d.name)
+def test_flush_subnormals_zeroes_exactly_the_subnormal_entries(dtype):
+    tiny = float(S.finfo(dtype).smallest_normal)
+    a = np.array([tiny, tiny / 2, -tiny / 4, 0.0, 1.0, -3.0], dtype=np.float64).astype(dtype)
+    out = S.flush_subnormals(a)
+    assert out.dtype == dtype and out.tolist()[3:] == [0.0, 1.0, -3.0]
+    assert float(out[0]) == tiny and float(out[1]) == 0.0 and float(out[2]) == 0.0
+    assert np.signbit(out[2].astype(np.float64))  # the sign is kept (−0)
+    assert S.flush_subnormals(a[[0, 3, 4]]) is not None and not _has_subnormal(out)
+
+
+class _Restricted:
+    name, dtype = "restricted-stub", np.dtype(np.float64)
+    variants = {"norm_first": (True,), "cross_attention": False, "head_dim": "even", "scale": "positive"}
+
+
+def test_the_strategies_draw_only_the_declared_variants():
+    """Pre-LN only, self-attention only, even head dimensions, positive scales: nothing else is drawn, and
+    asking for an undeclared variant stops the check as not applicable (a skip) with the variant's name."""
+    with S.following(_Restricted()):
+        _never(S.encoder_layer_params(8, 2, 4), lambda p: p.norm_first is not True, 30)
+        _never(S.decoder_layer_params(8, 2, 4), lambda p: p.norm_first is not True, 30)
+        _never(S.cross_or_self(), lambda c: c, 30)
+        _never(S.dims(), lambda d: (d.d_model // d.num_heads) % 2, 300)
+        _never(S.dims(max_dim=5), lambda d: (d.d_model // d.num_heads) % 2, 300)
+        _never(S.attention_cases(explicit_scale=True), lambda c: not c.scale > 0, 200)
+        with pytest.raises(pytest.skip.Exception, match=r"^not applicable \(variant norm_first=False\): "
+                                                        r"restricted-stub declares norm_first=\(True,\)$"):
+            S.require_variant("norm_first", False)
+        with pytest.raises(pytest.skip.Exception, match=r"variant head_dim=3"):
+            find(S.multi_head_params(6, 2), lambda p: True, settings=_settings(1))
+    with S.following(_Float32()):  # defaults: both placements, cross and self, odd heads, every scale
+        assert _reach(S.encoder_layer_params(8, 2, 4), lambda p: p.norm_first) and \
+            _reach(S.encoder_layer_params(8, 2, 4), lambda p: not p.norm_first)
+        assert _reach(S.cross_or_self(), bool) and _reach(S.dims(), lambda d: (d.d_model // d.num_heads) % 2)
+        assert _reach(S.attention_cases(explicit_scale=True), lambda c: c.scale <= 0)
+
+
+def test_needs_variant_skips_before_drawing():
+    """A test marked needs_variant(...) is skipped for an implementation without the variant, with the variant's
+    message, before its body (or hypothesis) runs; one with it runs. Signature and attributes are kept."""
+    ran = []
+
+    @S.needs_variant(cross_attention=True)
+    def needs_cross(impl, x=1):
+        ran.append(impl)
+
+    for impl, skipped in [(_Restricted(), True), (_Float32(), False)]:
+        if skipped:
+            with pytest.raises(pytest.skip.Exception, match=r"^not applicable \(variant cross_attention=True\): "
+                                                            r"restricted-stub declares cross_attention=False$"):
+                needs_cross(impl=impl)
+        else:
+            needs_cross(impl=impl)
+    assert len(ran) == 1 and isinstance(ran[0], _Float32)
+    import inspect
+
+    assert list(inspect.signature(needs_cross).parameters) == ["impl", "x"]
+    assert S._needed_variants(needs_cross) == {"cross_attention": True}
+    with pytest.raises(ValueError, match="unknown variant"):
+        S.needs_variant(colour=True)
+
+
+def test_epsilons_follow_the_dtype_when_drawn():
+    """Built once (as @given does at import), the strategy leaves out 1e-12 for float16 (1/√ε = 10⁶ > 65504)
+    and keeps it for float64: the choice is made when drawing, under the followed implementation."""
+    strategy = S.epsilons()
+    with S.following(SimpleNamespace(name="f16", dtype=np.dtype(np.float16))):
+        _never(strategy, lambda e: e == 1e-12, 100)
+        assert _reach(strategy, lambda e: e == 0.1)
+    with S.following(SimpleNamespace(name="f64", dtype=np.dtype(np.float64))):
+        assert _reach(strategy, lambda e: e == 1e-12)
