@@ -35,7 +35,7 @@ BACKWARD_MODULE = "attnclaims.zoo.backward_mutants"
 #: per mutant, the test that caught it last time: its kill-matrix run starts there (an order only; see
 #: :mod:`attnclaims.kill_order`). Refresh: ``attnclaims mutants --out DIR``, then each mutant's
 #: ``first_detection_test`` in ``DIR/mutants.json``.
-KILL_HINTS = Path(__file__).resolve().parent / "data" / "kill_order.json"
+KILL_HINTS = Path(__file__).resolve().parents[1] / "data" / "kill_order.json"
 #: the backward bugs the suite must catch, each with the mutant that plants it
 BACKWARD_BUGS = {
     "no centering in the softmax backward (missing −⟨p, d⟩)": "softmax_backward_uncentered",
