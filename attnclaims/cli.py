@@ -212,7 +212,7 @@ def _explain_derivations(claim_id: str, check: bool) -> None:
 
 
 def _explain_tests(claim_id: str) -> None:
-    from attnclaims.orchestrator import RunError, collect_tests
+    from attnclaims.run.process import RunError, collect_tests
 
     try:
         with _spinner("collecting the tests…"):
@@ -294,7 +294,8 @@ def _options(args, artifacts: Path | None):
 
 def _validate(options, registry):
     """(specs, unavailable built-ins): the implementations are resolved in a child, never here."""
-    from attnclaims.orchestrator import RunError, validate
+    from attnclaims.orchestrator import validate
+    from attnclaims.run.process import RunError
 
     try:
         return validate(options, registry)
@@ -451,7 +452,8 @@ def print_contract(report: dict, console) -> None:
 
 
 def _execute(args, artifacts: Path | None, out_dir: Path | None):
-    from attnclaims.orchestrator import RunError, run
+    from attnclaims.orchestrator import run
+    from attnclaims.run.process import RunError
     from attnclaims.report.model import from_run, prerender_in_background
 
     registry = _registry()
@@ -635,7 +637,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from attnclaims.orchestrator import Terminated, install_signal_handlers
+    from attnclaims.run.process import Terminated, install_signal_handlers
 
     if threading.current_thread() is threading.main_thread():
         install_signal_handlers()  # SIGTERM/SIGHUP unwind like Ctrl-C: children killed, temporary folders removed

@@ -49,7 +49,9 @@ from attnclaims import declines
 from attnclaims.evidence import cap_text
 from attnclaims.protocol import CAPABILITIES, STRUCTURED_OUTPUTS, expected_shape
 
-DEFAULT_TIMEOUT = 20.0
+#: The limit of one guarded call into an implementation, seconds (``--attn-call-timeout``; the kill
+#: matrix's per-mutant limit is :data:`attnclaims.mutants.MUTANT_TIMEOUT_S`).
+CALL_TIMEOUT_S = 20.0
 #: Determinism is checked on the first two calls of each capability and then on every 8th:
 #: a bug that adds noise shows on the first call, and the check costs ~15% of the calls.
 DETERMINISM_EVERY = 8
@@ -396,7 +398,7 @@ class GuardedImplementation:
     finite=False)`` allows NaN/inf (used by the convention probes).
     """
 
-    def __init__(self, impl: Any, *, spec: str | None = None, timeout: float | None = DEFAULT_TIMEOUT):
+    def __init__(self, impl: Any, *, spec: str | None = None, timeout: float | None = CALL_TIMEOUT_S):
         self.impl = impl
         self.name = str(getattr(impl, "name", type(impl).__name__))
         self.spec = spec or self.name  # what resolves it again: "reference", "torch", "pkg.mod:attr"

@@ -3,8 +3,8 @@
 The zoo (:mod:`attnclaims.zoo.mutants`) holds correct
 implementations with one realistic bug each, every one declaring the claims
 whose tests should catch it. For each mutant this module runs the
-implementation tests in a pytest child, through the orchestrator
-(:func:`attnclaims.orchestrator.run_session`), with the plugin's kill-matrix
+implementation tests in a pytest child, through the process side
+(:func:`attnclaims.run.process.run_session`), with the plugin's kill-matrix
 options::
 
     pytest <test files> --attn-impl attnclaims.zoo.mutants:<name> --hypothesis-profile ci
@@ -26,7 +26,7 @@ test fails is unchanged; only the counterexample is not minimised.
 
 The correct implementations (:data:`CORRECT`) run every implementation test in
 both modes and must have no failure at all. By default the children are forked
-from long-lived fork servers (:class:`attnclaims.orchestrator.ForkServer`) that
+from long-lived fork servers (:class:`attnclaims.run.process.ForkServer`) that
 have imported the libraries once; ``--isolated`` starts a fresh interpreter for
 each target.
 """
@@ -43,10 +43,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
-from attnclaims import orchestrator
+from attnclaims.run import process
+from attnclaims.run.process import TESTS_PACKAGE
 
 ZOO_MODULE = "attnclaims.zoo.mutants"
-TESTS_PACKAGE = "attnclaims.suite"
 #: The correct implementations, which must pass every implementation test (zero false alarms).
 CORRECT: dict[str, str] = {
     "einsum": "attnclaims.zoo.einsum_impl:einsum_impl",
@@ -56,8 +56,9 @@ CORRECT: dict[str, str] = {
     # the base of the backward mutants (attnclaims/zoo/backward_mutants.py): Composed plus vjps composed through self
     "composed-backward": "attnclaims.zoo.backward_mutants:backward_composed",
 }
-#: Per-mutant limit, seconds: a run that takes longer is reported as an error, not waited for.
-DEFAULT_TIMEOUT = 900.0
+#: Per-mutant limit, seconds: a run that takes longer is reported as an error, not waited for (one guarded
+#: call's limit is :data:`attnclaims.guard.CALL_TIMEOUT_S`).
+MUTANT_TIMEOUT_S = 900.0
 #: What the fork servers import once (libraries and harness modules every target's session needs).
 PRELOAD = ("scipy.special", "scipy.linalg", "hypothesis.extra.numpy", "attnclaims.registry", "attnclaims.guard",
            "attnclaims.reference", "attnclaims.checks.strategies", "attnclaims.checks.tolerances", ZOO_MODULE)
@@ -198,9 +199,9 @@ def _command(target: Target, work: Path, *, profile: str, full: bool, shrink: bo
              call_timeout: float | None, stop_at_kill: bool = False) -> list[str]:
     """The pytest arguments of one target: its test files (or the whole tests package) in kill-matrix mode."""
     if target.modules:
-        args = orchestrator.base_args(list(target.modules), work, rootdir=_tests_dir(), pyargs=False)
+        args = process.base_args(list(target.modules), work, rootdir=_tests_dir(), pyargs=False)
     else:
-        args = orchestrator.base_args([TESTS_PACKAGE], work, rootdir=_tests_dir())
+        args = process.base_args([TESTS_PACKAGE], work, rootdir=_tests_dir())
     args += ["--attn-impl", target.spec, "--hypothesis-profile", profile, "--attn-kill", "-p", "no:randomly",
              "-o", "console_output_style=classic"]
     if not full and not target.control:
@@ -227,13 +228,10 @@ def _tests_dir() -> str | None:
 
 def _env() -> dict:
     # Each child is one CPU's worth of work; BLAS threads would only fight over the cores.
-    env = orchestrator.child_env()
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[var] = "1"
-    return env
+    return process.child_env(one_thread=True)
 
 
-def _records(session: orchestrator.Session) -> list[dict]:
+def _records(session: process.Session) -> list[dict]:
     """One record per test that ran (not those first-detection mode skipped): test, claims, outcome,
     ``t`` (seconds since the session started) and ``t_tests`` (since its first test started)."""
     first = session.first_started or 0.0
@@ -250,8 +248,8 @@ def _records(session: orchestrator.Session) -> list[dict]:
 
 
 def run_target(target: Target, work: Path, *, profile: str = "ci", full: bool = False, shrink: bool = False,
-               timeout: float = DEFAULT_TIMEOUT, call_timeout: float | None = None,
-               server: orchestrator.ForkServer | None = None, stop_at_kill: bool = False) -> TargetResult:
+               timeout: float = MUTANT_TIMEOUT_S, call_timeout: float | None = None,
+               server: process.ForkServer | None = None, stop_at_kill: bool = False) -> TargetResult:
     """Run the selected tests against one implementation (forked from ``server``, or in a fresh
     interpreter); never raises for what the implementation does. ``stop_at_kill``: a mutant's session
     ends at its first failing test (a kill: only its declared claims' tests run), so ``detected_by``
@@ -264,8 +262,8 @@ def run_target(target: Target, work: Path, *, profile: str = "ci", full: bool = 
                        capability=target.capability, declared=list(target.claims),
                        mode="full" if full or target.control else "first")
     t0 = time.perf_counter()
-    session = orchestrator.run_session(args, work=runs, name=target.name, env=_env(), server=server,
-                                       limits=orchestrator.Limits(overall=timeout), cwd=work)
+    session = process.run_session(args, work=runs, name=target.name, env=_env(), server=server,
+                                  deadlines=process.Deadlines(overall=timeout), cwd=work)
     res.wall_s = round(time.perf_counter() - t0, 2)
     res.exitstatus = session.session.get("exitstatus") if session.session else session.returncode
     _summarise(res, _records(session), set(target.claims))
@@ -273,7 +271,7 @@ def run_target(target: Target, work: Path, *, profile: str = "ci", full: bool = 
         res.problem = f"run stopped after {session.done} of {session.total} tests: {session.stopped}"
     elif res.exitstatus not in (0, 1):
         # 2 interrupted, 3 internal error, 4 usage error, 5 no tests: the matrix row is incomplete
-        last = orchestrator._last_line(session.log_tail)
+        last = process.last_line(session.log_tail)
         res.problem = f"pytest exit status {res.exitstatus}" + (f": {last}" if last else "")
     return res
 
@@ -302,8 +300,8 @@ def _summarise(res: TargetResult, records: list[dict], declared: set[str]) -> No
 def implementation_tests() -> list[dict]:
     """The implementation tests (one collection-only child): [{"test", "claims", "path", ...}, …]."""
     try:
-        return orchestrator.collect(TESTS_PACKAGE, extra=["--attn-kill"], marker="claim")
-    except orchestrator.RunError as exc:
+        return process.collect(TESTS_PACKAGE, extra=["--attn-kill"], marker="claim")
+    except process.RunError as exc:
         raise MutantsError(f"collecting the implementation tests failed: {exc}") from None
 
 
@@ -334,12 +332,13 @@ def claim_columns(results: Iterable[TargetResult]) -> list[str]:
     return [cid for cid in load_registry().order() if cid in seen]
 
 
-ProgressFn = Callable[[TargetResult, int, int], None]
+#: ``progress(result, done, total)``: called once per finished target (a suite run's progress is an event dict)
+MatrixProgressFn = Callable[[TargetResult, int, int], None]
 
 
 def run_matrix(targets: list[Target], *, profile: str = "ci", full: bool = False, workers: int | None = None,
-               shrink: bool = False, out: Path | None = None, timeout: float = DEFAULT_TIMEOUT,
-               progress: ProgressFn | None = None, batch: bool = True, stop_at_kill: bool = False) -> MatrixResult:
+               shrink: bool = False, out: Path | None = None, timeout: float = MUTANT_TIMEOUT_S,
+               progress: MatrixProgressFn | None = None, batch: bool = True, stop_at_kill: bool = False) -> MatrixResult:
     """Run every target (mutants and correct implementations) on ``workers`` parallel processes: children
     forked from one fork server per worker (``batch``), or a fresh interpreter per target."""
     from attnclaims.profiles import PROFILES
@@ -361,12 +360,12 @@ def run_matrix(targets: list[Target], *, profile: str = "ci", full: bool = False
     results: list[TargetResult | None] = [None] * len(targets)
     done = 0
     local = threading.local()
-    servers: list[orchestrator.ForkServer] = []
+    servers: list[process.ForkServer] = []
     lock = threading.Lock()
 
     def one(i: int) -> TargetResult:
         if batch and not hasattr(local, "server"):
-            local.server = orchestrator.ForkServer(preload=PRELOAD, env=_env())
+            local.server = process.ForkServer(preload=PRELOAD, env=_env())
             with lock:
                 servers.append(local.server)
         return run_target(targets[i], work, profile=profile, full=full, shrink=shrink, timeout=timeout,
@@ -391,16 +390,16 @@ def run_matrix(targets: list[Target], *, profile: str = "ci", full: bool = False
             # The interrupt reached this (main) thread, not the worker threads that watch the children,
             # and a forked child is its own session: kill every running child's group now, before the
             # CLI exits (they outlived it by up to a minute).
-            orchestrator.kill_all_children()
+            process.kill_all_children()
         for server in servers:
             if not finished:  # its running child too, at once (close() lets a child finish for 10 s)
-                orchestrator.kill_group(server.proc.pid)
+                process.kill_group(server.proc.pid)
             server.close()
         pool.shutdown(wait=True)
         for server in servers:  # a thread that was starting its server when we closed the others
             server.close()
         if not finished:  # a child a worker thread started while the others were being killed
-            orchestrator.kill_all_children()
+            process.kill_all_children()
         if tmp is not None:
             tmp.cleanup()
     rows = [r for r in results if r is not None]

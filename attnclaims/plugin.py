@@ -6,7 +6,7 @@ Options
                            rewritten while the run goes ("complete": false) and once more at its end
                            ("complete": true), so a run that died shows as incomplete, never as clean
   --attn-events PATH       the event stream, JSON lines (also ``ATTNCLAIMS_EVENTS``): what the
-                           orchestrator (:mod:`attnclaims.orchestrator`) reads while the run goes
+                           process side (:mod:`attnclaims.run.process`) reads while the run goes
   --attn-watchdog PATH     where the per-call watchdog writes the call that held the interpreter
                            past its limit (default: next to the event stream; without one, stderr)
   --attn-artifacts DIR     where measurements write their figures (default: under pytest's
@@ -260,12 +260,12 @@ def _guard(config) -> GuardedImplementation:
         return state.guard
     if state.guard_error is not None:
         raise pytest.UsageError(state.guard_error)
-    from attnclaims.guard import DEFAULT_TIMEOUT, Watchdog
+    from attnclaims.guard import CALL_TIMEOUT_S, Watchdog
     from attnclaims.impls import ImplementationError, resolve
 
     spec = config.getoption("attn_impl")
     timeout = config.getoption("attn_call_timeout")
-    timeout = DEFAULT_TIMEOUT if timeout is None else (timeout or None)
+    timeout = CALL_TIMEOUT_S if timeout is None else (timeout or None)
     try:
         impl = resolve(spec)
         guard = GuardedImplementation(impl, spec=spec, timeout=timeout)

@@ -196,7 +196,7 @@ def _rms(g, dt):
 
 def _gated_activations(g) -> list[str]:
     """The activations ``gated_feed_forward`` is called with: the gated members of ``block_ffn`` (as in the
-    claim suite, :func:`attnclaims.checks.modern_strategies.gated_activations`)."""
+    claim suite, :func:`attnclaims.checks.strategies.gated_activations`)."""
     from attnclaims.guard import NotApplicable
     from attnclaims.protocol import unsupported_message
 
@@ -750,7 +750,8 @@ def run(args) -> int:
     from pathlib import Path
 
     from attnclaims.guard import Watchdog
-    from attnclaims.orchestrator import describe_exit, import_timeout, kill_group
+    from attnclaims.run.probe import import_timeout
+    from attnclaims.run.process import describe_exit, kill_group
     from attnclaims.terminal import safe_text
 
     with tempfile.TemporaryDirectory(prefix="attnclaims-smoke-") as tmp:
@@ -787,7 +788,7 @@ def run(args) -> int:
     during = (f" during the {'malformed calls' if last.startswith('contract') else 'check'} of {last.split()[1]}"
               if last else "")
     if "resolved" not in steps:
-        what = late or f"ended the process ({describe_exit(code)})"  # check's words (orchestrator.probe)
+        what = late or f"ended the process ({describe_exit(code)})"  # check's words (attnclaims.run.probe)
         print(safe_text(f"attnclaims smoke: implementation {args.impl!r}: importing or constructing it {what}"),
               file=sys.stderr)
         return 2

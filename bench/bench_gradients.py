@@ -183,7 +183,7 @@ def time_tests(impls, quick):
     out = {}
     for impl in impls:
         # through the orchestrator, the one module that starts pytest (its deadlines, its process group)
-        args = [sys.executable, "-m", "attnclaims.orchestrator", "pytest", "--pyargs", "attnclaims.suite.test_gradients",
+        args = [sys.executable, "-m", "attnclaims.run.process", "pytest", "--pyargs", "attnclaims.suite.test_gradients",
                 "--attn-impl", impl,
                 "-q", "-p", "no:xdist", "--hypothesis-profile", "dev" if quick else "ci"]
         t0 = time.perf_counter()

@@ -128,16 +128,16 @@ def cache_runs(claim: list[str], impls: list[str]) -> list[dict]:
 def profile(impl: str, quick: bool, top: int = 15) -> dict:
     """Slowest tests and seconds per module for one implementation: one pytest session run by the
     orchestrator (one process, ci profile), each test's seconds from its event stream."""
-    from attnclaims import orchestrator
+    from attnclaims.run import process
 
     with tempfile.TemporaryDirectory(prefix="bench-durations-") as tmp:
         work = Path(tmp)
-        args = orchestrator.base_args(["attnclaims.suite"], work) + [
+        args = process.base_args(["attnclaims.suite"], work) + [
             "-m", "claim", "--attn-impl", impl, "--hypothesis-profile", "ci"]
         if quick:
             args += ["--attn-claims", QUICK_CLAIM]
         t0 = time.perf_counter()
-        session = orchestrator.run_session(args, work=work, name=impl, limits=orchestrator.Limits(overall=TIMEOUT_S))
+        session = process.run_session(args, work=work, name=impl, deadlines=process.Deadlines(overall=TIMEOUT_S))
         wall = time.perf_counter() - t0
     exit_status = session.session.get("exitstatus") if session.session else session.returncode
     per_test: dict[str, float] = {}

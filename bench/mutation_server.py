@@ -3,7 +3,7 @@
 mutmut 2 runs its test command once per mutant, and most of a short pytest run
 is spent importing numpy, hypothesis and pytest (~1.5 s of ~2 s here). This
 server imports them once, then for every request forks a child that runs
-``pytest.main(ARGS)`` (:func:`attnclaims.orchestrator.fork_pytest`, the one place that starts
+``pytest.main(ARGS)`` (:func:`attnclaims.run.process.fork_pytest`, the one place that starts
 pytest) and reports its exit status. The project's own modules
 are *not* imported by the server, so each child imports the file mutmut has
 just mutated, fresh (bytecode caching is off).
@@ -100,7 +100,7 @@ def serve(sock_path: str, workdir: str, routes: dict, pytest_args: list[str],
 
     import pytest  # noqa: F401 - imported once here, inherited by every forked child
 
-    from attnclaims.orchestrator import fork_pytest
+    from attnclaims.run.process import fork_pytest
 
     # The expensive imports, done once: libraries, pytest's plugins, and the project's harness modules
     # that the mutated code does not reach (the pytest plugin and what it imports). Never the reference

@@ -51,7 +51,7 @@ def main(work: str) -> int:
                 Path(filename).write_text(mutated)
                 env = dict(os.environ, PYTHONPATH=str(Path(work).resolve()), PYTHONDONTWRITEBYTECODE="1")
                 # pytest runs as a child of the project's orchestrator (its deadlines, its process group)
-                proc = subprocess.run([python, "-m", "attnclaims.orchestrator", "pytest", "-x", "-q", "-p",
+                proc = subprocess.run([python, "-m", "attnclaims.run.process", "pytest", "-x", "-q", "-p",
                                        "no:cacheprovider", "-o", "addopts=", "--hypothesis-profile", "ci",
                                        "--import-mode=importlib", "-W", "ignore", *tests],
                                       env=env, capture_output=True, text=True)

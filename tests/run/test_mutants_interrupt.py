@@ -1,5 +1,5 @@
 """``attnclaims mutants`` stops when it is interrupted: Ctrl-C or SIGTERM (which the CLI turns into
-:class:`attnclaims.orchestrator.Terminated`) ends the kill matrix at once. A ``with ThreadPoolExecutor``
+:class:`attnclaims.run.process.Terminated`) ends the kill matrix at once. A ``with ThreadPoolExecutor``
 block would instead wait, on the way out, for every queued target to run — a matrix of a hundred
 mutants kept going for an hour after it was told to stop."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 import pytest
 
 from attnclaims import mutants as M
-from attnclaims.orchestrator import Terminated
+from attnclaims.run.process import Terminated
 
 
 def test_an_interrupted_matrix_starts_no_queued_target(monkeypatch):

@@ -1,4 +1,4 @@
-"""The orchestrator (``attnclaims/orchestrator.py``): every run ends, implementation code runs only in
+"""The orchestrator (``attnclaims/orchestrator.py``) and the process side (``attnclaims/run/``): every run ends, implementation code runs only in
 children, and a partial run is scored as partial.
 
 The end-to-end tests run ``attnclaims check|report`` on a synthetic suite of four claim tests
@@ -23,7 +23,9 @@ from pathlib import Path
 import pytest
 
 from attnclaims import orchestrator
-from attnclaims.orchestrator import Limits, Session, session_evidence
+from attnclaims.orchestrator import session_evidence
+from attnclaims.run import probe, process
+from attnclaims.run.process import Deadlines, Session
 from attnclaims.registry import load_registry
 
 REGISTRY = load_registry()
@@ -301,7 +303,7 @@ def test_the_cli_process_never_imports_an_implementation(tmp_path):
     old = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_path), old) if p)
     try:
-        found = orchestrator.probe(["probe_target_mod:Impl"], timeout=60)
+        found = probe.probe(["probe_target_mod:Impl"], timeout=60)
         options = orchestrator.RunOptions(implementations=["probe_target_mod:Impl"])
         specs, _ = orchestrator.validate(options, REGISTRY)
     finally:
@@ -373,18 +375,18 @@ def test_a_session_that_died_before_collection_is_an_error_for_every_selected_cl
     assert "killed by SIGABRT" in items[0].message
 
 
-def test_derived_limits_grow_with_the_call_limit_and_the_number_of_tests():
-    limits = Limits.derived(None)
+def test_derived_deadlines_grow_with_the_call_limit_and_the_number_of_tests():
+    limits = Deadlines.derived(None)
     assert limits.per_test == 600.0 and limits.overall_for(None) is None
     assert limits.overall_for(100) == 600 + 100 * 60
-    assert Limits.derived(100).overall_for(10) == 600 + 10 * 300 and Limits.derived(100).per_test == 3000
-    assert Limits.derived(5, timeout=7).overall_for(1000) == 7
-    assert Limits.derived(0).per_test is None and Limits.derived(0).overall_for(10) is None
+    assert Deadlines.derived(100).overall_for(10) == 600 + 10 * 300 and Deadlines.derived(100).per_test == 3000
+    assert Deadlines.derived(5, timeout=7).overall_for(1000) == 7
+    assert Deadlines.derived(0).per_test is None and Deadlines.derived(0).overall_for(10) is None
 
 
 def test_the_tail_reads_only_complete_lines(tmp_path):
     path = tmp_path / "events.jsonl"
-    tail = orchestrator._Tail(path)
+    tail = process._Tail(path)
     assert tail.read() == []
     path.write_bytes(b'{"a": 1}\n{"b"')
     assert tail.read() == [{"a": 1}]

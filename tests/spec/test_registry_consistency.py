@@ -17,7 +17,7 @@ import pytest
 
 from attnclaims import proofs
 from attnclaims.registry import load_registry
-from attnclaims.orchestrator import collect_tests
+from attnclaims.run.process import collect_tests
 from attnclaims.vocab import METHOD_KIND
 
 REGISTRY = load_registry()
