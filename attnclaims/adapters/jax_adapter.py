@@ -181,7 +181,7 @@ class JaxImplementation:
     name = "jax"
     dtype = np.dtype(np.float64)
     #: JAX compiles once per input shape (~0.5 s each): the strategies draw from their small fixed
-    #: menu of shapes (attnclaims/checks/strategies.py, FIXED_SHAPES) instead of drawing shapes freely.
+    #: menu of shapes (attnclaims/checks/strategies/common.py, FIXED_SHAPES) instead of drawing shapes freely.
     fixed_shapes = True
     responsible = {
         "softmax": "jax.nn.softmax",

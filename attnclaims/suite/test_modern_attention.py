@@ -25,7 +25,7 @@ import pytest
 from hypothesis import assume, given, note
 from hypothesis import strategies as st
 
-from attnclaims.checks import modern_strategies as M
+from attnclaims.checks import strategies as M
 from attnclaims.checks import modern_tolerances as MT
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 from attnclaims.checks import backward_precision as BP
 from attnclaims.checks import modern_backward_precision as MBP
-from attnclaims.checks import modern_strategies as M
+from attnclaims.checks import strategies as M
 from attnclaims.checks import modern_tolerances as MT
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T

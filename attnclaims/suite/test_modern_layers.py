@@ -24,7 +24,7 @@ import pytest
 from hypothesis import assume, given, note
 from hypothesis import strategies as st
 
-from attnclaims.checks import modern_strategies as M
+from attnclaims.checks import strategies as M
 from attnclaims.checks import modern_tolerances as MT
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
@@ -401,7 +401,7 @@ def _step_bounds(n: int, prompt: int, chunk: int) -> list[int]:
 
 @st.composite
 def _several_step_schedules(draw, n: int) -> tuple[int, int]:
-    """(prompt_length, chunk) as :func:`~attnclaims.checks.modern_strategies.decode_schedules`, but always at
+    """(prompt_length, chunk) as :func:`~attnclaims.checks.strategies.decode_schedules`, but always at
     least two calls (n ≥ 2): a step handed a cache needs a cache to be handed."""
     prompt = draw(st.integers(0, n - 1))
     chunk = draw(st.sampled_from([1, 1, 2, 3, max(1, n - 1)]))

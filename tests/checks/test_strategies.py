@@ -119,9 +119,9 @@ def test_dims_come_from_the_shape_menu(stub, menu):
     assert seen <= allowed, f"shapes outside the menu: {seen - allowed}"
 
 
-def test_the_thorough_profile_reaches_long_sequences(monkeypatch):
+def test_the_thorough_profile_reaches_long_sequences(patch_strategies):
     """Under ``thorough`` limits the sequence-length strategy reaches n >= 256 (docs/design.md)."""
-    monkeypatch.setattr("attnclaims.checks.strategies.limits", lambda: _LIMITS["thorough"])
+    patch_strategies("limits", lambda: _LIMITS["thorough"])
     assert _LIMITS["thorough"].max_seq >= 256
     n = find(S.seq_lengths(), lambda n: n >= 256, settings=settings(max_examples=2000, database=None))
     assert n >= 256

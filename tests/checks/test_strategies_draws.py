@@ -1,4 +1,4 @@
-"""Tests that kill mutants of ``attnclaims/checks/strategies.py`` its meta-tests let survive (bench/mutation.sh).
+"""Tests that kill mutants of the strategies (``attnclaims/checks/strategies/``) its meta-tests let survive (bench/mutation.sh).
 
 ``tests/checks/test_strategies.py`` checks the main promises of the strategies; the
 mutation run (docs/mutation_strategies.md) showed which changes to them it does
@@ -25,6 +25,8 @@ from attnclaims.guard import GuardedImplementation
 from attnclaims.profiles import _LIMITS
 from attnclaims.checks import strategies as S
 from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse, checked below)
+from attnclaims.checks.strategies.common import _needed_variants, _unit_floats
+from attnclaims.reference import params as RP
 
 CI = _LIMITS["ci"]
 
@@ -61,9 +63,9 @@ def _never(strategy, predicate, n: int = 200) -> None:
 
 
 @pytest.fixture(autouse=True)
-def ci_limits(monkeypatch):
+def ci_limits(patch_strategies):
     """Sizes of the ``ci`` profile whatever profile runs this module."""
-    monkeypatch.setattr("attnclaims.checks.strategies.limits", lambda: CI)
+    patch_strategies("limits", lambda: CI)
 
 
 class _Float32:
@@ -324,8 +326,8 @@ def test_entry_by_entry_floats_are_never_subnormal(dtype):
     subnormal of the width within 300 derandomized draws (float32: 1.4e-45, float64: 1.1e-308), which the
     array-level test above, with few entries per draw, does not reach."""
     smallest_normal = np.finfo(dtype).smallest_normal
-    _never(S._unit_floats(dtype), lambda x: x != 0 and abs(x) < smallest_normal, 1000)
-    _never(S._unit_floats(dtype), lambda x: not -1 <= x <= 1 or np.asarray(x, dtype) != x, 300)
+    _never(_unit_floats(dtype), lambda x: x != 0 and abs(x) < smallest_normal, 1000)
+    _never(_unit_floats(dtype), lambda x: not -1 <= x <= 1 or np.asarray(x, dtype) != x, 300)
 
 
 def test_arrays_scale_and_offset():
@@ -345,9 +347,9 @@ def test_arrays_up_to_the_elementwise_limit_are_drawn_entry_by_entry():
     _never(S.arrays((limit + 1,)), lambda a: not a.all(), 20)
 
 
-def test_random_arrays_are_seeded_normals_reproducible_from_their_note(monkeypatch):
+def test_random_arrays_are_seeded_normals_reproducible_from_their_note(patch_strategies):
     notes = []
-    monkeypatch.setattr(S, "note", notes.append)
+    patch_strategies("note", notes.append)
     for dtype, scale in [(None, None), (np.float32, 0.5)]:
         notes.clear()
         a = _sample(S.random_arrays((3, 4), dtype=dtype) if scale is None else
@@ -374,7 +376,7 @@ def test_large_masks_leave_every_query_a_key_at_every_density():
         assert _reach(strategy, lambda m: lo < m.mean() < hi, 60)
 
 
-def test_masks_are_drawn_entry_by_entry_up_to_1024_entries_and_seeded_above(monkeypatch):
+def test_masks_are_drawn_entry_by_entry_up_to_1024_entries_and_seeded_above(patch_strategies):
     """The documented switch (docs/adapters.md, masks' docstring): 4·ELEMENTWISE_LIMIT = 1024 entries still
     element-wise (hypothesis shrinks them), 1025 from a seed. Seen through the calls to ``seeds``, which only
     the seeded branch makes."""
@@ -385,7 +387,7 @@ def test_masks_are_drawn_entry_by_entry_up_to_1024_entries_and_seeded_above(monk
         calls.append(1)
         return st.integers(0, 2**32 - 1)
 
-    monkeypatch.setattr(S, "seeds", recording_seeds)
+    patch_strategies("seeds", recording_seeds)
     for shape, seeded in [((32, 32), False), ((2, 16, 32), False), ((5, 205), True), ((1, 1025), True)]:
         calls.clear()
         drawn = _sample(S.masks(shape), 3)
@@ -435,10 +437,10 @@ def test_mask_forms_are_the_documented_broadcastable_forms(batch):
 # Parameter sets: documented ranges, and reproducible from their notes
 # ---------------------------------------------------------------------------------------------
 
-def _noted(monkeypatch):
+def _noted(patch_strategies):
     """Capture the strategies' notes (hypothesis prints them with a failing example: they must be true)."""
     notes: list[str] = []
-    monkeypatch.setattr(S, "note", notes.append)
+    patch_strategies("note", notes.append)
     return notes
 
 
@@ -452,13 +454,13 @@ def test_epsilons_are_the_documented_four():
     assert set(_sample(S.epsilons(), 40)) == {1e-5, 1e-6, 1e-12, 0.1}
 
 
-def test_multi_head_and_feed_forward_params_rebuild_from_their_notes(monkeypatch):
-    notes = _noted(monkeypatch)
+def test_multi_head_and_feed_forward_params_rebuild_from_their_notes(patch_strategies):
+    notes = _noted(patch_strategies)
     biases = set()
     for p, note in _sample(S.multi_head_params(6, 2), 30, notes):
         kw = _call(note, "multi_head_params")
         assert (kw["d_model"], kw["num_heads"]) == (6, 2) and kw["bias_scale"] in (0.1, 0.0, 0.5)
-        want = S.init_multi_head(kw["seed"], 6, 2, bias_scale=kw["bias_scale"])
+        want = RP.init_multi_head(kw["seed"], 6, 2, bias_scale=kw["bias_scale"])
         assert np.array_equal(p.w_q, want.w_q) and np.array_equal(p.b_o, want.b_o)
         biases.add(kw["bias_scale"])
     assert biases == {0.1, 0.0, 0.5}
@@ -467,7 +469,7 @@ def test_multi_head_and_feed_forward_params_rebuild_from_their_notes(monkeypatch
     for p, note in _sample(S.feed_forward_params(3, 5), 5, notes):
         kw = _call(note, "feed_forward_params")
         assert (kw["d_model"], kw["d_ff"]) == (3, 5)
-        want = S.init_feed_forward(kw["seed"], 3, 5)
+        want = RP.init_feed_forward(kw["seed"], 3, 5)
         assert np.array_equal(p.w1, want.w1) and np.array_equal(p.b2, want.b2)
     with S.following(_Float32()):
         assert _sample(S.multi_head_params(4, 2), 1)[0].w_q.dtype == np.float32
@@ -475,9 +477,9 @@ def test_multi_head_and_feed_forward_params_rebuild_from_their_notes(monkeypatch
 
 
 @pytest.mark.parametrize("name", ["encoder_layer_params", "decoder_layer_params"])
-def test_layer_params_rebuild_from_their_notes_with_both_placements_and_eps(monkeypatch, name):
-    notes = _noted(monkeypatch)
-    strategy, init = getattr(S, name), getattr(S, "init_" + name.removesuffix("_params"))
+def test_layer_params_rebuild_from_their_notes_with_both_placements_and_eps(patch_strategies, name):
+    notes = _noted(patch_strategies)
+    strategy, init = getattr(S, name), getattr(RP, "init_" + name.removesuffix("_params"))
     seen = set()
     for p, note in _sample(strategy(4, 2, 8), 30, notes):
         kw = _call(note, name)
@@ -599,16 +601,16 @@ def test_model_cases_shapes_scales_and_switches():
         c.x = None
 
 
-def test_model_case_notes_describe_the_case(monkeypatch):
-    notes = _noted(monkeypatch)
+def test_model_case_notes_describe_the_case(patch_strategies):
+    notes = _noted(patch_strategies)
     for c, note in _sample(S.model_cases(scale=0.5), 5, notes):
         d = c.dims
         assert note == (f"model case: batch={d.batch}, n_q={d.n_q}, n_k={d.n_k}, d_model={d.d_model}, "
                              f"heads={d.num_heads}, d_ff={d.d_ff}, scale=0.5")
 
 
-def test_layer_norm_inputs_follow_their_note_and_cover_the_documented_sigmas_and_offsets(monkeypatch):
-    notes = _noted(monkeypatch)
+def test_layer_norm_inputs_follow_their_note_and_cover_the_documented_sigmas_and_offsets(patch_strategies):
+    notes = _noted(patch_strategies)
     sigmas, ratios, shapes = set(), set(), set()
     for x, note in _sample(S.layer_norm_inputs(), 200, notes):
         head, sigma, ratio = note.removeprefix("layer_norm_inputs: shape=").rsplit(", ", 2)
@@ -623,8 +625,8 @@ def test_layer_norm_inputs_follow_their_note_and_cover_the_documented_sigmas_and
     assert any(s[-1] == CI.max_dim for s in shapes)
 
 
-def test_softmax_inputs_cover_axes_and_scales(monkeypatch):
-    notes = _noted(monkeypatch)
+def test_softmax_inputs_cover_axes_and_scales(patch_strategies):
+    notes = _noted(patch_strategies)
     for (x, axis), note in _sample(S.softmax_inputs(), 60, notes):
         assert 1 <= x.ndim <= 3 and -x.ndim <= axis < x.ndim and np.isfinite(x).all() and np.abs(x).max() <= 64
         assert note.startswith(f"softmax x.shape={x.shape}, axis={axis}, max|x|=")
@@ -650,12 +652,12 @@ def test_softmax_inputs_cover_axes_and_scales(monkeypatch):
 # The weights probe and the edge cases
 # ---------------------------------------------------------------------------------------------
 
-def test_the_cases_draw_their_scales_from_the_documented_exponent_ranges(monkeypatch):
+def test_the_cases_draw_their_scales_from_the_documented_exponent_ranges(patch_strategies):
     """The powers of two each case strategy scales by (``scales(low, high)``): q and k 2^−4 … 2^1 (|S| ≤ 4·d_k),
     v 2^−2 … 2^2, model inputs 2^−1 … 2^1, softmax inputs 2^low … 2^high (default −4 … 6)."""
     calls = []
     real = S.scales
-    monkeypatch.setattr(S, "scales", lambda low=-3, high=3: calls.append((low, high)) or real(low, high))
+    patch_strategies("scales", lambda low=-3, high=3: calls.append((low, high)) or real(low, high))
     _sample(S.attention_cases(), 3)
     assert set(calls) == {(-4, 1), (-2, 2)}
     calls.clear()
@@ -861,7 +863,7 @@ def test_needs_variant_skips_before_drawing():
     import inspect
 
     assert list(inspect.signature(needs_cross).parameters) == ["impl", "x"]
-    assert S._needed_variants(needs_cross) == {"cross_attention": True}
+    assert _needed_variants(needs_cross) == {"cross_attention": True}
     with pytest.raises(ValueError, match="unknown variant"):
         S.needs_variant(colour=True)
 

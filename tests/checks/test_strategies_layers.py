@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnclaims.checks import modern_strategies as M
+from attnclaims.checks import strategies as M
 from attnclaims.checks import strategies as S
 from attnclaims.reference import RMSNormParams, sliding_window_mask
 from attnclaims.reference.params import FeedForwardParams, GatedFeedForwardParams, LayerNormParams

@@ -1,0 +1,332 @@
+"""Strategies of attention itself: masks (every query keeps at least one key), explicit scales, the
+inputs of ``attention`` (:func:`attention_cases`) and of softmax, the probe that makes attention return
+its weights, the edge cases the tests add with ``@example`` (:data:`EDGE`: one key, one query, d_k = 1,
+a single allowed key, huge and tiny score scales, a long sequence), and the inputs of causal attention
+with its alignments and sliding windows (:func:`causal_cases`, drawn among the followed
+implementation's ``causal_alignment`` and ``sliding_window``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+from hypothesis import note
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from attnclaims.checks.strategies.common import (
+    ELEMENTWISE_LIMIT, _cast_fields, _dtype, _not_applicable, arrays, batch_shapes, dims, finfo, scales, seeds,
+    seq_lengths, variants,
+)
+from attnclaims.profiles import limits
+
+__all__ = [
+    "EXPLICIT_SCALES", "explicit_scales", "masks", "mask_forms", "causal_masks", "single_key_masks", "padding_masks",
+    "AttentionCase", "attention_cases", "weights_probe", "softmax_inputs", "EDGE", "edge_attention_case",
+    "alignments", "windows", "CausalCase", "causal_cases",
+]
+
+#: The explicit ``scale`` arguments the attention tests pass (docs/adapters.md): the default 1/√d_k's
+#: neighbours, 0 (uniform weights), −1 (reversed preferences), 10⁶, and the huge and tiny 10³⁰⁰ and
+#: 10⁻³⁰⁰ (clamped to the dtype's range by :meth:`AttentionCase.cast`).
+EXPLICIT_SCALES = (1.0, 0.5, 0.125, 2.0, -1.0, 0.0, 1e6, 1e300, 1e-300)
+
+
+def explicit_scales() -> st.SearchStrategy[float]:
+    """One of :data:`EXPLICIT_SCALES`; only the positive ones for an implementation that declares
+    ``scale='positive'``."""
+    values = EXPLICIT_SCALES if variants()["scale"] == "any" else tuple(s for s in EXPLICIT_SCALES if s > 0)
+    return st.sampled_from(values)
+
+
+# ---------------------------------------------------------------------------------------------
+# Masks (bool, True = may attend; every query keeps at least one key)
+# ---------------------------------------------------------------------------------------------
+
+@st.composite
+def masks(draw, shape) -> np.ndarray:
+    """Random masks of ``shape`` (…, n_q, n_k) with at least one allowed key in every row. Up to
+    4·ELEMENTWISE_LIMIT (1024) entries drawn entry by entry by hypothesis, so a failing mask shrinks to
+    the fewest masked entries; larger ones from a drawn seed with density 0.1, 0.5 or 0.9 (a bool
+    takes far less of hypothesis' buffer than a float, hence a larger limit than for arrays)."""
+    shape = tuple(shape)
+    size = math.prod(shape)
+    if size <= 4 * ELEMENTWISE_LIMIT:
+        m = draw(hnp.arrays(np.bool_, shape))
+    else:
+        m = np.random.default_rng(draw(seeds())).random(shape) < draw(st.sampled_from([0.1, 0.5, 0.9]))
+    keep = draw(hnp.arrays(np.int64, shape[:-1], elements=st.integers(0, shape[-1] - 1)))
+    rows = ~m.any(axis=-1)
+    m = m.copy()
+    np.put_along_axis(m, keep[..., None], np.take_along_axis(m, keep[..., None], axis=-1) | rows[..., None], axis=-1)
+    return m
+
+
+@st.composite
+def mask_forms(draw, batch: tuple[int, ...], n_q: int, n_k: int) -> np.ndarray:
+    """A mask in one of the broadcastable forms the protocol allows: (n_q, n_k), (1, …, n_q, n_k),
+    the full (batch…, n_q, n_k), or a per-sequence key mask (batch…, 1, n_k)."""
+    forms = [(n_q, n_k), batch + (n_q, n_k), batch + (1, n_k)]
+    if batch:
+        forms.append((1,) * len(batch) + (n_q, n_k))
+    shape = draw(st.sampled_from(forms))
+    return draw(masks(shape))
+
+
+def causal_masks(n_q: int, n_k: int | None = None) -> np.ndarray:
+    """M_ij = (j ≤ i), top-left aligned (query i sees keys 0 … i); every row keeps key 0."""
+    n_k = n_q if n_k is None else n_k
+    return np.arange(n_k)[None, :] <= np.arange(n_q)[:, None]
+
+
+@st.composite
+def single_key_masks(draw, shape) -> np.ndarray:
+    """Exactly one allowed key per query (the one-hot case of convex-combination)."""
+    shape = tuple(shape)
+    keep = draw(hnp.arrays(np.int64, shape[:-1], elements=st.integers(0, shape[-1] - 1)))
+    return np.arange(shape[-1]) == keep[..., None]
+
+
+@st.composite
+def padding_masks(draw, batch: int, n_k: int) -> np.ndarray:
+    """Key-padding masks (batch, 1, n_k): sequence b has lengths[b] ≥ 1 real keys, then padding."""
+    lengths = np.asarray(draw(st.lists(st.integers(1, n_k), min_size=batch, max_size=batch)))
+    return (np.arange(n_k)[None, :] < lengths[:, None])[:, None, :]
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases: dimensions, arrays and masks bundled
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AttentionCase:
+    """q (…, n_q, d_k), k (…, n_k, d_k), v (…, n_k, d_v), an optional mask, an optional explicit scale."""
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    mask: np.ndarray | None = None
+    scale: float | None = None
+    label: str = ""
+
+    def cast(self, dtype) -> "AttentionCase":
+        """Arrays in ``dtype``; an explicit scale clamped to what ``dtype`` can hold (the huge-scores edge
+        case asks for 1e300, which float32 turns into inf: it gets max/(16·d_k) instead, still huge; the
+        tiny-scores one 1e-300, which float32 turns into 0: it gets 2^30 times the smallest normal)."""
+        case = _cast_fields(self, dtype)
+        s = self.scale
+        if s:
+            info = finfo(dtype)
+            top = float(info.max) / (16.0 * max(1, self.q.shape[-1]))
+            # 2^30 above the smallest normal keeps tiny scores normal; float16/bfloat16 have too few
+            # exponent bits (float16: 2^30·6e-5 > max) and get 1/eps (2^10, 2^7) instead.
+            lift = 2.0**30 if np.dtype(dtype).itemsize >= 4 else 1.0 / float(info.eps)
+            s = math.copysign(min(max(abs(s), float(info.smallest_normal) * lift), top), s)
+            case = replace(case, scale=s)
+        return case
+
+    @property
+    def batch(self) -> tuple[int, ...]:
+        return tuple(np.broadcast_shapes(self.q.shape[:-2], self.k.shape[:-2], self.v.shape[:-2]))
+
+    @property
+    def n_q(self) -> int:
+        return self.q.shape[-2]
+
+    @property
+    def n_k(self) -> int:
+        return self.k.shape[-2]
+
+    @property
+    def d_k(self) -> int:
+        return self.q.shape[-1]
+
+    def describe(self) -> str:
+        mask = "none" if self.mask is None else f"{self.mask.shape}"
+        return (f"attention(q{self.q.shape}, k{self.k.shape}, v{self.v.shape}, mask={mask}, scale={self.scale})"
+                + (f" [{self.label}]" if self.label else ""))
+
+
+@st.composite
+def attention_cases(draw, *, mask: bool | None = None, explicit_scale: bool | None = False, square: bool = False,
+                    score_scale=None, min_seq: int = 1, max_seq: int | None = None, batch_ndim=(0, 2),
+                    max_dim: int | None = None) -> AttentionCase:
+    """q, k, v (and a mask when ``mask`` is True, maybe when None) of drawn dims.
+
+    The score scale is controlled: q and k entries are U[−1, 1]·2^e with e drawn so that scores range
+    from tiny to large (|S| up to ~d_k·4); ``explicit_scale`` draws a scale argument as well
+    (True: always; None: sometimes; False: never) — :data:`EXPLICIT_SCALES`: 1, 0.5, 0.125, 2, −1, 0 (uniform
+    weights), 10⁶, and the huge and tiny 10³⁰⁰ and 10⁻³⁰⁰, the positive ones only for an implementation
+    that declares ``scale='positive'`` — and ``score_scale`` fixes the q, k factor. A mask likewise (True:
+    always; None: sometimes; False: never), in one of the forms of :func:`mask_forms`."""
+    d = draw(dims(min_seq=min_seq, max_seq=max_seq, square=square, batch_ndim=batch_ndim, max_dim=max_dim))
+    qk = draw(scales(-4, 1)) if score_scale is None else score_scale
+    q = draw(arrays(d.batch + (d.n_q, d.d_k), scale=qk))
+    kb = draw(st.sampled_from([d.batch, d.batch[1:], ()])) if d.batch else ()
+    k = draw(arrays(kb + (d.n_k, d.d_k), scale=qk))
+    v = draw(arrays(d.batch + (d.n_k, d.d_v), scale=draw(scales(-2, 2))))
+    m = None
+    if mask or (mask is None and draw(st.booleans())):
+        m = draw(mask_forms(d.batch, d.n_q, d.n_k))
+    s = None
+    if explicit_scale or (explicit_scale is None and draw(st.booleans())):
+        s = draw(explicit_scales())
+    case = AttentionCase(q, k, v, m, s)
+    note(case.describe())
+    return case
+
+
+def weights_probe(q, k, scale=None):
+    """Inputs that make ``attention`` return its weights: V = I (Σ_j a_ij I_jc = a_ic).
+
+    V is [I_{n_k} | 0] with width D = max(d_k, n_k), so that d_v = d_k whenever n_k ≤ d_k (as
+    ``jax.nn.dot_product_attention`` needs) and the default scale is exercised as is. When n_k > d_k,
+    q and k get D − d_k zero columns (the scores do not change) and the scale is made explicit
+    (1/√d_k of the unpadded d_k). Returns (q', k', v', scale'); the weights are out[..., :n_k].
+    """
+    q, k = np.asarray(q), np.asarray(k)
+    d_k, n_k = q.shape[-1], k.shape[-2]
+    width = max(d_k, n_k)
+    eye = np.zeros((n_k, width), dtype=q.dtype)
+    eye[:, :n_k] = np.eye(n_k)
+    if width == d_k:
+        return q, k, eye, scale
+    pad = lambda a: np.concatenate([a, np.zeros(a.shape[:-1] + (width - d_k,), a.dtype)], axis=-1)
+    return pad(q), pad(k), eye, 1.0 / math.sqrt(d_k) if scale is None else scale
+
+
+@st.composite
+def softmax_inputs(draw, *, huge: bool = False, max_len: int | None = None, low: int = -4, high: int = 6,
+                   min_len: int = 1):
+    """(x, axis): x of 1–3 axes, entries U[−1, 1]·2^e (e in [low, high]) or, when ``huge``, ±(0.5…1)·M with
+    M = 1e300 (float64; for float32 the largest power of ten below max/16), and an axis that is often not
+    the last one. The softmax axis has :func:`seq_lengths` entries, or uniformly min_len … max_len of them
+    when ``min_len`` > 1 (long rows, whatever the profile)."""
+    batch = list(draw(batch_shapes(0, 2)))
+    n = draw(seq_lengths(1, max_len) if min_len <= 1 else st.integers(min_len, max(min_len, max_len or 0)))
+    pos = draw(st.integers(0, len(batch)))  # where the normalised axis sits
+    shape = tuple(batch[:pos] + [n] + batch[pos:])
+    axis = pos if draw(st.booleans()) else pos - len(shape)
+    if huge:
+        top = 1e300 if _dtype().itemsize >= 8 else 10.0 ** math.floor(math.log10(float(finfo(_dtype()).max) / 16))
+        x = draw(arrays(shape, scale=top))
+    else:
+        x = draw(arrays(shape, scale=draw(scales(low, high))))
+    note(f"softmax x.shape={x.shape}, axis={axis}, max|x|={float(np.max(np.abs(x))) if x.size else 0:.3g}")
+    return x, axis
+
+
+# ---------------------------------------------------------------------------------------------
+# Edge cases for @example (float64; tests cast them to the implementation's dtype)
+# ---------------------------------------------------------------------------------------------
+
+def edge_attention_case(name: str) -> AttentionCase:
+    """The named edge case: ``one-key``, ``one-query``, ``d_k=1``, ``single-allowed-key``, ``huge-scores``,
+    ``tiny-scores``, ``long-sequence`` (n_k = the profile's ``long_seq``: 128 in ci, 512 in thorough),
+    ``one-query-masked``, ``batched-masks``.
+
+    In each, the sizes n_q, n_k, d_k, d_v that the name does not set to 1 are pairwise different, so
+    an implementation that confuses two axes (Q Kᵀ for K Qᵀ, d_v for d_k) gets a wrong shape or a
+    wrong broadcast rather than a lucky match. docs/adapters.md lists every case exactly (shapes,
+    mask, scale, the bug it is for); tests/spec/test_documented_inputs.py keeps that table and this code
+    in agreement."""
+    rng = np.random.default_rng(sum(map(ord, name)))
+    u = lambda *shape: rng.uniform(-1.0, 1.0, size=shape)
+    if name == "one-key":
+        return AttentionCase(u(3, 4), u(1, 4), u(1, 5), label=name)
+    if name == "one-query":
+        return AttentionCase(u(2, 1, 3), u(2, 6, 3), u(2, 6, 2), label=name)
+    if name == "d_k=1":
+        return AttentionCase(u(4, 1), u(5, 1), u(5, 3), label=name)
+    if name == "single-allowed-key":
+        mask = np.zeros((4, 6), dtype=bool)
+        mask[np.arange(4), [5, 0, 3, 3]] = True
+        return AttentionCase(u(4, 3), u(6, 3), u(6, 2), mask=mask, label=name)
+    if name == "huge-scores":  # |S| ~ 1e300: no overflow allowed
+        return AttentionCase(u(3, 2), u(4, 2), u(4, 5), mask=np.array([[True, False, True, True]] * 3), scale=1e300,
+                             label=name)
+    if name == "tiny-scores":  # |S| ~ 1e-300: weights uniform to the last bit
+        return AttentionCase(u(3, 2), u(4, 2), u(4, 5), scale=1e-300, label=name)
+    if name == "long-sequence":
+        n = limits().long_seq
+        return AttentionCase(u(2, 3), u(n, 3), u(n, 4), label=name)
+    if name == "one-query-masked":
+        return AttentionCase(u(1, 2), u(5, 2), u(5, 3), mask=np.array([[False, True, False, False, True]]),
+                             label=name)
+    if name == "batched-masks":  # a different mask per batch element
+        mask = np.ones((3, 2, 4), dtype=bool)
+        mask[0, :, 0] = False
+        mask[1, :, 1:] = False
+        mask[2, 1, 2] = False
+        return AttentionCase(u(3, 2, 5), u(3, 4, 5), u(3, 4, 3), mask=mask, label=name)
+    raise ValueError(f"unknown edge case {name!r}")
+
+
+EDGE = ("one-key", "one-query", "d_k=1", "single-allowed-key", "huge-scores", "tiny-scores", "long-sequence",
+        "one-query-masked", "batched-masks")
+
+# ---------------------------------------------------------------------------------------------
+# Causal attention: alignments and sliding windows
+# ---------------------------------------------------------------------------------------------
+
+def alignments() -> st.SearchStrategy[str]:
+    """The causal alignments the followed implementation declares (``causal_alignment``)."""
+    return st.sampled_from(tuple(variants()["causal_alignment"]))
+
+
+def windows(n_k: int, *, window: bool | None = None) -> st.SearchStrategy:
+    """None (plain causal) or a sliding window 1 … n_k + 1 (``window=True``: always a window; VariantNotApplicable
+    without ``sliding_window``)."""
+    allowed = variants()["sliding_window"]
+    if window and not allowed:
+        raise _not_applicable("sliding_window", True)
+    sizes = st.integers(1, n_k + 1)
+    if window:
+        return sizes
+    return (st.none() | sizes) if allowed else st.none()
+
+
+@dataclass(frozen=True)
+class CausalCase:
+    """q (…, n_q, d_k), k (…, n_k, d_k), v (…, n_k, d_v), an alignment, a window (or None), a scale (or None)."""
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    alignment: str
+    window: int | None
+    scale: float | None
+
+    def cast(self, dtype) -> "CausalCase":
+        return CausalCase(self.q.astype(dtype), self.k.astype(dtype), self.v.astype(dtype), self.alignment,
+                          self.window, self.scale)
+
+    def describe(self) -> str:
+        return (f"causal_attention(q{self.q.shape}, k{self.k.shape}, v{self.v.shape}, alignment={self.alignment!r}, "
+                f"window={self.window}, scale={self.scale})")
+
+
+@st.composite
+def causal_cases(draw, *, alignment: str | None = None, window: bool | None = None, rectangular: bool = True):
+    """Inputs of ``causal_attention``: dims drawn as for attention; n_q ≤ n_k for bottom-right (so every
+    query sees a key) and n_q ≠ n_k sometimes either way (``rectangular``), where the alignments differ."""
+    al = draw(alignments()) if alignment is None else alignment
+    if al not in variants()["causal_alignment"]:
+        raise _not_applicable("causal_alignment", al)
+    d = draw(dims())
+    n_q, n_k = d.n_q, d.n_k if rectangular else d.n_q
+    if al == "bottom-right" and n_q > n_k:
+        n_q, n_k = n_k, n_q
+    qk = draw(scales(-4, 1))
+    q = draw(arrays(d.batch + (n_q, d.d_k), scale=qk))
+    k = draw(arrays(d.batch + (n_k, d.d_k), scale=qk))
+    v = draw(arrays(d.batch + (n_k, d.d_v), scale=draw(scales(-2, 2))))
+    w = draw(windows(n_k, window=window))
+    if w is not None and al == "top-left" and n_q > n_k:  # queries i >= n_k + w - 1 would see no key at all
+        w = max(w, n_q - n_k + 1)
+    scale = draw(st.none() | explicit_scales().filter(lambda s: 0 < abs(s) <= 2))
+    case = CausalCase(q, k, v, al, w, scale)
+    note(case.describe())
+    return case

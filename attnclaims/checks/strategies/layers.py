@@ -1,0 +1,160 @@
+"""Strategies of whole layers: the encoder and decoder layers' parameters (Post-LN or Pre-LN among the
+declared ``norm_first``), decoder-only blocks and their inputs (:func:`block_cases`: norm, FFN, RoPE,
+norm placement and K/V heads among the declared ``block_*`` variants) and the schedules of KV-cache
+decoding (:func:`decode_schedules`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from hypothesis import note
+from hypothesis import strategies as st
+
+from attnclaims.checks.strategies.common import (
+    LAYER_MAX_SEQ, _dtype, _not_applicable, arrays, flush_subnormals, norm_firsts, random_arrays, require_variant,
+    scales, seeds, seq_lengths, variants,
+)
+from attnclaims.checks.strategies.multihead import kv_head_counts
+from attnclaims.checks.strategies.positional import rope_bases, rope_layouts
+from attnclaims.profiles import limits
+from attnclaims.reference.params import (
+    DecoderBlockParams, DecoderLayerParams, EncoderLayerParams, RotaryParams, init_decoder_block, init_decoder_layer,
+    init_encoder_layer,
+)
+from attnclaims.checks.strategies.attention import mask_forms, padding_masks
+from attnclaims.checks.strategies.common import model_cases
+
+__all__ = ["encoder_layer_params", "decoder_layer_params", "BlockCase", "block_cases", "decode_schedules"]
+
+@st.composite
+def encoder_layer_params(draw, d_model: int, num_heads: int, d_ff: int, *, norm_first=None) -> EncoderLayerParams:
+    """Post-LN or Pre-LN (drawn among the implementation's declared ``norm_first`` unless given; a given one
+    it does not support raises :class:`VariantNotApplicable`), norm parameters perturbed (spread 0.3) so
+    that a layer that reuses norm1 for norm2 shows, ε drawn (1e-5 or 1e-6)."""
+    return _layer_params(draw, init_encoder_layer, "encoder_layer_params", d_model, num_heads, d_ff, norm_first)
+
+
+@st.composite
+def decoder_layer_params(draw, d_model: int, num_heads: int, d_ff: int, *, norm_first=None) -> DecoderLayerParams:
+    """As :func:`encoder_layer_params`, for the decoder layer (its cross-attention and third norm included)."""
+    return _layer_params(draw, init_decoder_layer, "decoder_layer_params", d_model, num_heads, d_ff, norm_first)
+
+
+def _layer_params(draw, init, what: str, d_model: int, num_heads: int, d_ff: int, norm_first):
+    """The layer-parameter draw of both layers, in this order: a seed, the placement (the declared ones unless
+    given, then checked against the declaration), ε; ``init`` is init_encoder_layer or init_decoder_layer."""
+    seed = draw(seeds())
+    nf = draw(norm_firsts()) if norm_first is None else norm_first
+    require_variant("norm_first", nf)
+    require_variant("head_dim", d_model // num_heads)
+    eps = draw(st.sampled_from([1e-5, 1e-6]))
+    note(f"{what}(seed={seed}, d_model={d_model}, num_heads={num_heads}, d_ff={d_ff}, norm_first={nf}, eps={eps})")
+    return flush_subnormals(init(seed, d_model, num_heads, d_ff, norm_first=nf, eps=eps, norm_spread=0.3,
+                                 dtype=_dtype()))
+
+
+@dataclass(frozen=True)
+class BlockCase:
+    """x (batch, n, d_model) and the parameters of a decoder-only block."""
+
+    x: np.ndarray
+    params: DecoderBlockParams
+
+    def cast(self, dtype) -> "BlockCase":
+        return BlockCase(self.x.astype(dtype), self.params)
+
+
+def _choose(draw, key: str, fixed=None):
+    """``fixed`` if the followed implementation declares it for ``key`` (else VariantNotApplicable), or a
+    draw from what it declares."""
+    have = tuple(variants()[key])
+    if fixed is not None:
+        if fixed not in have:
+            raise _not_applicable(key, fixed)
+        return fixed
+    return draw(st.sampled_from(have))
+
+
+@st.composite
+def block_cases(draw, *, min_seq: int = 1, max_seq: int | None = None, rope: bool | None = None,
+                generic: bool = False, norm_first=None, min_d_model: int = 1) -> BlockCase:
+    """A decoder-only block and its input: the norm ("layer"/"rms"), FFN ("relu"/"silu"/"gelu"), RoPE
+    (None or a :class:`RotaryParams` with a declared layout), the norm placement and the K/V head count,
+    each drawn from what the followed implementation declares; the head dimension is even when the
+    block has RoPE. n ≤ :data:`~attnclaims.checks.strategies.LAYER_MAX_SEQ`; entries U[−1, 1]·2^e (or
+    seeded normal when ``generic``)."""
+    lim = limits()
+    top = min(LAYER_MAX_SEQ, lim.max_seq if max_seq is None else max_seq)
+    norm = _choose(draw, "block_norm")
+    ffn = _choose(draw, "block_ffn")
+    use_rope = _choose(draw, "block_rope", rope)
+    nf = _choose(draw, "block_norm_first", norm_first)
+    heads = draw(st.integers(1, max(1, min(4, lim.max_dim // 2))))
+    even = use_rope or variants()["head_dim"] == "even"
+    d_head = draw(st.integers(1, max(1, lim.max_dim // heads)))
+    if even:
+        d_head = 2 * max(1, (d_head + 1) // 2)
+    while heads * d_head < min_d_model:
+        d_head += 2 if even else 1
+    d_model = heads * d_head
+    kv = draw(kv_head_counts(heads))
+    d_ff = draw(st.integers(1, 2 * lim.max_dim))
+    rope_params = RotaryParams(base=draw(rope_bases()), layout=draw(rope_layouts())) if use_rope else None
+    eps = draw(st.sampled_from([1e-5, 1e-6]))
+    seed = draw(seeds())
+    params = init_decoder_block(seed, d_model, heads, d_ff, num_kv_heads=kv, ffn=ffn, norm=norm, norm_first=nf,
+                                eps=eps, rope=rope_params, norm_spread=0.3, dtype=_dtype())
+    params = flush_subnormals(params)
+    batch = draw(st.integers(1, lim.max_batch))
+    n = draw(seq_lengths(min_seq, max(top, min_seq)))
+    s = draw(scales(-1, 1))
+    make = random_arrays if generic else arrays
+    x = draw(make((batch, n, d_model), scale=s))
+    note(f"block case: batch={batch}, n={n}, d_model={d_model}, heads={heads}, kv_heads={kv}, d_ff={d_ff}, "
+         f"norm={norm}, ffn={ffn}, rope={rope_params}, norm_first={nf}, eps={eps}, seed={seed}, scale={s}")
+    return BlockCase(x, params)
+
+
+@st.composite
+def decode_schedules(draw, n: int) -> tuple[int, int]:
+    """(prompt_length, chunk) for incremental decoding of n positions: any prompt length 0 … n (0: the
+    first step starts from an empty cache; n: prefill only) and chunks of 1 (token by token), 2, 3 or n."""
+    prompt = draw(st.integers(0, n))
+    chunk = draw(st.sampled_from([1, 1, 2, 3, max(1, n)]))
+    return prompt, chunk
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases of the claim suite's layer tests (attnclaims/suite/test_s7_architecture.py, test_gradients.py)
+# ---------------------------------------------------------------------------------------------
+
+@st.composite
+def encoder_cases(draw, *, mask=None, generic=False, max_seq=None, min_d_model=1, scale=None, norm_first=None):
+    """x (batch, n, d_model), encoder-layer params (Post-LN or Pre-LN: ``norm_first``, drawn among the
+    implementation's declared placements when None), and a padding or general mask (``mask``)."""
+    max_seq = max_seq or min(limits().max_seq, LAYER_MAX_SEQ)
+    case = draw(model_cases(square=True, generic=generic, max_seq=max_seq, min_d_model=min_d_model, scale=scale))
+    d = case.dims
+    params = draw(encoder_layer_params(d.d_model, d.num_heads, d.d_ff, norm_first=norm_first))
+    m = None
+    if mask or (mask is None and draw(st.booleans())):
+        m = draw(padding_masks(d.batch[0], d.n_q) | mask_forms(d.batch, d.n_q, d.n_q))
+    return case, params, m
+
+
+@st.composite
+def decoder_cases(draw, *, masks=None, generic=False, min_seq=1, max_seq=None, min_d_model=1):
+    """y (batch, n_t, d), memory (batch, n_s, d), params, self_mask (a padding mask, which allows later
+    positions: the layer's own causal mask must still hide them), memory_mask."""
+    max_seq = max_seq or min(limits().max_seq, LAYER_MAX_SEQ)
+    case = draw(model_cases(generic=generic, min_seq=min_seq, max_seq=max_seq, min_d_model=min_d_model))
+    d = case.dims
+    params = draw(decoder_layer_params(d.d_model, d.num_heads, d.d_ff))
+    use = draw(st.booleans()) if masks is None else masks
+    self_mask = draw(padding_masks(d.batch[0], d.n_q)) if use else None
+    memory_mask = draw(padding_masks(d.batch[0], d.n_k) | mask_forms(d.batch, d.n_q, d.n_k)) if use else None
+    return case, params, self_mask, memory_mask
+
+
+__all__ += ["encoder_cases", "decoder_cases"]

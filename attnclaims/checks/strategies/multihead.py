@@ -1,0 +1,122 @@
+"""Strategies of multi-head attention: its parameters (:func:`multi_head_params`) and grouped-query
+attention's, with the K/V head counts drawn among what the followed implementation declares
+(``grouped_query``) and weighted towards configurations where tiled and grouped K/V heads differ
+(:data:`DISTINCT_SHARE`).
+"""
+from __future__ import annotations
+
+from hypothesis import note
+from hypothesis import strategies as st
+
+from attnclaims.checks.strategies.common import (
+    _dtype, _not_applicable, flush_subnormals, model_cases, require_variant, seeds, variants,
+)
+from attnclaims.reference.params import MultiHeadParams, init_multi_head
+from attnclaims.checks.strategies.attention import mask_forms
+from attnclaims.checks.strategies.common import cross_or_self
+
+__all__ = [
+    "multi_head_params", "kv_head_counts", "grouped_query_params", "grouped_query_model_cases", "distinct_groupings",
+    "tiling_differs", "MIN_DISTINCT_HEADS", "DISTINCT_SHARE",
+]
+
+@st.composite
+def multi_head_params(draw, d_model: int, num_heads: int, *, bias_scale: float | None = None) -> MultiHeadParams:
+    """Seeded Xavier weights; biases U[−b, b] with b drawn from 0.1, 0 (no bias) and 0.5 unless ``bias_scale``
+    is given. The note carries the seed and sizes (``init_multi_head`` rebuilds the draw)."""
+    seed = draw(seeds())
+    b = draw(st.sampled_from([0.1, 0.0, 0.5])) if bias_scale is None else bias_scale
+    note(f"multi_head_params(seed={seed}, d_model={d_model}, num_heads={num_heads}, bias_scale={b})")
+    if d_model % num_heads == 0:
+        require_variant("head_dim", d_model // num_heads)
+    return flush_subnormals(init_multi_head(seed, d_model, num_heads, bias_scale=b, dtype=_dtype()))
+
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def tiling_differs(num_heads: int, num_kv_heads: int) -> bool:
+    """Whether K/V heads repeated tiled (heads 0, 1, 0, 1: ``repeat``) differ from repeated in groups
+    (0, 0, 1, 1: ``repeat_interleave``, the protocol's): only with ≥ 2 K/V heads *and* groups of ≥ 2 —
+    multi-query (one K/V head) and ordinary multi-head attention (groups of one) are the same either way."""
+    return num_kv_heads >= 2 and num_heads % num_kv_heads == 0 and num_heads // num_kv_heads >= 2
+
+
+#: The fewest query heads for which tiling and grouping differ (4 heads, 2 K/V heads).
+MIN_DISTINCT_HEADS = 4
+#: The share of grouped-query draws asked to be configurations where tiling and grouping differ
+#: (:func:`distinct_groupings`); the rest draw any K/V head count, multi-query and ordinary included.
+DISTINCT_SHARE = 0.75
+
+
+def distinct_groupings() -> st.SearchStrategy[bool]:
+    """True in :data:`DISTINCT_SHARE` of the draws (three of four equally likely entries): the draw is
+    to be a configuration where tiled and grouped K/V heads differ. Uniform num_heads in 1 … 4 with a
+    uniform divisor would give one in 8–12, so ``dev``'s 20 examples would miss one in 7–18 % of runs."""
+    return st.sampled_from([True, True, True, False])
+
+
+def kv_head_counts(num_heads: int, *, grouped: bool | None = None, distinct: bool = False) -> st.SearchStrategy[int]:
+    """num_kv_heads for ``num_heads`` query heads: any divisor (1 = multi-query, num_heads = ordinary)
+    when the followed implementation declares ``grouped_query``; else num_heads. ``grouped=True`` asks
+    for num_kv_heads < num_heads when num_heads > 1 (VariantNotApplicable if it is not declared);
+    ``distinct=True`` for one where tiling and grouping differ (:func:`tiling_differs`), when num_heads
+    has one."""
+    if grouped and not variants()["grouped_query"]:
+        raise _not_applicable("grouped_query", True)
+    if not variants()["grouped_query"] or grouped is False:
+        return st.just(num_heads)
+    divisors = _divisors(num_heads)
+    differ = [k for k in divisors if tiling_differs(num_heads, k)]
+    if distinct and differ:
+        return st.sampled_from(differ)
+    proper = [k for k in divisors if k < num_heads]
+    return st.sampled_from(proper) if grouped and proper else st.sampled_from(divisors)
+
+
+@st.composite
+def grouped_query_model_cases(draw, *, square: bool, grouped: bool | None = True):
+    """(case, params): a :func:`~attnclaims.checks.strategies.model_cases` input and grouped-query parameters
+    for it, where in :data:`DISTINCT_SHARE` of the draws (when ``grouped_query`` is declared and ``grouped``
+    is not False) num_heads ≥ :data:`MIN_DISTINCT_HEADS` and num_kv_heads is one where tiled and grouped
+    K/V heads differ; the other draws are unrestricted (multi-query and ordinary multi-head included)."""
+    wants = bool(variants()["grouped_query"]) and grouped is not False
+    distinct = draw(distinct_groupings()) if wants else False
+    case = draw(model_cases(square=square, min_heads=MIN_DISTINCT_HEADS if distinct else 1))
+    d = case.dims
+    params = draw(grouped_query_params(d.d_model, d.num_heads, grouped=grouped, distinct=distinct))
+    return case, params
+
+
+@st.composite
+def grouped_query_params(draw, d_model: int, num_heads: int, *, grouped: bool | None = True,
+                         distinct: bool = False) -> MultiHeadParams:
+    """Seeded Xavier multi-head parameters with a drawn ``num_kv_heads`` (:func:`kv_head_counts`); biases
+    as in :func:`~attnclaims.checks.strategies.multi_head_params`."""
+    kv = draw(kv_head_counts(num_heads, grouped=grouped, distinct=distinct))
+    seed = draw(seeds())
+    b = draw(st.sampled_from([0.1, 0.0, 0.5]))
+    require_variant("head_dim", d_model // num_heads)
+    note(f"grouped_query_params(seed={seed}, d_model={d_model}, num_heads={num_heads}, num_kv_heads={kv}, "
+         f"bias_scale={b})")
+    return flush_subnormals(init_multi_head(seed, d_model, num_heads, num_kv_heads=kv, bias_scale=b,
+                                              dtype=_dtype()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases of the claim suite's grouped-query tests (attnclaims/suite/test_ext_attention.py, test_ext_gradients.py)
+# ---------------------------------------------------------------------------------------------
+
+@st.composite
+def gqa_cases(draw, *, grouped: bool | None = True):
+    is_cross = draw(cross_or_self())
+    case, params = draw(grouped_query_model_cases(square=not is_cross, grouped=grouped))  # 3/4 where tiling ≠ grouping
+    d = case.dims
+    n_k = d.n_k if is_cross else d.n_q
+    mask = draw(st.none() | mask_forms(d.batch, d.n_q, n_k))
+    return case, params, mask, is_cross
+
+
+__all__ += ["gqa_cases"]

@@ -1,0 +1,70 @@
+"""Strategies of the norms: layer norm's ε, parameters and inputs (rows whose spread and offset make
+the one-pass variance cancel), and the gains of RMSNorm.
+"""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import note
+from hypothesis import strategies as st
+
+from attnclaims.checks.strategies.common import _dtype, arrays, batch_shapes, finfo, flush_subnormals, seeds, seq_lengths
+from attnclaims.profiles import limits
+from attnclaims.reference.params import LayerNormParams, init_layer_norm
+
+__all__ = ["epsilons", "layer_norm_params", "layer_norm_inputs", "gammas"]
+
+@st.composite
+def epsilons(draw) -> float:
+    """Layer-norm ε: torch's 1e-5, flax's 1e-6, and values that matter (0.1) or nearly don't (1e-12) — those
+    whose 1/√ε (a constant row's scale, and its Jacobian's size) the followed dtype can hold: float16
+    (max 65504) does not get 1e-12. Decided when drawn (``@given(eps=epsilons())`` is built at import,
+    before any implementation is followed)."""
+    top = float(finfo(_dtype()).max) / 16.0
+    return draw(st.sampled_from([e for e in (1e-5, 1e-6, 1e-12, 0.1) if e ** -0.5 <= top]))
+
+
+@st.composite
+def layer_norm_params(draw, d_model: int) -> LayerNormParams:
+    """γ = 1, β = 0 (the usual initialisation), or both perturbed so that γ and β can be told apart."""
+    spread = draw(st.sampled_from([0.5, 0.0]))
+    return flush_subnormals(init_layer_norm(d_model, draw(seeds()), spread=spread, dtype=_dtype()))
+
+
+@st.composite
+def layer_norm_inputs(draw, *, max_seq: int | None = None) -> np.ndarray:
+    """Rows x = μ + σ·U[−1, 1] with σ from 1e-4 (where ε = 1e-5 matters: σ² ~ ε) to 16 (σ ∈ {1, 1e-2, 3e-3,
+    1e-4, 16}) and an offset μ = r·σ up to 10⁶·σ (r ∈ {0, 1, 10², 10⁴, 10⁶}; where the one-pass variance
+    E[x²] − μ² cancels catastrophically). The note gives the shape, σ and r."""
+    batch = draw(batch_shapes(0, 2))
+    n = draw(seq_lengths(1, max_seq))
+    d = draw(st.integers(1, limits().max_dim))
+    sigma = draw(st.sampled_from([1.0, 1e-2, 3e-3, 1e-4, 16.0]))
+    top = float(finfo(_dtype()).max) / 16.0  # float16 (max 65504) cannot hold 1e6: only the offsets it can
+    ratio = draw(st.sampled_from([r for r in (0.0, 0.0, 1.0, 1e2, 1e4, 1e6) if r * sigma + sigma <= top]))
+    x = draw(arrays(batch + (n, d), scale=sigma, offset=ratio * sigma))
+    note(f"layer_norm_inputs: shape={x.shape}, sigma={sigma}, offset={ratio}·sigma")
+    return x
+
+
+@st.composite
+def gammas(draw, d: int) -> np.ndarray:
+    """Norm gains: all ones (the usual initialisation) or 1 + U[−½, ½] (never 0: RMS(y/γ) stays defined)."""
+    spread = draw(st.sampled_from([0.0, 0.5]))
+    g = np.ones(d) + (np.random.default_rng(draw(seeds())).uniform(-spread, spread, d) if spread else 0.0)
+    return flush_subnormals(g.astype(_dtype()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases of the claim suite's RMSNorm tests (attnclaims/suite/test_ext_layers.py, test_ext_gradients.py)
+# ---------------------------------------------------------------------------------------------
+
+@st.composite
+def rms_cases(draw):
+    """Rows x = μ + σ·U[−1, 1] (σ and the offset μ/σ as for layer norm), a gain γ and ε."""
+    x = draw(layer_norm_inputs())
+    gamma = draw(gammas(x.shape[-1]))
+    eps = draw(epsilons())
+    return x, gamma, eps
+
+
+__all__ += ["rms_cases"]

@@ -1,0 +1,58 @@
+"""Strategies of the positional encodings: rotary embeddings' pair layouts (those the followed
+implementation declares in ``rope_layout``), θ bases, and integer positions (runs with offsets up to
+2¹⁵, or scattered).
+"""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from attnclaims.checks.strategies.common import variants
+from hypothesis import note
+from attnclaims.checks.strategies.common import arrays, dims, scales
+from attnclaims.profiles import limits
+
+__all__ = ["rope_layouts", "rope_bases", "positions"]
+
+
+def rope_layouts() -> st.SearchStrategy[str]:
+    """The RoPE pair layouts the followed implementation declares (``rope_layout``)."""
+    return st.sampled_from(tuple(variants()["rope_layout"]))
+
+
+def rope_bases() -> st.SearchStrategy[float]:
+    """θ bases in use: 10⁴ (Su et al., Llama 1–2), 5·10⁵ (Llama 3), 100 (angles that wrap fast)."""
+    return st.sampled_from([10000.0, 500000.0, 100.0])
+
+
+@st.composite
+def positions(draw, n: int) -> np.ndarray:
+    """Integer positions of n rows: a run start … start + n − 1 with start 0, a small or a large offset
+    (up to 2¹⁵, where the angles are large and their rounding matters), or n distinct positions in any
+    order. -> (n,) int64."""
+    kind = draw(st.sampled_from(["run", "run", "scattered"]))
+    if kind == "run":
+        start = draw(st.sampled_from([0, 0, 1, 7, 1000, 2**15]))
+        return np.arange(start, start + n, dtype=np.int64)
+    values = draw(st.lists(st.integers(0, 4096), min_size=n, max_size=n, unique=True))
+    return np.asarray(values, dtype=np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases of the claim suite's rotary tests (attnclaims/suite/test_ext_attention.py, test_ext_gradients.py)
+# ---------------------------------------------------------------------------------------------
+
+@st.composite
+def rope_cases(draw, *, min_seq: int = 1):
+    """x (batch…, n, d) with d even, positions (n,), a base and a declared layout."""
+    d = draw(dims(min_seq=min_seq))
+    width = 2 * draw(st.integers(1, max(1, limits().max_dim // 2)))
+    x = draw(arrays(d.batch + (d.n_q, width), scale=draw(scales(-2, 2))))
+    pos = draw(positions(d.n_q))
+    base = draw(rope_bases())
+    layout = draw(rope_layouts())
+    note(f"rotary_embedding(x{x.shape}, positions={pos.tolist()}, base={base}, layout={layout!r})")
+    return x, pos, base, layout
+
+
+__all__ += ["rope_cases"]
