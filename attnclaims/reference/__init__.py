@@ -1,51 +1,56 @@
 """The numpy float64 reference implementation (article §3–§7; Vaswani et al. 2017).
 
-Small modules, functions first, read top to bottom:
+One module per component, each holding its forward and its exact backward pass (vector-Jacobian
+product), functions first, read top to bottom:
 
-* :mod:`.attention` — softmax, dot-product and additive scores, attention
-* :mod:`.masks` — causal and padding masks
-* :mod:`.multihead` — multi-head attention, per-head outputs and terms
-* :mod:`.positional` — sinusoidal and learned positional encodings
-* :mod:`.layers` — layer norm, FFN, encoder and decoder layers and stacks
+* :mod:`.attention` — softmax, dot-product and additive scores, attention, causal attention with an
+  alignment and a sliding window; softmax_vjp, attention_vjp, causal_attention_vjp
+* :mod:`.multihead` — multi-head and grouped-query attention, per-head outputs and terms;
+  multi_head_attention_vjp
+* :mod:`.norms` — layer norm and RMSNorm; layer_norm_vjp, rms_norm_vjp
+* :mod:`.ffn` — the ReLU FFN and gated FFNs (SwiGLU, GeGLU); feed_forward_vjp, gated_feed_forward_vjp
+* :mod:`.positional` — sinusoidal and learned positional encodings, rotary embeddings (both pair
+  layouts); rotary_embedding_vjp
+* :mod:`.layers` — encoder and decoder layers and stacks, decoder-only blocks, KV-cache decoding;
+  encoder_layer_vjp, decoder_layer_vjp, decoder_block_vjp
+
+and beside them:
+
+* :mod:`.masks` — causal, padding, restricted-attention and sliding-window masks
 * :mod:`.params` — parameter containers in the paper's layout
+* :mod:`.wiring` — residual connections and the norm's placement
+* :mod:`._vjp` — what the backward passes share (broadcast gradients summed back, conventions)
 * :mod:`.impl` — :class:`Reference`, the reference as a protocol implementation
 * :mod:`.baselines` — RNN / convolution / restricted attention negative controls
-* :mod:`.rotary` — rotary position embeddings (both pair layouts)
-* :mod:`.modern` — grouped-query attention, RMSNorm, gated FFNs, causal alignment and sliding
-  windows, decoder-only blocks, KV-cache decoding
-* :mod:`.backward`, :mod:`.modern_backward` — exact backward passes (vector-Jacobian products)
 
-Everything computes in float64 and returns float64; inputs are never modified.
+Everything computes in float64 and returns float64; inputs are never modified. The reference imports
+numpy, scipy, the standard library and itself only.
 """
 from attnclaims.reference.attention import (
-    FULLY_MASKED_ROW, MASKED_VALUES_LEAK, additive_scores, attention, attention_from_scores,
-    attention_weights, dot_product_scores, softmax,
+    FULLY_MASKED_ROW, MASKED_VALUES_LEAK, additive_scores, attention, attention_from_scores, attention_weights,
+    causal_attention, causal_attention_vjp, dot_product_scores, softmax,
 )
+from attnclaims.reference.ffn import feed_forward, gated_feed_forward, gated_feed_forward_vjp
 from attnclaims.reference.impl import Reference, reference
-from attnclaims.reference.layers import decoder, decoder_layer, encoder, encoder_layer, feed_forward, layer_norm
-from attnclaims.reference.masks import causal_mask, combine_masks, padding_mask
-from attnclaims.reference.multihead import (
-    head_outputs, head_terms, head_weights, merge_heads, multi_head_attention, self_attention, split_heads,
+from attnclaims.reference.layers import (
+    KVCache, cached_decode, decoder, decoder_block, decoder_block_decode, decoder_block_step, decoder_block_vjp,
+    decoder_layer, encoder, encoder_layer,
 )
+from attnclaims.reference.masks import causal_mask, combine_masks, padding_mask, sliding_window_mask
+from attnclaims.reference.multihead import (
+    expand_kv, head_outputs, head_terms, head_weights, merge_heads, multi_head_attention, repeat_kv, self_attention,
+    split_heads,
+)
+from attnclaims.reference.norms import layer_norm, rms_norm, rms_norm_vjp
 from attnclaims.reference.params import (
-    DecoderLayerParams, EncoderLayerParams, FeedForwardParams, LayerNormParams, MultiHeadParams,
-    init_decoder_layer, init_encoder_layer, init_feed_forward, init_layer_norm, init_multi_head, xavier_uniform,
+    DecoderBlockParams, DecoderLayerParams, EncoderLayerParams, FeedForwardParams, GatedFeedForwardParams,
+    LayerNormParams, MultiHeadParams, RMSNormParams, RotaryParams, init_decoder_block, init_decoder_layer,
+    init_encoder_layer, init_feed_forward, init_gated_feed_forward, init_layer_norm, init_multi_head, init_rms_norm,
+    xavier_uniform,
 )
 from attnclaims.reference.positional import (
-    add_positional_encoding, frequencies, learned_encoding, sinusoidal_encoding,
-)
-from attnclaims.reference.masks import sliding_window_mask
-from attnclaims.reference.params import (
-    DecoderBlockParams, GatedFeedForwardParams, RMSNormParams, RotaryParams, init_decoder_block,
-    init_gated_feed_forward, init_rms_norm,
-)
-from attnclaims.reference.rotary import rotary_angles, rotary_embedding, rotary_frequencies
-from attnclaims.reference.modern import (
-    KVCache, cached_decode, causal_attention, decoder_block, decoder_block_decode, decoder_block_step,
-    expand_kv, gated_feed_forward, repeat_kv, rms_norm,
-)
-from attnclaims.reference.modern_backward import (
-    causal_attention_vjp, decoder_block_vjp, gated_feed_forward_vjp, rms_norm_vjp, rotary_embedding_vjp,
+    add_positional_encoding, frequencies, learned_encoding, rotary_angles, rotary_embedding, rotary_embedding_vjp,
+    rotary_frequencies, sinusoidal_encoding,
 )
 
 __all__ = [
@@ -60,12 +65,13 @@ __all__ = [
     "MultiHeadParams", "FeedForwardParams", "LayerNormParams", "EncoderLayerParams", "DecoderLayerParams",
     "xavier_uniform", "init_multi_head", "init_feed_forward", "init_layer_norm", "init_encoder_layer",
     "init_decoder_layer",
-    # modern components
+    # later components (grouped-query attention, RMSNorm, gated FFNs, RoPE, causal alignment and windows,
+    # decoder-only blocks, KV cache)
     "sliding_window_mask", "rotary_frequencies", "rotary_angles", "rotary_embedding",
     "repeat_kv", "expand_kv", "rms_norm", "gated_feed_forward", "causal_attention", "decoder_block",
     "KVCache", "decoder_block_step", "cached_decode", "decoder_block_decode",
     "RMSNormParams", "GatedFeedForwardParams", "RotaryParams", "DecoderBlockParams",
     "init_rms_norm", "init_gated_feed_forward", "init_decoder_block",
-    # backward passes of the modern components (attnclaims.reference.modern_backward)
+    # their backward passes (each in its component's module)
     "rms_norm_vjp", "gated_feed_forward_vjp", "rotary_embedding_vjp", "causal_attention_vjp", "decoder_block_vjp",
 ]

@@ -1,4 +1,5 @@
-"""Scaled dot-product and additive attention (article §3.1; Vaswani et al. 2017 §3.2.1).
+"""Scaled dot-product and additive attention (article §3.1; Vaswani et al. 2017 §3.2.1), causal attention
+with an alignment and a sliding window, and their backward passes.
 
     Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V
 
@@ -18,17 +19,27 @@ implementation):
   Σ_{j : a_ij > 0} a_ij v_j, so 0·NaN is never formed.
 * Everything is computed in float64; inputs of other real dtypes are cast
   (exactly) and the result is float64. Inputs are never modified.
+
+:func:`causal_attention` masks with an explicit alignment for n_q ≠ n_k and an optional sliding window
+(:func:`attnclaims.reference.masks.sliding_window_mask`). The backward passes (vector-Jacobian products,
+conventions in :mod:`attnclaims.reference._vjp`): :func:`softmax_vjp`, :func:`attention_vjp`,
+:func:`causal_attention_vjp`.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from attnclaims.reference._validate import as_float64, as_mask, batch_shape, check_equal, check_scale
+from attnclaims.reference._vjp import sum_to
+from attnclaims.reference.masks import CAUSAL_ALIGNMENTS, sliding_window_mask
 
 __all__ = [
     "FULLY_MASKED_ROW", "MASKED_VALUES_LEAK",
     "softmax", "dot_product_scores", "additive_scores",
-    "attention_weights", "attention_from_scores", "attention",
+    "attention_weights", "attention_from_scores", "attention", "causal_attention",
+    "softmax_vjp", "attention_vjp", "causal_attention_vjp",
 ]
 
 #: Output row (and weight row) of a query none of whose keys may be attended.
@@ -237,3 +248,136 @@ def attention(q, k, v, mask=None, scale=None) -> np.ndarray:
     """
     a, v = _attention_weights(q, k, v, mask, scale)
     return _weighted_sum(a, v)
+
+
+# ---------------------------------------------------------------------------------------------
+# Causal attention with an alignment and a window
+# ---------------------------------------------------------------------------------------------
+
+def causal_attention(q, k, v, alignment: str = "top-left", window: int | None = None, scale=None) -> np.ndarray:
+    """softmax(Q Kᵀ·scale + causal) V with the causal mask aligned ``alignment`` (one of
+    :data:`~attnclaims.reference.masks.CAUSAL_ALIGNMENTS`) and, with ``window`` = w, restricted to the
+    last w positions (:func:`~attnclaims.reference.masks.sliding_window_mask`). q (..., n_q, d_k),
+    k (..., n_k, d_k), v (..., n_k, d_v) -> (..., n_q, d_v); a query that sees no key (bottom-right with
+    n_q > n_k) gets the reference's zero row."""
+    q = as_float64("q", q, min_ndim=2)
+    k = as_float64("k", k, min_ndim=2)
+    if alignment not in CAUSAL_ALIGNMENTS:
+        raise ValueError(f"alignment={alignment!r}, but should be one of {CAUSAL_ALIGNMENTS}")
+    return attention(q, k, v, mask=sliding_window_mask(q.shape[-2], k.shape[-2], window, alignment), scale=scale)
+
+
+# ---------------------------------------------------------------------------------------------
+# Backward: softmax
+# ---------------------------------------------------------------------------------------------
+
+def _row_softmax(s: np.ndarray, allowed) -> np.ndarray:
+    """Row-wise softmax over the last axis in s.dtype, max shifted; masked entries and rows with no
+    allowed entry exactly 0."""
+    zero = s.dtype.type(0)
+    if allowed is not None:
+        s = np.where(allowed, s, s.dtype.type(-np.inf))
+    m = np.max(s, axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, zero)
+    e = np.exp(s - m)
+    total = e.sum(axis=-1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+
+
+def _softmax_backward(p: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Jᵀd over the last axis, J = diag(p) − ppᵀ: p ⊙ (d − ⟨p, d⟩). Where p = 0, d is not read."""
+    d = np.where(p > 0, d, d.dtype.type(0))
+    return p * (d - np.sum(p * d, axis=-1, keepdims=True))
+
+
+def softmax_vjp(x, d_out, axis: int = -1) -> np.ndarray:
+    """dx = Jᵀ d for p = softmax(x) along ``axis``.
+
+    p_i = e^{x_i} / Σ_k e^{x_k}, so ∂p_i/∂x_j = p_i δ_ij − p_i p_j: J = diag(p) − ppᵀ (proven in
+    attnclaims/proofs/softmax_saturation.py). J is symmetric, hence dx_j = Σ_i d_i (p_i δ_ij − p_i p_j)
+    = p_j (d_j − Σ_i p_i d_i) = p ⊙ (d − ⟨p, d⟩). Since Σ_j p_j = 1, Σ_j dx_j = ⟨p, d⟩ − ⟨p, d⟩ = 0
+    (Jᵀ1 = 0: a gradient along the scores has no component along 1, softmax-distribution).
+    x (...), d_out (same shape) -> dx (same shape).
+    """
+    x = as_float64("x", x, min_ndim=1)
+    d = as_float64("d_out", d_out)
+    if d.shape != x.shape:
+        raise ValueError(f"d_out.shape={d.shape}, but should be x.shape={x.shape}")
+    p = np.moveaxis(softmax(x, axis=axis), axis, -1)
+    return np.moveaxis(_softmax_backward(p, np.moveaxis(d, axis, -1)), -1, axis)
+
+
+# ---------------------------------------------------------------------------------------------
+# Backward: scaled dot-product attention
+# ---------------------------------------------------------------------------------------------
+
+def _attention_backward(q, k, v, a, d, scale):
+    """(dq, dk, dv, ds) at the broadcast batch shape of a, in the arrays' dtype. See :func:`attention_vjp`."""
+    vt = np.swapaxes(v, -1, -2)
+    da = d @ vt  # (..., n_q, d_v) @ (..., d_v, n_k) -> (..., n_q, n_k)
+    ds = _softmax_backward(a, np.where(a > 0, da, da.dtype.type(0)))
+    dv = np.swapaxes(a, -1, -2) @ d  # (..., n_k, n_q) @ (..., n_q, d_v)
+    dq = (ds @ k) * scale  # (..., n_q, n_k) @ (..., n_k, d_k)
+    dk = (np.swapaxes(ds, -1, -2) @ q) * scale  # (..., n_k, n_q) @ (..., n_q, d_k)
+    return dq, dk, dv, ds
+
+
+def attention_vjp(q, k, v, d_out, mask=None, scale=None):
+    """(dq, dk, dv) of O = softmax(S) V, S = scale · Q Kᵀ (masked scores excluded), for dO = d_out.
+
+    With A = softmax(S) row-wise:
+    * O = A V:       dV = Aᵀ dO   (n_k, n_q)(n_q, d_v) — linear in dO, independent of V (convex-combination);
+                     dA = dO Vᵀ   (n_q, d_v)(d_v, n_k);
+    * A = softmax(S): dS_i = J_iᵀ dA_i = A_i ⊙ (dA_i − ⟨A_i, dA_i⟩) per row (:func:`softmax_vjp`); each row of
+                     dS sums to 0, and dS_ij = 0 where A_ij = 0 (masked keys, fully masked rows);
+    * S = c Q Kᵀ:    dQ = c dS K, dK = c dSᵀ Q.
+    q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), d_out (..., n_q, d_v) at the broadcast batch
+    shape -> dq, dk, dv with the shapes of q, k, v (broadcast batch axes summed back). scale None = 1/√d_k.
+    """
+    q = as_float64("q", q, min_ndim=2)
+    k = as_float64("k", k, min_ndim=2)
+    v = as_float64("v", v, min_ndim=2)
+    check_equal("q.shape[-1]", q.shape[-1], "k.shape[-1]", k.shape[-1])
+    check_equal("k.shape[-2]", k.shape[-2], "v.shape[-2]", v.shape[-2])
+    batch = batch_shape(q=q, k=k, v=v)
+    d = as_float64("d_out", d_out, min_ndim=2)
+    want = batch + (q.shape[-2], v.shape[-1])
+    if d.shape != want:
+        raise ValueError(f"d_out.shape={d.shape}, but should be {want} (the output's shape)")
+    c = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_scale(scale)
+    target = batch + (q.shape[-2], k.shape[-2])
+    a = np.broadcast_to(attention_weights(q, k, mask=as_mask("mask", mask, target), scale=c), target)
+    qb, kb, vb = (np.broadcast_to(x, batch + x.shape[-2:]) for x in (q, k, v))
+    dq, dk, dv, _ = _attention_backward(qb, kb, vb, a, d, c)
+    return sum_to(dq, q.shape), sum_to(dk, k.shape), sum_to(dv, v.shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Backward: causal attention
+# ---------------------------------------------------------------------------------------------
+
+def causal_attention_vjp(q, k, v, d_out, alignment: str = "top-left", window: int | None = None, scale=None):
+    """(dq, dk, dv) of :func:`causal_attention`: attention with the mask
+    M = sliding_window_mask(n_q, n_k, window, alignment), so :func:`attention_vjp`
+    with M — dV = Aᵀ dO, dS = A ⊙ (dA − ⟨A, dA⟩), dQ = c dS K, dK = c dSᵀ Q. A key a query may not see has
+    A_ij = 0 exactly and so dS_ij = 0: a key or value that no query carrying gradient may see (a future key,
+    one before every window) gets exactly zero gradient. Shapes as attention_vjp."""
+    if alignment not in CAUSAL_ALIGNMENTS:
+        raise ValueError(f"alignment={alignment!r}, but should be one of {CAUSAL_ALIGNMENTS}")
+    q = as_float64("q", q, min_ndim=2)
+    k = as_float64("k", k, min_ndim=2)
+    mask = sliding_window_mask(q.shape[-2], k.shape[-2], window, alignment)
+    return attention_vjp(q, k, v, d_out, mask=mask, scale=scale)
+
+
+# ---------------------------------------------------------------------------------------------
+# The error of one computed weight, for the backward's |·|-evaluation
+# ---------------------------------------------------------------------------------------------
+
+def _weight_relative_error(t, n: int) -> np.ndarray:
+    """η, in units of u: the relative error of one computed softmax weight, for exact scores, t = s − max s (≤ 0)
+    its shifted score and n the number of terms, whatever the softmax style (direct, online, log domain):
+    η = 2|t| + 8(n + 1) + 4 ln n. The attention error model of ``attnclaims.checks`` derives it
+    (``weight_relative_error``); this copy lets the backward's |·|-evaluation widen the weights without the
+    reference importing the checks, and ``tests/reference/test_reference_backward.py`` pins the two equal."""
+    return 2.0 * np.abs(np.asarray(t, dtype=np.float64)) + 8.0 * (n + 1) + 4.0 * math.log(max(n, 1))

@@ -32,6 +32,7 @@ import numpy as np
 
 from attnclaims.reference._validate import as_float64, as_mask, check_count, check_equal
 from attnclaims.reference.attention import attention, attention_from_scores
+from attnclaims.reference.masks import window_mask  # the restricted-attention band, kept with the other masks
 
 __all__ = [
     "tanh_rnn", "tanh_rnn_step", "linear_rnn_sequential", "linear_rnn_scan", "ScanResult",
@@ -384,18 +385,6 @@ def conv1d(x, w, b=None, dilation: int = 1, padding: str = "causal") -> np.ndarr
 
 
 # ---------------------------------------------------------------- restricted and L2 attention
-
-
-def window_mask(n: int, window: int) -> np.ndarray:
-    """M_ij = (−⌊(r−1)/2⌋ <= j − i <= ⌊r/2⌋): a neighbourhood of r = ``window`` positions around i.
-
-    -> (n, n) bool, True = may attend. For odd r it is centred, |j − i| <= (r−1)/2;
-    each row has at most r allowed keys (fewer at the ends).
-    """
-    n = check_count("n", n)
-    window = check_count("window", window, minimum=1)
-    offset = np.arange(n)[None, :] - np.arange(n)[:, None]  # (n, n): j − i
-    return (offset >= -((window - 1) // 2)) & (offset <= window // 2)
 
 
 def restricted_attention(q, k, v, window: int, scale=None) -> np.ndarray:

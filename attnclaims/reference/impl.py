@@ -10,14 +10,18 @@ import numpy as np
 
 # Functions are imported by name: the package re-exports the function ``attention``, which shadows the
 # submodule of the same name as an attribute of ``attnclaims.reference``.
-from attnclaims.reference import backward as _backward
-from attnclaims.reference.attention import FULLY_MASKED_ROW, MASKED_VALUES_LEAK, attention, softmax
-from attnclaims.reference.layers import decoder_layer, encoder_layer, feed_forward, layer_norm
-from attnclaims.reference.multihead import multi_head_attention
-from attnclaims.reference.positional import sinusoidal_encoding
-from attnclaims.reference import modern as _modern
-from attnclaims.reference import modern_backward as _modern_backward
-from attnclaims.reference.rotary import rotary_embedding
+from attnclaims.reference.attention import (
+    FULLY_MASKED_ROW, MASKED_VALUES_LEAK, attention, attention_vjp, causal_attention, causal_attention_vjp, softmax,
+    softmax_vjp,
+)
+from attnclaims.reference.ffn import feed_forward, feed_forward_vjp, gated_feed_forward, gated_feed_forward_vjp
+from attnclaims.reference.layers import (
+    decoder_block, decoder_block_decode, decoder_block_step, decoder_block_vjp, decoder_layer, decoder_layer_vjp,
+    encoder_layer, encoder_layer_vjp,
+)
+from attnclaims.reference.multihead import multi_head_attention, multi_head_attention_vjp
+from attnclaims.reference.norms import layer_norm, layer_norm_vjp, rms_norm, rms_norm_vjp
+from attnclaims.reference.positional import rotary_embedding, rotary_embedding_vjp, sinusoidal_encoding
 
 __all__ = ["Reference", "reference"]
 
@@ -61,69 +65,69 @@ class Reference:
     def decoder_layer(self, y, memory, params, self_mask=None, memory_mask=None):
         return decoder_layer(y, memory, params, self_mask=self_mask, memory_mask=memory_mask)
 
-    # -- backward passes (vector-Jacobian products, attnclaims/reference/backward.py) ---------------
+    # -- backward passes (vector-Jacobian products, each in its component's module) ----------------
     def softmax_vjp(self, x, d_out, axis=-1):
-        return _backward.softmax_vjp(x, d_out, axis=axis)
+        return softmax_vjp(x, d_out, axis=axis)
 
     def attention_vjp(self, q, k, v, d_out, mask=None, scale=None):
-        return _backward.attention_vjp(q, k, v, d_out, mask=mask, scale=scale)
+        return attention_vjp(q, k, v, d_out, mask=mask, scale=scale)
 
     def layer_norm_vjp(self, x, gamma, beta, eps, d_out):
-        return _backward.layer_norm_vjp(x, gamma, beta, eps, d_out)
+        return layer_norm_vjp(x, gamma, beta, eps, d_out)
 
     def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
-        return _backward.multi_head_attention_vjp(x_q, x_kv, params, d_out, mask=mask)
+        return multi_head_attention_vjp(x_q, x_kv, params, d_out, mask=mask)
 
     def feed_forward_vjp(self, x, params, d_out):
-        return _backward.feed_forward_vjp(x, params, d_out)
+        return feed_forward_vjp(x, params, d_out)
 
     def encoder_layer_vjp(self, x, params, d_out, mask=None):
-        return _backward.encoder_layer_vjp(x, params, d_out, mask=mask)
+        return encoder_layer_vjp(x, params, d_out, mask=mask)
 
     def decoder_layer_vjp(self, y, memory, params, d_out, self_mask=None, memory_mask=None):
-        return _backward.decoder_layer_vjp(y, memory, params, d_out, self_mask=self_mask, memory_mask=memory_mask)
+        return decoder_layer_vjp(y, memory, params, d_out, self_mask=self_mask, memory_mask=memory_mask)
 
-    # backward passes of the modern components (attnclaims/reference/modern_backward.py); grouped-query
-    # multi_head_attention_vjp is the one above
+    # backward passes of the later components; grouped-query multi_head_attention_vjp is the one above
     def rms_norm_vjp(self, x, gamma, eps, d_out):
-        return _modern_backward.rms_norm_vjp(x, gamma, eps, d_out)
+        return rms_norm_vjp(x, gamma, eps, d_out)
 
     def gated_feed_forward_vjp(self, x, params, d_out):
-        return _modern_backward.gated_feed_forward_vjp(x, params, d_out)
+        return gated_feed_forward_vjp(x, params, d_out)
 
     def rotary_embedding_vjp(self, x, positions, d_out, base=10000.0, layout="interleaved"):
-        return _modern_backward.rotary_embedding_vjp(x, positions, d_out, base, layout)
+        return rotary_embedding_vjp(x, positions, d_out, base, layout)
 
     def causal_attention_vjp(self, q, k, v, d_out, alignment="top-left", window=None, scale=None):
-        return _modern_backward.causal_attention_vjp(q, k, v, d_out, alignment=alignment, window=window, scale=scale)
+        return causal_attention_vjp(q, k, v, d_out, alignment=alignment, window=window, scale=scale)
 
     def decoder_block_vjp(self, x, params, d_out, mask=None):
-        return _modern_backward.decoder_block_vjp(x, params, d_out, mask=mask)
+        return decoder_block_vjp(x, params, d_out, mask=mask)
 
-    # -- modern components (attnclaims.reference.modern, .rotary); the reference supports every
-    # declared variant, grouped-query attention included (its default is opt-in).
+    # -- later components (RMSNorm, gated FFNs, RoPE, causal alignment and windows, decoder-only blocks, KV
+    # cache); the reference supports every declared variant, grouped-query attention included (its default
+    # is opt-in).
     variants = {"grouped_query": True}
 
     def rms_norm(self, x, gamma, eps):
-        return _modern.rms_norm(x, gamma, eps)
+        return rms_norm(x, gamma, eps)
 
     def gated_feed_forward(self, x, params):
-        return _modern.gated_feed_forward(x, params)
+        return gated_feed_forward(x, params)
 
     def rotary_embedding(self, x, positions, base=10000.0, layout="interleaved"):
         return rotary_embedding(x, positions, base, layout)
 
     def causal_attention(self, q, k, v, alignment="top-left", window=None, scale=None):
-        return _modern.causal_attention(q, k, v, alignment=alignment, window=window, scale=scale)
+        return causal_attention(q, k, v, alignment=alignment, window=window, scale=scale)
 
     def decoder_block(self, x, params, mask=None):
-        return _modern.decoder_block(x, params, mask=mask)
+        return decoder_block(x, params, mask=mask)
 
     def decoder_block_decode(self, x, params, prompt_length, chunk=1):
-        return _modern.decoder_block_decode(x, params, prompt_length, chunk)
+        return decoder_block_decode(x, params, prompt_length, chunk)
 
     def decoder_block_step(self, x_t, cache, params, position):
-        return _modern.decoder_block_step(x_t, cache, params, position)
+        return decoder_block_step(x_t, cache, params, position)
 
     def __repr__(self) -> str:
         return "Reference()"

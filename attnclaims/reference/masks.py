@@ -1,5 +1,9 @@
 """Attention masks: bool arrays, True = the query may attend to the key (article §7; Vaswani §3.2.3).
 
+Causal masks in both alignments, padding masks, the restricted-attention band (:func:`window_mask`, the
+baseline of :mod:`attnclaims.reference.baselines`) and causal sliding windows: mask construction only, used
+by the attention (:mod:`attnclaims.reference.attention`), the layers and the baselines.
+
 Masks broadcast to the scores' shape (..., n_q, n_k) and are applied with
 ``where`` by :mod:`attnclaims.reference.attention`, so a masked weight is
 exactly 0. They are combined by logical AND: a key is allowed only if every
@@ -11,7 +15,7 @@ import numpy as np
 
 from attnclaims.reference._validate import check_count
 
-__all__ = ["CAUSAL_ALIGNMENTS", "causal_mask", "padding_mask", "combine_masks", "sliding_window_mask"]
+__all__ = ["CAUSAL_ALIGNMENTS", "causal_mask", "padding_mask", "combine_masks", "window_mask", "sliding_window_mask"]
 
 #: Where the diagonal of a non-square causal mask sits.
 CAUSAL_ALIGNMENTS = ("top-left", "bottom-right")
@@ -88,6 +92,18 @@ def combine_masks(*masks) -> np.ndarray | None:
     return out
 
 
+def window_mask(n: int, window: int) -> np.ndarray:
+    """M_ij = (−⌊(r−1)/2⌋ <= j − i <= ⌊r/2⌋): a neighbourhood of r = ``window`` positions around i.
+
+    -> (n, n) bool, True = may attend. For odd r it is centred, |j − i| <= (r−1)/2;
+    each row has at most r allowed keys (fewer at the ends).
+    """
+    n = check_count("n", n)
+    window = check_count("window", window, minimum=1)
+    offset = np.arange(n)[None, :] - np.arange(n)[:, None]  # (n, n): j − i
+    return (offset >= -((window - 1) // 2)) & (offset <= window // 2)
+
+
 def sliding_window_mask(n_q: int, n_k: int | None = None, window: int | None = None,
                         alignment: str = "top-left") -> np.ndarray:
     """Causal sliding-window (local) attention: M_ij = (p_i − w < j <= p_i), p_i = i + offset the
@@ -95,12 +111,10 @@ def sliding_window_mask(n_q: int, n_k: int | None = None, window: int | None = N
     Longformer; Mistral 7B's sliding window). ``window=None`` is the plain causal mask.
 
     -> (n_q, n_k) bool. It is :func:`causal_mask` ∧ the band |j − p_i| <= w − 1, which is the
-    restricted-attention baseline's neighbourhood :func:`attnclaims.reference.baselines.window_mask` of
+    restricted-attention baseline's neighbourhood :func:`window_mask` of
     r = 2w − 1 positions, read at rows p_i and columns j (embedded in a square large enough for
     negative positions).
     """
-    from attnclaims.reference.baselines import window_mask  # baselines import the attention module
-
     causal = causal_mask(n_q, n_k, alignment)
     if window is None:
         return causal
