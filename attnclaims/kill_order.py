@@ -8,8 +8,9 @@ under the derandomized ``ci`` profile depend on the test, not on what ran before
 says killed only when a test of a declared claim failed; a stale hint (a renamed test, a test that no
 longer catches the mutant) only costs the time the hint would have saved.
 
-Node ids are those of the kill matrix's children (rootdir: the tests folder), e.g.
-``test_s31_attention.py::test_default_scale_is_one_over_sqrt_dk``; the option repeats.
+Node ids are those of every run's children (rootdir: the folder above the suite,
+:func:`attnclaims.run.process.suite_rootdir`), e.g.
+``suite/test_s31_attention.py::test_default_scale_is_one_over_sqrt_dk``; the option repeats.
 """
 from __future__ import annotations
 

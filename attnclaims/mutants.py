@@ -198,10 +198,13 @@ def control_targets(names: Iterable[str] | None = None) -> list[Target]:
 def _command(target: Target, work: Path, *, profile: str, full: bool, shrink: bool,
              call_timeout: float | None, stop_at_kill: bool = False) -> list[str]:
     """The pytest arguments of one target: its test files (or the whole tests package) in kill-matrix mode."""
+    # the rootdir of every run (process.suite_rootdir): node ids read ``suite/test_s31_attention.py::test_…``,
+    # as in check's results and the collection the kill hints are checked against
+    rootdir = process.suite_rootdir(TESTS_PACKAGE, work)
     if target.modules:
-        args = process.base_args(list(target.modules), work, rootdir=_tests_dir(), pyargs=False)
+        args = process.base_args(list(target.modules), work, rootdir=rootdir, pyargs=False)
     else:
-        args = process.base_args([TESTS_PACKAGE], work, rootdir=_tests_dir())
+        args = process.base_args([TESTS_PACKAGE], work, rootdir=rootdir)
     args += ["--attn-impl", target.spec, "--hypothesis-profile", profile, "--attn-kill", "-p", "no:randomly",
              "-o", "console_output_style=classic"]
     if not full and not target.control:
@@ -215,15 +218,6 @@ def _command(target: Target, work: Path, *, profile: str, full: bool, shrink: bo
     if call_timeout is not None:
         args += ["--attn-call-timeout", str(call_timeout)]
     return args
-
-
-def _tests_dir() -> str | None:
-    """The folder of the tests package: as pytest's rootdir it makes node ids ``test_s31_attention.py::test_…``."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(TESTS_PACKAGE)
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    return str(locations[0]) if locations else None
 
 
 def _env() -> dict:
