@@ -171,13 +171,14 @@ def derivation_lines(claim_id: str, check: bool, last: Mapping | None, report_pa
     if claim_id.replace("-", "_") not in MODULES:
         return ["  (none: this claim has no sympy derivation)"]
     t0 = time.perf_counter()
+    from attnclaims.proofs import derivations_for
+
     derivations = None
     try:
         if check:
-            from attnclaims.proofs import derivations_for
-
             derivations = derivations_for(claim_id)
-        statics = renderings_for(claim_id, derivations)  # cached: the steps are not even built
+        built = derivations if check else (lambda: derivations_for(claim_id))
+        statics = renderings_for(claim_id, built)  # cached: the steps are not even built
     except KeyError:
         return ["  (none: this claim has no sympy derivation)"]
     except Exception as exc:

@@ -442,16 +442,17 @@ def store_renderings(renderings: Mapping[str, list]) -> None:
         pass
 
 
-def renderings_for(claim_id: str, derivations=None) -> list[dict]:
-    """The static renderings of ``claim_id``'s derivations: from the cache, else rendered now (the
-    derivations built, from ``attnclaims.proofs`` when not given) and stored. KeyError: no derivation."""
+def renderings_for(claim_id: str, derivations) -> list[dict]:
+    """The static renderings of ``claim_id``'s derivations: from the cache, else rendered now and stored.
+    ``derivations`` is their list, or a function that builds it (called only on a cache miss; for a claim
+    with no derivation it raises KeyError, as ``attnclaims.proofs.derivations_for`` does). The renderer
+    does not look derivations up itself: the registry of proof modules imports the checker, which imports
+    the renderer."""
     got = cached_renderings(claim_id)
     if got is not None:
         return got
-    if derivations is None:
-        from attnclaims.proofs import derivations_for
-
-        derivations = derivations_for(claim_id)
+    if callable(derivations):
+        derivations = derivations()
     out = [render_derivation(d) for d in derivations]
     store_renderings({claim_id: out})
     return out
