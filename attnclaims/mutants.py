@@ -49,12 +49,12 @@ from attnclaims.run.process import TESTS_PACKAGE
 ZOO_MODULE = "attnclaims.zoo.mutants"
 #: The correct implementations, which must pass every implementation test (zero false alarms).
 CORRECT: dict[str, str] = {
-    "einsum": "attnclaims.zoo.einsum_impl:einsum_impl",
-    "loops": "attnclaims.zoo.loops_impl:loops_impl",
-    "logsumexp": "attnclaims.zoo.logsumexp_impl:logsumexp_impl",
+    "einsum": "attnclaims.zoo.einsum_style:einsum_impl",
+    "loops": "attnclaims.zoo.loops_style:loops_impl",
+    "logsumexp": "attnclaims.zoo.logsumexp_style:logsumexp_impl",
     "composed": f"{ZOO_MODULE}:composed",
-    # the base of the backward mutants (attnclaims/zoo/backward_mutants.py): Composed plus vjps composed through self
-    "composed-backward": "attnclaims.zoo.backward_mutants:backward_composed",
+    # the base of the backward mutants (attnclaims/zoo/mutants/backward.py): Composed plus vjps composed through self
+    "composed-backward": "attnclaims.zoo.mutants.backward:backward_composed",
 }
 #: Per-mutant limit, seconds: a run that takes longer is reported as an error, not waited for (one guarded
 #: call's limit is :data:`attnclaims.guard.CALL_TIMEOUT_S`).

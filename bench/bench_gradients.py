@@ -116,9 +116,9 @@ def _naive_attention(c, dtype):
 
 
 def implementations(libraries: bool) -> dict:
-    from attnclaims.zoo.einsum_impl import einsum_impl
-    from attnclaims.zoo.logsumexp_impl import logsumexp_impl
-    from attnclaims.zoo.loops_impl import loops_impl
+    from attnclaims.zoo.einsum_style import einsum_impl
+    from attnclaims.zoo.logsumexp_style import logsumexp_impl
+    from attnclaims.zoo.loops_style import loops_impl
 
     impls = {"einsum": einsum_impl, "loops": loops_impl, "logsumexp": logsumexp_impl}
     if libraries:

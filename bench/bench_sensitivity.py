@@ -63,9 +63,9 @@ REF = Reference()
 #: test-only correct implementations (different styles) whose outputs are perturbed
 BASES = {
     "reference": "reference",
-    "einsum": "attnclaims.zoo.einsum_impl:einsum_impl",
-    "loops": "attnclaims.zoo.loops_impl:loops_impl",
-    "logsumexp": "attnclaims.zoo.logsumexp_impl:logsumexp_impl",
+    "einsum": "attnclaims.zoo.einsum_style:einsum_impl",
+    "loops": "attnclaims.zoo.loops_style:loops_impl",
+    "logsumexp": "attnclaims.zoo.logsumexp_style:logsumexp_impl",
 }
 #: library adapters: compared unperturbed only (a library may legitimately be less accurate than float64)
 LIBRARIES = {"torch": "torch", "jax": "jax"}

@@ -1,6 +1,6 @@
 """Broken implementations that serve as negative controls of single claim tests.
 
-Each class changes one thing of the zoo's correct :class:`~attnclaims.zoo.mutants.Composed` base
+Each class changes one thing of the zoo's correct :class:`~attnclaims.zoo.mutants.base.Composed` base
 (so a bug in attention travels up into multi-head attention and the layers). Unlike the mutants of
 :mod:`attnclaims.zoo.mutants` they are not planted bugs people ship but the smallest change that
 a particular property test must reject (a softmax that is a distribution but not shift invariant, a
@@ -13,7 +13,7 @@ import numpy as np
 
 from attnclaims.reference.masks import causal_mask
 from attnclaims.reference.positional import sinusoidal_encoding
-from attnclaims.zoo.mutants import Composed
+from attnclaims.zoo.mutants.base import Composed
 
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnclaims.protocol import VJP_OUTPUTS
-from attnclaims.zoo.einsum_impl import EinsumImplementation
+from attnclaims.zoo.einsum_style import EinsumImplementation
 
 __all__ = ["RoundedEinsum", "einsum_bfloat16", "einsum_float16"]
 

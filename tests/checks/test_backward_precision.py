@@ -20,9 +20,9 @@ from attnclaims.checks import backward_precision as BP
 from attnclaims.checks import strategies as S
 from attnclaims.reference import backward as RB
 from attnclaims.reference import init_decoder_layer, init_encoder_layer
-from attnclaims.zoo.einsum_impl import EinsumImplementation, einsum_impl
-from attnclaims.zoo.logsumexp_impl import logsumexp_impl
-from attnclaims.zoo.loops_impl import loops_impl
+from attnclaims.zoo.einsum_style import EinsumImplementation, einsum_impl
+from attnclaims.zoo.logsumexp_style import logsumexp_impl
+from attnclaims.zoo.loops_style import loops_impl
 
 STYLES = (einsum_impl, loops_impl, logsumexp_impl)
 

@@ -27,7 +27,7 @@ def test_the_wheel_holds_the_claim_suite_and_what_it_needs(wheel_names):
     claim_modules = sorted(p.name for p in (ROOT / "tests").glob("test_*.py"))
     assert claim_modules and all(f"attnclaims/tests/{m}" in names for m in claim_modules)
     for needed in ("attnclaims/spec/claims.toml", "attnclaims/spec/article.zh.txt", "attnclaims/report/schema.json",
-                   "attnclaims/checks/strategies.py", "attnclaims/checks/tolerances.py", "attnclaims/zoo/mutants.py",
+                   "attnclaims/checks/strategies/common.py", "attnclaims/checks/tolerances.py", "attnclaims/zoo/mutants/__init__.py",
                    "attnclaims/reference/attention.py", "attnclaims/proofs/core.py", "attnclaims/orchestrator.py"):
         assert needed in names, needed
 

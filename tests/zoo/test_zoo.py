@@ -31,7 +31,7 @@ from attnclaims.zoo.mutants import MUTANTS, Composed
 #: the correct implementations in three styles that must pass every implementation test, and the base of the
 #: backward mutants (a bug in it would make their kills meaningless)
 REQUIRED_CONTROLS = {"einsum", "loops", "logsumexp", "composed-backward"}
-BACKWARD_MODULE = "attnclaims.zoo.backward_mutants"
+BACKWARD_MODULE = "attnclaims.zoo.mutants.backward"
 #: per mutant, the test that caught it last time: its kill-matrix run starts there (an order only; see
 #: :mod:`attnclaims.kill_order`). Refresh: ``attnclaims mutants --out DIR``, then each mutant's
 #: ``first_detection_test`` in ``DIR/mutants.json``.
@@ -237,7 +237,7 @@ def test_log_domain_rms_norm_is_as_accurate_as_the_derived_bound_at_every_magnit
     from attnclaims.checks.modern_tolerances import rms_norm_error
     from attnclaims.checks.tolerances import U64
 
-    impl = resolve("attnclaims.zoo.logsumexp_impl:logsumexp_impl")
+    impl = resolve("attnclaims.zoo.logsumexp_style:logsumexp_impl")
     rng = np.random.default_rng(3)
     x = scale * rng.standard_normal((4, 6))
     gamma = rng.uniform(0.5, 1.5, 6)

@@ -1,4 +1,5 @@
-"""A correct implementation of the whole protocol in the log domain, with scipy (test-only).
+"""A correct implementation of the whole protocol in the log domain, with scipy, forward and
+backward (test-only).
 
 One of the three independent implementations that calibrate the tolerances of
 the property tests. Its style: weights are exp(log_softmax(S)) with
@@ -12,6 +13,16 @@ them, i.e. its output is the mean of the value rows (the convention of a
 large finite mask bias, here made explicit so that masked keys still get
 weight exactly 0 whenever some key is allowed); NaN in a masked-out value row
 reaches the output (0 · NaN in the product).
+
+Its backward passes, in the same style (:class:`LogSumExpBackward`): weights from the log domain,
+p = exp(s − logsumexp s), and the softmax backward through log p: d(log p)/ds = I − 1pᵀ, so
+ds = p ⊙ d − p Σ(p ⊙ d) computed as p ⊙ (d − logsumexp-weighted mean); matmuls. The modern components'
+(:class:`LogSumExpModernBackward`): matmuls; σ and Φ from the log domain (log-sigmoid, ``log_ndtr``);
+RMSNorm's backward in the unnormalised form r·g − x·r³·mean(g ⊙ x); RoPE's vjp as the row vector d times the
+2 × 2 rotation; GQA with the K/V heads repeated and their gradients reshaped and summed. The layers', causal
+attention's and decoder block's vjps are composed from these by :mod:`attnclaims.zoo.layer_backward`.
+
+Use: ``pytest --attn-impl attnclaims.zoo.logsumexp_style:logsumexp_impl``.
 """
 from __future__ import annotations
 
@@ -20,10 +31,9 @@ import math
 import numpy as np
 import scipy.special
 
+from attnclaims.reference.params import FeedForwardParams, GatedFeedForwardParams, MultiHeadParams
 from attnclaims.reference.wiring import residual_sublayer
-
-from attnclaims.zoo.style_backward import LogSumExpBackward  # the backward passes of this style
-from attnclaims.zoo.modern_style_backward import LogSumExpModernBackward, log_rsqrt  # its modern components' backward passes
+from attnclaims.zoo.layer_backward import LayerBackward, ModernLayerBackward
 
 __all__ = ["LogSumExpImplementation", "logsumexp_impl"]
 
@@ -46,6 +56,205 @@ def _weights(s: np.ndarray, mask) -> np.ndarray:
 def _linear(x, w, b):
     return np.matmul(x, _f64(w)) + _f64(b)
 
+
+def _unbroadcast(g: np.ndarray, shape) -> np.ndarray:
+    """Sum g back to ``shape`` (the adjoint of broadcasting ``shape`` to g.shape)."""
+    while g.ndim > len(shape):
+        g = g.sum(axis=0)
+    for i, s in enumerate(shape):
+        if s == 1 and g.shape[i] != 1:
+            g = g.sum(axis=i, keepdims=True)
+    return g
+
+
+def _flat(a):
+    return a.reshape(-1, a.shape[-1])
+
+
+def _grouped(params) -> bool:
+    return params.num_kv_heads != params.num_heads
+
+
+def log_rsqrt(s: np.ndarray) -> np.ndarray:
+    """s^(−1/2) in the log domain, exp(−½ log s), with the binary exponent split off first: s = m·2^(2k),
+    m ∈ [0.5, 2), so s^(−1/2) = exp(−½ log m)·2^(−k). exp(t) has relative error ≈ |t|·u for t carrying an
+    absolute error u|t|; unsplit, t = −½ log s reaches 310 for s ~ 1e-270 (rows of entries ~1e-135), 300×
+    what the derived RMSNorm bound allows for any standard evaluation. Split, |t| ≤ 0.35."""
+    m, e = np.frexp(s)  # s = m·2^e, m ∈ [0.5, 1)
+    odd = (e % 2) != 0
+    m, e = np.where(odd, 2.0 * m, m), np.where(odd, e - 1, e)  # e even, m ∈ [0.5, 2)
+    return np.ldexp(np.exp(-0.5 * np.log(m)), -(e // 2))
+
+
+# ---------------------------------------------------------------------------------------------
+# backward passes
+# ---------------------------------------------------------------------------------------------
+
+class LogSumExpBackward(LayerBackward):
+    def softmax_vjp(self, x, d_out, axis=-1):
+        x = np.moveaxis(_f64(x), axis, -1)
+        d = np.moveaxis(_f64(d_out), axis, -1)
+        log_p = x - scipy.special.logsumexp(x, axis=-1, keepdims=True)
+        p = np.exp(log_p)
+        return np.moveaxis(p * (d - np.sum(p * d, axis=-1, keepdims=True)), -1, axis)
+
+    def _log_attention_backward(self, q, k, v, d, mask, scale):
+        s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
+        batch = np.broadcast_shapes(s.shape[:-2], v.shape[:-2], d.shape[:-2])
+        s = np.broadcast_to(s, batch + s.shape[-2:])
+        if mask is not None:
+            s = np.where(np.broadcast_to(np.asarray(mask, bool), s.shape), s, -np.inf)
+        a = np.exp(s - scipy.special.logsumexp(s, axis=-1, keepdims=True))
+        dv = np.matmul(np.swapaxes(a, -1, -2), d)
+        da = np.matmul(d, np.swapaxes(v, -1, -2))
+        ds = a * (da - np.sum(a * da, axis=-1, keepdims=True))
+        return np.matmul(ds, k) * scale, np.matmul(np.swapaxes(ds, -1, -2), q) * scale, dv
+
+    def attention_vjp(self, q, k, v, d_out, mask=None, scale=None):
+        q, k, v, d = _f64(q), _f64(k), _f64(v), _f64(d_out)
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+        dq, dk, dv = self._log_attention_backward(q, k, v, d, mask, scale)
+        return _unbroadcast(dq, q.shape), _unbroadcast(dk, k.shape), _unbroadcast(dv, v.shape)
+
+    def layer_norm_vjp(self, x, gamma, beta, eps, d_out):
+        x, gamma, d = _f64(x), _f64(gamma), _f64(d_out)
+        r = 1.0 / np.sqrt(np.var(x, axis=-1, keepdims=True) + eps)
+        xhat = (x - np.mean(x, axis=-1, keepdims=True)) * r
+        g = d * gamma
+        dx = r * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))
+        return dx, _flat(d * xhat).sum(axis=0), _flat(d).sum(axis=0)
+
+    def feed_forward_vjp(self, x, params, d_out):
+        p = params
+        x, d = _f64(x), _f64(d_out)
+        pre = np.matmul(x, _f64(p.w1)) + _f64(p.b1)
+        dpre = np.matmul(d, _f64(p.w2).T) * (pre > 0)
+        return np.matmul(dpre, _f64(p.w1).T), FeedForwardParams(
+            w1=_flat(x).T @ _flat(dpre), b1=_flat(dpre).sum(axis=0),
+            w2=_flat(np.maximum(pre, 0.0)).T @ _flat(d), b2=_flat(d).sum(axis=0))
+
+    def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
+        p = params
+        h, dk_ = p.num_heads, p.d_model // p.num_heads
+        x_q, x_kv, d = _f64(x_q), _f64(x_kv), _f64(d_out)
+        batch = np.broadcast_shapes(x_q.shape[:-2], x_kv.shape[:-2])
+        xq, xkv = np.broadcast_to(x_q, batch + x_q.shape[-2:]), np.broadcast_to(x_kv, batch + x_kv.shape[-2:])
+
+        def split(y):
+            return np.swapaxes(y.reshape(y.shape[:-1] + (h, dk_)), -2, -3)
+
+        def merge(y):
+            y = np.swapaxes(y, -2, -3)
+            return y.reshape(y.shape[:-2] + (h * dk_,))
+
+        q = split(np.matmul(xq, _f64(p.w_q)) + _f64(p.b_q))
+        k = split(np.matmul(xkv, _f64(p.w_k)) + _f64(p.b_k))
+        v = split(np.matmul(xkv, _f64(p.w_v)) + _f64(p.b_v))
+        m = None if mask is None else np.broadcast_to(np.asarray(mask, bool),
+                                                      batch + (xq.shape[-2], xkv.shape[-2]))[..., None, :, :]
+        scale = 1.0 / math.sqrt(dk_)
+        s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
+        if m is not None:
+            s = np.where(m, s, -np.inf)
+        merged = merge(np.matmul(np.exp(s - scipy.special.logsumexp(s, axis=-1, keepdims=True)), v))
+        dq, dk, dv = self._log_attention_backward(q, k, v, split(np.matmul(d, _f64(p.w_o).T)), m, scale)
+        gq, gk, gv = merge(dq), merge(dk), merge(dv)
+        g = {}
+        for name, x, gr in (("q", xq, gq), ("k", xkv, gk), ("v", xkv, gv), ("o", merged, d)):
+            g["w_" + name] = _flat(x).T @ _flat(gr)
+            g["b_" + name] = _flat(gr).sum(axis=0)
+        dx_q = np.matmul(gq, _f64(p.w_q).T)
+        dx_kv = np.matmul(gk, _f64(p.w_k).T) + np.matmul(gv, _f64(p.w_v).T)
+        return (_unbroadcast(dx_q, x_q.shape), _unbroadcast(dx_kv, x_kv.shape),
+                MultiHeadParams(**g, num_heads=p.num_heads))
+
+
+class LogSumExpModernBackward(ModernLayerBackward):
+    def rms_norm_vjp(self, x, gamma, eps, d_out):
+        """dx = r g − x r³ mean(g ⊙ x), r = exp(−½ log(mean(x²) + ε)) (:func:`log_rsqrt`)."""
+        x, gamma, d = _f64(x), _f64(gamma), _f64(d_out)
+        r = log_rsqrt(np.mean(np.square(x), axis=-1, keepdims=True) + eps)
+        g = d * gamma
+        dx = r * g - x * (r ** 3 * np.mean(g * x, axis=-1, keepdims=True))
+        return dx, _flat(d * x * r).sum(axis=0)
+
+    def gated_feed_forward_vjp(self, x, params, d_out):
+        p = params
+        x, d = _f64(x), _f64(d_out)
+        a = np.matmul(x, _f64(p.w_gate)) + _f64(p.b_gate)
+        up = np.matmul(x, _f64(p.w_up)) + _f64(p.b_up)
+        if p.activation == "silu":
+            s = np.exp(-np.logaddexp(0.0, -a))  # σ(a) = exp(log σ(a))
+            act, slope = a * s, s * (1.0 + a * (1.0 - s))
+        else:
+            cdf = np.exp(scipy.special.log_ndtr(a))
+            act, slope = a * cdf, cdf + a * np.exp(-0.5 * a * a - 0.5 * math.log(2.0 * math.pi))
+        dh = np.matmul(d, _f64(p.w_down).T)
+        d_up, d_gate = dh * act, dh * up * slope
+        return np.matmul(d_gate, _f64(p.w_gate).T) + np.matmul(d_up, _f64(p.w_up).T), GatedFeedForwardParams(
+            w_gate=_flat(x).T @ _flat(d_gate), b_gate=_flat(d_gate).sum(axis=0),
+            w_up=_flat(x).T @ _flat(d_up), b_up=_flat(d_up).sum(axis=0),
+            w_down=_flat(act * up).T @ _flat(d), b_down=_flat(d).sum(axis=0), activation=p.activation)
+
+    def rotary_embedding_vjp(self, x, positions, d_out, base=10000.0, layout="interleaved"):
+        """The row vector of each pair of d times R(θ) = [[cos, −sin], [sin, cos]]: (d_a, d_b) R = Rᵀ (d_a, d_b)ᵀ."""
+        d = _f64(d_out)
+        dim = d.shape[-1]
+        theta = np.asarray(positions, dtype=np.float64)[:, None] * np.exp(
+            -np.arange(0, dim, 2, dtype=np.float64) / dim * math.log(float(base)))  # (n, d/2)
+        c, s = np.cos(theta), np.sin(theta)
+        rot = np.stack([np.stack([c, -s], axis=-1), np.stack([s, c], axis=-1)], axis=-2)  # (n, d/2, 2, 2)
+        idx = np.arange(dim // 2)
+        a, b = (2 * idx, 2 * idx + 1) if layout == "interleaved" else (idx, idx + dim // 2)
+        pairs = np.stack([d[..., a], d[..., b]], axis=-1)[..., None, :]  # (..., n, d/2, 1, 2)
+        res = np.matmul(pairs, rot)[..., 0, :]  # (..., n, d/2, 2)
+        out = np.empty_like(d)
+        out[..., a], out[..., b] = res[..., 0], res[..., 1]
+        return out
+
+    def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
+        p = params
+        if not _grouped(p):
+            return super().multi_head_attention_vjp(x_q, x_kv, params, d_out, mask=mask)
+        h, kv, dk_ = p.num_heads, p.num_kv_heads, p.d_model // p.num_heads
+        r = h // kv
+        x_q, x_kv, d = _f64(x_q), _f64(x_kv), _f64(d_out)
+        batch = np.broadcast_shapes(x_q.shape[:-2], x_kv.shape[:-2])
+        xq, xkv = np.broadcast_to(x_q, batch + x_q.shape[-2:]), np.broadcast_to(x_kv, batch + x_kv.shape[-2:])
+
+        def split(y, heads):
+            return np.swapaxes(y.reshape(y.shape[:-1] + (heads, dk_)), -2, -3)
+
+        def merge(y):
+            y = np.swapaxes(y, -2, -3)
+            return y.reshape(y.shape[:-2] + (y.shape[-2] * dk_,))
+
+        q = split(np.matmul(xq, _f64(p.w_q)) + _f64(p.b_q), h)
+        k = np.repeat(split(np.matmul(xkv, _f64(p.w_k)) + _f64(p.b_k), kv), r, axis=-3)
+        v = np.repeat(split(np.matmul(xkv, _f64(p.w_v)) + _f64(p.b_v), kv), r, axis=-3)
+        m = None if mask is None else np.broadcast_to(np.asarray(mask, bool),
+                                                      batch + (xq.shape[-2], xkv.shape[-2]))[..., None, :, :]
+        scale = 1.0 / math.sqrt(dk_)
+        s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
+        if m is not None:
+            s = np.where(m, s, -np.inf)
+        merged = merge(np.matmul(np.exp(s - scipy.special.logsumexp(s, axis=-1, keepdims=True)), v))
+        dq, dk, dv = self._log_attention_backward(q, k, v, split(np.matmul(d, _f64(p.w_o).T), h), m, scale)
+        fold = lambda t: t.reshape(t.shape[:-3] + (kv, r) + t.shape[-2:]).sum(axis=-3)  # (..., h_kv, n_k, d_k)
+        gq, gk, gv = merge(dq), merge(fold(dk)), merge(fold(dv))
+        g = {}
+        for name, t, gr in (("q", xq, gq), ("k", xkv, gk), ("v", xkv, gv), ("o", merged, d)):
+            g["w_" + name] = _flat(t).T @ _flat(gr)
+            g["b_" + name] = _flat(gr).sum(axis=0)
+        dx_q = np.matmul(gq, _f64(p.w_q).T)
+        dx_kv = np.matmul(gk, _f64(p.w_k).T) + np.matmul(gv, _f64(p.w_v).T)
+        return (_unbroadcast(dx_q, x_q.shape), _unbroadcast(dx_kv, x_kv.shape),
+                MultiHeadParams(**g, num_heads=h, num_kv_heads=kv))
+
+
+# ---------------------------------------------------------------------------------------------
+# the implementation
+# ---------------------------------------------------------------------------------------------
 
 class LogSumExpImplementation(LogSumExpModernBackward, LogSumExpBackward):
     """The protocol in the log domain (scipy.special.log_softmax), float64."""

@@ -1,9 +1,9 @@
-"""A correct implementation of the whole protocol written with ``np.einsum`` (test-only).
+"""A correct implementation of the whole protocol written with ``np.einsum``, forward and backward (test-only).
 
 One of the three independent implementations that calibrate the tolerances of
 the property tests (docs/design.md, "Numerics"): written from the equations of the
 article and of Vaswani et al. 2017, without the reference's functions (only
-its parameter containers). Its style: every contraction is an ``einsum``
+its parameter containers, its residual wiring and the protocol's KVCache). Its style: every contraction is an ``einsum``
 (numpy's unoptimised einsum sums in its own loop order, not through BLAS),
 softmax subtracts the row maximum and divides, masks are applied as −inf
 scores.
@@ -13,17 +13,25 @@ they are not judged): a query whose keys are all masked gets NaN (the 0/0 of
 an empty softmax), and NaN in a masked-out value row reaches the output
 (0 · NaN = NaN in the contraction).
 
-Use: ``pytest --attn-impl attnclaims.zoo.einsum_impl:EinsumImplementation``.
+Its backward passes, in the same style: the softmax backward as p ⊙ d − p ⟨p, d⟩; layer norm two-pass
+(:class:`EinsumBackward`); RoPE's vjp as the complex multiplication by e^(−iθ); grouped-query attention with
+an explicit group axis (query head g·r + j meets K/V head g, and dK, dV contract over j as well)
+(:class:`EinsumModernBackward`). The layers', causal attention's and decoder block's vjps are composed from
+these by :mod:`attnclaims.zoo.layer_backward`.
+
+Use: ``pytest --attn-impl attnclaims.zoo.einsum_style:EinsumImplementation``.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import scipy.special
 from scipy.special import expit, ndtr
 
+from attnclaims.reference.params import FeedForwardParams, GatedFeedForwardParams, MultiHeadParams
 from attnclaims.reference.wiring import residual_sublayer, sublayer_stack
-
-from attnclaims.zoo.style_backward import EinsumBackward  # the backward passes of this style
-from attnclaims.zoo.modern_style_backward import EinsumModernBackward  # its modern components' backward passes
+from attnclaims.zoo.layer_backward import LayerBackward, ModernLayerBackward
 
 __all__ = ["EinsumImplementation", "einsum_impl"]
 
@@ -50,6 +58,204 @@ def _linear(x: np.ndarray, w, b) -> np.ndarray:
     """x W + b. x (..., n, d_in), w (d_in, d_out) -> (..., n, d_out)."""
     return np.einsum("...nd,de->...ne", x, _f64(w)) + _f64(b)
 
+
+def _unbroadcast(g: np.ndarray, shape) -> np.ndarray:
+    """Sum g back to ``shape`` (the adjoint of broadcasting ``shape`` to g.shape)."""
+    while g.ndim > len(shape):
+        g = g.sum(axis=0)
+    for i, s in enumerate(shape):
+        if s == 1 and g.shape[i] != 1:
+            g = g.sum(axis=i, keepdims=True)
+    return g
+
+
+def _flat(a):
+    return a.reshape(-1, a.shape[-1])
+
+
+def _grouped(params) -> bool:
+    return params.num_kv_heads != params.num_heads
+
+
+# ---------------------------------------------------------------------------------------------
+# backward passes
+# ---------------------------------------------------------------------------------------------
+
+class EinsumBackward(LayerBackward):
+    def softmax_vjp(self, x, d_out, axis=-1):
+        p = np.moveaxis(self.softmax(x, axis=axis), axis, -1)
+        d = np.moveaxis(_f64(d_out), axis, -1)
+        c = np.einsum("...k,...k->...", p, d)[..., None]
+        return np.moveaxis(p * d - p * c, -1, axis)
+
+    def _einsum_attention_backward(self, q, k, v, d, mask, scale):
+        s = np.einsum("...qd,...kd->...qk", q, k) * scale
+        if mask is not None:
+            s = np.where(np.asarray(mask, dtype=bool), s, -np.inf)
+        with np.errstate(invalid="ignore"):
+            e = np.exp(s - np.max(s, axis=-1, keepdims=True))
+            a = e / np.einsum("...k->...", e)[..., None]
+        a = np.where(np.isnan(a), 0.0, a)
+        batch = np.broadcast_shapes(a.shape[:-2], v.shape[:-2], d.shape[:-2])
+        a = np.broadcast_to(a, batch + a.shape[-2:])
+        dv = np.einsum("...qk,...qd->...kd", a, d)
+        da = np.einsum("...qd,...kd->...qk", d, v)
+        ds = a * da - a * np.einsum("...qk,...qk->...q", a, da)[..., None]
+        dq = np.einsum("...qk,...kd->...qd", ds, k) * scale
+        dk = np.einsum("...qk,...qd->...kd", ds, q) * scale
+        return dq, dk, dv
+
+    def attention_vjp(self, q, k, v, d_out, mask=None, scale=None):
+        q, k, v, d = _f64(q), _f64(k), _f64(v), _f64(d_out)
+        scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else float(scale)
+        dq, dk, dv = self._einsum_attention_backward(q, k, v, d, mask, scale)
+        return _unbroadcast(dq, q.shape), _unbroadcast(dk, k.shape), _unbroadcast(dv, v.shape)
+
+    def layer_norm_vjp(self, x, gamma, beta, eps, d_out):
+        x, gamma, d = _f64(x), _f64(gamma), _f64(d_out)
+        n = x.shape[-1]
+        xc = x - np.einsum("...d->...", x)[..., None] / n
+        r = 1.0 / np.sqrt(np.einsum("...d,...d->...", xc, xc)[..., None] / n + eps)
+        xhat = xc * r
+        g = d * gamma
+        dx = r * (g - np.einsum("...d->...", g)[..., None] / n
+                  - xhat * np.einsum("...d,...d->...", g, xhat)[..., None] / n)
+        return dx, np.einsum("nd,nd->d", _flat(d), _flat(xhat)), np.einsum("nd->d", _flat(d))
+
+    def feed_forward_vjp(self, x, params, d_out):
+        p = params
+        x, d = _f64(x), _f64(d_out)
+        pre = np.einsum("...d,de->...e", x, _f64(p.w1)) + _f64(p.b1)
+        h = np.maximum(pre, 0.0)
+        dpre = np.einsum("...d,ed->...e", d, _f64(p.w2)) * (pre > 0)
+        return (np.einsum("...e,de->...d", dpre, _f64(p.w1)),
+                FeedForwardParams(w1=np.einsum("nd,ne->de", _flat(x), _flat(dpre)), b1=np.einsum("ne->e", _flat(dpre)),
+                                  w2=np.einsum("ne,nd->ed", _flat(h), _flat(d)), b2=np.einsum("nd->d", _flat(d))))
+
+    def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
+        p = params
+        h, dk_ = p.num_heads, p.d_model // p.num_heads
+        x_q, x_kv, d = _f64(x_q), _f64(x_kv), _f64(d_out)
+        batch = np.broadcast_shapes(x_q.shape[:-2], x_kv.shape[:-2])
+        xq, xkv = np.broadcast_to(x_q, batch + x_q.shape[-2:]), np.broadcast_to(x_kv, batch + x_kv.shape[-2:])
+
+        def heads(x, w, b):  # (..., n, d_model) -> (..., h, n, d_k)
+            y = np.einsum("...nd,de->...ne", x, _f64(w)) + _f64(b)
+            return np.einsum("...nhk->...hnk", y.reshape(y.shape[:-1] + (h, dk_)))
+
+        def merge(y):  # (..., h, n, d_k) -> (..., n, d_model)
+            y = np.einsum("...hnk->...nhk", y)
+            return y.reshape(y.shape[:-2] + (h * dk_,))
+
+        q, k, v = heads(xq, p.w_q, p.b_q), heads(xkv, p.w_k, p.b_k), heads(xkv, p.w_v, p.b_v)
+        m = None if mask is None else np.broadcast_to(np.asarray(mask, bool),
+                                                      batch + (xq.shape[-2], xkv.shape[-2]))[..., None, :, :]
+        s = np.einsum("...hqd,...hkd->...hqk", q, k) / np.sqrt(dk_)
+        if m is not None:
+            s = np.where(m, s, -np.inf)
+        e = np.exp(s - np.max(s, axis=-1, keepdims=True))
+        a = e / np.einsum("...k->...", e)[..., None]
+        merged = merge(np.einsum("...hqk,...hkd->...hqd", a, v))
+        dheads = np.einsum("...ne,de->...nd", d, _f64(p.w_o))
+        dheads = np.einsum("...nhk->...hnk", dheads.reshape(dheads.shape[:-1] + (h, dk_)))
+        dq, dk, dv = self._einsum_attention_backward(q, k, v, dheads, m, 1.0 / np.sqrt(dk_))
+        gq, gk, gv = merge(dq), merge(dk), merge(dv)
+        dx_q = np.einsum("...ne,de->...nd", gq, _f64(p.w_q))
+        dx_kv = np.einsum("...ne,de->...nd", gk, _f64(p.w_k)) + np.einsum("...ne,de->...nd", gv, _f64(p.w_v))
+        grads = {}
+        for name, x, gr in (("q", xq, gq), ("k", xkv, gk), ("v", xkv, gv), ("o", merged, d)):
+            grads["w_" + name] = np.einsum("nd,ne->de", _flat(x), _flat(gr))
+            grads["b_" + name] = np.einsum("ne->e", _flat(gr))
+        return (_unbroadcast(dx_q, x_q.shape), _unbroadcast(dx_kv, x_kv.shape),
+                MultiHeadParams(**grads, num_heads=p.num_heads))
+
+
+class EinsumModernBackward(ModernLayerBackward):
+    def rms_norm_vjp(self, x, gamma, eps, d_out):
+        x, gamma, d = _f64(x), _f64(gamma), _f64(d_out)
+        n = x.shape[-1]
+        r = 1.0 / np.sqrt(np.einsum("...d,...d->...", x, x)[..., None] / n + eps)
+        xhat = x * r
+        g = d * gamma
+        dx = r * (g - xhat * np.einsum("...d,...d->...", g, xhat)[..., None] / n)
+        return dx, np.einsum("nd,nd->d", _flat(d), _flat(xhat))
+
+    def gated_feed_forward_vjp(self, x, params, d_out):
+        p = params
+        x, d = _f64(x), _f64(d_out)
+        lin = lambda t, w, b: np.einsum("...d,de->...e", t, _f64(w)) + _f64(b)
+        a, up = lin(x, p.w_gate, p.b_gate), lin(x, p.w_up, p.b_up)
+        if p.activation == "silu":
+            s = scipy.special.expit(a)
+            act, slope = a * s, s + a * s * (1.0 - s)
+        else:
+            cdf = scipy.special.ndtr(a)
+            act, slope = a * cdf, cdf + a * np.exp(-0.5 * a * a) / math.sqrt(2.0 * math.pi)
+        dh = np.einsum("...e,de->...d", d, _f64(p.w_down))
+        d_up, d_gate = dh * act, dh * up * slope
+        back = lambda g, w: np.einsum("...e,de->...d", g, _f64(w))
+        outer = lambda t, g: np.einsum("nd,ne->de", _flat(t), _flat(g))
+        return back(d_gate, p.w_gate) + back(d_up, p.w_up), GatedFeedForwardParams(
+            w_gate=outer(x, d_gate), b_gate=np.einsum("ne->e", _flat(d_gate)), w_up=outer(x, d_up),
+            b_up=np.einsum("ne->e", _flat(d_up)), w_down=outer(act * up, d), b_down=np.einsum("nd->d", _flat(d)),
+            activation=p.activation)
+
+    def rotary_embedding_vjp(self, x, positions, d_out, base=10000.0, layout="interleaved"):
+        """Each pair of d as a complex number, multiplied by e^(−iθ): the conjugate rotation."""
+        d = _f64(d_out)
+        dim = d.shape[-1]
+        inv_freq = 1.0 / (float(base) ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
+        theta = np.einsum("p,i->pi", np.asarray(positions, dtype=np.float64), inv_freq)
+        a, b = (slice(0, dim, 2), slice(1, dim, 2)) if layout == "interleaved" else \
+            (slice(0, dim // 2), slice(dim // 2, dim))
+        z = (d[..., a] + 1j * d[..., b]) * np.exp(-1j * theta)
+        out = np.empty_like(d)
+        out[..., a], out[..., b] = z.real, z.imag
+        return out
+
+    def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
+        p = params
+        if not _grouped(p):
+            return super().multi_head_attention_vjp(x_q, x_kv, params, d_out, mask=mask)
+        kv, r, dk_ = p.num_kv_heads, p.num_heads // p.num_kv_heads, p.d_model // p.num_heads
+        x_q, x_kv, d = _f64(x_q), _f64(x_kv), _f64(d_out)
+        batch = np.broadcast_shapes(x_q.shape[:-2], x_kv.shape[:-2])
+        xq, xkv = np.broadcast_to(x_q, batch + x_q.shape[-2:]), np.broadcast_to(x_kv, batch + x_kv.shape[-2:])
+        lin = lambda t, w, b: np.einsum("...nd,de->...ne", t, _f64(w)) + _f64(b)
+        q = lin(xq, p.w_q, p.b_q).reshape(batch + (xq.shape[-2], kv, r, dk_))  # (..., n_q, g, j, d_k)
+        k = lin(xkv, p.w_k, p.b_k).reshape(batch + (xkv.shape[-2], kv, dk_))  # (..., n_k, g, d_k)
+        v = lin(xkv, p.w_v, p.b_v).reshape(batch + (xkv.shape[-2], kv, dk_))
+        c = 1.0 / math.sqrt(dk_)
+        s = np.einsum("...qgjd,...kgd->...gjqk", q, k) * c
+        if mask is not None:
+            m = np.broadcast_to(np.asarray(mask, bool), batch + (xq.shape[-2], xkv.shape[-2]))[..., None, None, :, :]
+            s = np.where(m, s, -np.inf)
+        with np.errstate(invalid="ignore"):
+            e = np.exp(s - np.max(s, axis=-1, keepdims=True))
+            a = e / np.einsum("...k->...", e)[..., None]
+        a = np.where(np.isnan(a), 0.0, a)
+        merged = np.einsum("...gjqk,...kgd->...qgjd", a, v).reshape(batch + (xq.shape[-2], p.d_model))
+        do = np.einsum("...ne,de->...nd", d, _f64(p.w_o)).reshape(q.shape)  # (..., n_q, g, j, d_k)
+        dv = np.einsum("...gjqk,...qgjd->...kgd", a, do)  # the group's r query heads summed
+        da = np.einsum("...qgjd,...kgd->...gjqk", do, v)
+        ds = a * (da - np.einsum("...k,...k->...", a, da)[..., None])
+        dq = np.einsum("...gjqk,...kgd->...qgjd", ds, k) * c
+        dk = np.einsum("...gjqk,...qgjd->...kgd", ds, q) * c
+        gq = dq.reshape(batch + (xq.shape[-2], p.d_model))
+        gk, gv = (t.reshape(batch + (xkv.shape[-2], kv * dk_)) for t in (dk, dv))
+        dx_q = np.einsum("...ne,de->...nd", gq, _f64(p.w_q))
+        dx_kv = np.einsum("...ne,de->...nd", gk, _f64(p.w_k)) + np.einsum("...ne,de->...nd", gv, _f64(p.w_v))
+        grads = {}
+        for name, t, gr in (("q", xq, gq), ("k", xkv, gk), ("v", xkv, gv), ("o", merged, d)):
+            grads["w_" + name] = np.einsum("nd,ne->de", _flat(t), _flat(gr))
+            grads["b_" + name] = np.einsum("ne->e", _flat(gr))
+        return (_unbroadcast(dx_q, x_q.shape), _unbroadcast(dx_kv, x_kv.shape),
+                MultiHeadParams(**grads, num_heads=p.num_heads, num_kv_heads=kv))
+
+
+# ---------------------------------------------------------------------------------------------
+# the implementation
+# ---------------------------------------------------------------------------------------------
 
 class EinsumImplementation(EinsumModernBackward, EinsumBackward):
     """The protocol with einsum contractions, float64."""

@@ -1,4 +1,5 @@
-"""A correct implementation of the whole protocol written with explicit Python loops (test-only).
+"""A correct implementation of the whole protocol written with explicit Python loops, forward and backward
+(test-only).
 
 One of the three independent implementations that calibrate the tolerances of
 the property tests. Its style is the streaming one of FlashAttention
@@ -17,18 +18,28 @@ vectorised over the other axes, so the implementation stays usable for the
 Conventions: a query whose keys are all masked gets a zero row (l = 0, no
 term added); NaN in a masked-out value row does not reach the output (masked
 terms are never added).
+
+Its backward passes, in the same style (:class:`LoopsBackward`): FlashAttention-2's backward (Dao 2023,
+Algorithm 2): the row statistics m, l recomputed by an online pass over the keys, D_i = dO_i · O_i, then one
+key at a time p_ij = exp(s_ij − m_i)/l_i, dV_j = Σ_i p_ij dO_i, dS_ij = p_ij(dO_i · v_j − D_i); sums
+sequential; layer norm by Welford. The modern components' (:class:`LoopsModernBackward`): sums as sequential
+loops (features, pairs, heads); GQA head by head through :meth:`LoopsBackward._flash_backward`, each query
+head's dK, dV added into its K/V head's columns. The layers', causal attention's and decoder block's vjps
+are composed from these by :mod:`attnclaims.zoo.layer_backward`.
+
+Use: ``pytest --attn-impl attnclaims.zoo.loops_style:loops_impl``.
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
+import scipy.special
 from scipy.special import erfc
 
+from attnclaims.reference.params import FeedForwardParams, GatedFeedForwardParams, MultiHeadParams
 from attnclaims.reference.wiring import sublayer_stack
-
-from attnclaims.zoo.style_backward import LoopsBackward  # the backward passes of this style
-from attnclaims.zoo.modern_style_backward import LoopsModernBackward  # its modern components' backward passes
+from attnclaims.zoo.layer_backward import LayerBackward, ModernLayerBackward
 
 __all__ = ["LoopsImplementation", "loops_impl"]
 
@@ -79,6 +90,235 @@ def _online_attention(q, k, v, allowed, scale):
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(l[..., None] > 0, acc / np.where(l > 0, l, 1.0)[..., None], 0.0)
 
+
+def _unbroadcast(g: np.ndarray, shape) -> np.ndarray:
+    """Sum g back to ``shape`` (the adjoint of broadcasting ``shape`` to g.shape)."""
+    while g.ndim > len(shape):
+        g = g.sum(axis=0)
+    for i, s in enumerate(shape):
+        if s == 1 and g.shape[i] != 1:
+            g = g.sum(axis=i, keepdims=True)
+    return g
+
+
+def _flat(a):
+    return a.reshape(-1, a.shape[-1])
+
+
+def _seq_matmul(a, b):
+    """a @ b as a sequential sum over the contracted index. a (..., n, k), b (..., k, m)."""
+    out = np.zeros(np.broadcast_shapes(a.shape[:-1], b.shape[:-2] + (1,)) + (b.shape[-1],))
+    for i in range(a.shape[-1]):
+        out = out + a[..., :, i, None] * b[..., i, None, :]
+    return out
+
+
+def _grouped(params) -> bool:
+    return params.num_kv_heads != params.num_heads
+
+
+# ---------------------------------------------------------------------------------------------
+# backward passes
+# ---------------------------------------------------------------------------------------------
+
+class LoopsBackward(LayerBackward):
+    def softmax_vjp(self, x, d_out, axis=-1):
+        p = np.moveaxis(self.softmax(x, axis=axis), axis, -1)
+        d = np.moveaxis(_f64(d_out), axis, -1)
+        c = np.zeros(p.shape[:-1])
+        for j in range(p.shape[-1]):
+            c = c + p[..., j] * d[..., j]
+        out = np.empty_like(p)
+        for j in range(p.shape[-1]):
+            out[..., j] = p[..., j] * (d[..., j] - c)
+        return np.moveaxis(out, -1, axis)
+
+    def _flash_backward(self, q, k, v, d, allowed, scale):
+        batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        q, k, v = (np.broadcast_to(a, batch + a.shape[-2:]) for a in (q, k, v))
+        n_q, n_k = q.shape[-2], k.shape[-2]
+        m = np.full(batch + (n_q,), -np.inf)
+        l = np.zeros(batch + (n_q,))
+        scores = []
+        for j in range(n_k):  # online pass: row max and normaliser
+            s_j = np.sum(q * k[..., j, None, :], axis=-1) * scale
+            ok = np.ones(s_j.shape, bool) if allowed is None else allowed[..., j]
+            m_new = np.where(ok, np.maximum(m, s_j), m)
+            with np.errstate(invalid="ignore", over="ignore"):
+                l = l * np.where(m_new == -np.inf, 1.0, np.exp(m - m_new)) + np.where(ok, np.exp(s_j - m_new), 0.0)
+            m = m_new
+            scores.append((s_j, ok))
+        probs = []
+        o = np.zeros(batch + (n_q, v.shape[-1]))
+        for j, (s_j, ok) in enumerate(scores):
+            with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+                p_j = np.where(ok & (l > 0), np.exp(s_j - m) / np.where(l > 0, l, 1.0), 0.0)
+            probs.append(p_j)
+            o = o + p_j[..., None] * v[..., j, None, :]
+        big_d = np.sum(d * o, axis=-1)  # D_i = dO_i · O_i
+        dq = np.zeros(q.shape)
+        dk, dv = np.zeros(k.shape), np.zeros(v.shape)
+        for j, p_j in enumerate(probs):
+            dv[..., j, :] = np.sum(p_j[..., None] * d, axis=-2)
+            dp_j = np.sum(d * v[..., j, None, :], axis=-1)
+            ds_j = p_j * (dp_j - big_d)
+            dq = dq + scale * ds_j[..., None] * k[..., j, None, :]
+            dk[..., j, :] = scale * np.sum(ds_j[..., None] * q, axis=-2)
+        return dq, dk, dv
+
+    def attention_vjp(self, q, k, v, d_out, mask=None, scale=None):
+        q, k, v, d = _f64(q), _f64(k), _f64(v), _f64(d_out)
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+        allowed = None
+        if mask is not None:
+            target = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]) + (q.shape[-2], k.shape[-2])
+            allowed = np.broadcast_to(np.asarray(mask, dtype=bool), target)
+        dq, dk, dv = self._flash_backward(q, k, v, d, allowed, scale)
+        return _unbroadcast(dq, q.shape), _unbroadcast(dk, k.shape), _unbroadcast(dv, v.shape)
+
+    def layer_norm_vjp(self, x, gamma, beta, eps, d_out):
+        x, gamma, d = _f64(x), _f64(gamma), _f64(d_out)
+        n = x.shape[-1]
+        mean, m2 = np.zeros(x.shape[:-1]), np.zeros(x.shape[:-1])
+        for f in range(n):  # Welford
+            delta = x[..., f] - mean
+            mean = mean + delta / (f + 1)
+            m2 = m2 + delta * (x[..., f] - mean)
+        r = 1.0 / np.sqrt(m2 / n + eps)
+        xhat = (x - mean[..., None]) * r[..., None]
+        g = d * gamma
+        s1, s2 = np.zeros(x.shape[:-1]), np.zeros(x.shape[:-1])
+        for f in range(n):
+            s1 = s1 + g[..., f]
+            s2 = s2 + g[..., f] * xhat[..., f]
+        dx = r[..., None] * (g - (s1 / n)[..., None] - xhat * (s2 / n)[..., None])
+        return dx, _flat(d * xhat).sum(axis=0), _flat(d).sum(axis=0)
+
+    def feed_forward_vjp(self, x, params, d_out):
+        p = params
+        x, d = _f64(x), _f64(d_out)
+        w1, w2 = _f64(p.w1), _f64(p.w2)
+        pre = _seq_matmul(x, w1) + _f64(p.b1)
+        dpre = _seq_matmul(d, w2.T) * (pre > 0)
+        h = np.maximum(pre, 0.0)
+        return _seq_matmul(dpre, w1.T), FeedForwardParams(
+            w1=_seq_matmul(_flat(x).T, _flat(dpre)), b1=_flat(dpre).sum(axis=0),
+            w2=_seq_matmul(_flat(h).T, _flat(d)), b2=_flat(d).sum(axis=0))
+
+    def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
+        p = params
+        h, dk_ = p.num_heads, p.d_model // p.num_heads
+        x_q, x_kv, d = _f64(x_q), _f64(x_kv), _f64(d_out)
+        batch = np.broadcast_shapes(x_q.shape[:-2], x_kv.shape[:-2])
+        xq, xkv = np.broadcast_to(x_q, batch + x_q.shape[-2:]), np.broadcast_to(x_kv, batch + x_kv.shape[-2:])
+        q = _seq_matmul(xq, _f64(p.w_q)) + _f64(p.b_q)
+        k = _seq_matmul(xkv, _f64(p.w_k)) + _f64(p.b_k)
+        v = _seq_matmul(xkv, _f64(p.w_v)) + _f64(p.b_v)
+        allowed = None if mask is None else np.broadcast_to(np.asarray(mask, bool), batch + (xq.shape[-2], xkv.shape[-2]))
+        dheads = _seq_matmul(d, _f64(p.w_o).T)
+        heads, gq, gk, gv = [], np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+        for i in range(h):  # head by head
+            cols = slice(i * dk_, (i + 1) * dk_)
+            heads.append(self.attention(q[..., cols], k[..., cols], v[..., cols], mask=allowed))
+            gq[..., cols], gk[..., cols], gv[..., cols] = self._flash_backward(
+                q[..., cols], k[..., cols], v[..., cols], dheads[..., cols], allowed, 1.0 / math.sqrt(dk_))
+        merged = np.concatenate(heads, axis=-1)
+        dx_q = _seq_matmul(gq, _f64(p.w_q).T)
+        dx_kv = _seq_matmul(gk, _f64(p.w_k).T) + _seq_matmul(gv, _f64(p.w_v).T)
+        g = {}
+        for name, x, gr in (("q", xq, gq), ("k", xkv, gk), ("v", xkv, gv), ("o", merged, d)):
+            g["w_" + name] = _seq_matmul(_flat(x).T, _flat(gr))
+            g["b_" + name] = _flat(gr).sum(axis=0)
+        return (_unbroadcast(dx_q, x_q.shape), _unbroadcast(dx_kv, x_kv.shape),
+                MultiHeadParams(**g, num_heads=p.num_heads))
+
+
+class LoopsModernBackward(ModernLayerBackward):
+    def rms_norm_vjp(self, x, gamma, eps, d_out):
+        x, gamma, d = _f64(x), _f64(gamma), _f64(d_out)
+        n = x.shape[-1]
+        ms = np.zeros(x.shape[:-1])
+        for f in range(n):
+            ms = ms + x[..., f] * x[..., f]
+        r = 1.0 / np.sqrt(ms / n + eps)
+        g = d * gamma
+        gx = np.zeros(x.shape[:-1])
+        for f in range(n):
+            gx = gx + g[..., f] * x[..., f] * r
+        dx = np.empty_like(x)
+        for f in range(n):
+            dx[..., f] = r * (g[..., f] - x[..., f] * r * gx / n)
+        return dx, _flat(d * x * r[..., None]).sum(axis=0)
+
+    def gated_feed_forward_vjp(self, x, params, d_out):
+        p = params
+        x, d = _f64(x), _f64(d_out)
+        a = _seq_matmul(x, _f64(p.w_gate)) + _f64(p.b_gate)
+        up = _seq_matmul(x, _f64(p.w_up)) + _f64(p.b_up)
+        if p.activation == "silu":
+            s = 1.0 / (1.0 + np.exp(-np.clip(a, -700, 700)))
+            act, slope = a * s, s * (1.0 + a * (1.0 - s))
+        else:
+            cdf = 0.5 * scipy.special.erfc(-a / math.sqrt(2.0))
+            act, slope = a * cdf, cdf + a * np.exp(-0.5 * a * a) / math.sqrt(2.0 * math.pi)
+        dh = _seq_matmul(d, _f64(p.w_down).T)
+        d_up, d_gate = dh * act, dh * up * slope
+        return _seq_matmul(d_gate, _f64(p.w_gate).T) + _seq_matmul(d_up, _f64(p.w_up).T), GatedFeedForwardParams(
+            w_gate=_seq_matmul(_flat(x).T, _flat(d_gate)), b_gate=_flat(d_gate).sum(axis=0),
+            w_up=_seq_matmul(_flat(x).T, _flat(d_up)), b_up=_flat(d_up).sum(axis=0),
+            w_down=_seq_matmul(_flat(act * up).T, _flat(d)), b_down=_flat(d).sum(axis=0), activation=p.activation)
+
+    def rotary_embedding_vjp(self, x, positions, d_out, base=10000.0, layout="interleaved"):
+        """Pair by pair: (dx_a, dx_b) = (d_a cos θ + d_b sin θ, d_b cos θ − d_a sin θ)."""
+        d = _f64(d_out)
+        dim = d.shape[-1]
+        pos = np.asarray(positions, dtype=np.float64)
+        out = np.empty_like(d)
+        for i in range(dim // 2):
+            a, b = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + dim // 2)
+            theta = pos * math.pow(float(base), -2.0 * i / dim)  # (n,)
+            c, s = np.cos(theta)[:, None], np.sin(theta)[:, None]
+            da, db = d[..., a:a + 1], d[..., b:b + 1]
+            out[..., a:a + 1], out[..., b:b + 1] = da * c + db * s, db * c - da * s
+        return out
+
+    def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
+        p = params
+        if not _grouped(p):
+            return super().multi_head_attention_vjp(x_q, x_kv, params, d_out, mask=mask)
+        h, kv, dk_ = p.num_heads, p.num_kv_heads, p.d_model // p.num_heads
+        r = h // kv
+        x_q, x_kv, d = _f64(x_q), _f64(x_kv), _f64(d_out)
+        batch = np.broadcast_shapes(x_q.shape[:-2], x_kv.shape[:-2])
+        xq, xkv = np.broadcast_to(x_q, batch + x_q.shape[-2:]), np.broadcast_to(x_kv, batch + x_kv.shape[-2:])
+        q = _seq_matmul(xq, _f64(p.w_q)) + _f64(p.b_q)
+        k = _seq_matmul(xkv, _f64(p.w_k)) + _f64(p.b_k)
+        v = _seq_matmul(xkv, _f64(p.w_v)) + _f64(p.b_v)
+        allowed = None if mask is None else np.broadcast_to(np.asarray(mask, bool), batch + (xq.shape[-2], xkv.shape[-2]))
+        dheads = _seq_matmul(d, _f64(p.w_o).T)
+        heads, gq, gk, gv = [], np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+        for i in range(h):  # query head by query head; K/V head i // r
+            cols, kv_cols = slice(i * dk_, (i + 1) * dk_), slice((i // r) * dk_, (i // r + 1) * dk_)
+            heads.append(self.attention(q[..., cols], k[..., kv_cols], v[..., kv_cols], mask=allowed))
+            dq_i, dk_i, dv_i = self._flash_backward(q[..., cols], k[..., kv_cols], v[..., kv_cols], dheads[..., cols],
+                                                    allowed, 1.0 / math.sqrt(dk_))
+            gq[..., cols] = dq_i
+            gk[..., kv_cols] = gk[..., kv_cols] + dk_i
+            gv[..., kv_cols] = gv[..., kv_cols] + dv_i
+        merged = np.concatenate(heads, axis=-1)
+        dx_q = _seq_matmul(gq, _f64(p.w_q).T)
+        dx_kv = _seq_matmul(gk, _f64(p.w_k).T) + _seq_matmul(gv, _f64(p.w_v).T)
+        g = {}
+        for name, t, gr in (("q", xq, gq), ("k", xkv, gk), ("v", xkv, gv), ("o", merged, d)):
+            g["w_" + name] = _seq_matmul(_flat(t).T, _flat(gr))
+            g["b_" + name] = _flat(gr).sum(axis=0)
+        return (_unbroadcast(dx_q, x_q.shape), _unbroadcast(dx_kv, x_kv.shape),
+                MultiHeadParams(**g, num_heads=h, num_kv_heads=kv))
+
+
+# ---------------------------------------------------------------------------------------------
+# the implementation
+# ---------------------------------------------------------------------------------------------
 
 class LoopsImplementation(LoopsModernBackward, LoopsBackward):
     """The protocol with explicit loops and an online softmax, float64."""
