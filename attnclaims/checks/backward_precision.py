@@ -8,7 +8,7 @@ explains why for the forward):
 
     τ = C_SAME · (max |naive − golden| + n_stages · u · max |g|̄) + max (|g|̄_fwd − |g|̄)   per output array,
 
-with ``naive`` the reference's backward formulas (:mod:`attnclaims.reference.backward`, its
+with ``naive`` the reference's backward formulas (:mod:`attnclaims.reference.layers` and the components', its
 dtype-generic cores) evaluated with every intermediate in the implementation's dtype and
 ``golden`` the same formulas in a dtype at least 2¹¹ times more precise
 (:func:`attnclaims.checks.same_precision.golden_dtype`: float64 for float32 implementations,
@@ -22,7 +22,7 @@ max-norm comparison): |g|̄ is the |·|-evaluation of the same backward pass
 to be exact still allows. |g|̄_fwd − |g|̄ is what the errors of the forward values the backward consumes
 change the gradient by, to first order, for *any* correct evaluation of the forward pass: the same
 |·|-evaluation with every consumed forward value v widened to |v| + Δv, Δv its derived first-order error
-bound (attnclaims/reference/backward.py: ``_propagate_errors``, ``_ln_forward_error``, ``_widened_attention``). A gradient
+bound (attnclaims/reference/layers.py: ``_propagate_errors``; norms.py: ``_ln_forward_error``; multihead.py: ``_widened_attention``). A gradient
 entry is a sum of products of forward and backward values, so widening each factor by its error bounds the
 change: |∏(vᵢ + δᵢ) − ∏vᵢ| ≤ ∏(|vᵢ| + Δvᵢ) − ∏|vᵢ|. The errors are propagated through the layer from its exact
 inputs, sub-layer by sub-layer, as tolerances.encoder_layer_error composes the forward bound: every
@@ -47,7 +47,9 @@ import numpy as np
 
 from attnclaims.checks import tolerances as T
 from attnclaims.checks.same_precision import C_SAME, golden_dtype
-from attnclaims.reference import backward as B
+from attnclaims.reference import layers as L
+from attnclaims.reference import multihead as MH
+from attnclaims.reference._vjp import sum_to
 
 #: rounded stages of each backward pass (forward recomputation and backward), the floor's count
 STAGES = {"multi_head_attention_vjp": 12, "encoder_layer_vjp": 30, "decoder_layer_vjp": 45}
@@ -78,7 +80,7 @@ def _c(a, dtype):
 class Magnitude(np.ndarray):
     """An array of magnitudes |·| that the backward's own code propagates as Higham's |·|-evaluation: every
     ufunc applies to the absolute values of its operands and a subtraction adds, so the core backward of
-    :mod:`attnclaims.reference.backward`, run on d_out = Magnitude(|d|) with the forward values as they are,
+    :mod:`attnclaims.reference.layers`, run on d_out = Magnitude(|d|) with the forward values as they are,
     returns for every gradient entry the sum of the absolute values of all the terms it is built from —
     what the rounding of the backward pass scales with (γ_N times it bounds that rounding for exact forward
     values), cancellation included: db_K = Σ_j dK_j is exactly 0, its terms are not. ``forward_u``: the
@@ -124,27 +126,27 @@ def _mha(x_q, x_kv, params, d, mask, dtype):
     xq = np.broadcast_to(_c(x_q, dtype), batch + np.shape(x_q)[-2:])
     xkv = np.broadcast_to(_c(x_kv, dtype), batch + np.shape(x_kv)[-2:])
     m = None if mask is None else np.broadcast_to(np.asarray(mask, bool), batch + (xq.shape[-2], xkv.shape[-2]))
-    p = B._mha_dict(params, dtype)
-    _, cache = B._mha_forward(xq, xkv, p, m)
-    dq, dkv, grads = B._mha_backward(xq, xkv, p, cache, _cd(d, dtype))
-    return (B.sum_to(dq, np.shape(x_q)), B.sum_to(dkv, np.shape(x_kv)), B._mha_params(grads, params.num_heads))
+    p = MH._mha_dict(params, dtype)
+    _, cache = MH._mha_forward(xq, xkv, p, m)
+    dq, dkv, grads = MH._mha_backward(xq, xkv, p, cache, _cd(d, dtype))
+    return (sum_to(dq, np.shape(x_q)), sum_to(dkv, np.shape(x_kv)), MH._mha_params(grads, params.num_heads))
 
 
 def _encoder(x, params, d, mask, dtype):
     x = _c(x, dtype)
     m = None if mask is None else np.broadcast_to(np.asarray(mask, bool), x.shape[:-2] + (x.shape[-2],) * 2)
-    dx, grads = B._encoder_layer_backward(x, params, m, _cd(d, dtype), dtype)
-    return dx, B._encoder_params(grads, params)
+    dx, grads = L._encoder_layer_backward(x, params, m, _cd(d, dtype), dtype)
+    return dx, L._encoder_params(grads, params)
 
 
 def _decoder(y, memory, params, d, self_mask, memory_mask, dtype):
     batch = tuple(np.broadcast_shapes(np.shape(y)[:-2], np.shape(memory)[:-2]))
     n_t, n_s = np.shape(y)[-2], np.shape(memory)[-2]
-    own, mm = B.decoder_masks(n_t, n_s, batch, self_mask, memory_mask)
+    own, mm = L.decoder_masks(n_t, n_s, batch, self_mask, memory_mask)
     yb = np.broadcast_to(_c(y, dtype), batch + np.shape(y)[-2:])
     mb = np.broadcast_to(_c(memory, dtype), batch + np.shape(memory)[-2:])
-    dy, dmem, grads = B._decoder_layer_backward(yb, mb, params, own, mm, _cd(d, dtype), dtype)
-    return B.sum_to(dy, np.shape(y)), B.sum_to(dmem, np.shape(memory)), B._decoder_params(grads, params)
+    dy, dmem, grads = L._decoder_layer_backward(yb, mb, params, own, mm, _cd(d, dtype), dtype)
+    return sum_to(dy, np.shape(y)), sum_to(dmem, np.shape(memory)), L._decoder_params(grads, params)
 
 
 #: the position of d_out among each evaluation's arguments

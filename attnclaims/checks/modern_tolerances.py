@@ -16,11 +16,12 @@ import numpy as np
 from attnclaims.checks import tolerances as T
 from attnclaims.reference.attention import attention as _ref_attention
 from attnclaims.reference.masks import combine_masks, sliding_window_mask
-from attnclaims.reference.modern import _ffn as _ffn_value
-from attnclaims.reference.modern import _norm as _norm_value
-from attnclaims.reference.modern import expand_kv, gated_activation
+from attnclaims.reference.ffn import _ffn as _ffn_value
+from attnclaims.reference.ffn import gated_activation
+from attnclaims.reference.multihead import expand_kv
+from attnclaims.reference.norms import _norm as _norm_value
 from attnclaims.reference.params import FeedForwardParams, LayerNormParams
-from attnclaims.reference.rotary import rotary_embedding, rotary_frequencies, rotary_pairs
+from attnclaims.reference.positional import rotary_embedding, rotary_frequencies, rotary_pairs
 
 __all__ = [
     "ACT_LIPSCHITZ", "rms_norm_error", "gated_feed_forward_error", "rotary_error", "rotary_scores_error",
@@ -131,7 +132,7 @@ def rotary_scores_error(q, k, q_positions, k_positions, base: float, layout: str
 
 def grouped_query_error(x_q, x_kv, params, mask=None, *, u: float, ex_q=None, ex_kv=None) -> np.ndarray:
     """Error bound of grouped-query attention: that of ordinary multi-head attention with every K/V head
-    repeated for its group (:func:`attnclaims.reference.modern.expand_kv`) — the same values and the same
+    repeated for its group (:func:`attnclaims.reference.multihead.expand_kv`) — the same values and the same
     operations on them, per query head (a K/V projection computed once and shared has the error it has
     in each copy)."""
     return T.multi_head_error(x_q, x_kv, expand_kv(params), mask, u=u, ex_q=ex_q, ex_kv=ex_kv)

@@ -644,12 +644,12 @@ def feed_forward_error(x, params, *, u: float, ex=None) -> np.ndarray:
 
 
 def _ffn_value(x, params):
-    from attnclaims.reference.layers import feed_forward
+    from attnclaims.reference.ffn import feed_forward
     return feed_forward(x, params)
 
 
 def _ln_value(x, norm, eps):
-    from attnclaims.reference.layers import layer_norm
+    from attnclaims.reference.norms import layer_norm
     return layer_norm(x, norm.gamma, norm.beta, eps)
 
 
@@ -1025,7 +1025,7 @@ def error_model(error: Callable[..., np.ndarray], dtype) -> Callable[..., np.nda
 
 def _sum_to(e, shape):
     """Bounds of gradients of broadcast inputs: the bounds summed like the gradients (sum_to)."""
-    from attnclaims.reference.backward import sum_to
+    from attnclaims.reference import sum_to
     return sum_to(_f64(e), tuple(shape))
 
 
@@ -1103,7 +1103,7 @@ def attention_vjp_error(q, k, v, d, mask=None, scale=None, *, u: float) -> tuple
 
 
 def layer_norm_vjp_error(x, gamma, eps, d, *, u: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Absolute error bounds of (dx, dγ, dβ) for y = γ x̂ + β (:func:`attnclaims.reference.backward.layer_norm_vjp`).
+    """Absolute error bounds of (dx, dγ, dβ) for y = γ x̂ + β (:func:`attnclaims.reference.norms.layer_norm_vjp`).
 
     From :func:`layer_norm_error`'s model: the centred values c carry Δc, r = (σ² + ε)^(−1/2) the
     relative ρ (with the variance's second-order term mean Δc², which is all its error for a

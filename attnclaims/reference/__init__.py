@@ -26,22 +26,23 @@ and beside them:
 Everything computes in float64 and returns float64; inputs are never modified. The reference imports
 numpy, scipy, the standard library and itself only.
 """
+from attnclaims.reference._vjp import sum_to
 from attnclaims.reference.attention import (
-    FULLY_MASKED_ROW, MASKED_VALUES_LEAK, additive_scores, attention, attention_from_scores, attention_weights,
-    causal_attention, causal_attention_vjp, dot_product_scores, softmax,
+    FULLY_MASKED_ROW, MASKED_VALUES_LEAK, additive_scores, attention, attention_from_scores, attention_vjp,
+    attention_weights, causal_attention, causal_attention_vjp, dot_product_scores, softmax, softmax_vjp,
 )
-from attnclaims.reference.ffn import feed_forward, gated_feed_forward, gated_feed_forward_vjp
+from attnclaims.reference.ffn import feed_forward, feed_forward_vjp, gated_feed_forward, gated_feed_forward_vjp
 from attnclaims.reference.impl import Reference, reference
 from attnclaims.reference.layers import (
     KVCache, cached_decode, decoder, decoder_block, decoder_block_decode, decoder_block_step, decoder_block_vjp,
-    decoder_layer, encoder, encoder_layer,
+    decoder_layer, decoder_layer_vjp, encoder, encoder_layer, encoder_layer_vjp,
 )
 from attnclaims.reference.masks import causal_mask, combine_masks, padding_mask, sliding_window_mask
 from attnclaims.reference.multihead import (
-    expand_kv, head_outputs, head_terms, head_weights, merge_heads, multi_head_attention, repeat_kv, self_attention,
-    split_heads,
+    expand_kv, fold_kv, head_outputs, head_terms, head_weights, merge_heads, multi_head_attention,
+    multi_head_attention_vjp, repeat_kv, self_attention, split_heads,
 )
-from attnclaims.reference.norms import layer_norm, rms_norm, rms_norm_vjp
+from attnclaims.reference.norms import layer_norm, layer_norm_vjp, rms_norm, rms_norm_vjp
 from attnclaims.reference.params import (
     DecoderBlockParams, DecoderLayerParams, EncoderLayerParams, FeedForwardParams, GatedFeedForwardParams,
     LayerNormParams, MultiHeadParams, RMSNormParams, RotaryParams, init_decoder_block, init_decoder_layer,
@@ -74,4 +75,7 @@ __all__ = [
     "init_rms_norm", "init_gated_feed_forward", "init_decoder_block",
     # their backward passes (each in its component's module)
     "rms_norm_vjp", "gated_feed_forward_vjp", "rotary_embedding_vjp", "causal_attention_vjp", "decoder_block_vjp",
+    # the backward passes of the article's components, what they share, and grouped-query attention's fold
+    "softmax_vjp", "attention_vjp", "layer_norm_vjp", "feed_forward_vjp", "multi_head_attention_vjp",
+    "encoder_layer_vjp", "decoder_layer_vjp", "sum_to", "fold_kv",
 ]
