@@ -96,7 +96,7 @@ def _mha(g, dt):
         T.assert_close(g.multi_head_attention(x_q, x_kv, p, mask), multi_head_attention(x_q, x_kv, p, mask=mask),
                        T.conformance(T.multi_head_error, x_q, x_kv, p, mask, dtype=dt),
                        f"multi_head_attention(x_q{x_q.shape}, x_kv{x_kv.shape}, heads={_HEADS})")
-    if declared_variants(g.impl)["grouped_query"]:  # num_kv_heads < num_heads (attnclaims/suite/test_modern_attention.py's bound)
+    if declared_variants(g.impl)["grouped_query"]:  # num_kv_heads < num_heads (attnclaims/suite/test_ext_attention.py's bound)
         from attnclaims.checks import modern_tolerances as MT
 
         gp = init_multi_head(25, _D_MODEL, 4, num_kv_heads=2, dtype=dt)
@@ -175,7 +175,7 @@ def _decoder(g, dt):
     return "decoder_layer (causal) " + " and ".join("Pre-LN" if nf else "Post-LN" for nf in _placements(g))
 
 
-# -- modern components: bounds of attnclaims/suite/test_modern_attention.py and attnclaims/suite/test_modern_layers.py ----------
+# -- modern components: bounds of attnclaims/suite/test_ext_attention.py and attnclaims/suite/test_ext_layers.py ----------
 
 def _variants(g) -> dict:
     return declared_variants(g.impl)
@@ -324,7 +324,7 @@ def _decode(g, dt):
     return f"decoder_block_decode prompt_length=1, chunk=2 ({what})"
 
 
-# -- backward passes: bounds of attnclaims/suite/test_gradients.py and attnclaims/suite/test_modern_gradients.py --------------
+# -- backward passes: bounds of attnclaims/suite/test_gradients.py and attnclaims/suite/test_ext_gradients.py --------------
 
 def _d(dt, seed, shape):
     """An output gradient: seeded normal entries rounded to the dtype (as the claim suite's)."""

@@ -33,6 +33,8 @@ from hypothesis import strategies as st
 from attnclaims.checks import contract as K
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
+from attnclaims.checks import controls as C
+from attnclaims.zoo import broken as B
 
 #: the claim each capability's contract checks back
 CLAIM_OF = {
@@ -369,3 +371,35 @@ def test_non_contiguous_views_give_the_same_outputs(impl, capability, data):
     T.assert_close(impl.call(capability, *views), impl.call(capability, *call.args),
                    2 * T.Bound(call.error(call.args, u), u), f"{capability}: strided views vs contiguous arrays",
                    names=("f(views)", "f(arrays)"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Negative controls: each test above rejects a broken implementation (attnclaims/checks/controls.py)
+# ---------------------------------------------------------------------------------------------
+
+CONTROLS = [
+    (test_batch_elements_are_independent, {"capability": "attention"}, C.zoo("batch_uses_first_values")),
+    (test_masks_broadcast, {"capability": "attention"}, B.MaskDroppedWhenShared),
+    (test_heads_that_do_not_divide_d_model_are_rejected, {}, C.zoo("heads_truncated")),
+    (test_kv_heads_that_do_not_divide_the_heads_are_rejected, {}, C.zoo("kv_groups_rounded")),
+    (test_queries_and_keys_of_different_widths_are_rejected, {}, C.zoo("features_truncated")),
+    (test_masks_that_do_not_broadcast_are_rejected, {"capability": "attention"}, C.zoo("mask_cropped")),
+    (test_non_contiguous_views_give_the_same_outputs, {"capability": "attention"}, B.RejectsStridedViews),
+    (test_batch_elements_are_independent, {"capability": "attention"}, C.zoo("mask_first_batch_only")),
+    (test_inputs_are_not_modified, {"capability": "attention"}, C.zoo("mutates_input")),
+    (test_calls_are_deterministic_and_keep_the_declared_dtype, {"capability": "attention"},
+     C.zoo("nondeterministic")),
+    (test_calls_are_deterministic_and_keep_the_declared_dtype, {"capability": "attention"},
+     B.NondeterministicOnce),
+    (test_positional_encoding_of_fewer_positions_is_a_prefix, {"capability": "positional_encoding"},
+     B.PeRelativeToLength),
+]
+
+
+# A rejected decoder case carries a ~30 kB falsifying example (every weight of the layer); hypothesis warns
+# that printing it is large. Expected here, where the failure is the point and nobody reads the example.
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@pytest.mark.parametrize("test, kwargs, factory", C.params(CONTROLS, claim_of_capability=CLAIM_OF))
+def test_property_test_rejects_broken_implementation(test, kwargs, factory):
+    """Run ``test`` against the broken implementation: it must fail with a failed check."""
+    C.assert_rejects(test, kwargs, factory)

@@ -168,7 +168,7 @@ def _computed_something(impl, capability: str, observed: dict) -> dict:
 def test_causal_attention_alignment_convention(impl, attn_record):
     """Record, for each alignment ``causal_attention`` is asked for, the one it applies (2 queries, 3 keys, v = I,
     so the output rows are the weights): the declared ``causal_alignment`` variant next to what the calls do.
-    Whether each declared alignment is right is judged in attnclaims/suite/test_modern_attention.py."""
+    Whether each declared alignment is right is judged in attnclaims/suite/test_ext_attention.py."""
     from attnclaims.protocol import declared_variants
 
     q, k, v = np.zeros((2, 2), dtype=impl.dtype), np.zeros((3, 2), dtype=impl.dtype), np.eye(3, dtype=impl.dtype)

@@ -29,33 +29,20 @@ from hypothesis import strategies as st
 from attnclaims.checks import backward_precision as BP
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
+from attnclaims.guard import GuardedImplementation
 from attnclaims.protocol import supports
 from attnclaims.reference import attention_weights as ref_weights
 from attnclaims.reference import backward as RB
 from attnclaims.reference import softmax as ref_softmax
-from attnclaims.suite.test_s31_attention import read_weights
-from attnclaims.suite.test_s7_architecture import decoder_cases, encoder_cases
+from attnclaims.checks.assertions import output_gradient as _d
+from attnclaims.checks.assertions import read_weights
+from attnclaims.checks.assertions import vjp_bound as _bound
+from attnclaims.checks.strategies.layers import decoder_cases, encoder_cases
+from attnclaims.checks import controls as C
+from attnclaims.zoo.mutants import backward as BM
 
 #: explicit scales whose gradients stay finite (10³⁰⁰ · dS overflows for every implementation)
 MAX_GRAD_SCALE = 1e6
-
-
-def _d(draw_or_rng, shape, dtype):
-    """An output gradient: seeded normal entries rounded to the implementation's dtype."""
-    return S.cast(np.random.default_rng(draw_or_rng).standard_normal(shape), dtype)
-
-
-def _bound(error, *args, dtype, index=None):
-    """T.conformance for error functions that return tuples (index picks one) or dicts."""
-    u = T.unit_roundoff(dtype)
-
-    def one(uu):
-        e = error(*args, u=uu)
-        return e if index is None else e[index]
-
-    if u == T.U64:
-        return 2 * T.Bound(one(u), u)
-    return T.Bound(one(u), u) + T.Bound(one(T.U64), T.U64)
 
 
 def _attention_case(case):
@@ -343,8 +330,8 @@ def test_residual_gradient_on_the_implementations_own_stacks(impl):
     """The residual-gradient measurement's band rule on the implementation's own Post-LN and Pre-LN stacks
     (:func:`residual_band_check`): a stack whose gradient is shown to drift below −3 % per layer (one-sided
     t-test over independent seeds, α = 10⁻³ per stack) fails. Caught: an encoder_layer_vjp that loses 5 % of
-    the gradient per layer (attnclaims/suite/test_negative_controls.py). Only the placements the implementation
-    declares (variants ``norm_first``) are stacked: a Post-LN-only layer is measured on its Post-LN stack."""
+    the gradient per layer (:func:`test_residual_gradient_band_rejects_a_decaying_stack`). Only the placements
+    the implementation declares (variants ``norm_first``) are stacked: a Post-LN-only layer is measured on its Post-LN stack."""
     profile = settings.get_current_profile_name()
     profile = profile if profile in ("dev", "ci", "thorough") else "ci"
     results = residual_band_check(impl, profile)
@@ -493,3 +480,48 @@ def test_decoder_layer_vjp_matches_reference(impl, data, seed):
 
 # keep the imports used by the docstrings' cross-references honest
 _ = (ref_weights, ref_softmax)
+
+
+# ---------------------------------------------------------------------------------------------
+# Negative controls: each test above rejects a broken implementation (attnclaims/checks/controls.py)
+# ---------------------------------------------------------------------------------------------
+
+CONTROLS = [
+    # the other gradient tests of this module are the first to catch a mutant
+    (test_softmax_gradient_vanishes_with_the_score_gap, {}, C.zoo("softmax_backward_uncentered")),
+    (test_softmax_gradient_sums_to_zero, {}, C.zoo("softmax_backward_uncentered")),
+    (test_key_gradients_sum_to_zero, {}, C.zoo("softmax_backward_uncentered")),
+    (test_decoder_gradient_does_not_reach_future_positions, {}, C.zoo("attention_backward_mask_ignored")),
+    (test_encoder_gradients_are_permutation_equivariant, {}, BM.BackwardLastPositionDropped),
+    (test_one_causal_backward_equals_the_sum_of_per_position_backwards, {}, BM.BackwardClipsGradient),
+    (test_encoder_layer_vjp_matches_reference, {}, C.zoo("encoder_backward_residual_dropped")),
+]
+
+
+# A rejected decoder case carries a ~30 kB falsifying example (every weight of the layer); hypothesis warns
+# that printing it is large. Expected here, where the failure is the point and nobody reads the example.
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@pytest.mark.parametrize("test, kwargs, factory", C.params(CONTROLS))
+def test_property_test_rejects_broken_implementation(test, kwargs, factory):
+    """Run ``test`` against the broken implementation: it must fail with a failed check."""
+    C.assert_rejects(test, kwargs, factory)
+
+
+class _EncoderBackwardLoses5Percent(BM.BackwardComposed):
+    """encoder_layer_vjp returns 0.95 × the input gradient (a stray damping factor in the residual branch's
+    backward): a stack of L such layers loses 5 % of ‖∂L/∂x‖ per layer, a decay the band rule must reject."""
+
+    def encoder_layer_vjp(self, x, params, d_out, mask=None):
+        dx, dp = super().encoder_layer_vjp(x, params, d_out, mask=mask)
+        return 0.95 * dx, dp
+
+
+@pytest.mark.claim("residual-gradient", role="control")
+def test_residual_gradient_band_rejects_a_decaying_stack():
+    """The band rule of :func:`test_residual_gradient_on_the_implementations_own_stacks` (the measurement's
+    multi-seed drift test on the implementation's own stacks) fails an encoder_layer_vjp that loses 5 % of the
+    gradient per layer."""
+    broken = _EncoderBackwardLoses5Percent()
+    guard = GuardedImplementation(broken, spec=type(broken).__name__, timeout=None)
+    with C.control_profile(), pytest.raises(AssertionError, match="post-LN stack.*decays with depth"):
+        test_residual_gradient_on_the_implementations_own_stacks(impl=guard)

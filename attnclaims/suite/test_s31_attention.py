@@ -26,21 +26,16 @@ from attnclaims.reference import attention_weights as ref_weights
 from attnclaims.reference import softmax as ref_softmax
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
+from attnclaims.checks import controls as C
+from attnclaims.checks.assertions import read_weights
+from attnclaims.zoo import broken as B
 
 EDGE = {name: S.edge_attention_case(name) for name in S.EDGE}
 
 
 # ---------------------------------------------------------------------------------------------
-# Shared checks (also used by other sections and by the negative controls)
+# Checks of this section (read_weights: attnclaims/checks/assertions.py)
 # ---------------------------------------------------------------------------------------------
-
-def read_weights(impl, q, k, mask=None, scale=None) -> np.ndarray:
-    """The implementation's attention weights A (..., n_q, n_k), read as attention(q, k, V = I)."""
-    qp, kp, eye, s = S.weights_probe(q, k, scale)
-    batch = tuple(np.broadcast_shapes(qp.shape[:-2], kp.shape[:-2], () if mask is None else np.shape(mask)[:-2]))
-    v = np.ascontiguousarray(np.broadcast_to(eye, batch + eye.shape))
-    return impl.attention(qp, kp, v, mask=mask, scale=s)[..., : k.shape[-2]]
-
 
 def check_distribution(a, mask, n_k: int, dtype, what: str) -> None:
     """Rows of a (…, n_q, n_k) are probability distributions: a ≥ 0, Σ_j a_ij = 1 within
@@ -411,3 +406,41 @@ def test_softmax_jacobian_is_diag_p_minus_ppT(impl, capability, x):
     exact = np.diag(p) - np.outer(p, p)
     T.assert_close(fd, exact, T.softmax_jacobian_bound(x, h, dtype=impl.dtype),
                    f"finite-difference Jacobian of {capability}, n={n}, h={h:g}", names=("J_fd", "diag(p)-pp^T"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Negative controls: each test above rejects a broken implementation (attnclaims/checks/controls.py)
+# ---------------------------------------------------------------------------------------------
+
+CONTROLS = [
+    (test_softmax_is_a_distribution, {}, C.zoo("softmax_ignores_axis")),
+    (test_softmax_is_a_distribution, {}, C.zoo("softmax_eps_denominator")),
+    (test_softmax_is_finite_for_huge_scores, {}, C.zoo("softmax_no_max_subtraction")),
+    (test_softmax_is_shift_invariant, {}, B.SoftmaxMeanTemperature),
+    (test_softmax_preserves_order, {}, B.SoftmaxReversed),
+    (test_long_softmax_rows_sum_to_one, {}, C.zoo("softmax_bfloat16_denominator")),
+    (test_attention_weights_are_a_distribution, {}, C.zoo("mask_after_softmax")),
+    (test_attention_weights_are_a_distribution, {}, C.zoo("softmax_over_queries")),
+    (test_masked_keys_get_exactly_zero_weight, {}, C.zoo("mask_additive_minus_1e4")),
+    (test_output_is_in_the_convex_hull_of_allowed_values, {}, C.zoo("values_from_keys")),
+    (test_one_hot_weights_pick_a_value_row, {}, C.zoo("mask_inverted")),
+    (test_identical_value_rows_are_returned, {}, B.DividesByKeyCount),
+    (test_output_is_linear_in_values, {}, B.ReluValues),
+    (test_scores_of_either_function_give_distribution_and_convex_combination, {"score_function": "dot-product"},
+     C.zoo("scale_argument_ignored")),
+    (test_scores_of_either_function_give_distribution_and_convex_combination, {"score_function": "additive"},
+     B.DividesByKeyCount),
+    (test_default_scale_is_one_over_sqrt_dk, {}, C.zoo("scale_uses_d_v")),
+    (test_weights_do_not_saturate_as_d_k_grows, {}, C.zoo("scale_missing")),
+    (test_softmax_jacobian_is_diag_p_minus_ppT, {"capability": "softmax"}, B.SoftmaxHalfTemperature),
+    (test_softmax_jacobian_is_diag_p_minus_ppT, {"capability": "attention"}, C.zoo("scale_argument_ignored")),
+]
+
+
+# A rejected decoder case carries a ~30 kB falsifying example (every weight of the layer); hypothesis warns
+# that printing it is large. Expected here, where the failure is the point and nobody reads the example.
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@pytest.mark.parametrize("test, kwargs, factory", C.params(CONTROLS))
+def test_property_test_rejects_broken_implementation(test, kwargs, factory):
+    """Run ``test`` against the broken implementation: it must fail with a failed check."""
+    C.assert_rejects(test, kwargs, factory)

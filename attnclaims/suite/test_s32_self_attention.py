@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from attnclaims.reference import MultiHeadParams, self_attention as ref_self_attention
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
+from attnclaims.checks import controls as C
 
 
 def single_head(params: MultiHeadParams) -> MultiHeadParams:
@@ -93,3 +94,23 @@ def test_self_attention_matches_reference(impl, case, data):
     T.assert_close(out, ref_self_attention(c.x, params, mask),
                    T.conformance(T.multi_head_error, c.x, c.x, params, mask, dtype=impl.dtype),
                    f"self-attention X{c.x.shape}, heads={d.num_heads} vs reference")
+
+
+# ---------------------------------------------------------------------------------------------
+# Negative controls: each test above rejects a broken implementation (attnclaims/checks/controls.py)
+# ---------------------------------------------------------------------------------------------
+
+CONTROLS = [
+    (test_self_attention_is_attention_of_projections, {}, C.zoo("shared_kv_weight")),
+    (test_separate_inputs_give_cross_attention, {}, C.zoo("keys_from_queries")),
+    (test_self_attention_matches_reference, {}, C.zoo("query_bias_ignored")),
+]
+
+
+# A rejected decoder case carries a ~30 kB falsifying example (every weight of the layer); hypothesis warns
+# that printing it is large. Expected here, where the failure is the point and nobody reads the example.
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@pytest.mark.parametrize("test, kwargs, factory", C.params(CONTROLS))
+def test_property_test_rejects_broken_implementation(test, kwargs, factory):
+    """Run ``test`` against the broken implementation: it must fail with a failed check."""
+    C.assert_rejects(test, kwargs, factory)

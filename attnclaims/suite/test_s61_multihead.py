@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from attnclaims.reference import MultiHeadParams, multi_head_attention as ref_mha
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
+from attnclaims.checks import controls as C
 
 
 def head_terms(impl, x_q, x_kv, params: MultiHeadParams, mask):
@@ -141,3 +142,24 @@ def test_changing_one_heads_weights_changes_only_its_term(impl, data, choice):
              + T.Bound(e1[i] + e2[i], u))
     T.assert_close(delta, expected, bound, f"changing head {i} of {p.num_heads}",
                    names=("MultiHead' - MultiHead", "(head_i' - head_i) W_O^(i)"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Negative controls: each test above rejects a broken implementation (attnclaims/checks/controls.py)
+# ---------------------------------------------------------------------------------------------
+
+CONTROLS = [
+    (test_multi_head_attention_matches_reference, {}, C.zoo("mha_scale_d_model")),
+    (test_output_is_the_sum_of_head_terms, {}, C.zoo("heads_split_strided")),
+    (test_one_head_is_attention_with_projections, {}, C.zoo("output_projection_transposed")),
+    (test_changing_one_heads_weights_changes_only_its_term, {}, C.zoo("heads_split_strided")),
+]
+
+
+# A rejected decoder case carries a ~30 kB falsifying example (every weight of the layer); hypothesis warns
+# that printing it is large. Expected here, where the failure is the point and nobody reads the example.
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@pytest.mark.parametrize("test, kwargs, factory", C.params(CONTROLS))
+def test_property_test_rejects_broken_implementation(test, kwargs, factory):
+    """Run ``test`` against the broken implementation: it must fail with a failed check."""
+    C.assert_rejects(test, kwargs, factory)

@@ -30,6 +30,8 @@ from attnclaims.reference import learned_encoding
 from attnclaims.reference.baselines import conv1d, tanh_rnn
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
+from attnclaims.checks import controls as C
+from attnclaims.zoo import broken as B
 
 
 def permute_mask(mask, perm_q, perm_k):
@@ -331,3 +333,32 @@ def test_adding_an_encoding_breaks_equivariance(impl, kind, data, params):
     bound = (T.Bound(T.multi_head_error(a, a, p, u=u, ex_q=u * np.abs(a), ex_kv=u * np.abs(a)), u)
              + T.Bound(T.multi_head_error(b, b, p, u=u, ex_q=u * np.abs(b), ex_kv=u * np.abs(b))[..., perm, :], u))
     T.assert_differs(out_p, out[..., perm, :], bound, f"self-attention with {kind} encoding, permutation {perm.tolist()}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Negative controls: each test above rejects a broken implementation (attnclaims/checks/controls.py)
+# ---------------------------------------------------------------------------------------------
+
+CONTROLS = [
+    (test_attention_is_permutation_equivariant, {}, B.PositionBias),
+    (test_multi_head_self_attention_is_permutation_equivariant, {}, C.zoo("heads_merged_without_transpose")),
+    (test_encoder_layer_is_permutation_equivariant, {}, C.zoo("encoder_adds_positions")),
+    (test_encoder_stack_is_equivariant_and_its_pooled_output_invariant, {}, B.PositionBias),
+    (test_causal_attention_without_positions_recovers_position, {}, C.zoo("mask_inverted")),
+    (test_encoding_equals_the_definition, {}, C.zoo("pe_sin_cos_swapped")),
+    (test_encoding_equals_the_definition, {}, C.zoo("pe_positions_from_one")),
+    (test_values_lie_in_minus_one_one_and_norm_is_half_d_model, {}, B.PeSinTwice),
+    (test_distinct_positions_get_distinct_encodings, {}, B.PeConstant),
+    (test_shift_by_k_is_a_rotation_and_dot_products_depend_on_k_only, {}, C.zoo("pe_wrong_base")),
+    (test_adding_an_encoding_breaks_equivariance, {"kind": "sinusoidal"}, B.PeConstant),
+    (test_adding_an_encoding_breaks_equivariance, {"kind": "learned"}, B.MhaIgnoresInput),
+]
+
+
+# A rejected decoder case carries a ~30 kB falsifying example (every weight of the layer); hypothesis warns
+# that printing it is large. Expected here, where the failure is the point and nobody reads the example.
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@pytest.mark.parametrize("test, kwargs, factory", C.params(CONTROLS))
+def test_property_test_rejects_broken_implementation(test, kwargs, factory):
+    """Run ``test`` against the broken implementation: it must fail with a failed check."""
+    C.assert_rejects(test, kwargs, factory)

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from attnclaims.reference import layer_norm as ref_layer_norm
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
+from attnclaims.checks import controls as C
+from attnclaims.zoo import broken as B
 
 SMALL_VARIANCE = np.array([[1e-3, -2e-3, 0.5e-3, 3e-3], [0.0, 0.0, 0.0, 0.0]])
 LARGE_OFFSET = 1e6 + np.array([[1.0, -0.5, 0.25, 2.0, -1.0, 0.75]])
@@ -95,3 +97,24 @@ def test_invariant_to_positive_affine_maps_when_eps_is_zero(impl, case):
              + T.Bound(T.layer_norm_error(x, gamma, beta, 0.0, u=u), u))
     T.assert_close(impl.layer_norm(y, gamma, beta, 0.0), impl.layer_norm(x, gamma, beta, 0.0), bound,
                    f"LN({a:g}·x + {b:g}) vs LN(x), eps=0", names=("LN(ax+b)", "LN(x)"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Negative controls: each test above rejects a broken implementation (attnclaims/checks/controls.py)
+# ---------------------------------------------------------------------------------------------
+
+CONTROLS = [
+    (test_layer_norm_matches_reference, {}, C.zoo("ln_eps_outside_sqrt")),
+    (test_layer_norm_matches_reference, {}, C.zoo("ln_naive_variance")),
+    (test_each_position_has_mean_zero_and_variance_ratio, {}, C.zoo("ln_unbiased_variance")),
+    (test_invariant_to_positive_affine_maps_when_eps_is_zero, {}, B.LnNotCentred),
+]
+
+
+# A rejected decoder case carries a ~30 kB falsifying example (every weight of the layer); hypothesis warns
+# that printing it is large. Expected here, where the failure is the point and nobody reads the example.
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@pytest.mark.parametrize("test, kwargs, factory", C.params(CONTROLS))
+def test_property_test_rejects_broken_implementation(test, kwargs, factory):
+    """Run ``test`` against the broken implementation: it must fail with a failed check."""
+    C.assert_rejects(test, kwargs, factory)

@@ -18,6 +18,8 @@ from attnclaims.reference import feed_forward as ref_feed_forward
 from attnclaims.reference.baselines import conv1d
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
+from attnclaims.checks import controls as C
+from attnclaims.zoo import broken as B
 
 
 @st.composite
@@ -130,3 +132,26 @@ def test_equals_two_kernel_one_convolutions(impl, data):
     conv = conv1d(hidden, p.w2[None].astype(np.float64), p.b2)
     T.assert_close(impl.feed_forward(x, p), conv, T.conformance(T.feed_forward_error, x, p, dtype=impl.dtype),
                    f"FFN(x{x.shape}) vs two kernel-1 convolutions", names=("FFN", "conv1d∘relu∘conv1d"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Negative controls: each test above rejects a broken implementation (attnclaims/checks/controls.py)
+# ---------------------------------------------------------------------------------------------
+
+CONTROLS = [
+    (test_feed_forward_matches_reference, {}, C.zoo("ffn_relu_after_output")),
+    (test_each_position_is_transformed_alone, {}, B.FfnMixesNeighbours),
+    (test_jacobian_is_block_diagonal, {}, C.zoo("ffn_mixes_positions")),
+    (test_commutes_with_permutations, {}, B.FfnScaledByPosition),
+    (test_is_not_additive, {}, C.zoo("ffn_no_activation")),
+    (test_equals_two_kernel_one_convolutions, {}, B.FfnMixesNeighbours),
+]
+
+
+# A rejected decoder case carries a ~30 kB falsifying example (every weight of the layer); hypothesis warns
+# that printing it is large. Expected here, where the failure is the point and nobody reads the example.
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@pytest.mark.parametrize("test, kwargs, factory", C.params(CONTROLS))
+def test_property_test_rejects_broken_implementation(test, kwargs, factory):
+    """Run ``test`` against the broken implementation: it must fail with a failed check."""
+    C.assert_rejects(test, kwargs, factory)

@@ -20,42 +20,16 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from attnclaims.profiles import limits
 from attnclaims.reference import decoder_layer as ref_decoder_layer
 from attnclaims.reference import encoder as ref_encoder
 from attnclaims.reference import encoder_layer as ref_encoder_layer
 from attnclaims.checks import same_precision as SP
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
-from attnclaims.suite.test_s31_attention import read_weights
-
-
-@st.composite
-def encoder_cases(draw, *, mask=None, generic=False, max_seq=None, min_d_model=1, scale=None, norm_first=None):
-    """x (batch, n, d_model), encoder-layer params (Post-LN or Pre-LN: ``norm_first``, drawn among the
-    implementation's declared placements when None), and a padding or general mask (``mask``)."""
-    max_seq = max_seq or min(limits().max_seq, S.LAYER_MAX_SEQ)
-    case = draw(S.model_cases(square=True, generic=generic, max_seq=max_seq, min_d_model=min_d_model, scale=scale))
-    d = case.dims
-    params = draw(S.encoder_layer_params(d.d_model, d.num_heads, d.d_ff, norm_first=norm_first))
-    m = None
-    if mask or (mask is None and draw(st.booleans())):
-        m = draw(S.padding_masks(d.batch[0], d.n_q) | S.mask_forms(d.batch, d.n_q, d.n_q))
-    return case, params, m
-
-
-@st.composite
-def decoder_cases(draw, *, masks=None, generic=False, min_seq=1, max_seq=None, min_d_model=1):
-    """y (batch, n_t, d), memory (batch, n_s, d), params, self_mask (a padding mask, which allows later
-    positions: the layer's own causal mask must still hide them), memory_mask."""
-    max_seq = max_seq or min(limits().max_seq, S.LAYER_MAX_SEQ)
-    case = draw(S.model_cases(generic=generic, min_seq=min_seq, max_seq=max_seq, min_d_model=min_d_model))
-    d = case.dims
-    params = draw(S.decoder_layer_params(d.d_model, d.num_heads, d.d_ff))
-    use = draw(st.booleans()) if masks is None else masks
-    self_mask = draw(S.padding_masks(d.batch[0], d.n_q)) if use else None
-    memory_mask = draw(S.padding_masks(d.batch[0], d.n_k) | S.mask_forms(d.batch, d.n_q, d.n_k)) if use else None
-    return case, params, self_mask, memory_mask
+from attnclaims.checks.assertions import read_weights
+from attnclaims.checks.strategies.layers import decoder_cases, encoder_cases
+from attnclaims.checks import controls as C
+from attnclaims.zoo import broken as B
 
 
 def _u(impl) -> float:
@@ -368,3 +342,40 @@ def test_every_output_depends_on_every_input_after_one_layer(impl, capability, c
     assert not missing.size, (f"output {tuple(missing[0])[0]} does not depend on input {tuple(missing[0])[1]} "
                               f"beyond rounding ({len(missing)} pairs of {int(expected.sum())}) [{capability}, "
                               f"{'causal' if causal else 'full'}, n={n}]")
+
+
+# ---------------------------------------------------------------------------------------------
+# Negative controls: each test above rejects a broken implementation (attnclaims/checks/controls.py)
+# ---------------------------------------------------------------------------------------------
+
+CONTROLS = [
+    (test_encoder_layer_matches_reference, {}, C.zoo("pre_ln_always")),
+    (test_encoder_layer_matches_reference, {}, C.zoo("norm1_reused")),
+    (test_pre_ln_encoder_layer_matches_reference, {}, C.zoo("residual_missing")),
+    (test_pre_ln_encoder_layer_matches_reference, {}, C.zoo("norm1_reused")),
+    (test_a_stack_of_pre_ln_layers_composes, {}, C.zoo("residual_missing")),
+    (test_a_stack_of_layers_composes, {}, C.zoo("residual_missing")),
+    (test_decoder_layer_matches_reference, {}, C.zoo("decoder_memory_mask_ignored")),
+    (test_decoder_outputs_ignore_later_targets, {}, C.zoo("decoder_self_mask_replaces_causal")),
+    (test_causal_weights_on_future_positions_are_exactly_zero, {}, C.zoo("mask_additive_minus_1e4")),
+    (test_cross_attention_depends_on_memory_through_unmasked_rows, {}, C.zoo("keys_from_queries")),
+    (test_decoder_output_has_target_length_and_ignores_masked_memory_rows, {}, C.zoo("decoder_memory_mask_ignored")),
+    (test_decoder_layer_matches_reference, {}, C.zoo("decoder_cross_on_self")),
+    (test_invariant_to_permuting_memory_rows, {"capability": "decoder_layer"}, B.CrossAttentionCausal),
+    (test_invariant_to_permuting_memory_rows, {"capability": "multi_head_attention"}, B.PositionBias),
+    (test_one_parallel_pass_equals_decoding_on_growing_prefixes, {}, C.zoo("decoder_not_causal")),
+    (test_causal_attention_pass_equals_attention_on_prefixes, {}, B.DividesByKeyCount),
+    (test_every_output_depends_on_every_input_after_one_layer, {"capability": "attention", "causal": True},
+     C.zoo("mask_inverted")),
+    (test_every_output_depends_on_every_input_after_one_layer,
+     {"capability": "multi_head_attention", "causal": True}, C.zoo("mha_mask_dropped")),
+]
+
+
+# A rejected decoder case carries a ~30 kB falsifying example (every weight of the layer); hypothesis warns
+# that printing it is large. Expected here, where the failure is the point and nobody reads the example.
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@pytest.mark.parametrize("test, kwargs, factory", C.params(CONTROLS))
+def test_property_test_rejects_broken_implementation(test, kwargs, factory):
+    """Run ``test`` against the broken implementation: it must fail with a failed check."""
+    C.assert_rejects(test, kwargs, factory)

@@ -487,8 +487,8 @@ def test_a_wrong_layer_norm_with_one_eps_is_refuted_on_the_examples_it_ran(tmp_p
 
 
 @pytest.mark.parametrize("spec, claims, modules, labels", [
-    ("test_verdict_parts:CausalOnly", "decoder-masking", "test_modern_attention", ("causal alignment",)),
-    ("test_verdict_parts:DecoderBlockOnly", "decoder-masking,parallel-training", "test_modern_layers",
+    ("test_verdict_parts:CausalOnly", "decoder-masking", "test_ext_attention", ("causal alignment",)),
+    ("test_verdict_parts:DecoderBlockOnly", "decoder-masking,parallel-training", "test_ext_layers",
      ("decoder-only block",)),
 ])
 def test_an_adapter_with_only_modern_capabilities_shows_its_extension_evidence(tmp_path, spec, claims, modules,

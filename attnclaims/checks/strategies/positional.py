@@ -5,11 +5,10 @@ implementation declares in ``rope_layout``), θ bases, and integer positions (ru
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import note
 from hypothesis import strategies as st
 
-from attnclaims.checks.strategies.common import variants
-from hypothesis import note
-from attnclaims.checks.strategies.common import arrays, dims, scales
+from attnclaims.checks.strategies.common import arrays, dims, scales, variants
 from attnclaims.profiles import limits
 
 __all__ = ["rope_layouts", "rope_bases", "positions"]

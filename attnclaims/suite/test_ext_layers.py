@@ -29,11 +29,15 @@ from attnclaims.checks import modern_tolerances as MT
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
 from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
+from attnclaims.checks.strategies.ffn import gated_cases
+from attnclaims.checks.strategies.norms import rms_cases
 from attnclaims.reference.modern import cached_decode
 from attnclaims.reference.modern import decoder_block as ref_block
 from attnclaims.reference.modern import decoder_block_step as ref_step
 from attnclaims.reference.modern import gated_feed_forward as ref_gated
 from attnclaims.reference.modern import rms_norm as ref_rms_norm
+from attnclaims.checks import controls as C
+from attnclaims.zoo import misbehaving as MB
 
 RMS = "RMSNorm"
 GATED = "gated FFN"
@@ -48,15 +52,6 @@ def _u(impl) -> float:
 # ---------------------------------------------------------------------------------------------
 # RMSNorm (layer-norm)
 # ---------------------------------------------------------------------------------------------
-
-@st.composite
-def rms_cases(draw):
-    """Rows x = μ + σ·U[−1, 1] (σ and the offset μ/σ as for layer norm), a gain γ and ε."""
-    x = draw(S.layer_norm_inputs())
-    gamma = draw(M.gammas(x.shape[-1]))
-    eps = draw(S.epsilons())
-    return x, gamma, eps
-
 
 @pytest.mark.claim("layer-norm", kind="conformance", extension=RMS)
 @pytest.mark.requires("rms_norm")
@@ -138,13 +133,6 @@ def test_rms_norm_does_not_remove_a_constant_offset(impl, d, offset, seed):
 # ---------------------------------------------------------------------------------------------
 # Gated FFN (position-wise-ffn)
 # ---------------------------------------------------------------------------------------------
-
-@st.composite
-def gated_cases(draw, *, generic: bool = False):
-    case = draw(S.model_cases(generic=generic, scale=draw(S.scales(-1, 2))))
-    params = draw(M.gated_feed_forward_params(case.dims.d_model, case.dims.d_ff))
-    return case, params
-
 
 def _gated_bound(impl, x, p) -> T.Bound:
     return T.Bound(MT.gated_feed_forward_error(x, p, u=_u(impl)), _u(impl))
@@ -464,3 +452,44 @@ def test_a_step_from_an_earlier_or_another_cache_matches_the_reference(impl, cas
                        f"step of {n_t} new tokens from {which} (positions 0..{p - 1}), after decoding all {n} "
                        f"positions of x (prompt_length={prompt}, chunk={chunk}) vs reference decoder_block",
                        names=("step from a handed cache", "parallel pass"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Negative controls: each test above rejects a broken implementation (attnclaims/checks/controls.py)
+# ---------------------------------------------------------------------------------------------
+
+CONTROLS = [
+    (test_rms_norm_matches_reference, {}, C.zoo("rms_eps_outside_sqrt")),
+    (test_rms_norm_is_invariant_to_scaling_the_row, {}, C.zoo("rms_eps_outside_sqrt")),
+    (test_rms_norm_output_has_rms_gamma_up_to_eps, {}, C.zoo("rms_centred")),
+    (test_rms_norm_does_not_remove_a_constant_offset, {}, C.zoo("rms_centred")),
+    (test_gated_feed_forward_matches_reference, {}, C.zoo("gated_gate_up_swapped")),
+    (test_gated_feed_forward_transforms_each_position_alone, {}, C.zoo("gated_ffn_mixes_positions")),
+    (test_gated_feed_forward_changes_only_the_changed_position, {}, C.zoo("gated_ffn_mixes_positions")),
+    (test_gated_feed_forward_commutes_with_permutations, {}, C.zoo("gated_ffn_mixes_positions")),
+    (test_decoder_block_matches_reference, {}, C.zoo("rope_queries_only")),
+    (test_decoder_block_outputs_ignore_later_positions, {}, C.zoo("block_not_causal")),
+    (test_decoder_block_parallel_pass_equals_running_on_prefixes, {}, C.zoo("block_not_causal")),
+    (test_cached_decoding_matches_the_reference_parallel_pass, {}, C.zoo("cache_not_updated")),
+    (test_cached_decoding_equals_the_parallel_pass, {}, C.zoo("cache_updated_twice")),
+    (test_step_decoding_matches_the_reference_parallel_pass, {}, C.zoo("decode_chunk_top_left")),
+    (test_step_cache_matches_the_reference_cache, {}, C.zoo("cache_keys_unrotated")),
+    (test_step_decoding_outputs_ignore_later_positions, {}, C.zoo("decode_chunk_not_causal")),
+    (test_step_decoding_equals_the_parallel_pass, {}, C.zoo("rope_positions_off_by_one")),
+    # the other step mutants, so that every one is caught through the step alone (its decode goes through it too)
+    (test_step_decoding_matches_the_reference_parallel_pass, {}, C.zoo("cache_not_updated")),
+    (test_step_cache_matches_the_reference_cache, {}, C.zoo("cache_updated_twice")),
+    (test_step_cache_matches_the_reference_cache, {}, C.zoo("rope_positions_restart")),
+    # a step that keeps its own cache and ignores the one it is handed (right for one sequence decoded in order)
+    (test_two_sequences_decoded_in_turn_each_match_the_reference, {}, MB.KeepsItsOwnCache),
+    (test_a_step_from_an_earlier_or_another_cache_matches_the_reference, {}, MB.KeepsItsOwnCache),
+]
+
+
+# A rejected decoder case carries a ~30 kB falsifying example (every weight of the layer); hypothesis warns
+# that printing it is large. Expected here, where the failure is the point and nobody reads the example.
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@pytest.mark.parametrize("test, kwargs, factory", C.params(CONTROLS))
+def test_property_test_rejects_broken_implementation(test, kwargs, factory):
+    """Run ``test`` against the broken implementation: it must fail with a failed check."""
+    C.assert_rejects(test, kwargs, factory)

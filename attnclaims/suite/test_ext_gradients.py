@@ -44,9 +44,14 @@ from attnclaims.reference import expand_kv, sliding_window_mask
 from attnclaims.reference import backward as RB
 from attnclaims.reference import modern_backward as RMB
 from attnclaims.reference.rotary import rotary_pairs
-from attnclaims.suite.test_gradients import _bound, _d
-from attnclaims.suite.test_modern_attention import gqa_cases, rope_cases
-from attnclaims.suite.test_modern_layers import gated_cases, rms_cases
+from attnclaims.checks.assertions import output_gradient as _d
+from attnclaims.checks.assertions import vjp_bound as _bound
+from attnclaims.checks.strategies.ffn import gated_cases
+from attnclaims.checks.strategies.multihead import gqa_cases
+from attnclaims.checks.strategies.norms import rms_cases
+from attnclaims.checks.strategies.positional import rope_cases
+from attnclaims.checks import controls as C
+from attnclaims.zoo.mutants import backward as BM
 
 RMS = "RMSNorm"
 GATED = "gated FFN"
@@ -401,3 +406,37 @@ def test_one_block_backward_equals_the_sum_of_per_position_backwards(impl, case,
     for name, g in whole.items():
         T.assert_close(g, total[name], T.Bound(slack[name], bounds[name].tol),
                        f"decoder block: one backward vs Σ per-position backwards ({name})", names=("whole", "sum"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Negative controls: each test above rejects a broken implementation (attnclaims/checks/controls.py)
+# ---------------------------------------------------------------------------------------------
+
+CONTROLS = [
+    (test_rms_norm_vjp_matches_reference, {}, C.zoo("rms_norm_backward_scale_term_missing")),
+    (test_gated_feed_forward_vjp_matches_reference, {}, C.zoo("gated_backward_gate_up_swapped")),
+    (test_rotary_embedding_vjp_matches_reference, {}, C.zoo("rope_backward_forward_rotation")),
+    (test_causal_attention_vjp_matches_reference, {}, C.zoo("causal_backward_mask_dropped")),
+    (test_sliding_window_attention_vjp_matches_reference, {}, C.zoo("causal_backward_mask_dropped")),
+    (test_grouped_query_attention_vjp_matches_reference, {}, C.zoo("gqa_backward_key_group_not_summed")),
+    (test_decoder_block_vjp_matches_reference, {}, C.zoo("decoder_block_backward_residual_dropped")),
+    (test_causal_attention_vjp_gives_future_keys_exactly_zero_gradient, {}, C.zoo("causal_backward_mask_dropped")),
+    (test_sliding_window_vjp_gives_keys_outside_every_window_exactly_zero_gradient, {},
+     C.zoo("causal_backward_mask_dropped")),
+    (test_decoder_block_gradient_does_not_reach_future_positions, {}, BM.ModernBackwardBlockMaskIgnored),
+    (test_rms_norm_gradient_is_orthogonal_to_the_row_up_to_eps, {}, C.zoo("rms_norm_backward_scale_term_missing")),
+    (test_rms_norm_gradient_is_not_centred, {}, BM.ModernBackwardCentredRms),
+    (test_rotary_embedding_vjp_keeps_norms, {}, BM.ModernBackwardRopeDropsSin),
+    (test_grouped_query_kv_gradients_are_group_sums_of_the_repeated_heads, {},
+     C.zoo("gqa_backward_key_group_not_summed")),
+    (test_one_block_backward_equals_the_sum_of_per_position_backwards, {}, BM.ModernBackwardClipsGradient),
+]
+
+
+# A rejected decoder case carries a ~30 kB falsifying example (every weight of the layer); hypothesis warns
+# that printing it is large. Expected here, where the failure is the point and nobody reads the example.
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@pytest.mark.parametrize("test, kwargs, factory", C.params(CONTROLS))
+def test_property_test_rejects_broken_implementation(test, kwargs, factory):
+    """Run ``test`` against the broken implementation: it must fail with a failed check."""
+    C.assert_rejects(test, kwargs, factory)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, note
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from attnclaims.checks import strategies as M
@@ -30,10 +30,13 @@ from attnclaims.checks import modern_tolerances as MT
 from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
 from attnclaims.checks.strategies import follow_implementation, needs_variant  # noqa: F401  (autouse: strategies follow impl)
+from attnclaims.checks.strategies.multihead import gqa_cases
+from attnclaims.checks.strategies.positional import rope_cases
 from attnclaims.reference import expand_kv, multi_head_attention as ref_mha, sliding_window_mask
 from attnclaims.reference.modern import causal_attention as ref_causal_attention
 from attnclaims.reference.rotary import rotary_embedding as ref_rotary
 from attnclaims.reference.rotary import rotary_pairs
+from attnclaims.checks import controls as C
 
 GQA = "grouped-query attention"
 ROPE = "rotary position embeddings"
@@ -46,16 +49,6 @@ def _u(impl) -> float:
 # ---------------------------------------------------------------------------------------------
 # Grouped-query attention (multihead-structure)
 # ---------------------------------------------------------------------------------------------
-
-@st.composite
-def gqa_cases(draw, *, grouped: bool | None = True):
-    is_cross = draw(S.cross_or_self())
-    case, params = draw(M.grouped_query_model_cases(square=not is_cross, grouped=grouped))  # 3/4 where tiling ≠ grouping
-    d = case.dims
-    n_k = d.n_k if is_cross else d.n_q
-    mask = draw(st.none() | S.mask_forms(d.batch, d.n_q, n_k))
-    return case, params, mask, is_cross
-
 
 def _xs(c, is_cross):
     return (c.x, c.memory) if is_cross else (c.x, c.x)
@@ -129,19 +122,6 @@ def test_grouped_query_output_is_the_sum_of_head_terms(impl, data):
 # ---------------------------------------------------------------------------------------------
 # Rotary position embeddings (positional-encoding, permutation-equivariance)
 # ---------------------------------------------------------------------------------------------
-
-@st.composite
-def rope_cases(draw, *, min_seq: int = 1):
-    """x (batch…, n, d) with d even, positions (n,), a base and a declared layout."""
-    d = draw(S.dims(min_seq=min_seq))
-    width = 2 * draw(st.integers(1, max(1, S.limits().max_dim // 2)))
-    x = draw(S.arrays(d.batch + (d.n_q, width), scale=draw(S.scales(-2, 2))))
-    pos = draw(M.positions(d.n_q))
-    base = draw(M.rope_bases())
-    layout = draw(M.rope_layouts())
-    note(f"rotary_embedding(x{x.shape}, positions={pos.tolist()}, base={base}, layout={layout!r})")
-    return x, pos, base, layout
-
 
 @pytest.mark.claim("positional-encoding", kind="conformance", extension=ROPE)
 @pytest.mark.requires("rotary_embedding")
@@ -279,3 +259,31 @@ def test_keys_a_query_may_not_see_do_not_change_its_output(impl, case, more):
              + T.Bound(MT.causal_attention_error(c.q, k2, v2, c.alignment, c.window, c.scale, u=u)[..., i, :], u))
     T.assert_close(out2, out, bound, c.describe() + f": query {i} after replacing the {int(hidden.sum())} keys it "
                    "may not see", names=("out'[i]", "out[i]"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Negative controls: each test above rejects a broken implementation (attnclaims/checks/controls.py)
+# ---------------------------------------------------------------------------------------------
+
+CONTROLS = [
+    (test_grouped_query_attention_matches_reference, {}, C.zoo("gqa_kv_heads_tiled")),
+    (test_grouped_query_equals_multi_head_with_repeated_kv_heads, {}, C.zoo("gqa_kv_heads_tiled")),
+    (test_grouped_query_output_is_the_sum_of_head_terms, {}, C.zoo("gqa_first_kv_head_only")),
+    (test_rotary_embedding_matches_reference, {}, C.zoo("rope_wrong_layout")),
+    (test_rotary_embedding_preserves_norms, {}, C.zoo("rope_in_place_update")),
+    (test_rotary_scores_depend_only_on_the_offset, {}, C.zoo("rope_in_place_update")),
+    (test_rotary_embedding_breaks_permutation_equivariance, {}, C.zoo("rope_positions_ignored")),
+    (test_causal_attention_matches_reference_for_each_declared_alignment, {},
+     C.zoo("causal_bottom_right_as_top_left")),
+    (test_sliding_window_attention_matches_reference, {}, C.zoo("sliding_window_off_by_one")),
+    (test_keys_a_query_may_not_see_do_not_change_its_output, {}, C.zoo("sliding_window_off_by_one")),
+]
+
+
+# A rejected decoder case carries a ~30 kB falsifying example (every weight of the layer); hypothesis warns
+# that printing it is large. Expected here, where the failure is the point and nobody reads the example.
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@pytest.mark.parametrize("test, kwargs, factory", C.params(CONTROLS))
+def test_property_test_rejects_broken_implementation(test, kwargs, factory):
+    """Run ``test`` against the broken implementation: it must fail with a failed check."""
+    C.assert_rejects(test, kwargs, factory)
