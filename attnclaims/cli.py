@@ -29,7 +29,6 @@ import os
 import shutil
 import sys
 import tempfile
-import textwrap
 import threading
 import time
 from dataclasses import dataclass
@@ -141,13 +140,6 @@ def _stdout_console():
     return Console(highlight=False, width=max(120, shutil.get_terminal_size((120, 40)).columns), color_system=None)
 
 
-def _wrap(text: str, indent: str = "  ", width: int | None = None) -> str:
-    width = width or min(110, shutil.get_terminal_size((100, 40)).columns)
-    paras = [p for p in str(text).strip().splitlines()]
-    return "\n".join(textwrap.fill(p, width=width, initial_indent=indent, subsequent_indent=indent)
-                     if p.strip() else "" for p in paras)
-
-
 # ---------------------------------------------------------------------------------------------
 # list
 # ---------------------------------------------------------------------------------------------
@@ -192,42 +184,6 @@ def _run_explain(args) -> int:
         return run(registry, claim, args)
     except ExplainError as exc:
         raise UsageError(str(exc)) from None
-
-
-def _spinner(text: str):
-    from contextlib import nullcontext
-
-    if not sys.stderr.isatty():
-        return nullcontext()
-    from rich.console import Console
-
-    return Console(stderr=True).status(text)
-
-
-def _explain_derivations(claim_id: str, check: bool) -> None:
-    """The derivations of ``claim_id`` as explain prints them (checked now when ``check``)."""
-    from attnclaims.explain import derivation_lines
-
-    print(safe_text("\n".join(derivation_lines(claim_id, check, None, None)), newlines=True))
-
-
-def _explain_tests(claim_id: str) -> None:
-    from attnclaims.run.process import RunError, collect_tests
-
-    try:
-        with _spinner("collecting the tests…"):
-            items = collect_tests(claim_id)
-    except RunError as exc:
-        print(f"  (could not collect the tests: {exc})")
-        return
-    if not items:
-        print("  (none)")
-        return
-    for it in items:
-        tags = [it.get("kind", "property"), it.get("role", "support")]
-        if it.get("impl_test"):
-            tags.append("runs on the implementation")
-        print(f"  {it['test']}  [{', '.join(tags)}]")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -227,10 +227,8 @@ def derivation_lines(claim_id: str, check: bool, last: Mapping | None, report_pa
 
 def _collect_all() -> list[dict]:
     """Every claim test pytest collects (the orchestrator's collection; about ten seconds)."""
-    try:
-        from attnclaims.run.process import collect_tests
-    except ImportError:  # the older name of the module that starts pytest
-        from attnclaims.runner import collect_tests
+    from attnclaims.run.process import collect_tests
+
     return collect_tests(None)
 
 

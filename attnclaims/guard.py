@@ -603,20 +603,7 @@ class GuardedImplementation:
                 raise self._fail(capability, f"{label}={g!r}, but should be {w!r} (copied from params)")
 
     def _check_gradient(self, capability, name, got, shape, finite):
-        if not isinstance(got, np.ndarray):
-            raise self._fail(capability, f"{name} is {type(got).__module__}.{type(got).__qualname__}, "
-                                         "but should be numpy.ndarray")
-        if got.dtype != self.dtype:
-            raise self._fail(capability, f"{name}.dtype={got.dtype}, but should be {self.dtype} "
-                                         f"(the implementation's declared dtype)")
-        if got.shape != tuple(shape):
-            raise self._fail(capability, f"{name}.shape={got.shape}, but should be {tuple(shape)} (its input's shape)")
-        if finite and got.dtype.kind in "fc":
-            bad = ~np.isfinite(got)
-            if bad.any():
-                first = tuple(int(i) for i in np.argwhere(bad)[0])
-                raise self._fail(capability, f"{name} has {int(bad.sum())} non-finite values "
-                                             f"(first at index {first}: {got[first]!r})")
+        self._check_array(capability, name, got, shape, finite, "its input's shape")
 
     def _check_step_output(self, capability, out, args, kwargs, finite):
         """The output of ``decoder_block_step(x_t, cache, params, position)`` (protocol.step_expected): a
@@ -642,15 +629,20 @@ class GuardedImplementation:
         self._check_array(capability, "cache.k", cache.k, kv_shape, finite, why)
         self._check_array(capability, "cache.v", cache.v, kv_shape, finite, why)
 
-    def _check_array(self, capability, name, got, shape, finite, why=None):
-        """``got`` is an ndarray of the declared dtype, of ``shape`` (unless None; ``why`` says where the shape
-        comes from) and, when ``finite``, without NaN or inf."""
+    def _check_array(self, capability, name, got, shape, finite, why=None, *, returned=False):
+        """``got`` is an ndarray of the declared dtype, of ``shape`` (unless None; a function is called once
+        the dtype is right; ``why`` says where the shape comes from) and, when ``finite``, without NaN or
+        inf. ``returned``: ``got`` is the whole result (``returned list, …`` rather than ``out is list, …``).
+        Every array an implementation returns is checked here."""
         if not isinstance(got, np.ndarray):
-            raise self._fail(capability, f"{name} is {type(got).__module__}.{type(got).__qualname__}, "
+            what = "returned" if returned else f"{name} is"
+            raise self._fail(capability, f"{what} {type(got).__module__}.{type(got).__qualname__}, "
                                          "but should be numpy.ndarray")
         if got.dtype != self.dtype:
             raise self._fail(capability, f"{name}.dtype={got.dtype}, but should be {self.dtype} "
                                          f"(the implementation's declared dtype)")
+        if callable(shape):
+            shape = shape()
         if shape is not None and got.shape != tuple(shape):
             raise self._fail(capability, f"{name}.shape={got.shape}, but should be {tuple(shape)}"
                                          + (f" ({why})" if why else ""))
@@ -666,22 +658,11 @@ class GuardedImplementation:
             return self._check_vjp_output(capability, out, args, kwargs, finite)
         if capability == "decoder_block_step":
             return self._check_step_output(capability, out, args, kwargs, finite)
-        if not isinstance(out, np.ndarray):
-            raise self._fail(capability, f"returned {type(out).__module__}.{type(out).__qualname__}, "
-                                         "but should be numpy.ndarray")
-        if out.dtype != self.dtype:
-            raise self._fail(capability, f"out.dtype={out.dtype}, but should be {self.dtype} "
-                                         f"(the implementation's declared dtype)")
-        try:
-            want = expected_shape(capability, args, kwargs)
-        except (TypeError, ValueError):  # the call itself was malformed; the implementation accepted it
-            want = None
-        if want is not None and out.shape != tuple(want):
-            raise self._fail(capability, f"out.shape={out.shape}, but should be {tuple(want)}")
-        if finite and out.dtype.kind in "fc":
-            bad = ~np.isfinite(out)
-            if bad.any():
-                first = tuple(int(i) for i in np.argwhere(bad)[0])
-                raise self._fail(capability, f"out has {int(bad.sum())} non-finite values "
-                                             f"(first at index {first}: {out[first]!r})")
+        def want():
+            try:
+                return expected_shape(capability, args, kwargs)
+            except (TypeError, ValueError):  # the call itself was malformed; the implementation accepted it
+                return None
+
+        self._check_array(capability, "out", out, want, finite, returned=True)
 

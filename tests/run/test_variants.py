@@ -275,7 +275,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from attnclaims.checks import strategies as S
-from attnclaims.checks.strategies import follow_implementation  # noqa: F401
+from attnclaims.checks.strategies import follow_implementation  # noqa: F401 - a fixture pytest finds by name
 from attnclaims.reference import init_encoder_layer
 
 PRE_LN = dict(kind="conformance", extension="Pre-LN")
