@@ -452,7 +452,7 @@ class GuardedImplementation:
             "import numpy as np",
             "from numpy import array, float64, float32, int64",
             "from attnclaims.reference.params import *",
-            "from attnclaims.reference.modern import KVCache",
+            "from attnclaims.reference.layers import KVCache",
             "from attnclaims.impls import resolve",
             f"impl = resolve({self.spec!r})",
         ]
@@ -610,7 +610,7 @@ class GuardedImplementation:
         tuple (y_t, cache), y_t an ndarray of x_t's shape, the cache an ``attnclaims.reference.KVCache`` whose
         k and v are ndarrays (..., num_kv_heads, position + n_t, d_k); all of the declared dtype and finite."""
         from attnclaims.protocol import step_expected
-        from attnclaims.reference.modern import KVCache
+        from attnclaims.reference.layers import KVCache
 
         if not (isinstance(out, tuple) and len(out) == 2):
             got = f"a tuple of {len(out)}" if isinstance(out, tuple) else f"{type(out).__module__}.{type(out).__qualname__}"

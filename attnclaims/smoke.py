@@ -184,7 +184,7 @@ def _variants(g) -> dict:
 def _rms(g, dt):
     from attnclaims.checks import modern_tolerances as MT
     from attnclaims.checks import tolerances as T
-    from attnclaims.reference.modern import rms_norm
+    from attnclaims.reference.norms import rms_norm
     from attnclaims.reference.params import init_rms_norm
 
     (x,) = _inputs(dt, 17, (2, _N_Q, _D_MODEL))
@@ -209,7 +209,7 @@ def _gated_activations(g) -> list[str]:
 def _gated(g, dt):
     from attnclaims.checks import modern_tolerances as MT
     from attnclaims.checks import tolerances as T
-    from attnclaims.reference.modern import gated_feed_forward
+    from attnclaims.reference.ffn import gated_feed_forward
     from attnclaims.reference.params import init_gated_feed_forward
 
     (x,) = _inputs(dt, 19, (2, _N_Q, _D_MODEL))
@@ -227,7 +227,7 @@ _POSITIONS = np.arange(5, 5 + _N_Q)
 def _rotary(g, dt):
     from attnclaims.checks import modern_tolerances as MT
     from attnclaims.checks import tolerances as T
-    from attnclaims.reference.rotary import rotary_embedding
+    from attnclaims.reference.positional import rotary_embedding
 
     (x,) = _inputs(dt, 21, (2, _N_Q, _D_MODEL))
     layouts = _variants(g)["rope_layout"]
@@ -247,7 +247,7 @@ def _causal_calls(g):
 def _causal(g, dt):
     from attnclaims.checks import modern_tolerances as MT
     from attnclaims.checks import tolerances as T
-    from attnclaims.reference.modern import causal_attention
+    from attnclaims.reference.attention import causal_attention
 
     q, k, v = _inputs(dt, 22, (2, _N_Q, 4), (2, _N_K, 4), (2, _N_K, 3))
     calls = _causal_calls(g)
@@ -277,7 +277,7 @@ def _block_params(g, dt):
 def _block(g, dt):
     from attnclaims.checks import modern_tolerances as MT
     from attnclaims.checks import tolerances as T
-    from attnclaims.reference.modern import decoder_block
+    from attnclaims.reference.layers import decoder_block
 
     (x,) = _inputs(dt, 24, (2, _N_K, _D_MODEL))
     p, what = _block_params(g, dt)
@@ -289,7 +289,7 @@ def _block(g, dt):
 def _step(g, dt):
     from attnclaims.checks import modern_tolerances as MT
     from attnclaims.checks import tolerances as T
-    from attnclaims.reference.modern import cached_decode, decoder_block, decoder_block_step
+    from attnclaims.reference.layers import cached_decode, decoder_block, decoder_block_step
 
     (x,) = _inputs(dt, 24, (2, _N_K, _D_MODEL))
     p, what = _block_params(g, dt)
@@ -314,7 +314,7 @@ def _step(g, dt):
 def _decode(g, dt):
     from attnclaims.checks import modern_tolerances as MT
     from attnclaims.checks import tolerances as T
-    from attnclaims.reference.modern import decoder_block
+    from attnclaims.reference.layers import decoder_block
 
     (x,) = _inputs(dt, 24, (2, _N_K, _D_MODEL))
     p, what = _block_params(g, dt)
@@ -358,7 +358,7 @@ def _each(cap, got, want, bounds):
 
 def _softmax_vjp(g, dt):
     from attnclaims.checks import tolerances as T
-    from attnclaims.reference import backward as RB
+    import attnclaims.reference as RB
 
     (x,) = _inputs(dt, 31, (2, 3, _N_K))
     d = _d(dt, 32, x.shape)
@@ -369,7 +369,7 @@ def _softmax_vjp(g, dt):
 
 def _attention_vjp(g, dt):
     from attnclaims.checks import tolerances as T
-    from attnclaims.reference import backward as RB
+    import attnclaims.reference as RB
 
     q, k, v = _inputs(dt, 33, (2, _N_Q, 4), (2, _N_K, 4), (2, _N_K, 3))
     d = _d(dt, 34, (2, _N_Q, 3))
@@ -381,7 +381,7 @@ def _attention_vjp(g, dt):
 
 def _layer_norm_vjp(g, dt):
     from attnclaims.checks import tolerances as T
-    from attnclaims.reference import backward as RB
+    import attnclaims.reference as RB
     from attnclaims.reference.params import init_layer_norm
 
     (x,) = _inputs(dt, 35, (2, _N_Q, _D_MODEL))
@@ -394,7 +394,7 @@ def _layer_norm_vjp(g, dt):
 
 def _ffn_vjp(g, dt):
     from attnclaims.checks import tolerances as T
-    from attnclaims.reference import backward as RB
+    import attnclaims.reference as RB
     from attnclaims.reference.params import init_feed_forward
 
     (x,) = _inputs(dt, 38, (2, _N_Q, _D_MODEL))
@@ -423,7 +423,7 @@ def _measured(key, g_out, want, args, dt, what):
 
 def _mha_vjp(g, dt):
     from attnclaims.checks import modern_backward_precision as MBP
-    from attnclaims.reference import backward as RB
+    import attnclaims.reference as RB
     from attnclaims.reference.params import init_multi_head
 
     x, memory = _inputs(dt, 41, (2, _N_Q, _D_MODEL), (2, _N_K, _D_MODEL))
@@ -441,7 +441,7 @@ def _mha_vjp(g, dt):
 
 
 def _encoder_vjp(g, dt):
-    from attnclaims.reference import backward as RB
+    import attnclaims.reference as RB
     from attnclaims.reference.params import init_encoder_layer
 
     (x,) = _inputs(dt, 45, (2, _N_Q, _D_MODEL))
@@ -454,7 +454,7 @@ def _encoder_vjp(g, dt):
 
 
 def _decoder_vjp(g, dt):
-    from attnclaims.reference import backward as RB
+    import attnclaims.reference as RB
     from attnclaims.reference.params import init_decoder_layer
 
     y, memory = _inputs(dt, 48, (2, _N_Q, _D_MODEL), (2, _N_K, _D_MODEL))
@@ -467,7 +467,7 @@ def _decoder_vjp(g, dt):
 
 
 def _rms_vjp(g, dt):
-    from attnclaims.reference import modern_backward as RMB
+    import attnclaims.reference as RMB
     from attnclaims.reference.params import init_rms_norm
 
     (x,) = _inputs(dt, 51, (2, _N_Q, _D_MODEL))
@@ -479,7 +479,7 @@ def _rms_vjp(g, dt):
 
 
 def _gated_vjp(g, dt):
-    from attnclaims.reference import modern_backward as RMB
+    import attnclaims.reference as RMB
     from attnclaims.reference.params import init_gated_feed_forward
 
     (x,) = _inputs(dt, 54, (2, _N_Q, _D_MODEL))
@@ -495,7 +495,7 @@ def _gated_vjp(g, dt):
 def _rotary_vjp(g, dt):
     from attnclaims.checks import modern_tolerances as MT
     from attnclaims.checks import tolerances as T
-    from attnclaims.reference import modern_backward as RMB
+    import attnclaims.reference as RMB
 
     (x,) = _inputs(dt, 57, (2, _N_Q, _D_MODEL))
     d = _d(dt, 58, x.shape)
@@ -510,7 +510,7 @@ def _rotary_vjp(g, dt):
 
 def _causal_vjp(g, dt):
     from attnclaims.checks import tolerances as T
-    from attnclaims.reference import modern_backward as RMB
+    import attnclaims.reference as RMB
     from attnclaims.reference import sliding_window_mask
 
     q, k, v = _inputs(dt, 59, (2, _N_Q, 4), (2, _N_K, 4), (2, _N_K, 3))
@@ -526,7 +526,7 @@ def _causal_vjp(g, dt):
 
 
 def _block_vjp(g, dt):
-    from attnclaims.reference import modern_backward as RMB
+    import attnclaims.reference as RMB
 
     (x,) = _inputs(dt, 61, (2, _N_K, _D_MODEL))
     d = _d(dt, 62, x.shape)

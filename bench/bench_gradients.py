@@ -41,7 +41,8 @@ from _common import jsonable, machine  # noqa: E402  (the bench directory is not
 from attnclaims.checks import backward_precision as BP  # noqa: E402
 from attnclaims.checks import tolerances as T  # noqa: E402
 from attnclaims.checks.same_precision import golden_dtype  # noqa: E402
-from attnclaims.reference import backward as RB  # noqa: E402
+import attnclaims.reference as RB  # noqa: E402
+from attnclaims.reference.attention import _attention_backward, _row_softmax  # noqa: E402
 from attnclaims.reference import init_encoder_layer  # noqa: E402
 
 GRADCHECK = {"eps": 1e-6, "atol": 1e-5, "rtol": 1e-3}
@@ -109,9 +110,9 @@ def _naive_attention(c, dtype):
     qb, kb, vb = (np.broadcast_to(np.asarray(a, np.float64).astype(dtype), batch + a.shape[-2:]) for a in (q, k, v))
     s = (qb @ np.swapaxes(kb, -1, -2)) * dtype.type(1 / np.sqrt(q.shape[-1]) if scale is None else scale)
     target = batch + (q.shape[-2], k.shape[-2])
-    a = RB._softmax(np.broadcast_to(s, target), None if mask is None else np.broadcast_to(mask, target))
+    a = _row_softmax(np.broadcast_to(s, target), None if mask is None else np.broadcast_to(mask, target))
     c_ = dtype.type(1 / np.sqrt(q.shape[-1]) if scale is None else scale)
-    dq, dk, dv, _ = RB._attention_backward(qb, kb, vb, a, np.asarray(d, np.float64).astype(dtype), c_)
+    dq, dk, dv, _ = _attention_backward(qb, kb, vb, a, np.asarray(d, np.float64).astype(dtype), c_)
     return RB.sum_to(dq, q.shape), RB.sum_to(dk, k.shape), RB.sum_to(dv, v.shape)
 
 

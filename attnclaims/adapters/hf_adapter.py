@@ -306,7 +306,7 @@ class _HFBase:
         model's layer update it, and its layer 0 (B, h_kv, position + n_t, d_k) comes back as a KVCache."""
         from transformers import DynamicCache
 
-        from attnclaims.reference.modern import KVCache
+        from attnclaims.reference.layers import KVCache
 
         shapes = [np.shape(x_t)] + ([] if cache is None else [np.shape(cache.k)[:-3] + (0, 0)])
         batch = _batch(*shapes)
@@ -463,7 +463,7 @@ class HFBert(_HFBase):
         ``BertSelfAttention``); nn.Linear stores Wᵀ, so dW = weight.gradᵀ."""
         from transformers.models.bert import modeling_bert as mb
 
-        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference import sum_to
         from attnclaims.reference.params import MultiHeadParams
 
         torch, p = self._torch, params
@@ -523,7 +523,7 @@ class HFBert(_HFBase):
     def encoder_layer_vjp(self, x, params, d_out, mask=None):
         """autograd through ``BertLayer`` called as :meth:`encoder_layer` does; nn.Linear's gradients
         transposed back to the paper's layout."""
-        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference import sum_to
         from attnclaims.reference.params import EncoderLayerParams, FeedForwardParams, LayerNormParams, MultiHeadParams
 
         torch, p = self._torch, params
@@ -592,7 +592,7 @@ class HFBert(_HFBase):
 
     def decoder_layer_vjp(self, y, memory, params, d_out, self_mask=None, memory_mask=None):
         """autograd through the ``BertLayer`` decoder called as :meth:`decoder_layer` does."""
-        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference import sum_to
         from attnclaims.reference.params import DecoderLayerParams, FeedForwardParams, LayerNormParams
 
         torch, p = self._torch, params
@@ -783,7 +783,7 @@ class HFGPT2(_HFBase):
         layout, ``c_attn``'s gradient is cut into [dW_K | dW_V]."""
         from transformers.models.gpt2 import modeling_gpt2 as mg
 
-        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference import sum_to
         from attnclaims.reference.params import MultiHeadParams
 
         torch, p = self._torch, params
@@ -846,7 +846,7 @@ class HFGPT2(_HFBase):
         (d_model, 3·d_model) cut into dW_Q, dW_K, dW_V (Conv1D stores the paper's layout)."""
         from transformers.models.gpt2 import modeling_gpt2 as mg
 
-        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference import sum_to
         from attnclaims.reference.params import EncoderLayerParams, FeedForwardParams, LayerNormParams, MultiHeadParams
 
         torch, p = self._torch, params
@@ -896,7 +896,7 @@ class HFGPT2(_HFBase):
 
     def decoder_layer_vjp(self, y, memory, params, d_out, self_mask=None, memory_mask=None):
         """autograd through the cross-attention ``GPT2Block`` called as :meth:`decoder_layer` does."""
-        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference import sum_to
         from attnclaims.reference.params import (
             DecoderLayerParams, FeedForwardParams, LayerNormParams, MultiHeadParams,
         )
@@ -1240,7 +1240,7 @@ class HFLlama(_HFBase):
         it computes on x, and x_kv's gradient is what flows through the keys and values)."""
         from transformers.models.llama import modeling_llama as ml
 
-        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference import sum_to
 
         if x_kv is not x_q and not (np.shape(x_q) == np.shape(x_kv) and np.array_equal(x_q, x_kv)):
             raise NotImplementedError("LlamaAttention is self-attention only (variant cross_attention=False)")

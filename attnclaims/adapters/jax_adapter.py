@@ -284,7 +284,7 @@ class JaxImplementation:
         """``jax.vjp`` of :meth:`attention`'s call of ``jax.nn.dot_product_attention``, its layout mapped
         back: the gradients of the extra heads of a d_v ≠ d_k call are summed (q, k) or cut (v), and broadcast
         batch axes are summed back."""
-        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference import sum_to
 
         q_shape, k_shape, v_shape = np.shape(q), np.shape(k), np.shape(v)
         batch = tuple(np.broadcast_shapes(q_shape[:-2], k_shape[:-2], v_shape[:-2]))
@@ -320,7 +320,7 @@ class JaxImplementation:
     def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
         """``jax.vjp`` of :meth:`multi_head_attention`'s flax module call with respect to x_q, x_kv and the
         kernels, the kernels' gradients reshaped back into the paper's matrices."""
-        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference import sum_to
         from attnclaims.reference.params import MultiHeadParams
 
         q_shape, kv_shape = np.shape(x_q), np.shape(x_kv)

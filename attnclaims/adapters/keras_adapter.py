@@ -221,7 +221,7 @@ class KerasImplementation:
     def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
         """autograd through ``keras.layers.MultiHeadAttention`` called as :meth:`multi_head_attention`
         does; the kernels' gradients reshaped back to the paper's (d_model, d_model) matrices."""
-        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference import sum_to
         from attnclaims.reference.params import MultiHeadParams
 
         torch, p = self._torch, params

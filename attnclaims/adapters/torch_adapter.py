@@ -390,7 +390,7 @@ class TorchImplementation(_TorchBase):
         key/value as separate leaves, so that dx_q and dx_kv come apart); the in-projection's gradient
         [dW_Qᵀ; dW_Kᵀ; dW_Vᵀ] is cut back into the paper's matrices. Grouped-query parameters go to
         :meth:`_grouped_query_attention_vjp`, as the forward goes to :meth:`_grouped_query_attention`."""
-        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference import sum_to
 
         if params.num_kv_heads != params.num_heads:
             return self._grouped_query_attention_vjp(x_q, x_kv, params, d_out, mask)
@@ -433,7 +433,7 @@ class TorchImplementation(_TorchBase):
 
     def decoder_layer_vjp(self, y, memory, params, d_out, self_mask=None, memory_mask=None):
         """autograd through ``nn.TransformerDecoderLayer`` with the masks of :meth:`decoder_layer`."""
-        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference import sum_to
         from attnclaims.reference.params import DecoderLayerParams
 
         torch = self._torch
@@ -612,7 +612,7 @@ class TorchImplementation(_TorchBase):
         positions) and ``enable_gqa``. No rotary embeddings (NotImplementedError: not applicable)."""
         from torch.nn.attention.bias import causal_lower_right
 
-        from attnclaims.reference.modern import KVCache
+        from attnclaims.reference.layers import KVCache
 
         if params.rope is not None:
             raise NotImplementedError("torch has no rotary position embeddings")
@@ -703,7 +703,7 @@ class TorchImplementation(_TorchBase):
         """autograd through :meth:`_grouped_query_attention`'s ``F.linear`` projections and
         ``scaled_dot_product_attention(..., enable_gqa=True)``; x_q and x_kv separate leaves, so that
         dx_q and dx_kv come apart."""
-        from attnclaims.reference.backward import sum_to
+        from attnclaims.reference import sum_to
 
         torch = self._torch
         q_shape, kv_shape = np.shape(x_q), np.shape(x_kv)

@@ -33,9 +33,9 @@ from attnclaims.checks.strategies import follow_implementation, needs_variant  #
 from attnclaims.checks.strategies.multihead import gqa_cases
 from attnclaims.checks.strategies.positional import rope_cases
 from attnclaims.reference import expand_kv, multi_head_attention as ref_mha, sliding_window_mask
-from attnclaims.reference.modern import causal_attention as ref_causal_attention
-from attnclaims.reference.rotary import rotary_embedding as ref_rotary
-from attnclaims.reference.rotary import rotary_pairs
+from attnclaims.reference.attention import causal_attention as ref_causal_attention
+from attnclaims.reference.positional import rotary_embedding as ref_rotary
+from attnclaims.reference.positional import rotary_pairs
 from attnclaims.checks import controls as C
 
 GQA = "grouped-query attention"

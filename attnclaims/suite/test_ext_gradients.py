@@ -9,7 +9,7 @@ The vjps (attnclaims/protocol.py, docs/adapters.md "Backward passes") ``rms_norm
 ``gated_feed_forward_vjp``, ``rotary_embedding_vjp``, ``causal_attention_vjp``, ``decoder_block_vjp`` and
 ``multi_head_attention_vjp`` with grouped-query params are checked for
 
-* conformance with the reference's exact backward (:mod:`attnclaims.reference.modern_backward`): the
+* conformance with the reference's exact backward (:mod:`attnclaims.reference`): the
   per-case measured bound of :mod:`attnclaims.checks.modern_backward_precision` (FlashAttention's rule, the
   evaluations registered in :mod:`attnclaims.checks.backward_precision`) for RMSNorm, the gated FFN, GQA and
   the block; derived bounds for RoPE (a rotation's rounding) and causal attention (attention's);
@@ -41,9 +41,8 @@ from attnclaims.checks import strategies as S
 from attnclaims.checks import tolerances as T
 from attnclaims.checks.strategies import follow_implementation, needs_variant  # noqa: F401  (autouse: strategies follow impl)
 from attnclaims.reference import expand_kv, sliding_window_mask
-from attnclaims.reference import backward as RB
-from attnclaims.reference import modern_backward as RMB
-from attnclaims.reference.rotary import rotary_pairs
+import attnclaims.reference as RB
+from attnclaims.reference.positional import rotary_pairs
 from attnclaims.checks.assertions import output_gradient as _d
 from attnclaims.checks.assertions import vjp_bound as _bound
 from attnclaims.checks.strategies.ffn import gated_cases
@@ -90,7 +89,7 @@ def test_rms_norm_vjp_matches_reference(impl, data, seed):
     x, gamma = S.cast(x, impl.dtype), S.cast(gamma, impl.dtype)
     d = _d(seed, x.shape, impl.dtype)
     got = impl.rms_norm_vjp(x, gamma, eps, d)
-    want = RMB.rms_norm_vjp(x, gamma, eps, d)
+    want = RB.rms_norm_vjp(x, gamma, eps, d)
     _check_measured("rms_norm_vjp", got, want, (x, gamma, eps, d), impl.dtype, f"rms_norm_vjp(x{x.shape}, eps={eps})")
 
 
@@ -104,7 +103,7 @@ def test_gated_feed_forward_vjp_matches_reference(impl, data, seed):
     x = case.cast(impl.dtype).x
     d = _d(seed, x.shape, impl.dtype)
     got = impl.gated_feed_forward_vjp(x, p, d)
-    want = RMB.gated_feed_forward_vjp(x, p, d)
+    want = RB.gated_feed_forward_vjp(x, p, d)
     _check_measured("gated_feed_forward_vjp", got, want, (x, p, d), impl.dtype,
                     f"gated_feed_forward_vjp(d_ff={p.d_ff}, activation={p.activation!r})")
 
@@ -119,7 +118,7 @@ def test_rotary_embedding_vjp_matches_reference(impl, data, seed):
     x = S.cast(x, impl.dtype)
     d = _d(seed, x.shape, impl.dtype)
     got = impl.rotary_embedding_vjp(x, pos, d, base, layout)
-    T.assert_close(got, RMB.rotary_embedding_vjp(x, pos, d, base, layout),
+    T.assert_close(got, RB.rotary_embedding_vjp(x, pos, d, base, layout),
                    T.conformance(MT.rotary_error, d, -pos, base, layout, dtype=impl.dtype),
                    f"rotary_embedding_vjp(x{x.shape}, base={base}, layout={layout!r}) vs reference")
 
@@ -128,7 +127,7 @@ def _causal_vjp_check(impl, case, seed):
     c = case.cast(impl.dtype)
     d = _d(seed, c.q.shape[:-1] + (c.v.shape[-1],), impl.dtype)
     got = impl.causal_attention_vjp(c.q, c.k, c.v, d, alignment=c.alignment, window=c.window, scale=c.scale)
-    want = RMB.causal_attention_vjp(c.q, c.k, c.v, d, alignment=c.alignment, window=c.window, scale=c.scale)
+    want = RB.causal_attention_vjp(c.q, c.k, c.v, d, alignment=c.alignment, window=c.window, scale=c.scale)
     mask = sliding_window_mask(c.q.shape[-2], c.k.shape[-2], c.window, c.alignment)
     for i, name in enumerate(("dq", "dk", "dv")):
         T.assert_close(got[i], want[i], _bound(T.attention_vjp_error, c.q, c.k, c.v, d, mask, c.scale,
@@ -181,7 +180,7 @@ def test_decoder_block_vjp_matches_reference(impl, case, more, seed):
     mask = more.draw(st.none() | S.padding_masks(c.x.shape[0], c.x.shape[1]), label="mask")
     d = _d(seed, c.x.shape, impl.dtype)
     got = impl.decoder_block_vjp(c.x, c.params, d, mask=mask)
-    want = RMB.decoder_block_vjp(c.x, c.params, d, mask=mask)
+    want = RB.decoder_block_vjp(c.x, c.params, d, mask=mask)
     _check_measured("decoder_block_vjp", got, want, (c.x, c.params, d, mask), impl.dtype,
                     f"decoder_block_vjp(norm={c.params.norm}, rope={c.params.rope}, norm_first={c.params.norm_first})")
 
@@ -264,7 +263,7 @@ def test_rms_norm_gradient_is_orthogonal_to_the_row_up_to_eps(impl, data, seed):
     x, gamma = S.cast(x, impl.dtype), S.cast(gamma, impl.dtype)
     d = _d(seed, x.shape, impl.dtype)
     dx, _ = impl.rms_norm_vjp(x, gamma, eps, d)
-    ref = RMB.rms_norm_vjp(x, gamma, eps, d)
+    ref = RB.rms_norm_vjp(x, gamma, eps, d)
     tau = MBP.measured_bounds("rms_norm_vjp", ref, (x, gamma, eps, d), impl.dtype)["0"]
     xf, df, gf, dxf = (np.asarray(a, dtype=np.float64) for a in (x, d, gamma, dx))
     n = x.shape[-1]
@@ -297,9 +296,9 @@ def test_rms_norm_gradient_is_not_centred(impl, n, seed):
     d[:, 0] = 1
     dx, _ = impl.rms_norm_vjp(x, gamma, 1e-6, d)
     dxf = np.asarray(dx, dtype=np.float64)
-    tau = MBP.measured_bounds("rms_norm_vjp", RMB.rms_norm_vjp(x, gamma, 1e-6, d), (x, gamma, 1e-6, d), impl.dtype)["0"]
+    tau = MBP.measured_bounds("rms_norm_vjp", RB.rms_norm_vjp(x, gamma, 1e-6, d), (x, gamma, 1e-6, d), impl.dtype)["0"]
     sums = dxf.sum(axis=-1)
-    exact = RMB.rms_norm_vjp(np.asarray(x, dtype=np.float64), np.ones(n), 1e-6, np.asarray(d, dtype=np.float64))[0]
+    exact = RB.rms_norm_vjp(np.asarray(x, dtype=np.float64), np.ones(n), 1e-6, np.asarray(d, dtype=np.float64))[0]
     want = exact.sum(axis=-1)
     worst = int(np.argmax(np.abs(sums - want) - np.abs(sums)))
     if not np.all(np.abs(sums - want) < np.abs(sums)):
@@ -366,8 +365,8 @@ def test_grouped_query_kv_gradients_are_group_sums_of_the_repeated_heads(impl, d
         if name.split(".")[-1] not in ("w_k", "b_k", "w_v", "b_v"):
             bound = b_grouped[name] + b_repeated[name]
         else:
-            rep_abs = RMB.fold_kv(np.abs(rep), kv, r)
-            rep = RMB.fold_kv(rep, kv, r)
+            rep_abs = RB.fold_kv(np.abs(rep), kv, r)
+            rep = RB.fold_kv(rep, kv, r)
             bound = b_grouped[name] + MBP.fold_bound(b_repeated[name], kv, r) + T.Bound(r * T.U64 * rep_abs,
                                                                                         b_grouped[name].tol)
         T.assert_close(g, rep, bound, f"GQA(heads={p.num_heads}, kv_heads={kv}) gradient {name} vs the repeated-K/V "
@@ -392,14 +391,14 @@ def test_one_block_backward_equals_the_sum_of_per_position_backwards(impl, case,
     n = x.shape[-2]
     d = _d(seed, x.shape, impl.dtype)
     whole = dict(BP.leaves(impl.decoder_block_vjp(x, p, d)))
-    bounds = MBP.measured_bounds("decoder_block_vjp", RMB.decoder_block_vjp(x, p, d), (x, p, d, None), impl.dtype)
+    bounds = MBP.measured_bounds("decoder_block_vjp", RB.decoder_block_vjp(x, p, d), (x, p, d, None), impl.dtype)
     total = {name: np.zeros(np.shape(g)) for name, g in whole.items()}
     slack = {name: b.abs.copy() for name, b in bounds.items()}
     for i in range(n):
         di = np.zeros_like(d)
         di[..., i, :] = d[..., i, :]
         part = dict(BP.leaves(impl.decoder_block_vjp(x, p, di)))
-        b_i = MBP.measured_bounds("decoder_block_vjp", RMB.decoder_block_vjp(x, p, di), (x, p, di, None), impl.dtype)
+        b_i = MBP.measured_bounds("decoder_block_vjp", RB.decoder_block_vjp(x, p, di), (x, p, di, None), impl.dtype)
         for name in total:
             total[name] = total[name] + np.asarray(part[name], dtype=np.float64)
             slack[name] = slack[name] + b_i[name].abs + T.U64 * np.abs(total[name])

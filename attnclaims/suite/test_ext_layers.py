@@ -14,7 +14,7 @@ blocks and KV-cache decoding.
 * the same claims, extension "KV-cache decoding": decoding with a cache, for any prompt length and any
   number of steps of any size, equals the parallel causal pass — through ``decoder_block_decode`` (the
   implementation's own loop) and through ``decoder_block_step`` (one step against a cache, driven here by
-  :func:`~attnclaims.reference.modern.cached_decode`), whose returned cache must also equal the
+  :func:`~attnclaims.reference.layers.cached_decode`), whose returned cache must also equal the
   reference's (keys after RoPE, values) and whose earlier outputs ignore later inputs.
 """
 from __future__ import annotations
@@ -31,11 +31,11 @@ from attnclaims.checks import tolerances as T
 from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
 from attnclaims.checks.strategies.ffn import gated_cases
 from attnclaims.checks.strategies.norms import rms_cases
-from attnclaims.reference.modern import cached_decode
-from attnclaims.reference.modern import decoder_block as ref_block
-from attnclaims.reference.modern import decoder_block_step as ref_step
-from attnclaims.reference.modern import gated_feed_forward as ref_gated
-from attnclaims.reference.modern import rms_norm as ref_rms_norm
+from attnclaims.reference.ffn import gated_feed_forward as ref_gated
+from attnclaims.reference.layers import cached_decode
+from attnclaims.reference.layers import decoder_block as ref_block
+from attnclaims.reference.layers import decoder_block_step as ref_step
+from attnclaims.reference.norms import rms_norm as ref_rms_norm
 from attnclaims.checks import controls as C
 from attnclaims.zoo import misbehaving as MB
 

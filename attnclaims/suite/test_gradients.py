@@ -13,7 +13,7 @@ decoder-masking (future keys, values and positions get exactly zero gradient), p
 (the unmasked encoder's gradients permute with the tokens), residual-gradient (the implementation's own
 Pre-LN and Post-LN stacks pass the measurement's multi-seed drift test), parallel-training (one backward
 over the whole sequence equals the sum of the per-position backwards), and conformance of every vjp with
-the reference (:mod:`attnclaims.reference.backward`): derived bounds (:mod:`attnclaims.checks.tolerances`,
+the reference (:mod:`attnclaims.reference`): derived bounds (:mod:`attnclaims.checks.tolerances`,
 "Backward passes") for softmax, attention, layer norm and FFN, the per-case measured bound of
 :mod:`attnclaims.checks.backward_precision` (FlashAttention's rule) for multi-head attention and layers.
 """
@@ -32,7 +32,7 @@ from attnclaims.checks import tolerances as T
 from attnclaims.guard import GuardedImplementation
 from attnclaims.protocol import supports
 from attnclaims.reference import attention_weights as ref_weights
-from attnclaims.reference import backward as RB
+import attnclaims.reference as RB
 from attnclaims.reference import softmax as ref_softmax
 from attnclaims.checks.assertions import output_gradient as _d
 from attnclaims.checks.assertions import read_weights

@@ -28,7 +28,7 @@ from attnclaims.proofs.softmax_distribution import softmax as sym_softmax
 from attnclaims.proofs.softmax_saturation import jacobian_formula
 from attnclaims.reference.attention import attention, dot_product_scores, softmax
 from attnclaims.reference.baselines import linear_rnn_sequential, rnn_input_jacobian, rnn_state_jacobian
-from attnclaims.reference.layers import layer_norm
+from attnclaims.reference.norms import layer_norm
 from attnclaims.reference.params import init_multi_head
 from attnclaims.reference.positional import frequencies, sinusoidal_encoding
 from attnclaims.checks.strategies import arrays, epsilons, seeds

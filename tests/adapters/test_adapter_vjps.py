@@ -314,7 +314,7 @@ def test_gpt2_and_bert_causal_attention_and_decoder_block_vjps(hf, name):
                   dict(x=x, params=p), d, f"{name} decoder_block_vjp mask={mask is not None}")
 
 
-# -- against the reference's exact backward (attnclaims/reference/modern_backward.py) ---------------
+# -- against the reference's exact backward (attnclaims/reference/, each component's module) --------
 #: Bounds on max |adapter − reference| / max |reference| over all arrays of one vjp's output (a max-norm
 #: floor, as FlashAttention compares gradients: an exactly-zero gradient such as the key bias's — scores
 #: are shift-invariant per query — is judged at the scale of the others). FLOAT64_BOUND: float64 throughout,

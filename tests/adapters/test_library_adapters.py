@@ -31,7 +31,7 @@ from attnclaims.impls import availability, resolve
 from attnclaims.protocol import CAPABILITIES, declared_variants
 from attnclaims.reference import params as P
 from attnclaims.reference.impl import Reference
-from attnclaims.reference.modern import cached_decode
+from attnclaims.reference.layers import cached_decode
 
 REF = Reference()
 MODERN_BOUND = 1e-5  # relative to max |reference output|; see the module docstring

@@ -7,7 +7,7 @@ constant row x = 0.24388771, whose mean einsum computes one ulp off, so its x̂ 
 1.1e-14 instead of the exact 0 the reference computes (it shifts each row by its first entry). That error
 reaches the FFN's hidden units H = ReLU(LN(x) W₁ + b₁) and dW₂ = Hᵀ d; with a layer norm computed exactly
 (long double, rounded once) the same style is 150× inside the bound. The bound now widens every consumed
-forward value by its propagated first-order error (``attnclaims/reference/backward.py``: ``_propagate_errors``).
+forward value by its propagated first-order error (``attnclaims/reference/layers.py``: ``_propagate_errors``).
 
 This module is about the suite, not about the article: its tests carry no claim marker.
 """
@@ -18,7 +18,7 @@ import pytest
 
 from attnclaims.checks import backward_precision as BP
 from attnclaims.checks import strategies as S
-from attnclaims.reference import backward as RB
+import attnclaims.reference as RB
 from attnclaims.reference import init_decoder_layer, init_encoder_layer
 from attnclaims.zoo.einsum_style import EinsumImplementation, einsum_impl
 from attnclaims.zoo.logsumexp_style import logsumexp_impl

@@ -40,8 +40,10 @@ import pytest
 
 from attnclaims.guard import CheckFailure
 from attnclaims.reference.attention import attention, softmax
-from attnclaims.reference.layers import decoder_layer, encoder_layer, feed_forward, layer_norm
+from attnclaims.reference.ffn import feed_forward
+from attnclaims.reference.layers import decoder_layer, encoder_layer
 from attnclaims.reference.multihead import head_outputs, merge_heads, multi_head_attention, split_heads
+from attnclaims.reference.norms import layer_norm
 from attnclaims.reference.params import (
     LayerNormParams, init_decoder_layer, init_encoder_layer, init_feed_forward, init_multi_head,
 )
@@ -1179,7 +1181,7 @@ def test_modern_16_bit_bounds_are_the_model_bounds_of_their_parts():
     are the multi-head bound with the K/V heads repeated and the attention bound with the causal mask."""
     from attnclaims.checks import modern_tolerances as MT
     from attnclaims.reference.masks import sliding_window_mask
-    from attnclaims.reference.modern import expand_kv
+    from attnclaims.reference.multihead import expand_kv
 
     u = 2.0 ** -8
     assert T.error_model(MT.grouped_query_error, _bf16()) is MT.sixteen_bit_grouped_query_error

@@ -29,7 +29,7 @@ from attnclaims.checks import strategies as S
 from attnclaims.guard import CheckFailure, GuardedImplementation, NotApplicable
 from attnclaims.plugin import unwrap_check
 from attnclaims.reference.impl import Reference
-from attnclaims.reference.modern import KVCache
+from attnclaims.reference.layers import KVCache
 from attnclaims.reference.params import (RotaryParams, init_decoder_block, init_encoder_layer, init_layer_norm,
                                          init_multi_head)
 from attnclaims.suite import test_conventions as conventions

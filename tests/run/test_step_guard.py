@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from attnclaims.guard import CheckFailure, GuardedImplementation
-from attnclaims.reference.modern import KVCache, cached_decode, decoder_block, decoder_block_step
+from attnclaims.reference.layers import KVCache, cached_decode, decoder_block, decoder_block_step
 from attnclaims.reference.params import RotaryParams, init_decoder_block
 
 PARAMS = init_decoder_block(3, 8, 4, 6, num_kv_heads=2, rope=RotaryParams(100.0, "half"))
