@@ -466,7 +466,7 @@ class EinsumImplementation(EinsumModernBackward, EinsumBackward):
         """:meth:`_block_forward` on positions position … position + n_t − 1 with the cached keys/values in
         this style's layout (..., length, h_kv·d_k); the cache comes and goes as the protocol's KVCache
         (..., h_kv, length, d_k)."""
-        from attnclaims.reference.modern import KVCache
+        from attnclaims.reference.layers import KVCache
 
         a = params.self_attn
         h_kv, d_k = a.num_kv_heads, a.d_k

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnclaims.reference.backward import sum_to
+from attnclaims.reference import sum_to
 from attnclaims.reference.params import (
     DecoderBlockParams, DecoderLayerParams, EncoderLayerParams, FeedForwardParams, LayerNormParams, MultiHeadParams,
     RMSNormParams,

@@ -454,7 +454,7 @@ class LogSumExpImplementation(LogSumExpModernBackward, LogSumExpBackward):
 
     def decoder_block_step(self, x_t, cache, params, position):
         """:meth:`_block` on the new positions; its cache (K, V) is already the protocol's layout."""
-        from attnclaims.reference.modern import KVCache
+        from attnclaims.reference.layers import KVCache
 
         past = None if cache is None else (_f64(cache.k), _f64(cache.v))
         y, (k, v) = self._block(_f64(x_t), params, past, int(position))

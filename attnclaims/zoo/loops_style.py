@@ -536,7 +536,7 @@ class LoopsImplementation(LoopsModernBackward, LoopsBackward):
         """The new positions one at a time (:meth:`_block_token`) against this style's cache, a list of
         K/V rows (..., 1, h_kv·d_k) per position, filled from the protocol's KVCache (..., h_kv, length,
         d_k) head by head and returned as one."""
-        from attnclaims.reference.modern import KVCache
+        from attnclaims.reference.layers import KVCache
 
         x_t = _f64(x_t)
         h_kv = params.self_attn.num_kv_heads

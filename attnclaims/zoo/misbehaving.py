@@ -299,7 +299,7 @@ class KeepsItsOwnCache(Reference):
         self._kv = None
 
     def decoder_block_step(self, x_t, cache, params, position):
-        from attnclaims.reference.modern import KVCache
+        from attnclaims.reference.layers import KVCache
 
         own = None
         if position and self._kv is not None and self._kv[0].shape[-2] >= position:

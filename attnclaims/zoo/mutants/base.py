@@ -152,7 +152,7 @@ class ModernComposition:
     def _cache_append(self, cache, k, v):
         """The cache (an :class:`attnclaims.reference.KVCache`, or None when empty) with this step's K and V
         appended on the position axis; the cache passed in is not modified."""
-        from attnclaims.reference.modern import KVCache
+        from attnclaims.reference.layers import KVCache
 
         if cache is None:
             return KVCache(k, v)
