@@ -48,7 +48,7 @@ class MultiHeadParams:
     key/value heads, which must divide ``num_heads``; then ``w_k, w_v`` are (d_model, num_kv_heads·d_k)
     and ``b_k, b_v`` (num_kv_heads·d_k,), and query head i uses key/value head
     ``i // (num_heads // num_kv_heads)`` (consecutive query heads share one, as ``repeat_interleave``
-    of the K/V heads: :func:`attnclaims.reference.modern.repeat_kv`).
+    of the K/V heads: :func:`attnclaims.reference.multihead.repeat_kv`).
     """
 
     w_q: np.ndarray

@@ -1,4 +1,4 @@
-"""The reference's backward passes (attnclaims/reference/backward.py) against the sympy derivation of the
+"""The reference's backward passes (the ``*_vjp`` of each component's module in attnclaims/reference/) against the sympy derivation of the
 softmax Jacobian and against central differences of the reference's own forward passes.
 
 Central differences: for a direction w and the loss φ(t) = ⟨d, f(x + t w)⟩, the vjp gives
@@ -22,10 +22,13 @@ import sympy as sp
 from attnclaims.checks import tolerances as T
 from attnclaims.proofs.softmax_distribution import softmax as sym_softmax
 from attnclaims.reference import (
-    attention, causal_mask, decoder_layer, encoder_layer, feed_forward, init_decoder_layer,
-    init_encoder_layer, init_feed_forward, init_multi_head, layer_norm, multi_head_attention, softmax,
+    attention, attention_vjp, causal_attention_vjp, causal_mask, decoder_block_vjp, decoder_layer, decoder_layer_vjp,
+    encoder_layer, encoder_layer_vjp, feed_forward, feed_forward_vjp, gated_feed_forward_vjp, init_decoder_layer,
+    init_encoder_layer, init_feed_forward, init_multi_head, layer_norm, layer_norm_vjp, multi_head_attention,
+    multi_head_attention_vjp, rms_norm_vjp, rotary_embedding_vjp, softmax, softmax_vjp, sum_to,
 )
-from attnclaims.reference import backward as B
+from attnclaims.reference.attention import _weight_relative_error
+from attnclaims.reference.layers import _decoder_block_backward, _encoder_layer_backward, block_mask
 
 H = 2.0 ** -20
 U = T.U64
@@ -86,7 +89,7 @@ def test_softmax_vjp_equals_the_lambdified_sympy_jacobian():
             d = rng.normal(size=n)
             J = np.array(f(z), dtype=np.float64)
             want = J.T @ d
-            got = B.softmax_vjp(z, d)
+            got = softmax_vjp(z, d)
             bound = T.softmax_vjp_error(z, d, u=U) + (n + 8) * U * (np.abs(J).T @ np.abs(d))
             assert np.all(np.abs(got - want) <= bound), f"n={n}: {got} vs {want}"
 
@@ -95,7 +98,7 @@ def test_softmax_vjp_rows_sum_to_zero_and_follow_the_axis():
     rng = np.random.default_rng(2)
     x, d = rng.normal(size=(3, 4, 5)), rng.normal(size=(3, 4, 5))
     for axis in (0, 1, -1):
-        dx = B.softmax_vjp(x, d, axis=axis)
+        dx = softmax_vjp(x, d, axis=axis)
         assert np.all(np.abs(dx.sum(axis=axis)) <= 64 * U * np.abs(d).sum(axis=axis))
         w = rng.normal(size=x.shape)
         check_directional(lambda a: softmax(a, axis=axis), x, w, d, float(np.sum(dx * w)), f"softmax axis={axis}")
@@ -114,7 +117,7 @@ def test_attention_vjp_matches_central_differences(case):
     if case == "broadcast":
         k, v = k[0], v[0]
     d = rng.normal(size=(2, 4, 5))
-    dq, dk, dv = B.attention_vjp(q, k, v, d, mask=mask, scale=scale)
+    dq, dk, dv = attention_vjp(q, k, v, d, mask=mask, scale=scale)
     assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
     for name, x, g in (("q", q, dq), ("k", k, dk), ("v", v, dv)):
         w = rng.normal(size=x.shape)
@@ -133,7 +136,7 @@ def test_layer_norm_vjp_matches_central_differences():
     rng = np.random.default_rng(4)
     x = rng.normal(size=(3, 7)) * 2 + 5
     gamma, beta, d = rng.normal(size=7), rng.normal(size=7), rng.normal(size=(3, 7))
-    dx, dg, db = B.layer_norm_vjp(x, gamma, beta, 1e-5, d)
+    dx, dg, db = layer_norm_vjp(x, gamma, beta, 1e-5, d)
     for name, arr, g in (("x", x, dx), ("gamma", gamma, dg), ("beta", beta, db)):
         w = rng.normal(size=arr.shape)
         args = {"x": x, "gamma": gamma, "beta": beta}
@@ -148,7 +151,7 @@ def test_feed_forward_vjp_matches_central_differences():
     rng = np.random.default_rng(5)
     p = init_feed_forward(rng, 6, 10)
     x, d = rng.normal(size=(2, 4, 6)), rng.normal(size=(2, 4, 6))
-    dx, dp = B.feed_forward_vjp(x, p, d)
+    dx, dp = feed_forward_vjp(x, p, d)
     w = rng.normal(size=x.shape)
     check_directional(lambda a: feed_forward(a, p), x, w, d, float(np.sum(dx * w)), "ffn dx")
     for name in _fields(p):
@@ -165,7 +168,7 @@ def test_multi_head_attention_vjp_matches_central_differences(cross):
     x_kv = rng.normal(size=(1, 3, 8)) if cross else x_q
     mask = None if cross else causal_mask(5)
     d = rng.normal(size=(2, 5, 8))
-    dq, dkv, dp = B.multi_head_attention_vjp(x_q, x_kv, p, d, mask=mask)
+    dq, dkv, dp = multi_head_attention_vjp(x_q, x_kv, p, d, mask=mask)
     assert dkv.shape == x_kv.shape
     w = rng.normal(size=x_q.shape)
     check_directional(lambda a: multi_head_attention(a, x_kv, p, mask), x_q, w, d, float(np.sum(dq * w)), "mha dx_q")
@@ -185,7 +188,7 @@ def test_encoder_layer_vjp_matches_central_differences(norm_first):
     x, d = rng.normal(size=(2, 4, 8)), rng.normal(size=(2, 4, 8))
     mask = rng.random((2, 1, 4)) < 0.7
     mask[..., 0] = True
-    dx, dp = B.encoder_layer_vjp(x, p, d, mask=mask)
+    dx, dp = encoder_layer_vjp(x, p, d, mask=mask)
     w = rng.normal(size=x.shape)
     check_directional(lambda a: encoder_layer(a, p, mask), x, w, d, float(np.sum(dx * w)), "encoder dx")
     for name, arr in _leaves(p):
@@ -203,7 +206,7 @@ def test_decoder_layer_vjp_matches_central_differences(norm_first):
     y, mem, d = rng.normal(size=(2, 4, 8)), rng.normal(size=(3, 8)), rng.normal(size=(2, 4, 8))
     mm = rng.random((2, 4, 3)) < 0.7
     mm[..., 0] = True
-    dy, dmem, dp = B.decoder_layer_vjp(y, mem, p, d, memory_mask=mm)
+    dy, dmem, dp = decoder_layer_vjp(y, mem, p, d, memory_mask=mm)
     assert dmem.shape == mem.shape
     for what, arr, g, f in (("dy", y, dy, lambda a: decoder_layer(a, mem, p, memory_mask=mm)),
                             ("dmemory", mem, dmem, lambda a: decoder_layer(y, a, p, memory_mask=mm))):
@@ -217,14 +220,14 @@ def test_decoder_layer_vjp_matches_central_differences(norm_first):
     # causality: a target j gets no gradient from outputs before j
     d_first = np.zeros_like(d)
     d_first[:, 0] = d[:, 0]
-    dy0, _, _ = B.decoder_layer_vjp(y, mem, p, d_first, memory_mask=mm)
+    dy0, _, _ = decoder_layer_vjp(y, mem, p, d_first, memory_mask=mm)
     assert np.all(dy0[:, 1:] == 0), "gradient of output 0 reaches later targets"
 
 
 def test_sum_to_is_the_adjoint_of_broadcasting():
     rng = np.random.default_rng(9)
     a, g = rng.normal(size=(3, 1, 4)), rng.normal(size=(2, 3, 5, 4))
-    s = B.sum_to(g, a.shape)
+    s = sum_to(g, a.shape)
     assert s.shape == a.shape
     assert abs(np.sum(np.broadcast_to(a, g.shape) * g) - np.sum(a * s)) <= 64 * U * np.sum(np.abs(a * s)) + 1e-300
 
@@ -234,8 +237,8 @@ def test_longdouble_core_agrees_with_float64():
     rng = np.random.default_rng(10)
     p = init_encoder_layer(rng, 8, 2, 12, norm_spread=0.3)
     x, d = rng.normal(size=(2, 4, 8)), rng.normal(size=(2, 4, 8))
-    dx64, _ = B._encoder_layer_backward(x, p, None, d, np.float64)
-    dxl, _ = B._encoder_layer_backward(x.astype(np.longdouble), p, None, d.astype(np.longdouble), np.longdouble)
+    dx64, _ = _encoder_layer_backward(x, p, None, d, np.float64)
+    dxl, _ = _encoder_layer_backward(x.astype(np.longdouble), p, None, d.astype(np.longdouble), np.longdouble)
     assert dxl.dtype == np.longdouble
     assert np.max(np.abs(dx64 - dxl.astype(np.float64))) <= 1e4 * U * np.max(np.abs(dx64))
 
@@ -250,14 +253,14 @@ class _Vjps:
 
     def attention_vjp(self, q, k, v, d_out, mask=None, scale=None):
         self.calls += 1
-        dq, dk, dv = B.attention_vjp(q, k, v, d_out, mask=mask, scale=scale)
+        dq, dk, dv = attention_vjp(q, k, v, d_out, mask=mask, scale=scale)
         return {"arity": lambda: (dq, dk), "shape": lambda: (dq, dk[..., :1, :], dv),
                 "dtype": lambda: (dq.astype(np.float32), dk, dv), "nan": lambda: (dq * np.nan, dk, dv),
                 "list": lambda: [dq, dk, dv], "noise": lambda: (dq + self.calls * 1e-3, dk, dv),
                 "none": lambda: (dq, dk, dv)}[self.bug]()
 
     def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
-        dq, dkv, dp = B.multi_head_attention_vjp(x_q, x_kv, params, d_out, mask=mask)
+        dq, dkv, dp = multi_head_attention_vjp(x_q, x_kv, params, d_out, mask=mask)
         if self.bug == "heads":
             extra = {"num_kv_heads": 1} if hasattr(dp, "num_kv_heads") else {}
             dp = dataclasses.replace(dp, num_heads=1, **extra)
@@ -297,14 +300,13 @@ def test_guard_checks_dparams(bug, message):
 
 
 # ---------------------------------------------------------------------------------------------
-# The modern components' backward passes (attnclaims/reference/modern_backward.py)
+# The later components' backward passes (RMSNorm, gated FFN, RoPE, causal attention, GQA, decoder-only blocks)
 # ---------------------------------------------------------------------------------------------
 
 def test_rms_norm_vjp_equals_the_lambdified_sympy_jacobian():
     """rms_norm_vjp's dx = Jᵀ(d ⊙ ... ) with J = ∂RMSNorm/∂x differentiated by sympy from γ_i x_i/√(Σx²/n + ε)
     and lambdified; dγ = Σ_rows d ⊙ x̂ likewise from ∂y/∂γ. Bound: (n + 16)u per entry of |J||d| plus the
     vjp's own terms r(|g| + |x̂| mean(|g||x̂|)), g = d ⊙ γ (dx = r(g − x̂ mean(g x̂)) cancels where x̂² ≈ 1)."""
-    from attnclaims.reference import modern_backward as MB
 
     rng = np.random.default_rng(21)
     for n in (1, 2, 3, 5):
@@ -317,7 +319,7 @@ def test_rms_norm_vjp_equals_the_lambdified_sympy_jacobian():
         for _ in range(4):
             x, g, d = rng.normal(size=n) * 2, rng.normal(size=n), rng.normal(size=n)
             J, Jg = np.array(jac(x, g), dtype=np.float64), np.array(jac_g(x, g), dtype=np.float64)
-            dx, dg = MB.rms_norm_vjp(x, g, 1e-3, d)
+            dx, dg = rms_norm_vjp(x, g, 1e-3, d)
             r = 1 / np.sqrt(np.mean(x * x) + 1e-3)
             ag, axh = np.abs(d * g), np.abs(x) * r
             terms = {"dx": r * (ag + axh * np.mean(ag * axh)), "dgamma": 0.0}
@@ -327,13 +329,12 @@ def test_rms_norm_vjp_equals_the_lambdified_sympy_jacobian():
 
 
 def test_rms_norm_vjp_matches_central_differences_and_is_not_centred():
-    from attnclaims.reference import modern_backward as MB
     from attnclaims.reference import rms_norm
 
     rng = np.random.default_rng(22)
     x = rng.normal(size=(3, 7)) * 2 + 5
     gamma, d = rng.normal(size=7), rng.normal(size=(3, 7))
-    dx, dg = MB.rms_norm_vjp(x, gamma, 1e-5, d)
+    dx, dg = rms_norm_vjp(x, gamma, 1e-5, d)
     for name, arr, g in (("x", x, dx), ("gamma", gamma, dg)):
         w = rng.normal(size=arr.shape)
         args = {"x": x, "gamma": gamma}
@@ -349,12 +350,11 @@ def test_rms_norm_vjp_matches_central_differences_and_is_not_centred():
 @pytest.mark.parametrize("activation", ["silu", "gelu"])
 def test_gated_feed_forward_vjp_matches_central_differences(activation):
     from attnclaims.reference import gated_feed_forward, init_gated_feed_forward
-    from attnclaims.reference import modern_backward as MB
 
     rng = np.random.default_rng(23)
     p = init_gated_feed_forward(rng, 6, 10, activation=activation)
     x, d = rng.normal(size=(2, 4, 6)), rng.normal(size=(2, 4, 6))
-    dx, dp = MB.gated_feed_forward_vjp(x, p, d)
+    dx, dp = gated_feed_forward_vjp(x, p, d)
     assert dp.activation == activation
     w = rng.normal(size=x.shape)
     check_directional(lambda a: gated_feed_forward(a, p), x, w, d, float(np.sum(dx * w)), "gated ffn dx")
@@ -368,13 +368,12 @@ def test_gated_feed_forward_vjp_matches_central_differences(activation):
 def test_rotary_embedding_vjp_is_the_inverse_rotation(layout):
     """Central differences, and dx = R_{−m} d = rotary_embedding(d, −m) exactly up to the rounding of two
     rotations (4u relative per pair), with ‖dx‖ = ‖d‖ per row."""
-    from attnclaims.reference import modern_backward as MB
     from attnclaims.reference import rotary_embedding
 
     rng = np.random.default_rng(24)
     x, d = rng.normal(size=(2, 5, 8)), rng.normal(size=(2, 5, 8))
     pos = np.array([0, 3, 7, 1000, 2**15])
-    dx = MB.rotary_embedding_vjp(x, pos, d, 500.0, layout)
+    dx = rotary_embedding_vjp(x, pos, d, 500.0, layout)
     w = rng.normal(size=x.shape)
     check_directional(lambda a: rotary_embedding(a, pos, 500.0, layout), x, w, d, float(np.sum(dx * w)),
                       f"rope dx ({layout})")
@@ -386,12 +385,11 @@ def test_rotary_embedding_vjp_is_the_inverse_rotation(layout):
                                                ("bottom-right", 3)])
 def test_causal_attention_vjp_matches_central_differences(alignment, window):
     from attnclaims.reference import causal_attention
-    from attnclaims.reference import modern_backward as MB
 
     rng = np.random.default_rng(25)
     q, k, v = rng.normal(size=(2, 4, 3)), rng.normal(size=(2, 6, 3)), rng.normal(size=(2, 6, 5))
     d = rng.normal(size=(2, 4, 5))
-    grads = MB.causal_attention_vjp(q, k, v, d, alignment, window)
+    grads = causal_attention_vjp(q, k, v, d, alignment, window)
     args = {"q": q, "k": k, "v": v}
     for (name, x), g in zip(args.items(), grads):
         w = rng.normal(size=x.shape)
@@ -410,7 +408,7 @@ def test_grouped_query_vjp_is_the_expanded_multi_head_vjp_summed_over_groups():
         p = init_multi_head(rng, 8, 4, num_kv_heads=kv)
         x_q, x_kv = rng.normal(size=(2, 5, 8)), rng.normal(size=(2, 3, 8))
         d = rng.normal(size=(2, 5, 8))
-        dq, dkv, dp = B.multi_head_attention_vjp(x_q, x_kv, p, d)
+        dq, dkv, dp = multi_head_attention_vjp(x_q, x_kv, p, d)
         assert dp.num_kv_heads == kv and dp.w_k.shape == p.w_k.shape and dp.b_v.shape == p.b_v.shape
         for name in _fields(p):
             w = rng.normal(size=getattr(p, name).shape)
@@ -418,7 +416,7 @@ def test_grouped_query_vjp_is_the_expanded_multi_head_vjp_summed_over_groups():
                               getattr(p, name), w, d, float(np.sum(getattr(dp, name) * w)), f"gqa d{name} kv={kv}")
         w = rng.normal(size=x_kv.shape)
         check_directional(lambda a: multi_head_attention(x_q, a, p), x_kv, w, d, float(np.sum(dkv * w)), "gqa dx_kv")
-        eq, ekv, ep = B.multi_head_attention_vjp(x_q, x_kv, expand_kv(p), d)
+        eq, ekv, ep = multi_head_attention_vjp(x_q, x_kv, expand_kv(p), d)
         r, d_k = p.group_size, p.d_k
         assert np.array_equal(eq, dq) and np.array_equal(ekv, dkv)
         for name in ("w_k", "w_v", "b_k", "b_v"):
@@ -436,7 +434,6 @@ _BLOCKS = [dict(norm="layer", ffn="relu", rope=None, norm_first=True, kv=2),
 @pytest.mark.parametrize("cfg", _BLOCKS, ids=lambda c: "-".join(str(v) for v in c.values()))
 def test_decoder_block_vjp_matches_central_differences(cfg):
     from attnclaims.reference import RotaryParams, decoder_block, init_decoder_block
-    from attnclaims.reference import modern_backward as MB
 
     rng = np.random.default_rng(27)
     rope = None if cfg["rope"] is None else RotaryParams(base=100.0, layout=cfg["rope"])
@@ -445,7 +442,7 @@ def test_decoder_block_vjp_matches_central_differences(cfg):
     x, d = rng.normal(size=(2, 5, 8)), rng.normal(size=(2, 5, 8))
     mask = rng.random((2, 1, 5)) < 0.8
     mask[..., 0] = True
-    dx, dp = MB.decoder_block_vjp(x, p, d, mask=mask)
+    dx, dp = decoder_block_vjp(x, p, d, mask=mask)
     assert dp.rope == p.rope and dp.norm_first == p.norm_first and dp.self_attn.num_kv_heads == cfg["kv"]
     w = rng.normal(size=x.shape)
     check_directional(lambda a: decoder_block(a, p, mask), x, w, d, float(np.sum(dx * w)), "block dx")
@@ -456,9 +453,18 @@ def test_decoder_block_vjp_matches_central_differences(cfg):
                           float(np.sum(grads[name] * w)), f"block d{name}")
     d_first = np.zeros_like(d)
     d_first[:, :2] = d[:, :2]
-    dx2, _ = MB.decoder_block_vjp(x, p, d_first, mask=mask)
+    dx2, _ = decoder_block_vjp(x, p, d_first, mask=mask)
     assert np.all(dx2[:, 2:] == 0), "gradient of outputs 0, 1 reaches later positions"
-    dxl, _ = MB._decoder_block_backward(x.astype(np.longdouble), p, MB.block_mask(5, (2,), mask),
-                                        d.astype(np.longdouble), np.longdouble)
+    dxl, _ = _decoder_block_backward(x.astype(np.longdouble), p, block_mask(5, (2,), mask),
+                                     d.astype(np.longdouble), np.longdouble)
     assert dxl.dtype == np.longdouble
     assert np.max(np.abs(dx - dxl.astype(np.float64))) <= 1e4 * U * np.max(np.abs(dx))
+
+
+def test_weight_error_is_the_attention_error_models():
+    """The decoder block's |·|-evaluation widens each softmax weight by η(t, n) = 2|t| + 8(n + 1) + 4 ln n. The
+    reference keeps its own copy, since it imports nothing of the checks; it must stay the error model's."""
+    t = np.array([0.0, -5e-324, -1e-9, -0.5, -3.0, -40.0, -1e300, -np.inf])
+    for n in (0, 1, 2, 7, 128, 4096):
+        np.testing.assert_array_equal(_weight_relative_error(t, n), T.weight_relative_error(t, n))
+        np.testing.assert_array_equal(_weight_relative_error(t[:, None], n), T.weight_relative_error(t[:, None], n))
