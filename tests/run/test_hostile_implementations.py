@@ -12,31 +12,35 @@
 * an object whose every method raises ``NotImplementedError`` gets nothing from a convention probe: a probe
   that computed nothing is not applicable and records nothing.
 
+The claim suite's tests run here as a user runs them — in pytest children against each implementation
+(``--attn-impl``), read back from their results files — never imported as a library.
+
 Harness tests, not evidence for a claim: no claim marker.
 """
 from __future__ import annotations
 
+import ast
 import copy
+import json
+import os
+import subprocess
 import sys
-
-if sys.version_info < (3, 11):  # Python 3.10: hypothesis depends on the backport
-    from exceptiongroup import BaseExceptionGroup
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from attnclaims.checks import strategies as S
-from attnclaims.guard import CheckFailure, GuardedImplementation, NotApplicable
-from attnclaims.plugin import unwrap_check
+import attnclaims
+from attnclaims.guard import CheckFailure, GuardedImplementation
 from attnclaims.reference.impl import Reference
 from attnclaims.reference.layers import KVCache
 from attnclaims.reference.params import (RotaryParams, init_decoder_block, init_encoder_layer, init_layer_norm,
                                          init_multi_head)
-from attnclaims.suite import test_conventions as conventions
-from attnclaims.suite import test_modern_layers as ml
-from attnclaims.suite import test_negative_controls as controls
-from attnclaims.suite import test_s7_architecture as s7
 from attnclaims.zoo.misbehaving import BUYS_A_VERDICT, ChangesItsParams, ChangesParamsLater, KeepsItsOwnCache
+
+HERE = Path(__file__).resolve().parent
+SUITE = Path(attnclaims.__file__).parent / "suite"
+RUN_LIMIT_S = 300
 
 RNG = np.random.default_rng(7)
 X = RNG.normal(size=(2, 4, 8))
@@ -113,14 +117,14 @@ def test_a_changed_params_field_fails_the_check_naming_it(name, on):
     assert repr(args) == repr(pristine), "the test's own inputs changed"  # every field, every array (repr)
 
 
-def test_changed_params_fail_the_conformance_test_not_buy_a_verdict():
+def test_changed_params_fail_the_conformance_test_not_buy_a_verdict(suite_runs):
     """``encoder_layer`` sets ``params.eps = 0.5`` and computes with it: the expected value was once computed
     from the changed object (``encoder-structure: verified``); now the check fails naming the field."""
-    failure = _run_control(s7.test_encoder_layer_matches_reference, ChangesItsParams)
+    failure = _failure(suite_runs["changes-its-params"], "test_encoder_layer_matches_reference")
     assert ChangesItsParams.expected in failure, failure
 
 
-def test_params_changed_after_the_guard_looked_never_reach_the_test():
+def test_params_changed_after_the_guard_looked_never_reach_the_test(suite_runs):
     """An implementation that keeps the params of one call and changes them during the next (after the guard
     compared that call's inputs) changes only its own copy: the test's params keep ε, and the layer computed
     with ε = 0.5 fails the conformance check."""
@@ -129,7 +133,7 @@ def test_params_changed_after_the_guard_looked_never_reach_the_test():
     for _ in range(3):
         guard.call("encoder_layer", X, params)
     assert params.eps == ENC.eps
-    failure = _run_control(s7.test_encoder_layer_matches_reference, ChangesParamsLater)
+    failure = _failure(suite_runs["changes-params-later"], "test_encoder_layer_matches_reference")
     assert "max |out - ref| / scale" in failure, failure
 
 
@@ -181,12 +185,13 @@ def test_one_array_passed_twice_reaches_the_implementation_as_one_object():
     assert not seen[2] and not seen[3], "two distinct arrays arrived as one object"
 
 
-def test_a_step_that_keeps_its_own_cache_is_caught_by_the_step_tests():
+def test_a_step_that_keeps_its_own_cache_is_caught_by_the_step_tests(suite_runs):
     """``KeepsItsOwnCache`` passes every step test that decodes one sequence in order; the tests that hand it a
     cache it did not produce fail it, saying which."""
-    interleaved = _run_control(ml.test_two_sequences_decoded_in_turn_each_match_the_reference, KeepsItsOwnCache)
+    interleaved = _failure(suite_runs["keeps-its-own-cache"], "test_two_sequences_decoded_in_turn_each_match_the_reference")
     assert "decoded in turn" in interleaved, interleaved
-    rewound = _run_control(ml.test_a_step_from_an_earlier_or_another_cache_matches_the_reference, KeepsItsOwnCache)
+    rewound = _failure(suite_runs["keeps-its-own-cache"],
+                       "test_a_step_from_an_earlier_or_another_cache_matches_the_reference")
     assert "new tokens from" in rewound, rewound
 
 
@@ -216,40 +221,90 @@ class _DeclinesEverything:
 
 
 def _probes():
+    """The convention probes of the claim suite (attnclaims/suite/test_conventions.py, read as source): one
+    parameter per test and value of its parametrisation (the first argument of each ``pytest.param``)."""
+    tree = ast.parse((SUITE / "test_conventions.py").read_text(encoding="utf-8"))
     out = []
-    for name, fn in vars(conventions).items():
-        if name.startswith("test_") and callable(fn):
-            params = [m for m in getattr(fn, "pytestmark", []) if m.name == "parametrize"]
-            values = [dict(zip([params[0].args[0]], [getattr(v, "values", [v])[0]])) for v in params[0].args[1]] \
-                if params else [{}]
-            out += [pytest.param(fn, kwargs, id=f"{name}{list(kwargs.values()) or ''}") for kwargs in values]
+    for node in tree.body:
+        if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test_")):
+            continue
+        values = [None]
+        for deco in node.decorator_list:
+            if isinstance(deco, ast.Call) and ast.unparse(deco.func) == "pytest.mark.parametrize":
+                values = [ast.literal_eval(v.args[0] if isinstance(v, ast.Call) else v) for v in deco.args[1].elts]
+        out += [pytest.param(node.name, value, id=node.name + (f"[{value!r}]" if value is not None else ""))
+                for value in values]
     return out
 
 
-@pytest.mark.parametrize("probe, kwargs", _probes())
-def test_a_probe_that_computed_nothing_records_nothing(probe, kwargs):
+#: the children: name -> (implementation, the suite's tests it runs: module or module::test)
+RUNS = {
+    "changes-its-params": ("attnclaims.zoo.misbehaving:ChangesItsParams",
+                           ["test_s7_architecture.py::test_encoder_layer_matches_reference"]),
+    "changes-params-later": ("attnclaims.zoo.misbehaving:ChangesParamsLater",
+                             ["test_s7_architecture.py::test_encoder_layer_matches_reference"]),
+    "keeps-its-own-cache": ("attnclaims.zoo.misbehaving:KeepsItsOwnCache",
+                            ["test_ext_layers.py::test_two_sequences_decoded_in_turn_each_match_the_reference",
+                             "test_ext_layers.py::test_a_step_from_an_earlier_or_another_cache_matches_the_reference"]),
+    "declines-everything": ("test_hostile_implementations:_DeclinesEverything", ["test_conventions.py"]),
+}
+
+
+@pytest.fixture(scope="module")
+def suite_runs(tmp_path_factory) -> dict[str, list[dict]]:
+    """Each child of :data:`RUNS` — the named tests of the claim suite against its implementation, under the
+    derandomized ``ci`` profile, all started at once: name -> the evidence of its results file."""
+    folder = tmp_path_factory.mktemp("hostile")
+    env = dict(os.environ, PYTHONPATH=str(HERE), PYTHONDONTWRITEBYTECODE="1")
+    for key in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER"):
+        env.pop(key, None)
+    started = {}
+    for name, (spec, tests) in RUNS.items():
+        results = folder / f"{name}.json"
+        cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-c", os.devnull,
+               "--rootdir", str(folder), "--hypothesis-profile", "ci", "--attn-impl", spec,
+               "--attn-results", str(results), *(str(SUITE / t) for t in tests)]
+        started[name] = (results, subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.PIPE,
+                                                   stderr=subprocess.STDOUT, text=True))
+    done = {}
+    for name, (results, proc) in started.items():
+        try:
+            out, _ = proc.communicate(timeout=RUN_LIMIT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        assert results.exists(), f"{name}: no results file\n{out[-3000:]}"
+        data = json.loads(results.read_text(encoding="utf-8"))
+        assert data["complete"], f"{name}: the run stopped after {data['tests_run']} tests\n{out[-3000:]}"
+        done[name] = data["evidence"]
+    return done
+
+
+def _entries(evidence: list[dict], test: str) -> list[dict]:
+    """The evidence of ``test`` (every parametrisation of it)."""
+    found = [e for e in evidence if e["name"].split("::")[-1].split("[")[0] == test]
+    assert found, f"{test} did not run: {[e['name'] for e in evidence]}"
+    return found
+
+
+def _failure(evidence: list[dict], test: str) -> str:
+    """The failed check's message of ``test`` (it must fail: outcome "failed", a failed check, not a crash)."""
+    (entry, *_) = _entries(evidence, test)
+    assert entry["outcome"] == "failed", entry
+    return entry["message"]
+
+
+@pytest.mark.parametrize("probe, value", _probes())
+def test_a_probe_that_computed_nothing_records_nothing(suite_runs, probe, value):
     """Against an object whose every method raises NotImplementedError, each convention probe is not applicable
     and records nothing (once the causal-alignment probe recorded "not exposed" and passed, giving
     decoder-masking an illustration although nothing was computed)."""
-    records = []
-    guard = GuardedImplementation(_DeclinesEverything(), timeout=None)
-    with pytest.raises((NotApplicable, pytest.skip.Exception)) as info:
-        probe(impl=guard, attn_record=lambda **kw: records.append(kw), **kwargs)
-    assert records == [], records
-    assert str(info.value).startswith("not applicable"), str(info.value)
-
-
-def _run_control(test, factory) -> str:
-    """Run the hypothesis test ``test`` against ``factory()`` as a negative control does; the failed check's
-    message (the test must fail)."""
-    broken = factory()
-    guard = GuardedImplementation(broken, spec=type(broken).__name__, timeout=None)
-    with S.following(guard), controls.control_profile():
-        with pytest.raises((AssertionError, BaseExceptionGroup)) as caught:
-            controls.without_shrinking(test)(impl=guard)
-    failure = unwrap_check(caught.value)
-    assert isinstance(failure, AssertionError), f"not a failed check: {caught.value!r}"
-    return str(failure)
+    entries = [e for e in _entries(suite_runs["declines-everything"], probe)
+               if value is None or e["name"].endswith(f"[{value}]")]
+    assert entries, f"{probe}[{value}] did not run"
+    for e in entries:
+        assert e["outcome"] == "not-applicable" and e["message"].startswith("not applicable"), e
+        assert not e.get("data") and not e.get("figures"), e
 
 
 def test_a_slotted_frozen_dataclass_is_copied_and_compared_too():

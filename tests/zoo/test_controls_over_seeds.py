@@ -1,28 +1,97 @@
-"""Every negative control fails its broken implementation for every seed and profile (attnclaims/suite/test_negative_controls.py).
+"""Every negative control fails its broken implementation for every seed and profile (the ``CONTROLS`` table at
+the end of each claim-suite module, run by attnclaims/checks/controls.py), and every property test has one.
 
 A control that misses its planted bug under one draw makes its claim an *error* for every implementation
 under that draw (``attnclaims check --profile dev --seed S``). The controls therefore run under a fixed,
-derandomized draw (``CONTROL_PROFILE``); the ``ci`` run of the control module shows that each control fails
-under it, and this test runs the whole module again as ``attnclaims check`` would under ``--profile dev``
+derandomized draw (``CONTROL_PROFILE``); the ``ci`` run of the suite shows that each control fails
+under it, and this test runs every control again as ``attnclaims check`` would under ``--profile dev``
 with two seeds — among them the two that once let a control miss (2149641773: "RMSNorm does not remove a
 constant offset"; 1: ``cache_not_updated`` in the cached-decoding test) — in fresh processes, so that the
 test modules are imported under ``dev`` as they are in such a run. Every control must fail there too.
 The two runs go in parallel (~25 s each on one core).
+
+The suite's modules are read here as source (``ast``), never imported: a meta test does not use the claim
+suite as a library.
 """
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from attnclaims.suite import test_negative_controls as controls
+import attnclaims
+from attnclaims.checks import controls as C
 
 SEEDS = (2149641773, 1)
 PROFILE = "dev"
 RUN_LIMIT_S = 600
+SUITE = Path(attnclaims.__file__).parent / "suite"
+#: the modules whose every property test must have a negative control (test_gradients.py has controls too,
+#: for the gradient tests that are the first to catch a mutant; its others are conformance checks)
+SECTION_MODULES = ("test_s31_attention", "test_s32_self_attention", "test_s61_multihead", "test_s62_positional",
+                   "test_s63_layer_norm", "test_s64_ffn", "test_s7_architecture", "test_ext_attention",
+                   "test_ext_layers", "test_ext_gradients", "test_contract")
+#: the RNN/conv control is itself a control; it judges no implementation
+EXEMPT = {"test_rnn_and_convolution_fail_the_equivariance_check", C.CONTROL_TEST}
+
+
+def _module_tree(source: str) -> ast.Module:
+    return ast.parse(source)
+
+
+def _controlled(tree: ast.Module) -> list[str]:
+    """The test names of a module's ``CONTROLS`` rows (the first element of each row), in order."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "CONTROLS" for t in node.targets):
+            return [row.elts[0].id for row in node.value.elts]
+    return []
+
+
+def _tests_of(tree: ast.Module) -> list[str]:
+    """The module-level test functions (and names bound to ``test_*``) of a module."""
+    names = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            names += [t.id for t in node.targets if isinstance(t, ast.Name)]
+    return [n for n in names if n.startswith("test_")]
+
+
+def _uncontrolled(source: str) -> list[str]:
+    tree = _module_tree(source)
+    covered = set(_controlled(tree))
+    return [n for n in _tests_of(tree) if n not in covered | EXEMPT]
+
+
+def _read(module: str) -> str:
+    return (SUITE / f"{module}.py").read_text(encoding="utf-8")
+
+
+def _n_controls() -> int:
+    """The rows of every suite module's CONTROLS table."""
+    return sum(len(_controlled(_module_tree(p.read_text(encoding="utf-8")))) for p in sorted(SUITE.glob("test_*.py")))
+
+
+def test_every_section_test_has_a_negative_control():
+    """Each property test of the section, extension and contract modules appears in its module's CONTROLS
+    (the RNN/conv control excepted: it is itself a control)."""
+    missing = {m: _uncontrolled(_read(m)) for m in SECTION_MODULES}
+    missing = {m: names for m, names in missing.items() if names}
+    assert not missing, f"property tests without a negative control: {missing}"
+    assert _n_controls() >= len(SECTION_MODULES)
+
+
+def test_a_test_without_a_control_is_found():
+    """The check above fails on a module with a property test that its table leaves out."""
+    planted = _read("test_s63_layer_norm") + "\n\ndef test_planted_without_a_control(impl):\n    pass\n"
+    assert _uncontrolled(planted) == ["test_planted_without_a_control"]
+    assert _uncontrolled(_read("test_s63_layer_norm")) == []
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +101,8 @@ def runs(tmp_path_factory) -> dict[int, tuple[int, str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HYPOTHESIS_"))}
     started = {}
     for seed in SEEDS:
-        cmd = [sys.executable, "-m", "pytest", "--pyargs", "attnclaims.suite.test_negative_controls", "-q",
-               "-p", "no:cacheprovider", "-p", "no:xdist", "-k", "test_property_test_rejects_broken_implementation",
+        cmd = [sys.executable, "-m", "pytest", "--pyargs", "attnclaims.suite", "-q",
+               "-p", "no:cacheprovider", "-p", "no:xdist", "-k", C.CONTROL_TEST,
                "--hypothesis-profile", PROFILE, f"--hypothesis-seed={seed}", "--rootdir", str(folder)]
         started[seed] = subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                          text=True)
@@ -55,26 +124,29 @@ def test_every_control_fails_its_broken_implementation_under_dev_with_this_seed(
     tail = "\n".join(out.splitlines()[-30:])
     assert code == 0, f"--hypothesis-profile {PROFILE} --hypothesis-seed={seed}: exit status {code}\n{tail}"
     passed = re.search(r"(\d+) passed", out)
-    assert passed and int(passed.group(1)) == len(controls.CONTROLS), \
-        f"{len(controls.CONTROLS)} controls, but the run says: {tail}"
+    assert passed and int(passed.group(1)) == _n_controls(), f"{_n_controls()} controls, but the run says: {tail}"
 
 
 def test_controls_run_under_a_fixed_draw_whatever_the_active_profile():
     """The runner's settings come from CONTROL_PROFILE and are derandomized, whichever profile is loaded."""
-    from hypothesis import settings
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @given(x=st.integers())
+    def a_test(impl, x):
+        pass
 
     previous = settings.get_current_profile_name()
     seen = []
     try:
         for profile in ("dev", "ci", "thorough"):
             settings.load_profile(profile)
-            wrapped = controls.without_shrinking(controls.CONTROLS[0][0])
+            wrapped = C.without_shrinking(a_test)
             chosen = wrapped._hypothesis_internal_use_settings
-            with controls.control_profile():
+            with C.control_profile():
                 inside = settings.get_current_profile_name()
             seen.append((chosen.max_examples, chosen.derandomize, inside, settings.get_current_profile_name()))
     finally:
         settings.load_profile(previous)
-    fixed = settings.get_profile(controls.CONTROL_PROFILE)
-    assert seen == [(fixed.max_examples, True, controls.CONTROL_PROFILE, p) for p in ("dev", "ci", "thorough")], seen
-
+    fixed = settings.get_profile(C.CONTROL_PROFILE)
+    assert seen == [(fixed.max_examples, True, C.CONTROL_PROFILE, p) for p in ("dev", "ci", "thorough")], seen
