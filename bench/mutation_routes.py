@@ -4,7 +4,8 @@ Run in the copy's root. The baselines have their own tests; the strategies their
 (tests/checks/test_strategies.py), the tolerances the tolerance part of those and the soundness and
 tightness tests of tests/reference/test_reference_edges.py, and the formula tests of tests/checks/test_tolerances.py; the
 strategies also tests/checks/test_strategies_draws.py (tests for their survivors); every other file of reference/ is covered
-by the reference's tests. The tests added
+by the reference's tests, its backward passes' and its layers' (each component's module holds its forward and its vjp), and
+attnclaims/reference/masks.py also by the baselines' tests (its window_mask is the restricted-attention band). The tests added
 for this run's survivors (tests/reference/test_reference_edges.py) run for every file but attnclaims/checks/strategies.py (which they
 never import).
 
@@ -21,7 +22,8 @@ def exists(*paths: str) -> list[str]:
 
 
 extra = exists("tests/reference/test_reference_edges.py")
-core = exists("tests/reference/test_reference.py") + extra
+core = exists("tests/reference/test_reference.py", "tests/reference/test_reference_backward.py",
+              "tests/reference/test_reference_layers.py") + extra
 # The tolerance meta-tests of tests/checks/test_strategies.py (the rest of that module tests the strategies).
 tolerance_meta = [f"tests/checks/test_strategies.py::{name}" for name in (
     "test_assert_close_message_and_measured_bound", "test_exact_zero_and_differs_checks",
@@ -30,6 +32,7 @@ tolerance_meta = [f"tests/checks/test_strategies.py::{name}" for name in (
 routes = {
     "*": core,
     "attnclaims/reference/baselines.py": exists("tests/reference/test_reference_baselines.py") + extra,
+    "attnclaims/reference/masks.py": core + exists("tests/reference/test_reference_baselines.py"),
     # Not tests/reference/test_reference_edges.py: it never imports attnclaims/checks/strategies.py (checked: after a run of it,
     # no strategies module is loaded), so it cannot fail on a mutant of it and only costs ~0.7 s a mutant.
     "attnclaims/checks/strategies.py": exists("tests/checks/test_strategies.py", "tests/checks/test_strategies_draws.py",
