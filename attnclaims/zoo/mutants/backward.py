@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnclaims.reference import sum_to
-from attnclaims.reference.layers import layer_norm as reference_layer_norm
+from attnclaims.reference.norms import layer_norm as reference_layer_norm
 from attnclaims.reference.params import FeedForwardParams, GatedFeedForwardParams, MultiHeadParams
 from attnclaims.zoo.layer_backward import LayerBackward, ModernLayerBackward
 from attnclaims.zoo.mutants.base import Composed

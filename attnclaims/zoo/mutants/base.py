@@ -20,7 +20,7 @@ from scipy.special import erf
 
 from attnclaims.reference.attention import softmax as reference_softmax
 from attnclaims.reference.impl import Reference
-from attnclaims.reference.layers import layer_norm as reference_layer_norm
+from attnclaims.reference.norms import layer_norm as reference_layer_norm
 from attnclaims.reference.masks import causal_mask, combine_masks
 from attnclaims.reference.multihead import merge_heads, split_heads
 from attnclaims.reference.positional import sinusoidal_encoding
