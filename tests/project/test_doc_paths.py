@@ -1,19 +1,24 @@
-"""Every repository path, anchor and module the README and the docs cite resolves.
+"""Every repository path, anchor, section and module the README and the docs cite resolves.
 
 A reader with a checkout follows a citation to a file: ``README.md``, ``docs/*.md`` and ``bench/README.md``
 are scanned for backticked spans, Markdown links and images (inline, or reference definitions
 ``[name]: path``) and the README's layout listing, and each citation is resolved:
 
 * a path (``attnclaims/checks/tolerances.py``, ``tests/run/test_smoke.py``, ``docs/report.md``; a glob such
-  as ``tests/test_s*.py`` must match a file) is a path in the repository, spelled as the repository spells
-  it: the package-dir remapping installs ``reference/``, ``proofs/``, ``spec/`` and ``tests/`` as
-  ``attnclaims.reference`` … but a checkout has them at the top level, so ``attnclaims/reference/modern.py``
-  is dangling and ``attnclaims/reference/modern.py`` is right. A ``:line`` or ``::test`` suffix is ignored; a Markdown
-  link's target is relative to the document that holds it;
+  as ``attnclaims/suite/test_s*.py`` must match a file) is a path in the repository, spelled as the
+  repository spells it. The repository is the installed tree: ``spec/``, ``reference/``, ``proofs/`` and the
+  claim suite live under ``attnclaims/``, so ``reference/attention.py`` and ``tests/test_s31_attention.py``
+  are dangling (the message names where the file is). A ``:line`` or ``::test`` suffix is ignored; a
+  Markdown link's target is relative to the document that holds it;
 * an anchor (``docs/report.md#the-verdicts``, ``#reading-a-failure``) names a heading of that file, with
   GitHub's slugs (lower case, punctuation dropped, spaces to hyphens, ``-1`` … for repeats);
-* a dotted module path (``attnclaims.checks.tolerances``, ``attnclaims.zoo.mutants:heads_truncated``,
-  ``attnclaims.reference.modern.rms_norm``) imports, and the attribute it names exists.
+* a section cited by its title (``docs/design.md, "Numerics"``, ``adapters.md ("Backward passes")``, a
+  document's own ``see "Verdicts"``, ``"How we write" rule 5``) is the start of a heading of that file
+  (a numbered rule, an item of that section's numbered list); section citations are also read in the
+  package's, the tests' and the benchmarks' Python sources and in ``.ci/run``, where docstrings and
+  comments cite the design;
+* a dotted module path (``attnclaims.checks.bounds``, ``attnclaims.zoo.mutants:heads_truncated``,
+  ``attnclaims.reference.norms.rms_norm``) imports, and the attribute it names exists.
 
 ``test_a_dangling_citation_is_found`` plants one citation of each kind that does not resolve and asserts
 each is reported: the scan is able to fail.
@@ -81,18 +86,26 @@ def _resolve_path(target: str, base: Path, doc: Path, text: str) -> str | None:
     else:
         file = (base / path).resolve()
         if not file.exists():
-            hint, rest = "", path.split("/", 1)[-1]
-            if path.startswith("attnclaims/attnclaims/") and (ROOT / rest).exists():
-                hint = f" (the repository has it at {rest})"
-            elif path.startswith("attnclaims/") and (ROOT / rest).exists():
-                hint = f" (the repository has it at {rest}: the package-dir remapping)"
-            return f"{target}: no such file or folder{hint}"
+            return f"{target}: no such file or folder{_hint(path)}"
     if anchor:
         if file.suffix != ".md" or not file.is_file():
             return f"{target}: an anchor into a file that is not Markdown"
         if anchor.lower() not in anchors(file.read_text(encoding="utf-8")):
             return f"{target}: {file.relative_to(ROOT)} has no heading with the anchor #{anchor}"
     return None
+
+
+def _hint(path: str) -> str:
+    """Where the repository has a file cited by its former spelling (before the package held spec/,
+    reference/, proofs/ and the claim suite), or by the installed spelling doubled."""
+    rest = path.split("/", 1)[-1]
+    if path.startswith("attnclaims/attnclaims/") and (ROOT / rest).exists():
+        return f" (the repository has it at {rest})"
+    if path.startswith(("spec/", "reference/", "proofs/")) and (ROOT / "attnclaims" / path).exists():
+        return f" (the repository has it at attnclaims/{path})"
+    if path.startswith("tests/test_") and any((ROOT / "attnclaims" / "suite").glob(rest)):
+        return f" (the claim suite is attnclaims/suite/{rest})"
+    return ""
 
 
 def _resolve_module(name: str) -> str | None:
@@ -132,7 +145,74 @@ def dangling(text: str, doc: Path) -> list[str]:
             continue
         if why:
             problems.append(f"`{why}`")
-    return problems + _layout(text, doc)
+    return problems + _layout(text, doc) + dangling_sections(text, doc)
+
+
+#: a section cited by its title after the file that holds it: ``design.md, "Numerics"``, ``adapters.md
+#: ("Backward passes")``, ``design.md "Data flow" and "How we write" rule 5`` (titles start with a capital)
+_SECTION = re.compile(r'(?P<file>[A-Za-z0-9_./-]*[A-Za-z0-9_-]\.md)\)?(?:,\s*|\s+)\(?(?P<titles>"[A-Z0-9][^"\\]{0,120}"'
+                      r'(?:\s+rule\s+\d+)?(?:\s*(?:,|and)\s*"[A-Z0-9][^"\\]{0,120}"(?:\s+rule\s+\d+)?)*)')
+#: a document's citation of its own section: ``see "Verdicts"``
+_SEE = re.compile(r'\b[Ss]ee (?P<titles>"[A-Z0-9][^"\\]{0,120}"(?:\s+rule\s+\d+)?)')
+_TITLE = re.compile(r'"(?P<title>[^"]+)"(?:\s+rule\s+(?P<rule>\d+))?')
+
+
+def _plain(text: str) -> str:
+    """A heading or a cited title as compared: Markdown dropped, spaces collapsed, case folded, no trailing
+    punctuation."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text.replace("`", ""))
+    return re.sub(r"\s+", " ", text).strip(" .,:;").casefold()
+
+
+def sections(text: str) -> list[tuple[str, list[str]]]:
+    """The headings of a Markdown text (outside fenced code), each with the numbers of its own numbered
+    list items (``1. …`` up to the next heading)."""
+    out: list[tuple[str, list[str]]] = []
+    for line in _FENCE.sub("", text).splitlines():
+        m = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m:
+            out.append((_plain(m.group(1)), []))
+        elif out and (item := re.match(r"^\s{0,3}(\d+)\.\s", line)):
+            out[-1][1].append(item.group(1))
+    return out
+
+
+def _cited_file(name: str, doc: Path) -> Path | None:
+    """The Markdown file a section citation names: a path from the root or from the citing document's
+    folder, or a bare name in docs/ or at the root."""
+    for base in (ROOT, doc.parent, ROOT / "docs"):
+        if (base / name).is_file():
+            return base / name
+    return None
+
+
+def dangling_sections(text: str, doc: Path) -> list[str]:
+    """The section citations of ``text`` (held by ``doc``: Markdown, or a Python source or script whose
+    comments continue on ``#`` lines) that name no heading of the file they cite, one line each."""
+    if doc.suffix == ".md":
+        flat = re.sub(r"\s*\n\s*", " ", _FENCE.sub("", text))
+    else:
+        flat = re.sub(r"[ \t]*\n[ \t]*(?:#[ \t]*)?", " ", text)
+    cites = [(m.group("file"), m.group("titles")) for m in _SECTION.finditer(flat)]
+    if doc.suffix == ".md":
+        cites += [(None, m.group("titles")) for m in _SEE.finditer(flat)]
+    problems = []
+    for name, titles in cites:
+        target = doc if name is None else _cited_file(name, doc)
+        if target is None:
+            problems.append(f'section {name}, {titles}: no such file')
+            continue
+        heads = sections(text if name is None else target.read_text(encoding="utf-8"))
+        for t in _TITLE.finditer(titles):
+            title, rule = _plain(t.group("title")), t.group("rule")
+            where = name or doc.name
+            found = [items for head, items in heads if head == title or head.startswith(title + " ")
+                     or head.startswith(title + ":")]
+            if not found:
+                problems.append(f'section {where}, "{t.group("title")}": no heading starts so')
+            elif rule and not any(rule in items for items in found):
+                problems.append(f'section {where}, "{t.group("title")}" rule {rule}: the section has no item {rule}')
+    return problems
 
 
 def _layout(text: str, doc: Path) -> list[str]:
@@ -161,30 +241,61 @@ def test_every_citation_resolves(doc):
     assert not problems, f"{doc.relative_to(ROOT)}:\n  " + "\n  ".join(problems)
 
 
+def sources() -> list[Path]:
+    """Where docstrings and comments cite sections of the docs: the package's, the tests' and the benchmarks'
+    Python files and CI's script (not this module, which plants dangling citations in strings)."""
+    return sorted(p for p in [*(ROOT / "attnclaims").rglob("*.py"), *(ROOT / "tests").rglob("*.py"),
+                              *(ROOT / "bench").rglob("*.py"), ROOT / ".ci" / "run"]
+                  if p.is_file() and p != Path(__file__).resolve())
+
+
+def test_every_section_cited_in_the_sources_exists():
+    problems = [f"{p.relative_to(ROOT)}: {why}" for p in sources()
+                for why in dangling_sections(p.read_text(encoding="utf-8"), p)]
+    assert not problems, "\n".join(problems)
+
+
 def test_a_dangling_citation_is_found():
     """One citation of each kind that does not resolve, planted in a fake doc under docs/: each is reported,
     and the correct spellings beside them are not."""
     doc = ROOT / "docs" / "planted.md"
     text = "\n".join([
         "# A heading",
-        "See `attnclaims/attnclaims/checks/tolerances.py`, `attnclaims/reference/modern.py` and `tests/implementations/`.",
+        "## 1. A numbered section",
+        "See `attnclaims/attnclaims/registry.py`, `spec/claims.toml` and `tests/implementations/`.",
         "Also `docs/report.md#no-such-heading`, [this](report.md#no-such-heading-either), [that](nowhere.md),",
-        "`attnclaims.checks.no_such_module`, `attnclaims.zoo.mutants:no_such_mutant`, `tests/test_nothing_*.py`.",
-        "Right: `attnclaims/checks/tolerances.py`, `attnclaims/reference/modern.py`, `tests/`, [self](#a-heading),",
-        "[report](report.md), `attnclaims.checks.tolerances`, `attnclaims.zoo.mutants:heads_truncated`,",
-        "`tests/test_s*.py`, `attnclaims/guard.py:120`, `https://example.org/x.py`, [gone](#no-heading).",
+        "`attnclaims.no_such_module`, `attnclaims.vocab:no_such_word`, `tests/test_nothing_*.py`.",
+        "Right: `attnclaims/registry.py`, `attnclaims/spec/claims.toml`, `tests/`, [self](#a-heading),",
+        "[report](report.md), `attnclaims.registry`, `attnclaims.vocab:VERDICT_WORDS`, `attnclaims.guard.CheckFailure`,",
+        "`attnclaims/suite/test_*.py`, `attnclaims/guard.py:120`, `https://example.org/x.py`, [gone](#no-heading).",
         "[defined]: ../bench/no_such_bench.py", "[fine]: ../bench/README.md", "![figure](img/no_such.png)",
+        'Sections: docs/design.md, "No such section"; (see "Nowhere"), design.md "How we write" rule 99,',
+        'nowhere.md, "Numerics"; right: docs/design.md, "Numerics", adapters.md ("Backward passes"), see "A',
+        'heading", design.md "Data flow" and "How we write" rule 5, see "1. A numbered".',
         "```", "spec/        the registry", "tests/       property tests;", "             implementations/: the zoo",
-        "attnclaims/  the harness;", "             zoo/: the zoo", "```",
+        "attnclaims/  the harness;", "             report/: the report", "```",
     ])
     problems = dangling(text, doc)
-    for planted in ("attnclaims/attnclaims/checks/tolerances.py", "attnclaims/reference/modern.py: no such file or "
-                    "folder (the repository has it at attnclaims/reference/modern.py", "`tests/implementations/",
-                    "docs/report.md#no-such-heading:", "report.md#no-such-heading-either", "nowhere.md",
-                    "attnclaims.checks.no_such_module", "no attribute 'no_such_mutant'", "tests/test_nothing_*.py",
-                    "#no-heading", "layout tests/implementations/", "../bench/no_such_bench.py", "img/no_such.png"):
+    for planted in ("attnclaims/attnclaims/registry.py: no such file or folder (the repository has it at "
+                    "attnclaims/registry.py)", "spec/claims.toml: no such file or folder (the repository has it at "
+                    "attnclaims/spec/claims.toml)", "`tests/implementations/", "docs/report.md#no-such-heading:",
+                    "report.md#no-such-heading-either", "nowhere.md: no such", "attnclaims.no_such_module",
+                    "no attribute 'no_such_word'", "tests/test_nothing_*.py", "#no-heading",
+                    "layout tests/implementations/", "layout spec/: no such file or folder (the repository has it at "
+                    "attnclaims/spec/)", "../bench/no_such_bench.py", "img/no_such.png",
+                    'design.md, "No such section": no heading', 'planted.md, "Nowhere": no heading',
+                    '"How we write" rule 99: the section has no item 99', 'nowhere.md, "Numerics": no such file'):
         assert sum(planted in p for p in problems) == 1, (planted, problems)
-    assert len(problems) == 13, problems
+    assert len(problems) == 18, problems
+    # a suite module cited by its former path is named where it is now
+    assert _hint("tests/test_s31_attention.py") == " (the claim suite is attnclaims/suite/test_s31_attention.py)"
+    # the sources: a docstring and comments citing sections, continued over lines
+    code = ('"""A module (docs/design.md, "Data flow") ... (docs/design.md, "Consistency is\n'
+            'checked by tests").\n\n"""\n# see docs/adapters.md ("Backward\n#   passes") and docs/design.md\n'
+            '# "Verdicts are magic"\nFILES = {"md": "report.md", "html": "index.html"}\n')
+    assert dangling_sections(code, ROOT / "attnclaims" / "planted.py") == [
+        'section docs/design.md, "Consistency is checked by tests": no heading starts so',
+        'section docs/design.md, "Verdicts are magic": no heading starts so']
 
 
 def test_github_slugs():
