@@ -61,7 +61,7 @@ CORRECT: dict[str, str] = {
 MUTANT_TIMEOUT_S = 900.0
 #: What the fork servers import once (libraries and harness modules every target's session needs).
 PRELOAD = ("scipy.special", "scipy.linalg", "hypothesis.extra.numpy", "attnclaims.registry", "attnclaims.guard",
-           "attnclaims.reference", "attnclaims.checks.strategies", "attnclaims.checks.tolerances", ZOO_MODULE)
+           "attnclaims.reference", "attnclaims.checks.strategies", "attnclaims.checks.bounds", ZOO_MODULE)
 
 
 class MutantsError(ValueError):

@@ -58,7 +58,7 @@ def _mask(batch=()) -> np.ndarray:
 
 
 def _softmax(g, dt):
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as T
     from attnclaims.reference import softmax
 
     (x,) = _inputs(dt, 1, (2, 3, _N_K))
@@ -69,7 +69,7 @@ def _softmax(g, dt):
 
 
 def _attention(g, dt):
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as T
     from attnclaims.reference import attention
 
     q, k, v = _inputs(dt, 2, (2, _N_Q, 4), (2, _N_K, 4), (2, _N_K, 3))  # d_v != d_k, a batch axis
@@ -81,7 +81,7 @@ def _attention(g, dt):
 
 
 def _mha(g, dt):
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as T
     from attnclaims.reference import multi_head_attention
     from attnclaims.reference.params import init_multi_head
 
@@ -97,7 +97,7 @@ def _mha(g, dt):
                        T.conformance(T.multi_head_error, x_q, x_kv, p, mask, dtype=dt),
                        f"multi_head_attention(x_q{x_q.shape}, x_kv{x_kv.shape}, heads={_HEADS})")
     if declared_variants(g.impl)["grouped_query"]:  # num_kv_heads < num_heads (attnclaims/suite/test_ext_attention.py's bound)
-        from attnclaims.checks import modern_tolerances as MT
+        from attnclaims.checks import bounds as MT
 
         gp = init_multi_head(25, _D_MODEL, 4, num_kv_heads=2, dtype=dt)
         x_kv, mask = calls[-1][1:]
@@ -109,7 +109,7 @@ def _mha(g, dt):
 
 
 def _positional(g, dt):
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as T
     from attnclaims.reference.positional import sinusoidal_encoding
 
     u = T.unit_roundoff(dt)
@@ -121,7 +121,7 @@ def _positional(g, dt):
 
 
 def _layer_norm(g, dt):
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as T
     from attnclaims.reference import layer_norm
     from attnclaims.reference.params import init_layer_norm
 
@@ -133,7 +133,7 @@ def _layer_norm(g, dt):
 
 
 def _ffn(g, dt):
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as T
     from attnclaims.reference import feed_forward
     from attnclaims.reference.params import init_feed_forward
 
@@ -149,7 +149,7 @@ def _placements(g):
 
 
 def _encoder(g, dt):
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as T
     from attnclaims.reference import encoder_layer
     from attnclaims.reference.params import init_encoder_layer
 
@@ -162,7 +162,7 @@ def _encoder(g, dt):
 
 
 def _decoder(g, dt):
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as T
     from attnclaims.reference import decoder_layer
     from attnclaims.reference.params import init_decoder_layer
 
@@ -182,8 +182,8 @@ def _variants(g) -> dict:
 
 
 def _rms(g, dt):
-    from attnclaims.checks import modern_tolerances as MT
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as MT
+    from attnclaims.checks import bounds as T
     from attnclaims.reference.norms import rms_norm
     from attnclaims.reference.params import init_rms_norm
 
@@ -207,8 +207,8 @@ def _gated_activations(g) -> list[str]:
 
 
 def _gated(g, dt):
-    from attnclaims.checks import modern_tolerances as MT
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as MT
+    from attnclaims.checks import bounds as T
     from attnclaims.reference.ffn import gated_feed_forward
     from attnclaims.reference.params import init_gated_feed_forward
 
@@ -225,8 +225,8 @@ _POSITIONS = np.arange(5, 5 + _N_Q)
 
 
 def _rotary(g, dt):
-    from attnclaims.checks import modern_tolerances as MT
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as MT
+    from attnclaims.checks import bounds as T
     from attnclaims.reference.positional import rotary_embedding
 
     (x,) = _inputs(dt, 21, (2, _N_Q, _D_MODEL))
@@ -245,8 +245,8 @@ def _causal_calls(g):
 
 
 def _causal(g, dt):
-    from attnclaims.checks import modern_tolerances as MT
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as MT
+    from attnclaims.checks import bounds as T
     from attnclaims.reference.attention import causal_attention
 
     q, k, v = _inputs(dt, 22, (2, _N_Q, 4), (2, _N_K, 4), (2, _N_K, 3))
@@ -275,8 +275,8 @@ def _block_params(g, dt):
 
 
 def _block(g, dt):
-    from attnclaims.checks import modern_tolerances as MT
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as MT
+    from attnclaims.checks import bounds as T
     from attnclaims.reference.layers import decoder_block
 
     (x,) = _inputs(dt, 24, (2, _N_K, _D_MODEL))
@@ -287,8 +287,8 @@ def _block(g, dt):
 
 
 def _step(g, dt):
-    from attnclaims.checks import modern_tolerances as MT
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as MT
+    from attnclaims.checks import bounds as T
     from attnclaims.reference.layers import cached_decode, decoder_block, decoder_block_step
 
     (x,) = _inputs(dt, 24, (2, _N_K, _D_MODEL))
@@ -312,8 +312,8 @@ def _step(g, dt):
 
 
 def _decode(g, dt):
-    from attnclaims.checks import modern_tolerances as MT
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as MT
+    from attnclaims.checks import bounds as T
     from attnclaims.reference.layers import decoder_block
 
     (x,) = _inputs(dt, 24, (2, _N_K, _D_MODEL))
@@ -336,7 +336,7 @@ def _d(dt, seed, shape):
 def _derived(error, *args, dtype, index=None):
     """The claim suite's bound for a vjp with a derived error model (``attnclaims/suite/test_gradients.py``'s ``_bound``):
     the implementation's rounding in its dtype plus the reference's."""
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as T
 
     u = T.unit_roundoff(dtype)
 
@@ -349,15 +349,15 @@ def _derived(error, *args, dtype, index=None):
 
 def _each(cap, got, want, bounds):
     """Compare every gradient (the leaves of the vjp's output) with the reference's."""
-    from attnclaims.checks import backward_precision as BP
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as BP
+    from attnclaims.checks import bounds as T
 
     for (name, a), (_, b) in zip(BP.leaves(got), BP.leaves(want)):
         T.assert_close(a, b, bounds(name), f"{cap}: gradient {name} vs reference", names=("impl", "ref"))
 
 
 def _softmax_vjp(g, dt):
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as T
     import attnclaims.reference as RB
 
     (x,) = _inputs(dt, 31, (2, 3, _N_K))
@@ -368,7 +368,7 @@ def _softmax_vjp(g, dt):
 
 
 def _attention_vjp(g, dt):
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as T
     import attnclaims.reference as RB
 
     q, k, v = _inputs(dt, 33, (2, _N_Q, 4), (2, _N_K, 4), (2, _N_K, 3))
@@ -380,7 +380,7 @@ def _attention_vjp(g, dt):
 
 
 def _layer_norm_vjp(g, dt):
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as T
     import attnclaims.reference as RB
     from attnclaims.reference.params import init_layer_norm
 
@@ -393,7 +393,7 @@ def _layer_norm_vjp(g, dt):
 
 
 def _ffn_vjp(g, dt):
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as T
     import attnclaims.reference as RB
     from attnclaims.reference.params import init_feed_forward
 
@@ -413,8 +413,8 @@ def _ffn_vjp(g, dt):
 
 
 def _measured(key, g_out, want, args, dt, what):
-    from attnclaims.checks import backward_precision as BP
-    from attnclaims.checks import modern_backward_precision as MBP
+    from attnclaims.checks import bounds as BP
+    from attnclaims.checks import bounds as MBP
 
     bounds = (BP if key in ("multi_head_attention_vjp", "encoder_layer_vjp", "decoder_layer_vjp") else MBP
               ).measured_bounds(key, want, args, dt)
@@ -422,7 +422,7 @@ def _measured(key, g_out, want, args, dt, what):
 
 
 def _mha_vjp(g, dt):
-    from attnclaims.checks import modern_backward_precision as MBP
+    from attnclaims.checks import bounds as MBP
     import attnclaims.reference as RB
     from attnclaims.reference.params import init_multi_head
 
@@ -493,8 +493,8 @@ def _gated_vjp(g, dt):
 
 
 def _rotary_vjp(g, dt):
-    from attnclaims.checks import modern_tolerances as MT
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as MT
+    from attnclaims.checks import bounds as T
     import attnclaims.reference as RMB
 
     (x,) = _inputs(dt, 57, (2, _N_Q, _D_MODEL))
@@ -509,7 +509,7 @@ def _rotary_vjp(g, dt):
 
 
 def _causal_vjp(g, dt):
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as T
     import attnclaims.reference as RMB
     from attnclaims.reference import sliding_window_mask
 

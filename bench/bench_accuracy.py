@@ -403,7 +403,7 @@ def _np_dtype(name: str):
 def threshold_cases(seed: int = 0) -> dict[str, Callable]:
     """Per case, a function of the dtype returning (reference output's arguments as a callable's result,
     the error function, its arguments, keyword arguments), inputs and parameters rounded to the dtype."""
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as T
     from attnclaims.reference import feed_forward, multi_head_attention
     from attnclaims.reference.params import init_feed_forward, init_multi_head
 
@@ -435,7 +435,7 @@ def threshold_cases(seed: int = 0) -> dict[str, Callable]:
 
 
 def _rejects(out, ref, bound) -> bool:
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as T
     from attnclaims.guard import CheckFailure
 
     try:
@@ -460,7 +460,7 @@ def detection_thresholds(seed: int = 0) -> list[dict]:
     """Per case and dtype: the threshold with the suite's bound (``conformance``, which for float16 and
     bfloat16 is the float32-accumulation model's where the capability has one) and, for the 16-bit
     dtypes, with the general bound evaluated at u₁₆ (``before``)."""
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as T
 
     rows = []
     for name, make in threshold_cases(seed).items():

@@ -4,8 +4,8 @@ FlashAttention's rule, the false alarms on correct implementations, and the time
 For seeded attention cases (shapes, masks, scales as the strategies draw them) and encoder layers:
 
 * **suite**: the conformance check of attnclaims/suite/test_gradients.py — |impl − ref| ≤ bound elementwise, the derived
-  bound :func:`attnclaims.checks.tolerances.attention_vjp_error` for dq, dk, dv, the per-case measured one
-  (:mod:`attnclaims.checks.backward_precision`) for the encoder layer. A perturbation of relative size ε of
+  bound :func:`attnclaims.checks.bounds.attention_vjp_error` for dq, dk, dv, the per-case measured one
+  (:mod:`attnclaims.checks.bounds`) for the encoder layer. A perturbation of relative size ε of
   every entry, g(1 + ε s) with random signs s, is detected when ε > tol / max_i(|g_i| / scale_i): that ε is
   the case's detection threshold.
 * **gradcheck**: ``torch.autograd.gradcheck`` defaults (eps 1e-6, atol 1e-5, rtol 1e-3) accept an analytic
@@ -38,9 +38,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from _common import jsonable, machine  # noqa: E402  (the bench directory is not a package)
 
-from attnclaims.checks import backward_precision as BP  # noqa: E402
-from attnclaims.checks import tolerances as T  # noqa: E402
-from attnclaims.checks.same_precision import golden_dtype  # noqa: E402
+from attnclaims.checks import bounds as BP  # noqa: E402
+from attnclaims.checks import bounds as T  # noqa: E402
+from attnclaims.checks.bounds import golden_dtype  # noqa: E402
 import attnclaims.reference as RB  # noqa: E402
 from attnclaims.reference.attention import _attention_backward, _row_softmax  # noqa: E402
 from attnclaims.reference import init_encoder_layer  # noqa: E402

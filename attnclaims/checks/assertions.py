@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnclaims.checks import strategies as S
-from attnclaims.checks import tolerances as T
+from attnclaims.checks import bounds as T
 
 __all__ = ["read_weights", "output_gradient", "vjp_bound"]
 

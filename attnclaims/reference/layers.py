@@ -346,7 +346,7 @@ class _Sub:
 
 def _propagate_errors(subs, x, u):
     """First-order error bounds of the forward values a layer's backward consumes, for a |·|-evaluation with
-    forward values widened by their error (attnclaims.checks.backward_precision), for any correct evaluation of
+    forward values widened by their error (attnclaims.checks.bounds), for any correct evaluation of
     the layer: sub-layer by sub-layer from the layer's exact input (error 0), each sub-layer's input error
     carried through its layer norm (:func:`_ln_output_error`, which amplifies an error by r = 1/σ) and through
     its F (the closure's ``forward_error``: every product's rounding and the input error through |W|, as
@@ -534,7 +534,7 @@ def decoder_layer_vjp(y, memory, params: DecoderLayerParams, d_out, self_mask=No
 
 def _widened_block_attention(x, e_x, w: dict, s: dict, h: int, kv: int, r: int, c, rotated: bool, u: float):
     """|x|, |q|, |k|, |v|, |A|, |merged| plus first-order bounds of their error, for a |·|-evaluation of the
-    block's attention (:class:`attnclaims.checks.backward_precision.Magnitude`), whatever correct algorithm
+    block's attention (:class:`attnclaims.checks.bounds.Magnitude`), whatever correct algorithm
     computed them: the input's error e_x (:func:`.norms._norm_output_error` inside a block); each projection's u(d + 1)(|x||W| + |b|) plus e_x|W|, a rotation's 4u relative;
     the scores' e_s = c(e_q|k|ᵀ + |q|e_kᵀ) + u d_k c|q||k|ᵀ; each weight's A(u η(t) + e_s + ⟨A, e_s⟩) with
     η = :func:`.attention._weight_relative_error` of its shifted score t (every softmax style:

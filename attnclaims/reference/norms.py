@@ -137,7 +137,7 @@ def _layer_norm_backward(x, gamma, eps, d, ex=None):
     ``ex``: in a |·|-evaluation, the first-order error bound of the input x (:func:`.layers._propagate_errors`)."""
     xhat, r = _normalized(x, eps)
     u_fwd = getattr(type(d), "forward_u", 0.0)
-    if u_fwd:  # a |·|-evaluation (attnclaims.checks.backward_precision.Magnitude): x̂ and r widened by their error
+    if u_fwd:  # a |·|-evaluation (attnclaims.checks.bounds.Magnitude): x̂ and r widened by their error
         # (_ln_forward_error: the mean's rounding r·(2(n + 1) + 4 ln n + 4)·u·max|x| and the input's error), so
         # that a constant row, x̂ = 0 here, still allows the x̂ ~ u·r·|x| another implementation computes
         e_xhat, rho = _ln_forward_error(x, xhat, r, ex, u_fwd)

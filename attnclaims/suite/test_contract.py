@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from attnclaims.checks import contract as K
 from attnclaims.checks import strategies as S
-from attnclaims.checks import tolerances as T
+from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
 from attnclaims.zoo import broken as B
 

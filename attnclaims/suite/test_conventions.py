@@ -22,7 +22,7 @@ from attnclaims.guard import CheckFailure, NotApplicable
 from attnclaims.reference import attention as ref_attention
 from attnclaims.reference import init_multi_head, multi_head_attention as ref_mha
 from attnclaims.checks import strategies as S
-from attnclaims.checks import tolerances as T
+from attnclaims.checks import bounds as T
 
 
 

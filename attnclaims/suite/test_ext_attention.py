@@ -26,9 +26,9 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from attnclaims.checks import strategies as M
-from attnclaims.checks import modern_tolerances as MT
+from attnclaims.checks import bounds as MT
 from attnclaims.checks import strategies as S
-from attnclaims.checks import tolerances as T
+from attnclaims.checks import bounds as T
 from attnclaims.checks.strategies import follow_implementation, needs_variant  # noqa: F401  (autouse: strategies follow impl)
 from attnclaims.checks.strategies.multihead import gqa_cases
 from attnclaims.checks.strategies.positional import rope_cases

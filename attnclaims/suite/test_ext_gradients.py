@@ -10,8 +10,8 @@ The vjps (attnclaims/protocol.py, docs/adapters.md "Backward passes") ``rms_norm
 ``multi_head_attention_vjp`` with grouped-query params are checked for
 
 * conformance with the reference's exact backward (:mod:`attnclaims.reference`): the
-  per-case measured bound of :mod:`attnclaims.checks.modern_backward_precision` (FlashAttention's rule, the
-  evaluations registered in :mod:`attnclaims.checks.backward_precision`) for RMSNorm, the gated FFN, GQA and
+  per-case measured bound of :mod:`attnclaims.checks.bounds` (FlashAttention's rule, the
+  evaluations registered in :mod:`attnclaims.checks.bounds`) for RMSNorm, the gated FFN, GQA and
   the block; derived bounds for RoPE (a rotation's rounding) and causal attention (attention's);
 * decoder-masking: no gradient at all reaches a key, value or position that no query carrying gradient may
   see (every causal alignment, sliding windows, whole blocks);
@@ -33,12 +33,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attnclaims.checks import backward_precision as BP
-from attnclaims.checks import modern_backward_precision as MBP
+from attnclaims.checks import bounds as BP
+from attnclaims.checks import bounds as MBP
 from attnclaims.checks import strategies as M
-from attnclaims.checks import modern_tolerances as MT
+from attnclaims.checks import bounds as MT
 from attnclaims.checks import strategies as S
-from attnclaims.checks import tolerances as T
+from attnclaims.checks import bounds as T
 from attnclaims.checks.strategies import follow_implementation, needs_variant  # noqa: F401  (autouse: strategies follow impl)
 from attnclaims.reference import expand_kv, sliding_window_mask
 import attnclaims.reference as RB
@@ -113,7 +113,7 @@ def test_gated_feed_forward_vjp_matches_reference(impl, data, seed):
 @given(data=rope_cases(), seed=S.seeds())
 def test_rotary_embedding_vjp_matches_reference(impl, data, seed):
     """dx = R_mᵀ d = R_{−m} d for the declared pair layout. R_{−m} d is a rotation of d by −m·ω_i, with the
-    rounding of any rotation: bound :func:`~attnclaims.checks.modern_tolerances.rotary_error` of (d, −m)."""
+    rounding of any rotation: bound :func:`~attnclaims.checks.bounds.rotary_error` of (d, −m)."""
     x, pos, base, layout = data
     x = S.cast(x, impl.dtype)
     d = _d(seed, x.shape, impl.dtype)
@@ -140,7 +140,7 @@ def _causal_vjp_check(impl, case, seed):
 @given(case=M.causal_cases(window=False), seed=S.seeds())
 def test_causal_attention_vjp_matches_reference(impl, case, seed):
     """(dq, dk, dv) of causal attention for each declared alignment (n_q ≠ n_k drawn): attention's backward
-    under the aligned causal mask; bounds :func:`~attnclaims.checks.tolerances.attention_vjp_error`."""
+    under the aligned causal mask; bounds :func:`~attnclaims.checks.bounds.attention_vjp_error`."""
     _causal_vjp_check(impl, case, seed)
 
 
@@ -256,7 +256,7 @@ def test_decoder_block_gradient_does_not_reach_future_positions(impl, case, seed
 def test_rms_norm_gradient_is_orthogonal_to_the_row_up_to_eps(impl, data, seed):
     """RMSNorm(cx; c²ε) = RMSNorm(x; ε) (scale invariance), so the gradient has no component along x but for ε:
     with r = (ms + ε)^(−1/2), dx = r(g − x̂ mean(g x̂)) gives ⟨dx, x⟩ = r⟨g, x⟩(1 − r² ms) = ε r³ ⟨g, x⟩ per row
-    (g = d ⊙ γ). Bound: Σ_i |x_i| τ_i with τ the conformance bound of dx (:mod:`attnclaims.checks.modern_backward_precision`,
+    (g = d ⊙ γ). Bound: Σ_i |x_i| τ_i with τ the conformance bound of dx (:mod:`attnclaims.checks.bounds`,
     which for float64 is ≥ 64 u|ḡ|, above the reference's own rounding), plus the test's float64 sums:
     n u₆₄ Σ|dx_i x_i| and (2n + 12) u₆₄ ε r³ Σ|g_i x_i| (the mean of squares, root, cube and product)."""
     x, gamma, eps = data

@@ -25,9 +25,9 @@ from hypothesis import assume, given, note
 from hypothesis import strategies as st
 
 from attnclaims.checks import strategies as M
-from attnclaims.checks import modern_tolerances as MT
+from attnclaims.checks import bounds as MT
 from attnclaims.checks import strategies as S
-from attnclaims.checks import tolerances as T
+from attnclaims.checks import bounds as T
 from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
 from attnclaims.checks.strategies.ffn import gated_cases
 from attnclaims.checks.strategies.norms import rms_cases

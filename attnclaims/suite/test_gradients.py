@@ -13,9 +13,9 @@ decoder-masking (future keys, values and positions get exactly zero gradient), p
 (the unmasked encoder's gradients permute with the tokens), residual-gradient (the implementation's own
 Pre-LN and Post-LN stacks pass the measurement's multi-seed drift test), parallel-training (one backward
 over the whole sequence equals the sum of the per-position backwards), and conformance of every vjp with
-the reference (:mod:`attnclaims.reference`): derived bounds (:mod:`attnclaims.checks.tolerances`,
+the reference (:mod:`attnclaims.reference`): derived bounds (:mod:`attnclaims.checks.bounds`,
 "Backward passes") for softmax, attention, layer norm and FFN, the per-case measured bound of
-:mod:`attnclaims.checks.backward_precision` (FlashAttention's rule) for multi-head attention and layers.
+:mod:`attnclaims.checks.bounds` (FlashAttention's rule) for multi-head attention and layers.
 """
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ import pytest
 from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
-from attnclaims.checks import backward_precision as BP
+from attnclaims.checks import bounds as BP
 from attnclaims.checks import strategies as S
-from attnclaims.checks import tolerances as T
+from attnclaims.checks import bounds as T
 from attnclaims.guard import GuardedImplementation
 from attnclaims.protocol import supports
 from attnclaims.reference import attention_weights as ref_weights
@@ -63,7 +63,7 @@ def _out_shape(c):
 @given(data=S.softmax_inputs(), seed=S.seeds())
 def test_softmax_vjp_is_the_jacobian_transpose_product(impl, data, seed):
     """softmax_vjp(x, d) = Jᵀd = p ⊙ (d − ⟨p, d⟩), J = diag(p) − ppᵀ (attnclaims/proofs/softmax_saturation.py), along any
-    axis; bound :func:`~attnclaims.checks.tolerances.softmax_vjp_error` for both computations."""
+    axis; bound :func:`~attnclaims.checks.bounds.softmax_vjp_error` for both computations."""
     x, axis = data
     x = S.cast(x, impl.dtype)
     d = _d(seed, x.shape, impl.dtype)
@@ -105,7 +105,7 @@ def test_softmax_gradient_vanishes_with_the_score_gap(impl, n, seed, rest):
 def test_attention_vjp_matches_reference(impl, case, seed):
     """(dq, dk, dv) of attention (default scale 1/√d_k or an explicit one, masks in every broadcast form,
     batch axes broadcast) equal the reference's: dV = Aᵀ dO, dS = A ⊙ (dA − ⟨A, dA⟩), dQ = c dS K,
-    dK = c dSᵀ Q; bounds :func:`~attnclaims.checks.tolerances.attention_vjp_error`."""
+    dK = c dSᵀ Q; bounds :func:`~attnclaims.checks.bounds.attention_vjp_error`."""
     c = _attention_case(case).cast(impl.dtype)
     d = _d(seed, _out_shape(c), impl.dtype)
     got = impl.attention_vjp(c.q, c.k, c.v, d, mask=c.mask, scale=c.scale)
@@ -142,7 +142,7 @@ def test_softmax_gradient_sums_to_zero(impl, data, seed):
 def test_key_gradients_sum_to_zero(impl, case, seed):
     """Each row of the score gradient dS sums to 0 (Jᵀ1 = 0), so Σ_j dk_j = c Σ_i q_i Σ_j dS_ij = 0: moving
     every key by the same vector does not change the weights. Bound: the dk bounds summed over the keys
-    (:func:`~attnclaims.checks.tolerances.attention_vjp_error`) and the test's float64 sum."""
+    (:func:`~attnclaims.checks.bounds.attention_vjp_error`) and the test's float64 sum."""
     c = _attention_case(case).cast(impl.dtype)
     d = _d(seed, _out_shape(c), impl.dtype)
     _, dk, _ = impl.attention_vjp(c.q, c.k, c.v, d, mask=c.mask, scale=c.scale)
@@ -165,7 +165,7 @@ def test_key_gradients_sum_to_zero(impl, case, seed):
 def test_value_gradient_is_the_transposed_weights_times_d_out(impl, case, seed):
     """O = A V is linear in V, so dV = Aᵀ dO with the implementation's own weights A (read from its forward
     pass), and dV does not depend on V. Checked against Aᵀ dO (bound: the weights' rounding through the
-    product, :func:`~attnclaims.checks.tolerances.attention_weights_error`, plus dv's) and against dV for a
+    product, :func:`~attnclaims.checks.bounds.attention_weights_error`, plus dv's) and against dV for a
     different V (twice dv's bound). Square cases (n_q = n_k, self-attention) are drawn on purpose: there A
     and Aᵀ have the same shape."""
     c = _attention_case(case)
@@ -243,7 +243,7 @@ def _encoder_vjp_bounds(impl, x, p, d, mask):
 def test_encoder_gradients_are_permutation_equivariant(impl, data, seed, pick):
     """Without positional encoding and mask the encoder layer is permutation equivariant, f(Px) = P f(x), so
     its vjp is too: dx(Px, Pd) = P dx(x, d), and every parameter gradient is unchanged. Bound: the two
-    evaluations' measured bounds (:mod:`attnclaims.checks.backward_precision`) added."""
+    evaluations' measured bounds (:mod:`attnclaims.checks.bounds`) added."""
     case, p, _ = data
     x = case.cast(impl.dtype).x
     n = x.shape[-2]
@@ -389,7 +389,7 @@ def test_one_causal_backward_equals_the_sum_of_per_position_backwards(impl, case
 def test_layer_norm_vjp_matches_reference(impl, x, eps, seed):
     """(dx, dγ, dβ) of LN: dx = r(g − mean g − x̂ mean(g x̂)), g = d ⊙ γ; the mean term removes the gradient's
     component along 1, the last one along x̂. Rows with offsets up to 10⁶σ and σ² ~ ε; bounds
-    :func:`~attnclaims.checks.tolerances.layer_norm_vjp_error`."""
+    :func:`~attnclaims.checks.bounds.layer_norm_vjp_error`."""
     x = S.cast(x, impl.dtype)
     rng = np.random.default_rng(seed)
     dim = x.shape[-1]
@@ -408,7 +408,7 @@ def test_layer_norm_vjp_matches_reference(impl, x, eps, seed):
 @given(case=S.model_cases(), data=st.data(), seed=S.seeds())
 def test_feed_forward_vjp_matches_reference(impl, case, data, seed):
     """(dx, dparams) of the FFN: dP = d W₂ᵀ ⊙ 1[P > 0], dx = dP W₁ᵀ, dW₁ = Σ xᵀ dP, …; bounds
-    :func:`~attnclaims.checks.tolerances.feed_forward_vjp_error` (units at the ReLU's kink may go either way)."""
+    :func:`~attnclaims.checks.bounds.feed_forward_vjp_error` (units at the ReLU's kink may go either way)."""
     c = case.cast(impl.dtype)
     p = data.draw(S.feed_forward_params(c.dims.d_model, c.dims.d_ff), label="params")
     d = _d(seed, c.x.shape, impl.dtype)
@@ -434,7 +434,7 @@ def _check_measured(capability, got, want, args, dtype, what):
 @given(case=S.model_cases(), data=st.data(), seed=S.seeds())
 def test_multi_head_attention_vjp_matches_reference(impl, case, data, seed):
     """(dx_q, dx_kv, dparams) of multi-head attention (self or cross, a mask shared by the heads) equal the
-    reference's within the per-case measured bound (:mod:`attnclaims.checks.backward_precision`)."""
+    reference's within the per-case measured bound (:mod:`attnclaims.checks.bounds`)."""
     c = case.cast(impl.dtype)
     dd = c.dims
     cross = data.draw(S.cross_or_self(), label="cross")

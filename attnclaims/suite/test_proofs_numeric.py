@@ -32,7 +32,7 @@ from attnclaims.reference.norms import layer_norm
 from attnclaims.reference.params import init_multi_head
 from attnclaims.reference.positional import frequencies, sinusoidal_encoding
 from attnclaims.checks.strategies import arrays, epsilons, seeds
-from attnclaims.checks.tolerances import (
+from attnclaims.checks.bounds import (
     U64, Bound, assert_close, attention_error, conformance, layer_norm_error, layer_norm_moments_bound,
     linear_error, positional_encoding_error, softmax_error,
 )

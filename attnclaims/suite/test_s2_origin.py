@@ -22,7 +22,7 @@ import scipy.linalg
 from hypothesis import example, given, note
 from hypothesis import strategies as st
 
-from attnclaims.checks import tolerances as T
+from attnclaims.checks import bounds as T
 
 _TOKENS = ("我", "爱", "中国")
 

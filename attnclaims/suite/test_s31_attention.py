@@ -9,7 +9,7 @@ Claims: ``softmax-distribution`` (③), ``convex-combination`` (④), ``score-fu
 ``softmax-saturation`` (②, the implementation's side: its default scale and its
 softmax Jacobian). Weights of ``attention`` are read by calling it with V = I
 (:func:`~attnclaims.checks.strategies.weights_probe`). Every tolerance comes from
-:mod:`attnclaims.checks.tolerances`.
+:mod:`attnclaims.checks.bounds`.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from attnclaims.reference import attention as ref_attention
 from attnclaims.reference import attention_weights as ref_weights
 from attnclaims.reference import softmax as ref_softmax
 from attnclaims.checks import strategies as S
-from attnclaims.checks import tolerances as T
+from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
 from attnclaims.checks.assertions import read_weights
 from attnclaims.zoo import broken as B
@@ -39,7 +39,7 @@ EDGE = {name: S.edge_attention_case(name) for name in S.EDGE}
 
 def check_distribution(a, mask, n_k: int, dtype, what: str) -> None:
     """Rows of a (…, n_q, n_k) are probability distributions: a ≥ 0, Σ_j a_ij = 1 within
-    :func:`~attnclaims.checks.tolerances.row_sum_bound`, masked entries exactly 0."""
+    :func:`~attnclaims.checks.bounds.row_sum_bound`, masked entries exactly 0."""
     a = np.asarray(a, dtype=np.float64)
     negative = a < 0
     if negative.any():
@@ -149,7 +149,7 @@ def test_softmax_preserves_order(impl, data):
 @pytest.mark.requires("softmax")
 @given(data=S.softmax_inputs(min_len=64, max_len=512, high=2))
 def test_long_softmax_rows_sum_to_one(impl, data):
-    """Rows of 64–512 entries (in every profile) sum to 1 within :func:`~attnclaims.checks.tolerances.row_sum_bound`.
+    """Rows of 64–512 entries (in every profile) sum to 1 within :func:`~attnclaims.checks.bounds.row_sum_bound`.
 
     There are the rows where the accumulator of Σ_j exp(x_j − max) matters: in float16/bfloat16 the bound is
     float32 accumulation's (about 2u_red), and a denominator summed in the reduced dtype itself errs by up to
@@ -391,7 +391,7 @@ def _softmax_via(impl, capability: str):
 @example(x=np.array([4.0, -4.0, 0.5]))
 def test_softmax_jacobian_is_diag_p_minus_ppT(impl, capability, x):
     """Central differences of the implementation's softmax match J = diag(p) − ppᵀ (p the exact softmax),
-    within the truncation + rounding bound of :func:`~attnclaims.checks.tolerances.softmax_jacobian_bound`."""
+    within the truncation + rounding bound of :func:`~attnclaims.checks.bounds.softmax_jacobian_bound`."""
     n = x.shape[0]
     h = T.softmax_jacobian_step(n, impl.dtype)
     x = S.cast(np.round(x.astype(np.float64) / h) * h, impl.dtype)  # on the grid hℤ: x ± h e_j is exact

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from attnclaims.reference import MultiHeadParams, self_attention as ref_self_attention
 from attnclaims.checks import strategies as S
-from attnclaims.checks import tolerances as T
+from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
 
 

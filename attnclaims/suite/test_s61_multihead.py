@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from attnclaims.reference import MultiHeadParams, multi_head_attention as ref_mha
 from attnclaims.checks import strategies as S
-from attnclaims.checks import tolerances as T
+from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
 
 

@@ -29,7 +29,7 @@ from attnclaims.profiles import limits
 from attnclaims.reference import learned_encoding
 from attnclaims.reference.baselines import conv1d, tanh_rnn
 from attnclaims.checks import strategies as S
-from attnclaims.checks import tolerances as T
+from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
 from attnclaims.zoo import broken as B
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from attnclaims.reference import feed_forward as ref_feed_forward
 from attnclaims.reference.baselines import conv1d
 from attnclaims.checks import strategies as S
-from attnclaims.checks import tolerances as T
+from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
 from attnclaims.zoo import broken as B
 
@@ -31,7 +31,7 @@ def ffn_cases(draw, *, generic: bool = False, min_seq: int = 1):
 
 def _ffn_bound(impl, x, params, ex=None) -> T.Bound:
     """One evaluation's error bound of ``impl.feed_forward(x, params)``: the 16-bit model's (float32
-    accumulation, :func:`~attnclaims.checks.tolerances.error_model`) for float16 and bfloat16, the general
+    accumulation, :func:`~attnclaims.checks.bounds.error_model`) for float16 and bfloat16, the general
     model's otherwise."""
     u = T.unit_roundoff(impl.dtype)
     return T.Bound(T.error_model(T.feed_forward_error, impl.dtype)(x, params, u=u, ex=ex), u)

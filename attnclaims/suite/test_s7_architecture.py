@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from attnclaims.reference import decoder_layer as ref_decoder_layer
 from attnclaims.reference import encoder as ref_encoder
 from attnclaims.reference import encoder_layer as ref_encoder_layer
-from attnclaims.checks import same_precision as SP
+from attnclaims.checks import bounds as SP
 from attnclaims.checks import strategies as S
-from attnclaims.checks import tolerances as T
+from attnclaims.checks import bounds as T
 from attnclaims.checks.assertions import read_weights
 from attnclaims.checks.strategies.layers import decoder_cases, encoder_cases
 from attnclaims.checks import controls as C

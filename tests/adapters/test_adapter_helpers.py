@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from attnclaims.adapters import helpers as H
 from attnclaims.checks import strategies as S
-from attnclaims.checks import tolerances as T
+from attnclaims.checks import bounds as T
 from attnclaims.reference import attention as ref_attention
 from attnclaims.reference.multihead import merge_heads, split_heads
 

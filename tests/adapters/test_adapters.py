@@ -18,7 +18,7 @@ from attnclaims.impls import availability, resolve
 from attnclaims.reference import params as P
 from attnclaims.reference.impl import Reference
 from attnclaims.reference.masks import padding_mask
-from attnclaims.checks.tolerances import (
+from attnclaims.checks.bounds import (
     assert_close, attention_error, conformance, decoder_layer_error, encoder_layer_error, feed_forward_error,
     layer_norm_error, multi_head_error, softmax_error,
 )

@@ -23,7 +23,7 @@ import sys
 import numpy as np
 import pytest
 
-from attnclaims.checks.tolerances import (
+from attnclaims.checks.bounds import (
     assert_close, attention_error, conformance, decoder_layer_error, encoder_layer_error, feed_forward_error,
     layer_norm_error, multi_head_error, softmax_error,
 )

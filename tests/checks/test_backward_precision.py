@@ -16,9 +16,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnclaims.checks import backward_precision as BP
+from attnclaims.checks import bounds as BP
 from attnclaims.checks import strategies as S
 import attnclaims.reference as RB
+from attnclaims.reference import layers as RL
 from attnclaims.reference import init_decoder_layer, init_encoder_layer
 from attnclaims.zoo.einsum_style import EinsumImplementation, einsum_impl
 from attnclaims.zoo.logsumexp_style import logsumexp_impl
@@ -47,7 +48,7 @@ def _thorough_case():
 
 def _without_propagation(monkeypatch):
     """The bound as it was: only each layer norm's own x̂ widened (no propagated forward errors)."""
-    monkeypatch.setattr(RB, "_propagate_errors", lambda subs, x, u: None)
+    monkeypatch.setattr(RL, "_propagate_errors", lambda subs, x, u: None)
 
 
 def test_the_saved_thorough_case_is_inside_the_bound_and_was_not_before(monkeypatch):

@@ -11,8 +11,10 @@ from hypothesis import given, settings
 from attnclaims.reference import decoder_layer as ref_decoder_layer
 from attnclaims.reference import encoder as ref_encoder
 from attnclaims.reference import encoder_layer as ref_encoder_layer
-from attnclaims.checks import same_precision as SP
-from attnclaims.checks import tolerances as T
+from attnclaims.checks import bounds as SP
+from attnclaims.checks.bounds import common as BC
+from attnclaims.checks.bounds import multihead as BM
+from attnclaims.checks import bounds as T
 from attnclaims.suite.test_s7_architecture import decoder_cases, encoder_cases
 
 F32 = np.dtype(np.float32)
@@ -221,9 +223,9 @@ def test_the_naive_multi_head_is_the_reference_for_any_leading_axes(lead):
     x_q, x_kv = rng.normal(size=lead + (4, 6)), rng.normal(size=lead + (5, 6))
     mask = rng.random(lead + (4, 5)) < 0.6
     mask[..., 0] = True
-    o = SP._Order(None, 6, 1, 4)
+    o = BC._Order(None, 6, 1, 4)
     for m in (None, mask):
-        naive = SP._multi_head(x_q, x_kv, o.mha(p, np.float64), m)
+        naive = BM._multi_head(x_q, x_kv, o.mha(p, np.float64), m)
         want = multi_head_attention(x_q, x_kv, p, m)
         assert naive.shape == want.shape == lead + (4, 6)
         np.testing.assert_allclose(naive, want, rtol=1e-12, atol=1e-12)
@@ -232,7 +234,7 @@ def test_the_naive_multi_head_is_the_reference_for_any_leading_axes(lead):
 def test_an_order_permutes_a_mask_only_along_its_full_axes():
     """A mask broadcast along queries (…, 1, n_k) or keys (…, n_q, 1) keeps its size-1 axis; the other axis is
     permuted like the tokens."""
-    o = SP._Order(np.random.default_rng(3), 2, 2, 4, 5)
+    o = BC._Order(np.random.default_rng(3), 2, 2, 4, 5)
     rows, cols = o.tau, o.rho
     full = np.random.default_rng(0).random((2, 4, 5)) < 0.5
     assert np.array_equal(o.mask(full, rows, cols), full[:, rows][..., cols])
@@ -250,7 +252,7 @@ def test_c_same_is_the_smallest_power_of_two_above_the_calibrated_ratio():
     import math
     import re
 
-    found = re.search(r"reached (\d+(?:\.\d+)?)× the worst of the naive orders", SP.__doc__)
+    found = re.search(r"reached (\d+(?:\.\d+)?)× the worst of the naive orders", BC.__doc__)
     assert found, "the module docstring no longer states the calibrated ratio"
     worst = float(found.group(1))
     assert SP.C_SAME == 2.0 ** math.ceil(math.log2(worst)) and SP.C_SAME / worst >= 1.5
@@ -316,10 +318,10 @@ def test_the_tolerance_is_per_row_for_batched_outputs():
 
 def test_the_golden_result_is_the_reference_for_float32_and_long_double_for_float64():
     reference = np.ones((1, 2, 3))
-    golden, ref = SP._golden(lambda g: np.zeros((1, 2, 3), dtype=g), reference, F32)
+    golden, ref = BC._golden(lambda g: np.zeros((1, 2, 3), dtype=g), reference, F32)
     assert golden is reference and ref is None
     if SP.applies(np.float64):
-        golden, ref = SP._golden(lambda g: np.zeros((1, 2, 3), dtype=g), reference, np.float64)
+        golden, ref = BC._golden(lambda g: np.zeros((1, 2, 3), dtype=g), reference, np.float64)
         assert golden.dtype == np.longdouble and not golden.any() and ref is reference
 
 
@@ -345,7 +347,7 @@ def test_each_layer_bound_is_the_formula_with_one_rounding_per_sub_layer(dtype):
          lambda d, **kw: SP.decoder_layer(x, memory, dec, None, None, d, **kw), ref_dec(x, memory, dec), 3),
     ]
     for bound, naive, r, n_floor in cases:
-        golden, extra = SP._golden(naive, r, dtype)  # tested on its own above
+        golden, extra = BC._golden(naive, r, dtype)  # tested on its own above
         want = SP.measured(free, naive(dtype, orders=SP.ORDERS), golden, dtype, n_floor=n_floor, reference=extra)
         assert np.array_equal(bound(r).abs, want.abs), f"n_floor = {n_floor}"
 
@@ -353,6 +355,6 @@ def test_each_layer_bound_is_the_formula_with_one_rounding_per_sub_layer(dtype):
 def test_the_golden_margin_is_the_documented_2_to_the_11():
     """The module docstring: a golden result at least 2¹¹ times more precise, exactly what x86's 80-bit long
     double gives over float64 (so float64 qualifies there, and a long double that is float64 does not)."""
-    assert SP.GOLDEN_MARGIN == 2.0 ** 11 and "2¹¹" in SP.__doc__
+    assert SP.GOLDEN_MARGIN == 2.0 ** 11 and "2¹¹" in BC.__doc__
     if np.finfo(np.longdouble).nmant == 63:  # x86 extended precision
         assert T.unit_roundoff(np.float64) / (float(np.finfo(np.longdouble).eps) / 2) == SP.GOLDEN_MARGIN

@@ -47,7 +47,11 @@ from attnclaims.reference.norms import layer_norm
 from attnclaims.reference.params import (
     LayerNormParams, init_decoder_layer, init_encoder_layer, init_feed_forward, init_multi_head,
 )
-from attnclaims.checks import tolerances as T
+from attnclaims.checks import bounds as T
+from attnclaims.checks.bounds import common as BC
+from attnclaims.checks.bounds import ffn as BF
+from attnclaims.checks.bounds import multihead as BM
+from attnclaims.checks.bounds import norms as BN
 
 U32, U64 = 2.0 ** -24, 2.0 ** -53
 US = pytest.mark.parametrize("u", [U32, U64], ids=["u32", "u64"])
@@ -551,10 +555,10 @@ def test_split_and_merge_are_the_references():
     for shape in ((5, 6), (2, 5, 6), (2, 3, 5, 6)):
         x = rng.normal(size=shape)
         for h in (1, 2, 3):
-            split = T._split(x, h)
+            split = BC._split(x, h)
             assert np.array_equal(split, split_heads(x, h))
-            assert np.array_equal(T._merge(split), merge_heads(split))
-            assert np.array_equal(T._merge(split), x)
+            assert np.array_equal(BC._merge(split), merge_heads(split))
+            assert np.array_equal(BC._merge(split), x)
 
 
 def _mh_cases():
@@ -579,7 +583,7 @@ def test_multi_head_error_follows_its_docstring(u, case):
     check(T.multi_head_error(x_q, x_kv, p, mask, u=u, ex_q=ex_q, ex_kv=ex_kv), want)
     ref = multi_head_attention(x_q, x_kv, p, mask)
     np.testing.assert_allclose(value, ref, rtol=0, atol=1e-13)  # the loops compute multi-head attention
-    assert np.array_equal(T._mha_value(x_q, x_kv, p, mask), ref)
+    assert np.array_equal(BM._mha_value(x_q, x_kv, p, mask), ref)
     assert np.array_equal(merge_heads(head_outputs(x_q, x_kv, p, mask)) @ p.w_o + p.b_o, ref)
 
 
@@ -601,7 +605,7 @@ def test_layer_norm_error_follows_its_docstring(u, case):
     x, g, b, eps, ex = dict(_ln_cases())[case]
     check(T.layer_norm_error(x, g, b, eps, u=u, ex=ex), layer_norm_loops(x, g, b, eps, u, ex))
     norm = LayerNormParams(gamma=g, beta=b)
-    assert np.array_equal(T._ln_value(x, norm, eps), layer_norm(x, g, b, eps))
+    assert np.array_equal(BN._ln_value(x, norm, eps), layer_norm(x, g, b, eps))
 
 
 @pytest.mark.parametrize("dtype, u", [(np.float32, U32), (np.float64, U64)])
@@ -635,7 +639,7 @@ def test_feed_forward_error_follows_its_docstring(u):
     p = init_feed_forward(rng, 4, 7)
     for x, ex in ((rng.normal(size=(2, 3, 4)), None), (rng.normal(size=(3, 4)), rng.uniform(0, 1e-6, (3, 4)))):
         check(T.feed_forward_error(x, p, u=u, ex=ex), ffn_loops(x, p, u, ex))
-        assert np.array_equal(T._ffn_value(x, p), feed_forward(x, p))
+        assert np.array_equal(BF._ffn_value(x, p), feed_forward(x, p))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -792,11 +796,11 @@ def test_helpers_are_the_reference_with_every_argument():
     p = init_multi_head(rng, 4, 2)
     x, y = rng.normal(size=(3, 4)), rng.normal(size=(5, 4))
     mask = _mask(rng, (3, 5), full_row=False)
-    assert np.array_equal(T._mha_value(x, y, p, mask), multi_head_attention(x, y, p, mask=mask))
-    assert not np.array_equal(T._mha_value(x, y, p, mask), multi_head_attention(x, y, p))
+    assert np.array_equal(BM._mha_value(x, y, p, mask), multi_head_attention(x, y, p, mask=mask))
+    assert not np.array_equal(BM._mha_value(x, y, p, mask), multi_head_attention(x, y, p))
     norm = LayerNormParams(gamma=1 + rng.uniform(-0.5, 0.5, 4), beta=rng.uniform(-0.5, 0.5, 4))
-    assert np.array_equal(T._ln_value(x, norm, 0.5), layer_norm(x, norm.gamma, norm.beta, 0.5))
-    assert not np.array_equal(T._ln_value(x, norm, 0.5), layer_norm(x, norm.gamma, norm.beta))
+    assert np.array_equal(BN._ln_value(x, norm, 0.5), layer_norm(x, norm.gamma, norm.beta, 0.5))
+    assert not np.array_equal(BN._ln_value(x, norm, 0.5), layer_norm(x, norm.gamma, norm.beta))
     s = rng.normal(size=(2, 3))
     assert np.allclose(softmax(s).sum(axis=-1), 1.0)
 
@@ -809,7 +813,7 @@ def test_assert_close_targets_error_over_bound(monkeypatch):
     """assert_close steers hypothesis by measured / tol (how close the error came to the bound), labelled
     by the check; with tol = 0 (no division possible) by the measured ratio itself."""
     seen = []
-    monkeypatch.setattr(T, "target", lambda value, label: seen.append((value, label)))
+    monkeypatch.setattr(BC, "target", lambda value, label: seen.append((value, label)))
     assert T.assert_close([1.0, 1.0], [1.0, 1.25], T.Bound(np.array([0.5, 0.5]), 0.5), "w") == 0.25
     assert seen == [(0.5, "error/bound w")]
     seen.clear()
@@ -1179,7 +1183,7 @@ def test_torch_16_bit_kernels_stay_within_the_16_bit_bounds(dtype_name):
 def test_modern_16_bit_bounds_are_the_model_bounds_of_their_parts():
     """Grouped-query and causal attention in 16 bits: error_model gives the 16-bit model's bounds, which
     are the multi-head bound with the K/V heads repeated and the attention bound with the causal mask."""
-    from attnclaims.checks import modern_tolerances as MT
+    from attnclaims.checks import bounds as MT
     from attnclaims.reference.masks import sliding_window_mask
     from attnclaims.reference.multihead import expand_kv
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from attnclaims.checks import tolerances as T
+from attnclaims.checks import bounds as T
 from attnclaims.proofs.softmax_distribution import softmax as sym_softmax
 from attnclaims.reference import (
     attention, attention_vjp, causal_attention_vjp, causal_mask, decoder_block_vjp, decoder_layer, decoder_layer_vjp,

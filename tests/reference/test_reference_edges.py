@@ -317,7 +317,7 @@ def test_integer_eps_and_counts_are_accepted():
 # bounds over the observed errors on these inputs sit at 10–5000). Mutants of attnclaims/checks/tolerances.py
 # that shrink a bound below the real error, or inflate it by orders of magnitude, fail here.
 
-from attnclaims.checks import tolerances as T  # noqa: E402
+from attnclaims.checks import bounds as T  # noqa: E402
 
 TIGHTNESS = 1e5
 #: Operations whose float32 bound is too loose to be held to TIGHTNESS: the encoder and decoder layer bounds

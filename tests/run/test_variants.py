@@ -387,7 +387,7 @@ def test_flush_to_zero_widens_a_bound_by_the_smallest_normal_times_the_condition
     """A result that a flushed subnormal intermediate moved by about λ = 2.2e-308 fails the plain bound and
     passes once the implementation declares flush_to_zero; an error 10⁴ times that still fails."""
     from attnclaims.checks import strategies as S
-    from attnclaims.checks import tolerances as T
+    from attnclaims.checks import bounds as T
     from attnclaims.guard import CheckFailure
 
     lam = float(np.finfo(np.float64).smallest_normal)

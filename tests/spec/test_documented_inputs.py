@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from attnclaims.profiles import _LIMITS
-from attnclaims.checks import same_precision as SP
+from attnclaims.checks import bounds as SP
 from attnclaims.checks import strategies as S
 
 

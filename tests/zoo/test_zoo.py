@@ -234,8 +234,8 @@ def test_log_domain_rms_norm_is_as_accurate_as_the_derived_bound_at_every_magnit
     """The log-domain style computes (ms + ε)^(−1/2) as exp(−½ log(·)); without splitting off the binary
     exponent, exp's argument reaches 310 for rows of entries ~1e-137 and its relative error 310 u — above
     the derived RMSNorm bound, which the kill matrix reported as a false alarm of a correct style."""
-    from attnclaims.checks.modern_tolerances import rms_norm_error
-    from attnclaims.checks.tolerances import U64
+    from attnclaims.checks.bounds import rms_norm_error
+    from attnclaims.checks.bounds import U64
 
     impl = resolve("attnclaims.zoo.logsumexp_style:logsumexp_impl")
     rng = np.random.default_rng(3)
