@@ -52,6 +52,7 @@ __all__ = [
     "encoder_layer_vjp", "decoder_layer_vjp", "decoder_block_vjp",
 ]
 
+
 def _ln(x: np.ndarray, norm: LayerNormParams, eps: float) -> np.ndarray:
     return layer_norm(x, norm.gamma, norm.beta, eps)
 

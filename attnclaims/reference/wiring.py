@@ -8,9 +8,10 @@ connection and a normalisation N_k, in one of two placements (Xiong et al. 2020)
     Pre-LN  (norm_first=True):                                  x = x + F_k(N_k(x))
 
 :func:`residual_sublayer` is one such step and :func:`sublayer_stack` the whole layer. The reference's
-layers (:mod:`.layers`, :mod:`.modern`) and the zoo's correct styles whose subject is not the wiring use
-them; what each F_k and N_k computes stays with its caller (attention, FFN, LayerNorm, RMSNorm), so an
-independently written style keeps its own arithmetic and shares only this composition.
+layers (:mod:`.layers`: encoder and decoder layers, decoder-only blocks) and the zoo's correct styles whose
+subject is not the wiring use them; what each F_k and N_k computes stays with its caller (attention, FFN,
+LayerNorm, RMSNorm), so an independently written style keeps its own arithmetic and shares only this
+composition.
 """
 from __future__ import annotations
 
