@@ -29,7 +29,7 @@ from attnclaims.checks import strategies as M
 from attnclaims.checks import bounds as MT
 from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
-from attnclaims.checks.strategies import follow_implementation, needs_variant  # noqa: F401  (autouse: strategies follow impl)
+from attnclaims.checks.strategies import needs_variant
 from attnclaims.checks.strategies.multihead import gqa_cases
 from attnclaims.checks.strategies.positional import rope_cases
 from attnclaims.reference import expand_kv, multi_head_attention as ref_mha, sliding_window_mask

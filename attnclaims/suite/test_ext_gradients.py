@@ -39,7 +39,7 @@ from attnclaims.checks import strategies as M
 from attnclaims.checks import bounds as MT
 from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
-from attnclaims.checks.strategies import follow_implementation, needs_variant  # noqa: F401  (autouse: strategies follow impl)
+from attnclaims.checks.strategies import needs_variant
 from attnclaims.reference import expand_kv, sliding_window_mask
 import attnclaims.reference as RB
 from attnclaims.reference.positional import rotary_pairs

@@ -28,7 +28,6 @@ from attnclaims.checks import strategies as M
 from attnclaims.checks import bounds as MT
 from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
-from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse: strategies follow impl)
 from attnclaims.checks.strategies.ffn import gated_cases
 from attnclaims.checks.strategies.norms import rms_cases
 from attnclaims.reference.ffn import gated_feed_forward as ref_gated

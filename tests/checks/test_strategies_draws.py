@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from attnclaims.guard import GuardedImplementation
 from attnclaims.profiles import _LIMITS
 from attnclaims.checks import strategies as S
-from attnclaims.checks.strategies import follow_implementation  # noqa: F401  (autouse, checked below)
+from attnclaims import plugin
 from attnclaims.checks.strategies.common import _needed_variants, _unit_floats
 from attnclaims.reference import params as RP
 
@@ -106,14 +106,14 @@ def test_follow_and_following_set_and_restore_the_followed_implementation():
 def test_follow_implementation_follows_impl_for_the_test_and_restores_after():
     stub = _Float32()
     request = SimpleNamespace(fixturenames=["impl", "request"], getfixturevalue={"impl": stub}.__getitem__)
-    gen = S.follow_implementation.__wrapped__(request)
+    gen = plugin.follow_implementation.__wrapped__(request)
     next(gen)
     assert S.followed() is stub, "a test that takes impl draws for it"
     with pytest.raises(StopIteration):
         next(gen)
     assert S.followed() is None, "after the test, the strategies no longer draw for its impl"
     other = SimpleNamespace(fixturenames=["request"], getfixturevalue=None)
-    gen = S.follow_implementation.__wrapped__(other)
+    gen = plugin.follow_implementation.__wrapped__(other)
     next(gen)
     assert S.followed() is None, "a test that does not take impl draws float64"
     with pytest.raises(StopIteration):

@@ -258,7 +258,7 @@ def test_the_correct_16_bit_style_passes_the_softmax_and_attention_tests(factory
     16-bit row-sum bound is float32 accumulation's (about 2u₁₆, ``row_sum_bound``), nor the grouped-query
     tests: a failure there is a false alarm of the suite. The zoo's ``softmax_bfloat16_denominator`` is this
     style with the denominator summed in bfloat16, and fails them (``tests/checks/test_tolerances.py``)."""
-    evidence = _suite(tmp_path, factory, ["test_s31_attention", "test_modern_attention"], "not rope and not causal")
+    evidence = _suite(tmp_path, factory, ["test_s31_attention", "test_ext_attention"], "not rope and not causal")
     assert not _failures(evidence), "\n".join(_failures(evidence))
     assert sum(e["outcome"] == "passed" for e in evidence) >= 15, [(_name(e), e["outcome"]) for e in evidence]
 
@@ -275,7 +275,6 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from attnclaims.checks import strategies as S
-from attnclaims.checks.strategies import follow_implementation  # noqa: F401 - a fixture pytest finds by name
 from attnclaims.reference import init_encoder_layer
 
 PRE_LN = dict(kind="conformance", extension="Pre-LN")

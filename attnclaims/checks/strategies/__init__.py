@@ -21,15 +21,13 @@ this package.
 """
 from __future__ import annotations
 
-import pytest
-
 from attnclaims.checks.strategies.attention import (
     EDGE, EXPLICIT_SCALES, AttentionCase, CausalCase, alignments, attention_cases, causal_cases, causal_masks,
     edge_attention_case, explicit_scales, mask_forms, masks, padding_masks, single_key_masks, softmax_inputs,
     weights_probe, windows,
 )
 from attnclaims.checks.strategies.common import (
-    ELEMENTWISE_LIMIT, FIXED_SHAPES, LAYER_MAX_SEQ, SHORT_SEQ, Dims, ModelCase, VariantNotApplicable, _needed_variants,
+    ELEMENTWISE_LIMIT, FIXED_SHAPES, LAYER_MAX_SEQ, SHORT_SEQ, Dims, ModelCase, VariantNotApplicable,
     arrays, batch_shapes, cast, cross_or_self, dims, finfo, flush_subnormals, follow, followed,
     following, model_cases, needs_variant, norm_firsts, not_applicable, permutations, random_arrays, require_variant,
     scales, seeds, seq_lengths, variants,
@@ -45,10 +43,9 @@ from attnclaims.checks.strategies.multihead import (
 from attnclaims.checks.strategies.norms import epsilons, gammas, layer_norm_inputs, layer_norm_params
 from attnclaims.checks.strategies.positional import positions, rope_bases, rope_layouts
 from attnclaims.profiles import limits
-from attnclaims.protocol import supports, unsupported_message
 
 __all__ = [
-    "follow", "following", "followed", "follow_implementation", "FIXED_SHAPES", "LAYER_MAX_SEQ", "ELEMENTWISE_LIMIT",
+    "follow", "following", "followed", "FIXED_SHAPES", "LAYER_MAX_SEQ", "ELEMENTWISE_LIMIT",
     "SHORT_SEQ", "Dims", "dims", "seq_lengths", "batch_shapes", "scales", "arrays", "random_arrays",
     "masks", "mask_forms", "causal_masks", "single_key_masks", "padding_masks", "permutations", "seeds",
     "multi_head_params", "feed_forward_params", "layer_norm_params", "encoder_layer_params",
@@ -63,19 +60,3 @@ __all__ = [
     "BlockCase", "block_cases", "decode_schedules",
 ]
 
-
-@pytest.fixture(autouse=True)
-def follow_implementation(request):
-    """Autouse: for tests that take ``impl``, the strategies draw in its dtype, shapes and variants — during
-    that test only (a later test without ``impl`` in the same process draws float64 and free shapes again).
-    A test marked with :func:`needs_variant` that the implementation does not support is skipped here as
-    "not applicable (variant …)", before any example is drawn."""
-    if "impl" in request.fixturenames:
-        impl = request.getfixturevalue("impl")
-        for key, value in _needed_variants(getattr(request, "function", None)).items():
-            if not supports(impl, key, value):
-                pytest.skip(unsupported_message(impl, key, value))
-        with following(impl):
-            yield
-    else:
-        yield

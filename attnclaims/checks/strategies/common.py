@@ -6,8 +6,8 @@ Following the implementation under test
 ---------------------------------------
 Strategies draw arrays in the dtype of the implementation under test, and can
 restrict shapes for implementations that compile per shape. They learn the
-implementation from :func:`follow`, which the autouse fixture
-``follow_implementation`` calls for every test that takes the ``impl``
+implementation from :func:`following`, which the plugin's autouse fixture
+``follow_implementation`` (``attnclaims/plugin.py``) enters for every test that takes the ``impl``
 fixture. Outside a test they draw float64 and free shapes.
 
 An implementation (the object behind ``--attn-impl``) may declare:
