@@ -26,6 +26,7 @@ import ast
 import shutil
 import sys
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,8 @@ def modules(root: Path = ROOT) -> dict[str, Path]:
     return out
 
 
-def imports(name: str, source: str, is_package: bool = False) -> list[Import]:
+@lru_cache(maxsize=None)  # the planted copies repeat the checkout's sources
+def imports(name: str, source: str, is_package: bool = False) -> tuple[Import, ...]:
     """The imports of module ``name`` (its ``source``), absolute; a relative import is resolved against the
     module's package (the module itself when it is a package's ``__init__``). ``from X import y`` yields
     ``X.y``, which names module ``X.y`` if there is one, else an attribute of module ``X``."""
@@ -84,7 +86,7 @@ def imports(name: str, source: str, is_package: bool = False) -> list[Import]:
             visit(child, inner)
 
     visit(tree, False)
-    return found
+    return tuple(found)
 
 
 def _in(module: str, package: str) -> bool:
@@ -231,7 +233,8 @@ def suite_to_suite_imports(mods: dict[str, Path], root: Path = ROOT) -> list[str
     return sorted(set(bad))
 
 
-def starts_pytest(source: str) -> list[str]:
+@lru_cache(maxsize=None)
+def starts_pytest(source: str) -> tuple[str, ...]:
     """Where a module starts pytest: ``pytest.main(...)``, or a process-starting call while the module
     spells out a pytest command line (``"-m", "pytest"`` or ``"pytest"`` first in a list)."""
     tree = ast.parse(source)
@@ -254,10 +257,10 @@ def starts_pytest(source: str) -> list[str]:
                 spells = True
     if spells:
         found += [f"line {n.lineno}: {ast.unparse(n.func)}(...) with a pytest command line" for n in spawns]
-    return found
+    return tuple(found)
 
 
-def pytest_starters(root: Path = ROOT) -> dict[str, list[str]]:
+def pytest_starters(root: Path = ROOT) -> dict[str, tuple[str, ...]]:
     """Installed modules and benchmarks that start pytest, with where."""
     files = dict(modules(root))
     files.update({f"bench/{p.name}": p for p in sorted((root / "bench").glob("*.py"))})
