@@ -7,9 +7,9 @@ every ``*_vjp`` — once or twice on small fixed inputs in its dtype, within wha
 self- and cross-attention, each Post-LN/Pre-LN placement, each RoPE layout and causal alignment, the gated
 activations of ``block_ffn``, one decoder block of the most modern kind it takes), and compares the result
 with the reference within the bound the claim tests use for the same comparison (forward:
-``attnclaims/checks/tolerances.py`` and ``modern_tolerances.py``, u of the declared dtype plus the
+``attnclaims/checks/bounds/``, u of the declared dtype plus the
 reference's; backward: the derived vjp bounds, or the per-case measured ones of
-``attnclaims/checks/backward_precision.py`` and ``modern_backward_precision.py``). Every call is guarded, so an exception, a wrong shape or dtype, NaN or a hang is one line
+``attnclaims/checks/bounds/``). Every call is guarded, so an exception, a wrong shape or dtype, NaN or a hang is one line
 naming the capability and, where the adapter says so, the library function responsible. A method that
 raises ``NotImplementedError`` (or ``NotApplicable``) is ``n/a``, as in the claim suite.
 

@@ -5,7 +5,7 @@ float64 output of a correct implementation, out′ = out ⊙ (1 + ε·s) with ra
 signs s = ±1 per element, and compared with the reference's output by three
 checks in the same run:
 
-* the suite: ``attnclaims/checks/tolerances.py`` ``assert_close`` with the derived
+* the suite: ``attnclaims/checks/bounds/`` ``assert_close`` with the derived
   ``conformance`` bound (implementation's rounding + the reference's), exactly
   as the property tests and the adapter tests call it;
 * ``numpy.testing.assert_allclose`` at its defaults (rtol = 1e-7, atol = 0);
@@ -81,7 +81,7 @@ class Case:
         self.op, self.name, self.call, self.error, self.args = op, name, call, error, args
         self.sweep = sweep  # False: a random draw for the false-alarm check only (no perturbation sweep)
         # (derived bound, reference output) -> the bound the suite's test uses; whole layers cap the
-        # derived bound by the per-case measured one (attnclaims/checks/same_precision.py), as the tests do
+        # derived bound by the per-case measured one (attnclaims/checks/bounds/layers.py), as the tests do
         self.refine = refine
 
     def run(self, impl) -> np.ndarray:

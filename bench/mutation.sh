@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Mutation testing of the reference and the test helpers — one command, not part of CI.
 #
-#   bash bench/mutation.sh                 # everything: reference/ and the test helpers attnclaims/checks/strategies.py,
-#                                          # attnclaims/checks/tolerances.py, attnclaims/checks/same_precision.py
+#   bash bench/mutation.sh                 # everything: reference/ and the test helpers attnclaims/checks/strategies/,
+#                                          # attnclaims/checks/bounds/
 #   bash bench/mutation.sh attnclaims/reference/masks.py   # only these paths (comma-separated, mutmut syntax)
 #
 # mutmut 2.5.1 (pinned) is installed into its own virtual environment ($MUTMUT_VENV). mutmut 3
@@ -16,7 +16,7 @@
 # The test command for each mutant (~0.5 s): the reference's own tests, the baselines' tests,
 # tests/reference/test_reference_edges.py (tests added for survivors of this run), and the meta-tests of
 # the strategies and tolerances when they exist, under the hypothesis `ci` profile, stopping at
-# the first failure. Mutants of attnclaims/checks/strategies.py run under the fast `mutation` profile (10
+# the first failure. Mutants of attnclaims/checks/strategies/ run under the fast `mutation` profile (10
 # examples, no shrinking; bench/mutation_server.py) and every survivor is re-checked under `ci` at
 # the end (`run-full`). The score and the classified survivors are in docs/mutation.md and
 # docs/mutation_strategies.md.
@@ -30,7 +30,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 MUTMUT_VENV="${MUTMUT_VENV:-$HOME/.cache/attnclaims-mutmut}"
 WORK="${MUTATION_WORKDIR:-$(mktemp -d "${TMPDIR:-/tmp}/attnclaims-mutation.XXXXXX")}"
-PATHS="${1:-reference/,attnclaims/checks/strategies.py,attnclaims/checks/tolerances.py,attnclaims/checks/same_precision.py}"
+PATHS="${1:-attnclaims/reference/,attnclaims/checks/strategies/,attnclaims/checks/bounds/}"
 
 if [ ! -x "$MUTMUT_VENV/bin/mutmut" ]; then
     python3 -m venv "$MUTMUT_VENV"

@@ -6,11 +6,11 @@ tightness tests of tests/reference/test_reference_edges.py, and the formula test
 strategies also tests/checks/test_strategies_draws.py (tests for their survivors); every other file of reference/ is covered
 by the reference's tests, its backward passes' and its layers' (each component's module holds its forward and its vjp), and
 attnclaims/reference/masks.py also by the baselines' tests (its window_mask is the restricted-attention band). The tests added
-for this run's survivors (tests/reference/test_reference_edges.py) run for every file but attnclaims/checks/strategies.py (which they
+for this run's survivors (tests/reference/test_reference_edges.py) run for every file but attnclaims/checks/strategies/ (which they
 never import).
 
 "profiles" names the hypothesis profile of a route's mutant runs when it is not the ``ci`` of bench/mutation.sh:
-attnclaims/checks/strategies.py runs under the fast ``mutation`` profile (bench/mutation_server.py), and its survivors are
+attnclaims/checks/strategies/ runs under the fast ``mutation`` profile (bench/mutation_server.py), and its survivors are
 re-checked under ``ci`` at the end of the run (docs/mutation_strategies.md).
 """
 import json
@@ -29,23 +29,35 @@ tolerance_meta = [f"tests/checks/test_strategies.py::{name}" for name in (
     "test_assert_close_message_and_measured_bound", "test_exact_zero_and_differs_checks",
     "test_bounds_scale_with_the_unit_roundoff", "test_attention_bound_covers_a_float32_evaluation",
 )] if os.path.exists("tests/checks/test_strategies.py") else []
+
+
+def modules(folder: str) -> list[str]:
+    """The modules of a package of the check library (attnclaims/checks/strategies/, attnclaims/checks/bounds/)."""
+    return sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".py")) if os.path.isdir(folder) else []
+
+
+strategy_files = modules("attnclaims/checks/strategies")
+bound_files = modules("attnclaims/checks/bounds")
+strategy_tests = exists("tests/checks/test_strategies.py", "tests/checks/test_strategies_draws.py",
+                        "tests/spec/test_documented_inputs.py")  # docs/adapters.md tables vs the code
+bound_tests = (exists("tests/checks/test_tolerances.py") + tolerance_meta + extra
+               + exists("tests/checks/test_same_precision.py", "tests/checks/test_backward_precision.py",
+                        "tests/spec/test_documented_inputs.py"))
 routes = {
     "*": core,
     "attnclaims/reference/baselines.py": exists("tests/reference/test_reference_baselines.py") + extra,
     "attnclaims/reference/masks.py": core + exists("tests/reference/test_reference_baselines.py"),
-    # Not tests/reference/test_reference_edges.py: it never imports attnclaims/checks/strategies.py (checked: after a run of it,
+    # Not tests/reference/test_reference_edges.py: it never imports attnclaims/checks/strategies/ (checked: after a run of it,
     # no strategies module is loaded), so it cannot fail on a mutant of it and only costs ~0.7 s a mutant.
-    "attnclaims/checks/strategies.py": exists("tests/checks/test_strategies.py", "tests/checks/test_strategies_draws.py",
-                                  "tests/spec/test_documented_inputs.py"),  # docs/adapters.md tables vs the code
-    "attnclaims/checks/tolerances.py": exists("tests/checks/test_tolerances.py") + tolerance_meta + extra,
-    # The per-case measured bound of whole layers: its calibration and power tests, and the check of the
-    # ORDERS that docs/adapters.md states (the layer tests of attnclaims/suite/test_s7_architecture.py use it too, but
-    # take minutes; these take seconds).
-    "attnclaims/checks/same_precision.py": exists("tests/checks/test_same_precision.py", "tests/spec/test_documented_inputs.py"),
+    **{f: strategy_tests for f in strategy_files},
+    # The error models: the formula tests and tolerance meta-tests, and the per-case measured bounds' calibration and
+    # power tests with the check of the ORDERS that docs/adapters.md states (the layer tests of
+    # attnclaims/suite/test_s7_architecture.py use them too, but take minutes; these take seconds).
+    **{f: bound_tests for f in bound_files},
     # The strategies' meta-tests draw many examples: their mutants run under the fast "mutation" profile
     # (bench/mutation_server.py), and bench/mutation.sh re-checks every survivor under the full ci profile.
-    "profiles": {"attnclaims/checks/strategies.py": "mutation"} if os.path.exists("attnclaims/checks/strategies.py") else {},
-    "watch": sorted(os.path.join("reference", f) for f in os.listdir("reference") if f.endswith(".py"))
-    + exists("attnclaims/checks/strategies.py", "attnclaims/checks/tolerances.py", "attnclaims/checks/same_precision.py"),
+    "profiles": {f: "mutation" for f in strategy_files},
+    "watch": sorted(os.path.join("attnclaims/reference", f) for f in os.listdir("attnclaims/reference") if f.endswith(".py"))
+    + strategy_files + bound_files,
 }
 print(json.dumps(routes))

@@ -21,13 +21,13 @@ source being mutated (the one with a ``.bak`` beside it), so that a mutant of
 ROUTES may also hold ``"profiles": {source file: profile}``: a ``run`` for a mutant
 of that source uses that hypothesis profile (one of :data:`FAST_PROFILES`) in place
 of the ``--hypothesis-profile`` of PYTEST_ARGS. ``mutation`` is the fast profile
-of ``attnclaims/checks/strategies.py``, whose meta-tests draw many examples: ``ci``'s settings
+of ``attnclaims/checks/strategies/``, whose meta-tests draw many examples: ``ci``'s settings
 and sizes, 10 examples instead of 50, no shrinking, so a failing test stops at its
 first failing example. A kill under it is a real failing example (the tests are
 deterministic); it can only miss kills, so ``run-full`` runs the same tests under
 PYTEST_ARGS' own profile (``ci``): bench/mutation.sh re-checks every survivor that
 way at the end, so a mutant is a survivor only when the full meta-tests pass. Sources without a profile
-(reference/, attnclaims/checks/tolerances.py) run the same either way.
+(reference/, attnclaims/checks/bounds/) run the same either way.
 
 A child that runs longer than ``--child-timeout`` seconds (an infinite loop
 planted by a mutant) is killed and reported as a failure (the mutant is caught:

@@ -860,7 +860,7 @@ class _TorchReducedPrecision(TorchImplementation):
     strategies draw them so) become tensors of the dtype, modules are built in it, and every check uses
     that dtype's unit roundoff (float16 2⁻¹¹, bfloat16 2⁻⁸) in the same derivations, which hold for the
     expected practice — storage in the 16-bit dtype, accumulation in float32 — as torch's CPU kernels do
-    (``attnclaims/checks/tolerances.py``, "float16 and bfloat16")."""
+    (``attnclaims/checks/bounds/common.py``, "float16 and bfloat16")."""
 
     def _t(self, a):
         """float64 -> the 16-bit dtype in torch (numpy has no bfloat16 tensor interchange)."""

@@ -3,10 +3,10 @@ with is ``lambdify``-ed and compared with the float64 reference on hypothesis-dr
 
 The closed forms are taken from the proof modules themselves (the same sympy
 expressions the derivations check), so a proof and the reference cannot drift
-apart silently. Tolerances come from ``attnclaims/checks/tolerances.py`` where it has the
+apart silently. Tolerances come from ``attnclaims/checks/bounds/`` where it has the
 bound; the few bounds specific to these comparisons are derived in the
 docstrings of the helpers below (first-order forward error in the unit
-roundoff u, as in ``attnclaims/checks/tolerances.py``; both sides compute in float64).
+roundoff u, as in ``attnclaims/checks/bounds/``; both sides compute in float64).
 """
 from __future__ import annotations
 

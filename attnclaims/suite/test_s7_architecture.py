@@ -46,7 +46,7 @@ def check_encoder_layer(impl, data):
     out = impl.encoder_layer(x, p, mask)
     assert out.shape == x.shape, f"out.shape={out.shape}, but should be {x.shape} [encoder_layer]"
     golden = ref_encoder_layer(x, p, mask)
-    # Coarser than float64: the derived bound capped by the per-case measured one (attnclaims/checks/same_precision.py)
+    # Coarser than float64: the derived bound capped by the per-case measured one (attnclaims/checks/bounds/layers.py)
     bound = SP.encoder_layer_bound(T.conformance(T.encoder_layer_error, x, p, mask, dtype=impl.dtype), golden,
                                    x, p, mask, impl.dtype)
     T.assert_close(out, golden, bound, f"encoder_layer(x{x.shape}, norm_first={p.norm_first}) vs reference")

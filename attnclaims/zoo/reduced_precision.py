@@ -6,7 +6,7 @@ It stands for the best a 16-bit implementation can do — every output within on
 it is a false alarm of the suite in that dtype, not a finding (``tests/run/test_variants.py`` runs §3.1's
 and the grouped-query tests on it; ``pytest --pyargs attnclaims.suite -m impl_test --attn-impl
 attnclaims.zoo.reduced_precision:einsum_bfloat16`` runs them all). The expected practice of libraries, float32 accumulation, errs more
-than this and less than the bounds allow (``attnclaims/checks/tolerances.py``, "float16 and bfloat16: the
+than this and less than the bounds allow (``attnclaims/checks/bounds/common.py``, "float16 and bfloat16: the
 float32-accumulation model": every stored intermediate rounded once, sums in float32); one rounding of the
 output is the least any bound must allow, so a check that rejects this style's output is too tight.
 Forward capabilities only (the backward passes of the einsum style are not rounded copies of anything).

@@ -2,7 +2,7 @@
 and the message when a library is missing.
 
 These test the adapters, not the libraries: each compares an adapter with the numpy reference on
-fixed inputs within the derived bounds of ``attnclaims/checks/tolerances.py``, so that a
+fixed inputs within the derived bounds of ``attnclaims/checks/bounds/``, so that a
 mapping error (a transposed kernel, a swapped bias, a negated mask, a wrong head split) — which
 moves the output by O(0.1) — is caught, while rounding never is. Whether the libraries satisfy
 the article's claims is for the property tests to say.

@@ -4,7 +4,7 @@ variants, the names of the functions responsible, and the message when a library
 
 Like tests/adapters/test_adapters.py these test the adapters, not the libraries. Each capability is
 compared with the numpy reference on fixed inputs within the float32 conformance bound of
-``attnclaims/checks/tolerances.py`` (the library's float32 unit roundoff plus the reference's
+``attnclaims/checks/bounds/`` (the library's float32 unit roundoff plus the reference's
 float64 one): wide enough for the libraries whose float64 is float32-accurate (the findings of
 docs/findings.md, which the claim tests report), and still ~1e-6 on these O(1) inputs, while a
 mapping error — a transposed kernel, a swapped bias, a negated mask, a wrong head split, a missed

@@ -1,4 +1,4 @@
-"""The per-case bound of the layers' backward passes (attnclaims/checks/backward_precision.py) covers every correct
+"""The per-case bound of the layers' backward passes (attnclaims/checks/bounds/common.py) covers every correct
 evaluation of the forward values the backward consumes, and stays tight enough to catch a wrong gradient.
 
 The case that found the gap: under ``thorough`` the einsum style's Pre-LN encoder layer exceeded the bound on

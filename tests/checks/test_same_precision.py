@@ -1,4 +1,4 @@
-"""The per-case measured tolerance of whole layers (attnclaims/checks/same_precision.py): its naive evaluations are
+"""The per-case measured tolerance of whole layers (attnclaims/checks/bounds/layers.py): its naive evaluations are
 the reference's layers, it raises no false alarm on torch in float32, it is within 10³ of the observed
 error, and it catches a float32 layer whose output went through half precision, which the derived
 bound alone lets pass."""

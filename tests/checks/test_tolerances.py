@@ -1,8 +1,8 @@
-"""Formula tests for ``attnclaims/checks/tolerances.py``: every bound is what its docstring says.
+"""Formula tests for ``attnclaims/checks/bounds/``: every bound is what its docstring says.
 
 The soundness and tightness tests (``tests/reference/test_reference_edges.py``) only ask that a bound covers a
 float32 evaluation and is not absurdly loose; a changed term or constant that keeps it within that window
-goes unnoticed (the mutation run over ``attnclaims/checks/tolerances.py`` showed ~120 such survivors). Here each bound
+goes unnoticed (the mutation run over ``attnclaims/checks/bounds/`` showed ~120 such survivors). Here each bound
 function is recomputed from the formula its docstring states, by an independent implementation: explicit
 Python loops, one row / one output element at a time, with ``math`` functions and exactly rounded sums
 (``math.fsum``) instead of the module's vectorised numpy code; the helper values (``_mha_value``,

@@ -4,7 +4,7 @@ A reader with a checkout follows a citation to a file: ``README.md``, ``docs/*.m
 are scanned for backticked spans, Markdown links and images (inline, or reference definitions
 ``[name]: path``) and the README's layout listing, and each citation is resolved:
 
-* a path (``attnclaims/checks/tolerances.py``, ``tests/run/test_smoke.py``, ``docs/report.md``; a glob such
+* a path (``attnclaims/checks/bounds/``, ``tests/run/test_smoke.py``, ``docs/report.md``; a glob such
   as ``attnclaims/suite/test_s*.py`` must match a file) is a path in the repository, spelled as the
   repository spells it. The repository is the installed tree: ``spec/``, ``reference/``, ``proofs/`` and the
   claim suite live under ``attnclaims/``, so ``reference/attention.py`` and ``tests/test_s31_attention.py``

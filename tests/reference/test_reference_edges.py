@@ -314,7 +314,7 @@ def test_integer_eps_and_counts_are_accepted():
 # lie within the tolerance module's conformance bound of the float64 reference (sound), and the
 # bound may not exceed the error actually observed by more than TIGHTNESS (docs/design.md asks for a
 # detection threshold within about two orders of magnitude of the rounding floor; the worst-case
-# bounds over the observed errors on these inputs sit at 10–5000). Mutants of attnclaims/checks/tolerances.py
+# bounds over the observed errors on these inputs sit at 10–5000). Mutants of attnclaims/checks/bounds/
 # that shrink a bound below the real error, or inflate it by orders of magnitude, fail here.
 
 from attnclaims.checks import bounds as T  # noqa: E402

@@ -4,7 +4,7 @@ these tests keep those tables and the strategies in agreement.
 The sizes of the built-in shape menu and of the edge cases are choices, but once published they are promises:
 an implementer prepares a fixed-shape build for the menu, and a reviewer reads a failure on ``huge-scores``
 by looking its input up in the table. A change to either side without the other fails here (the
-mutation run of attnclaims/checks/strategies.py showed that nothing else noticed a changed menu size or mask pattern).
+mutation run of attnclaims/checks/strategies/ showed that nothing else noticed a changed menu size or mask pattern).
 Behaviour behind the prose numbers (the d_ff range, the mask switch, no subnormals, the length mixture) is
 tested in tests/checks/test_strategies_draws.py; here only that the numbers the page states are the code's.
 About the suite, not the article: no claim marker.

@@ -1,6 +1,6 @@
 """16-bit mutants: a bfloat16 softmax whose row sum is accumulated in bfloat16, and two whose one bug is a small
 loss of accuracy: outputs within the 16-bit bounds that charge
-n·u per sum, far outside the float32-accumulation model's (``attnclaims/checks/tolerances.py``, "float16 and
+n·u per sum, far outside the float32-accumulation model's (``attnclaims/checks/bounds/common.py``, "float16 and
 bfloat16: the float32-accumulation model").
 
 Each is a subclass of the zoo's correct base :class:`attnclaims.zoo.mutants.base.Composed` registered with
