@@ -4,8 +4,8 @@ Each class changes one thing of the zoo's correct :class:`~attnclaims.zoo.mutant
 (so a bug in attention travels up into multi-head attention and the layers). Unlike the mutants of
 :mod:`attnclaims.zoo.mutants` they are not planted bugs people ship but the smallest change that
 a particular property test must reject (a softmax that is a distribution but not shift invariant, a
-position bias nobody asked for, ...); ``attnclaims/suite/test_negative_controls.py`` pairs each with the tests
-it must fail.
+position bias nobody asked for, ...); the ``CONTROLS`` table of each claim-suite module
+(:mod:`attnclaims.checks.controls`) pairs each with the tests it must fail.
 """
 from __future__ import annotations
 

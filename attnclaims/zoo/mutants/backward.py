@@ -19,7 +19,7 @@ bug travels up into the decoder block as well; most are invisible on easy inputs
 position 0, one K/V group, n_q = n_k with nothing after the last query).
 
 The bases and the negative controls at the end (not in the registry: bugs that only the structural gradient
-tests of attnclaims/suite/test_negative_controls.py see) are attributes of this module; the mutants are
+tests' ``CONTROLS`` tables see) are attributes of this module; the mutants are
 reached through :data:`attnclaims.zoo.mutants.MUTANTS`, so ``attnclaims mutants`` runs them and
 ``attnclaims.zoo.mutants:<name>`` names them.
 """
@@ -280,7 +280,7 @@ def _rows(a):
 
 class ModernBackwardComposed(ModernLayerBackward, BackwardComposed):
     """BackwardComposed plus the modern components' vjps composed through ``self`` (correct: it passes
-    attnclaims/suite/test_modern_gradients.py)."""
+    attnclaims/suite/test_ext_gradients.py)."""
 
     name = "composed-modern-backward"
 
@@ -425,7 +425,7 @@ class _DecoderBlockBackwardResidualDropped(ModernBackwardComposed):
 
 
 # ---------------------------------------------------------------------------------------------
-# Negative controls for single gradient properties (attnclaims/suite/test_negative_controls.py), not zoo mutants
+# Negative controls for single gradient properties (attnclaims/suite/test_ext_gradients.py), not zoo mutants
 # ---------------------------------------------------------------------------------------------
 
 class ModernBackwardCentredRms(ModernBackwardComposed):
