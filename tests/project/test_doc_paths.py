@@ -291,10 +291,10 @@ def test_a_dangling_citation_is_found():
     assert _hint("tests/test_s31_attention.py") == " (the claim suite is attnclaims/suite/test_s31_attention.py)"
     # the sources: a docstring and comments citing sections, continued over lines
     code = ('"""A module (docs/design.md, "Data flow") ... (docs/design.md, "Consistency is\n'
-            'checked by tests").\n\n"""\n# see docs/adapters.md ("Backward\n#   passes") and docs/design.md\n'
+            'checked by hand").\n\n"""\n# see docs/adapters.md ("Backward\n#   passes") and docs/design.md\n'
             '# "Verdicts are magic"\nFILES = {"md": "report.md", "html": "index.html"}\n')
     assert dangling_sections(code, ROOT / "attnclaims" / "planted.py") == [
-        'section docs/design.md, "Consistency is checked by tests": no heading starts so',
+        'section docs/design.md, "Consistency is checked by hand": no heading starts so',
         'section docs/design.md, "Verdicts are magic": no heading starts so']
 
 
@@ -302,3 +302,130 @@ def test_github_slugs():
     assert slug("The verdicts: *proven*, `refuted` & co.") == "the-verdicts-proven-refuted--co"
     assert slug("中文版 (Chinese edition)") == "中文版-chinese-edition"
     assert anchors("# A\n## A\n```\n# not a heading\n```\n") == {"a", "a-1"}
+
+
+# ---------------------------------------------------------------------------------------------
+# The layout listings are the tree, and the component table names files that exist
+# ---------------------------------------------------------------------------------------------
+
+#: an entry of a layout listing: a folder (``name/``), a file with an extension, or a path (``.ci/run``)
+_ENTRY = re.compile(r"^( *)((?:[A-Za-z0-9_.-]+/)+|[A-Za-z0-9_.-]*\.[a-z]{2,4}|\.?[A-Za-z0-9_-]+/[A-Za-z0-9_.-]+)(?: {2,}|$)")
+
+
+def layout_block(text: str) -> str:
+    """The first fenced block of the ``## Layout`` section."""
+    section = re.split(r"^## Layout\s*$", text, maxsplit=1, flags=re.M)
+    assert len(section) == 2, "no ## Layout section"
+    block = _FENCE.search(section[1])
+    assert block, "no fenced listing in the Layout section"
+    return block.group(0)
+
+
+def layout_entries(block: str) -> list[str]:
+    """The repository paths a layout listing names: each entry's indentation puts it inside the folder
+    listed above it with less indentation (``attnclaims/`` then ``  reference/`` is attnclaims/reference/)."""
+    stack: list[tuple[int, str]] = []
+    out = []
+    for line in block.splitlines()[1:-1]:
+        m = _ENTRY.match(line)
+        if not m:
+            continue  # a description going on, or a note
+        indent, name = len(m.group(1)), m.group(2)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = (stack[-1][1] if stack else "") + name
+        out.append(path)
+        if name.endswith("/"):
+            stack.append((indent, path))
+    return out
+
+
+def layout_problems(text: str, root: Path = ROOT, modules: bool = False) -> list[str]:
+    """What a Layout listing gets wrong about the tree at ``root``: entries that do not exist, and folders
+    it leaves out — the top-level folders, every package under attnclaims/ and, with ``modules``, every
+    module directly under attnclaims/."""
+    entries = layout_entries(layout_block(text))
+    problems = [f"{e}: listed, but not in the repository" for e in entries if not (root / e).exists()]
+    wanted = [f"{d}/" for d in ("attnclaims", "tests", "bench", "docs")]
+    wanted += sorted(f"{p.parent.relative_to(root)}/" for p in (root / "attnclaims").rglob("__init__.py")
+                     if "__pycache__" not in p.parts and p.parent != root / "attnclaims")
+    if modules:
+        wanted += sorted(str(p.relative_to(root)) for p in (root / "attnclaims").glob("*.py")
+                         if not p.name.startswith("__"))
+    problems += [f"{w}: in the repository, but not in the layout" for w in wanted if w not in entries]
+    return problems
+
+
+def test_design_layout_is_the_tree():
+    problems = layout_problems((ROOT / "docs" / "design.md").read_text(encoding="utf-8"), modules=True)
+    assert not problems, "docs/design.md, Layout:\n  " + "\n  ".join(problems)
+
+
+def test_readme_layout_is_the_tree():
+    problems = layout_problems((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert not problems, "README.md, Layout:\n  " + "\n  ".join(problems)
+
+
+def component_table(text: str) -> tuple[list[str], list[list[str]]]:
+    """The header and rows of design.md's table "Where each component lives"."""
+    section = re.split(r"^### Where each component lives\s*$", text, maxsplit=1, flags=re.M)
+    assert len(section) == 2, "no ### Where each component lives section"
+    body = re.split(r"^#", section[1], maxsplit=1, flags=re.M)[0]  # up to the next heading
+    table = re.search(r"(?:^\|.*\n?)+", body, flags=re.M)  # its first table
+    assert table, "no table in the section"
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in table.group(0).splitlines()]
+    rows = [r for r in rows if not all(set(c) <= set("-: ") for c in r)]
+    return rows[0], rows[1:]
+
+
+def table_problems(text: str, root: Path = ROOT) -> list[str]:
+    """Files the component table names that are not in the folder its column names (a column's header
+    cites the folder as a backticked path; a cell names files in backticks, or ``—``)."""
+    header, rows = component_table(text)
+    folders = [re.findall(r"`([^`]+/)`", h) for h in header]
+    problems = [f"column {h!r} names no folder" for h, f in zip(header[1:], folders[1:]) if len(f) != 1]
+    for row in rows:
+        if len(row) != len(header):
+            problems.append(f"row {row[0]!r}: {len(row)} cells, the header has {len(header)}")
+            continue
+        for cell, folder in zip(row[1:], folders[1:]):
+            names = re.findall(r"`([^`]+)`", cell)
+            if not names and cell not in ("—", "-"):
+                problems.append(f"row {row[0]!r}: {cell!r} names no file")
+            problems += [f"row {row[0]!r}: {folder[0]}{n} does not exist" for n in names
+                         if folder and not (root / folder[0] / n).exists()]
+    return problems
+
+
+def test_the_component_table_names_files_that_exist():
+    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    header, rows = component_table(text)
+    assert len(rows) >= 6 and len(header) >= 6
+    problems = table_problems(text)
+    assert not problems, "docs/design.md, Where each component lives:\n  " + "\n  ".join(problems)
+
+
+def test_a_wrong_layout_or_table_is_found(tmp_path):
+    """Planted in copies of the docs: a listed folder that is gone, a package left out, a module left out,
+    a table cell naming a file that is not there."""
+    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    block = layout_block(text)
+    lines = block.split("\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith("  zoo/"))
+    gone = "\n".join(lines[: at + 1] + ["    no_such_folder/  planted"] + lines[at + 1:])
+    assert layout_problems(text.replace(block, gone), modules=True) == [
+        "attnclaims/zoo/no_such_folder/: listed, but not in the repository"]
+    (tmp_path / "attnclaims" / "zoo" / "planted").mkdir(parents=True)
+    (tmp_path / "attnclaims" / "zoo" / "planted" / "__init__.py").write_text("")
+    (tmp_path / "attnclaims" / "planted.py").write_text("")
+    for folder in ("attnclaims", "tests", "bench", "docs"):
+        (tmp_path / folder).mkdir(exist_ok=True)
+    found = layout_problems(text, root=tmp_path, modules=True)
+    assert "attnclaims/zoo/planted/: in the repository, but not in the layout" in found
+    assert "attnclaims/planted.py: in the repository, but not in the layout" in found
+    header, rows = component_table(text)
+    cell = rows[0][1]
+    name = re.findall(r"`([^`]+)`", cell)[0]
+    wrong = text.replace(f"| {cell} |", f"| {cell.replace(name, 'no_such_module.py')} |", 1)
+    assert [p for p in table_problems(wrong) if "no_such_module.py does not exist" in p]
+    assert len(table_problems(wrong)) == 1
