@@ -102,17 +102,20 @@ def _own(target: str, mods: dict[str, Path]) -> str | None:
     return None
 
 
-def graph(mods: dict[str, Path]) -> dict[str, dict[str, int]]:
-    """module -> {module of the package it imports: the line of the first such import}. Only explicit
+def graph(mods: dict[str, Path]) -> dict[str, dict[str, str]]:
+    """module -> {module of the package it imports: where (``line 12``, or ``line 40, deferred`` when every
+    such import is inside a function)}. Only explicit
     imports are edges: importing ``a.b.c`` also runs ``a/__init__`` and ``a/b/__init__``, but counting that
     would make every package a circle with its own modules."""
-    out: dict[str, dict[str, int]] = {}
+    out: dict[str, dict[str, str]] = {}
     for name, path in mods.items():
-        edges: dict[str, int] = {}
+        edges: dict[str, str] = {}
         for imp in imports(name, path.read_text(encoding="utf-8"), path.name == "__init__.py"):
             target = _own(imp.target, mods)
             if target and target != name:
-                edges.setdefault(target, imp.line)
+                where = f"line {imp.line}" + (", deferred" if imp.deferred else "")
+                if target not in edges or (edges[target].endswith("deferred") and not imp.deferred):
+                    edges[target] = where
         out[name] = edges
     return out
 
@@ -155,8 +158,8 @@ def circles(mods: dict[str, Path]) -> list[str]:
     return [_describe(comp, g) for comp in sorted(found)]
 
 
-def _describe(comp: list[str], g: dict[str, dict[str, int]]) -> str:
-    """A shortest closed path through a component from its first module, e.g. ``a -> b (line 3) -> a (line 9)``."""
+def _describe(comp: list[str], g: dict[str, dict[str, str]]) -> str:
+    """A shortest closed path through a component from its first module, e.g. ``a -> b (a line 3) -> a (b line 9, deferred)``."""
     start, members = comp[0], set(comp)
     prev: dict[str, str] = {}
     queue, seen = [start], {start}
@@ -168,7 +171,7 @@ def _describe(comp: list[str], g: dict[str, dict[str, int]]) -> str:
                 while path[-1] != start:
                     path.append(prev[path[-1]])
                 path.reverse()
-                hops = [f"{b} (line {g[a][b]} of {a})" for a, b in zip(path, path[1:] + [start])]
+                hops = [f"{b} ({a} {g[a][b]})" for a, b in zip(path, path[1:] + [start])]
                 return f"{len(comp)} modules: {start} -> " + " -> ".join(hops)
             if w in members and w not in seen:
                 seen.add(w)
@@ -279,7 +282,7 @@ def test_the_package_is_read_whole():
 
 def test_no_import_circles():
     found = circles(modules())
-    assert not found, "import circles in the package (module -> imported module (where)):\n" + "\n".join(found)
+    assert not found, "import circles in the package (module -> imported module (the import's line)):\n" + "\n".join(found)
 
 
 def test_the_reference_imports_only_numpy_scipy_the_standard_library_and_itself():
