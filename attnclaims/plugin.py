@@ -122,6 +122,10 @@ class _Session:
     exitstatus: int | None = None
     results_written: float = 0.0
     results_cost: float = 0.0
+    #: what an xdist worker said of the implementation (implementation_info) with its first report, so that
+    #: the controller describes it without resolving it; sent: this worker has said it
+    info: dict | None = None
+    info_sent: bool = False
     # kill-matrix mode
     kill: bool = False
     kill_claims: set | None = None
@@ -593,7 +597,16 @@ def pytest_runtest_makereport(item, call):
             entry["message"] = (f"ran {entry['examples'] or 0} examples, declined {declines.count()}: "
                                 f"{declines.reasons()[0] if declines.reasons() else ''}").rstrip(": ")
     entry.update(item.stash.get(_RECORD_KEY, {}))
-    rep.user_properties.append(("attnclaims", dumps(entry)))
+    # The check's records, built once here, where the test ran: the report reads them as they are (the
+    # controller of an xdist run, the event stream and the results file pass them through untouched).
+    record = {"test": entry["test"], "claims": ids, "outcome": entry["outcome"],
+              "kill_skipped": bool(entry.get("kill_skipped")),
+              "evidence": [vars(e) for e in evidence_from_entry(entry)]}
+    state = _state(item.config)
+    if guard is not None and not state.info_sent:
+        record["implementation"] = implementation_info(guard)
+        state.info_sent = True
+    rep.user_properties.append(("attnclaims", dumps(record)))
 
 
 def _name_responsible(entry: dict, guard: GuardedImplementation) -> None:
@@ -644,16 +657,6 @@ def evidence_from_entry(entry: dict) -> list[Evidence]:
     return out
 
 
-def _outcome(report, entry: dict | None) -> str:
-    if entry is not None:
-        return entry["outcome"]
-    if report.passed:
-        return "passed"
-    if report.skipped:
-        return "not-applicable"
-    return "failed" if report.when == "call" else "error"
-
-
 class _Reporter:
     """The hooks of the process that reports — without xdist the only one, with xdist the controller
     (workers' reports reach it with their user_properties) — bound to their session's config.
@@ -702,7 +705,9 @@ class _Reporter:
                 break
         state.finished += 1
         state.running = None
-        evidence = [e.to_dict() for e in evidence_from_entry(entry)] if entry is not None else []
+        if entry is not None and state.info is None:
+            state.info = entry.get("implementation")
+        evidence = entry["evidence"] if entry is not None else []  # Evidence dicts, as the test built them
         outcome = _outcome(report, entry)
         if entry is not None and outcome == "failed" and state.kill:
             relevant = set(entry["claims"])
@@ -711,7 +716,7 @@ class _Reporter:
         message = "" if entry is not None else _last_line(str(report.longrepr or ""))
         _emit(self.config, "test-finished", test=report.nodeid, outcome=outcome,
               claims=entry["claims"] if entry else [], evidence=evidence, message=message,
-              kill_skipped=bool(entry and entry.get("kill_skipped")), seconds=round(report.duration, 4))
+              kill_skipped=bool(entry and entry["kill_skipped"]), seconds=round(report.duration, 4))
         state.evidence.extend(dumps(e) for e in evidence)
         if time.monotonic() - state.results_written >= max(RESULTS_EVERY_S, 20 * state.results_cost):
             _write_results(self.config, complete=False)
@@ -782,7 +787,9 @@ def _write_results(config, complete: bool) -> dict | None:
     state.results_written = time.monotonic()
     path = config.getoption("attn_results", default=None)
     info = None
-    if complete:
+    if complete and state.guard is None and state.info is not None:
+        info = state.info  # an xdist controller: the workers' description; it never resolves the implementation
+    elif complete:
         try:
             info = implementation_info(_guard(config))
         except pytest.UsageError as exc:

@@ -411,3 +411,38 @@ def test_a_bad_claim_marker_argument_is_a_usage_error(tmp_path, mark, says):
         '''), encoding="utf-8")
     result = _run(tmp_path, "test_bad.py")
     assert result.returncode == 4 and says in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+_COUNTING_IMPL = '''
+import os
+
+from user_impl import SoftmaxOnly
+
+def make():
+    with open(os.environ["RESOLVED_IN"], "a") as fh:  # one line per process that constructs it
+        fh.write(f"{os.getpid()}\\n")
+    return SoftmaxOnly()
+'''
+
+
+def test_the_xdist_controller_describes_the_implementation_without_resolving_it(project):
+    """Under ``-n 2`` the implementation is constructed by the workers that run its tests, never by the
+    controller (which runs none): the results file and the last event still describe it, from the
+    workers' reports."""
+    pytest.importorskip("xdist")
+    (project / "counting_impl.py").write_text(textwrap.dedent(_COUNTING_IMPL), encoding="utf-8")
+    out, events, resolved = project / "results.json", project / "events.jsonl", project / "resolved.txt"
+    os.environ["RESOLVED_IN"] = str(resolved)
+    try:
+        result = _run(project, "test_user.py", "-n", "2", "--attn-impl", "counting_impl:make",
+                      "--attn-results", str(out), "--attn-events", str(events), timeout=300)
+    finally:
+        del os.environ["RESOLVED_IN"]
+    assert result.returncode == 0, result.stdout + result.stderr
+    finished = [e for e in _events(events) if e["event"] == "session-finished"]
+    (controller,) = {e["pid"] for e in finished}
+    pids = {int(line) for line in resolved.read_text(encoding="utf-8").split()}
+    assert pids and controller not in pids, (controller, pids)
+    described = json.loads(out.read_text(encoding="utf-8"))["implementation"]
+    assert described["name"] == finished[0]["implementation"]["name"] == "softmax-only"
+    assert described["capabilities"] == ["softmax"] and described["available"] is True
