@@ -50,3 +50,25 @@ def test_a_planted_meta_test_in_the_wheel_is_found(wheel_names):
     assert meta_tests_in([*wheel_names, "attnclaims/suite/test_reference_edges.py"]) == [
         "attnclaims/suite/test_reference_edges.py"]
     assert meta_tests_in([*wheel_names, "tests/data/record.py"]) == ["tests/data/record.py"]
+
+
+def vintage_names(paths: list[str]) -> list[str]:
+    """Files named after a vintage (``modern_*``) rather than what they hold."""
+    return [p for p in paths if p.rsplit("/", 1)[-1].startswith("modern_")]
+
+
+def test_no_file_is_named_after_a_vintage():
+    files = [str(p.relative_to(ROOT)) for folder in ("attnclaims", "tests", "bench", "docs")
+             for p in (ROOT / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    assert files and not vintage_names(files), vintage_names(files)
+    assert vintage_names([*files, "attnclaims/zoo/modern_mutants.py"]) == ["attnclaims/zoo/modern_mutants.py"]
+
+
+def test_pyproject_remaps_no_folder():
+    """The repository is the installed tree: setuptools finds the packages under attnclaims/ as they stand."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    assert "package-dir" not in setuptools and setuptools["packages"]["find"]["include"] == ["attnclaims*"]
