@@ -299,7 +299,7 @@ def load_last(report: str | None) -> tuple[dict | None, Path]:
 def render(registry, claim, args) -> str:
     """The whole explanation as text (printed by :func:`run`)."""
     from attnclaims.report import i18n
-    from attnclaims.report.common import parts_of
+    from attnclaims.report.common import parts_of, support_line
     from attnclaims.report.mathtext import to_plain
 
     lang = getattr(args, "lang", "en")
@@ -364,6 +364,9 @@ def render(registry, claim, args) -> str:
                     out.append(f"    {T('part')} {part['id']}: {i18n.verdict_word(str(part['verdict']), lang)}"
                                + (f" — {to_plain(i18n.reason(str(part['reason']), lang))}" if part.get("reason")
                                   else ""))
+            counted = support_line(row, lang)  # the counts the report shows, each passing check once
+            if counted:
+                out.append(f"  {counted}")
             if not row.get("verdict_details"):
                 out.extend(f"  {impl}: {v}" for impl, v in (row.get("verdicts") or {}).items())
     return "\n".join(out)

@@ -145,7 +145,7 @@ from attnclaims.vocab import (BLOCKED, BLOCKED_PREFIX, EXTENSION, EXTENSION_PREF
 
 __all__ = ["Verdict", "compute_verdicts", "exit_status", "evidence_for", "implementation_tested", "HOW_TO_READ",
            "INDEPENDENT", "VERDICT_WORDS", "OTHER_VERDICTS", "BLOCKED_PREFIX", "NUMERIC_KINDS", "part_of",
-           "proof_status", "countable"]
+           "proof_status", "countable", "support_counts", "SUPPORT_KEYS"]
 
 
 @dataclass
@@ -161,6 +161,8 @@ class Verdict:
     expected: str | None = None      # the registry's expected verdict, for display only
     qualification: str = ""          # the registry's correction text, when the verdict is "qualified"
     counts: dict = field(default_factory=dict)  # outcome -> number of items
+    #: the passing items of this column by what they can support (:func:`support_counts`)
+    support: dict = field(default_factory=dict)
     #: each part of the claim in this column: {"id", "statement", "statement_zh", "verdict", "reason"}
     parts: list = field(default_factory=list)
     #: labels of the extensions whose checks ran and passed in this column
@@ -203,7 +205,7 @@ class Verdict:
             "verdict": self.verdict, "category": self.category, "status": self.verdict,
             "problem": self.is_problem, "reason": self.reason, "blocked_by": self.blocked_by,
             "expected": self.expected, "agrees_with_expected": self.agrees,
-            "qualification": self.qualification, "counts": dict(self.counts),
+            "qualification": self.qualification, "counts": dict(self.counts), "support": dict(self.support),
             "parts": [dict(p) for p in self.parts], "extensions": list(self.extensions),
         }
 
@@ -241,6 +243,38 @@ def countable(e: Evidence) -> bool:
     examples (:func:`attnclaims.declines.enough_examples`)."""
     return (e.outcome == "passed" and e.role != "control" and not e.self_comparison and not e.extension
             and enough_examples(e.examples, e.examples_declined))
+
+
+#: the keys of :func:`support_counts`, in the order every reader shows them
+SUPPORT_KEYS = ("general", "instances", "checks", "controls", "citations", "not_counted")
+
+
+def support_counts(items: Iterable[Evidence]) -> dict[str, int]:
+    """The one definition of a column's counts, read by the verdict's reason, the report (Markdown, HTML,
+    JSON: ``verdict_details[column].support``) and ``explain``. Every passing item is counted once:
+    ``general`` derivations (symbolic sizes) and ``instances`` (a fixed size, or an instance resting on a
+    cited lemma, :func:`proof_status`); ``checks``, the numerical checks (:data:`NUMERIC_KINDS`) that can
+    support a verdict (:func:`countable`); ``controls``, the negative controls, which show a check can fail
+    and never support; ``citations``; ``not_counted``, the rest (extensions, self-comparisons, tests that
+    ran too few examples, countable items of other kinds)."""
+    out = dict.fromkeys(SUPPORT_KEYS, 0)
+    for e in items:
+        if e.outcome != "passed":
+            continue
+        if e.role == "control":
+            key = "controls"
+        elif not countable(e):
+            key = "not_counted"
+        elif e.kind == "citation":
+            key = "citations"
+        elif e.kind == "proof":
+            key = "general" if proof_status(e) == "general" else "instances"
+        elif e.kind in NUMERIC_KINDS:
+            key = "checks"
+        else:
+            key = "not_counted"
+        out[key] += 1
+    return out
 
 
 def _first_line(text: str | None) -> str:
@@ -290,10 +324,9 @@ def _word(support: Sequence[Evidence]) -> tuple[str, str]:
     if all(e.role == "illustration" for e in non_citation):
         return "illustrative", f"shown on constructed examples ({len(non_citation)} check(s))"
     proofs = [e for e in non_citation if e.kind == "proof"]
-    general = [e for e in proofs if proof_status(e) == "general"]
-    numeric = [e for e in non_citation if e.kind in NUMERIC_KINDS]
-    if general and numeric:
-        return "proven", f"{len(general)} general derivation(s) check and {len(numeric)} numerical check(s) pass"
+    n = support_counts(support)  # the counts the report shows beside this reason
+    if n["general"] and n["checks"]:
+        return "proven", f"{n['general']} general derivation(s) check and {n['checks']} numerical check(s) pass"
     cited = [e for e in proofs if proof_status(e) != "general"]
     label = ""
     if cited:
@@ -301,10 +334,10 @@ def _word(support: Sequence[Evidence]) -> tuple[str, str]:
         label = (f"; {len(cited)} derivation(s) check an instance" + (" + cited lemma" if any(
             proof_status(e) == "instance+cited" for e in cited) else "") + (f" ({sources[0]})" if sources else "")
                  + ", not a general proof")
-    if proofs and not numeric:
+    if proofs and not n["checks"]:
         what = f"{len(proofs)} derivation(s)"
     else:
-        what = f"{len(numeric)} check(s)" + (f" and {len(proofs)} derivation(s)" if proofs else "")
+        what = f"{n['checks']} check(s)" + (f" and {len(proofs)} derivation(s)" if proofs else "")
     return "verified", f"{what} pass, nothing failed{label}"
 
 
@@ -457,11 +490,13 @@ def compute_verdicts(registry, evidence: Sequence[Evidence], implementations: Se
             for impl in implementations:
                 mine = [e for e in items if e.implementation == impl]
                 verdict, reason, parts, kind = _implementation_verdict(claim, mine, independent, impl)
-                own[(cid, impl)] = (verdict, reason, _counts([*mine, *independent]), parts, kind, _extensions(mine))
+                own[(cid, impl)] = (verdict, reason, _counts([*mine, *independent]), parts, kind, _extensions(mine),
+                                   support_counts([*mine, *independent]))
         else:  # every item is independent, or an error a stopped run recorded for an implementation
             columns[cid] = [INDEPENDENT]
             verdict, reason, parts, kind = _independent_verdict(claim, items)
-            own[(cid, INDEPENDENT)] = (verdict, reason, _counts(items), parts, kind, _extensions(items))
+            own[(cid, INDEPENDENT)] = (verdict, reason, _counts(items), parts, kind, _extensions(items),
+                                      support_counts(items))
 
     def column_of(cid: str, impl: str) -> str:
         return impl if impl in columns[cid] else INDEPENDENT
@@ -485,7 +520,7 @@ def compute_verdicts(registry, evidence: Sequence[Evidence], implementations: Se
         claim = registry.get(cid)
         out[cid] = {}
         for col in columns[cid]:
-            verdict, reason, counts, parts, kind, extensions = own[(cid, col)]
+            verdict, reason, counts, parts, kind, extensions, support = own[(cid, col)]
             blocked_by = blocked.get((cid, col))
             if blocked_by is not None:
                 verdict = BLOCKED_PREFIX + blocked_by
@@ -495,7 +530,8 @@ def compute_verdicts(registry, evidence: Sequence[Evidence], implementations: Se
                 claim=cid, implementation=col, verdict=verdict, reason=reason, blocked_by=blocked_by,
                 expected=claim.expected_verdict,
                 qualification=claim.qualification if verdict == "qualified" else "",
-                counts=counts, parts=parts, extensions=extensions, kind=kind if blocked_by is None else None,
+                counts=counts, support=support, parts=parts, extensions=extensions,
+                kind=kind if blocked_by is None else None,
             )
     return out
 

@@ -35,10 +35,12 @@ def write_report(report: Mapping, out_dir: str | Path, formats: Iterable[str] = 
                  langs: Iterable[str] = ("en",)) -> list[Path]:
     """Write ``report`` into ``out_dir`` in each of ``formats`` (``md``, ``html``, ``json``) and each of
     ``langs`` (``en``: report.md, index.html; ``zh``: report.zh.md, index.zh.html); the HTML format
-    also writes the annotated article of each edition (article.html, article.zh.html). report.json is
+    also writes the annotated article of each edition (article.html, article.zh.html). A page links to
+    the other edition only when that edition is among ``langs`` (so every link resolves). report.json is
     one file for both editions (it carries the Chinese texts). The paths written."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    langs = list(langs)
     written = []
     for fmt in formats:
         if fmt == "json":
@@ -47,10 +49,10 @@ def write_report(report: Mapping, out_dir: str | Path, formats: Iterable[str] = 
         for lang in langs:
             names = i18n.FILES[lang]
             if fmt == "md":
-                pages = [(names["md"], markdown_report.render(report, lang=lang))]
+                pages = [(names["md"], markdown_report.render(report, lang=lang, editions=langs))]
             else:
-                pages = [(names["html"], html_report.render(report, out_dir, lang=lang)),
-                         (names["article"], article_report.render(report, article_text(), lang=lang))]
+                pages = [(names["html"], html_report.render(report, out_dir, lang=lang, editions=langs)),
+                         (names["article"], article_report.render(report, article_text(), lang=lang, editions=langs))]
             for name, text in pages:
                 path = out_dir / name
                 tmp = path.with_name(path.name + ".tmp")

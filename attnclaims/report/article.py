@@ -20,7 +20,7 @@ from typing import Mapping, Sequence
 
 from attnclaims.report import i18n
 from attnclaims.terminal import escape_controls
-from attnclaims.report.common import columns, first_line, section_label, verdict_category
+from attnclaims.report.common import columns, first_line_math, section_label, verdict_category
 from attnclaims.report.html import CSS, badge, esc, page_head, rich
 
 _HEADING = re.compile(r"(?<![\d.])(\d+\.\d*)\s(?=\S)")
@@ -112,7 +112,7 @@ def _groups(spans: Sequence[tuple[int, int, str]]) -> list[tuple[int, int, list[
     return out
 
 
-def render(report: Mapping, article_text: str, lang: str = "en") -> str:
+def render(report: Mapping, article_text: str, lang: str = "en", editions: Sequence[str] | None = None) -> str:
     """The annotated article page (``article.html`` / ``article.zh.html``)."""
     T = lambda key, **kw: i18n.t(lang, key, **kw)
     files, other = i18n.FILES[lang], i18n.FILES["zh" if lang == "en" else "en"]
@@ -203,7 +203,8 @@ def render(report: Mapping, article_text: str, lang: str = "en") -> str:
     parts.append(f'<h1><span lang="zh-CN">{esc(title_line.strip())}</span></h1>')
     parts.append(f'<div class="sub">{esc(T("article"))} · {esc(report["generated"])}</div>')
     parts.append(f'<div class="links"><a href="{files["html"]}" id="to-report">{esc(T("back_to_report"))}</a>'
-                 f'<a href="{other["article"]}" id="other-edition">{esc(T("other_edition"))}</a></div>')
+                 + (f'<a href="{other["article"]}" id="other-edition">{esc(T("other_edition"))}</a>'
+                    if i18n.other_written(lang, editions) else "") + "</div>")
     parts.append("</div></header><main class=\"wrap\">")
     parts.append(f'<p class="legend">{esc(T("article_intro"))}</p>')
     parts.append(f'<article class="article" lang="zh-CN" id="article-text">{"".join(out)}</article>')
@@ -237,7 +238,7 @@ def _close(group, claims: Mapping, cols: Sequence[str], lang: str) -> str:
     for cid in ids:
         c = claims[cid]
         title = i18n.claim_text(c, "title", lang)
-        precise = first_line(i18n.claim_text(c, "precise", lang), 420)
+        precise = first_line_math(i18n.claim_text(c, "precise", lang), 420)  # never cut inside a formula
         tip.append(f"<b>{rich(title)} <span class=\"muted\">({esc(cid)}, {esc(section_label(c['section']))})</span></b>"
                    f"{rich(precise)}")
         qual = i18n.claim_text(c, "qualification", lang)

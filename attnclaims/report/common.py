@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, Mapping
 
+from attnclaims.report.i18n import VERDICT_ZH
 from attnclaims.vocab import BLOCKED_PREFIX
 
 #: outcome -> short mark shown before a check's name
@@ -19,6 +21,23 @@ def first_line(text: str | None, limit: int = 200) -> str:
     text = (text or "").strip()
     line = text.splitlines()[0] if text else ""
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def first_line_math(text: str | None, limit: int = 200) -> str:
+    """:func:`first_line` for a text with ``$…$`` math spans: never cut inside a span (a span the limit
+    would cut is left out whole, before the "…"), so no raw TeX is left behind."""
+    text = (text or "").strip()
+    line = text.splitlines()[0] if text else ""
+    if len(line) <= limit:
+        return line
+    from attnclaims.report.mathtext import _SPAN
+
+    cut = limit - 1
+    for m in _SPAN.finditer(line):
+        if m.start() < cut < m.end():
+            cut = m.start()
+            break
+    return line[:cut].rstrip() + "…"
 
 
 def section_label(section: str) -> str:
@@ -46,7 +65,9 @@ def proof_label(d: Mapping, lang: str = "en") -> str:
 
     status = d.get("proof_status")
     if status == "instance+cited":
-        cited = list(d.get("cited") or ())
+        # the sources are the cited lemmas' reasons (their formulas are typeset where the steps are)
+        cited = list(dict.fromkeys(i18n.derivation_text(str(lem["why"]), lang) for lem in cited_lemmas(d)
+                                   if lem.get("why"))) or list(d.get("cited") or ())
         sources = "; ".join(first_line(str(c), 120) for c in cited[:2]) or "?"
         more = len(cited) - 2
         return i18n.t(lang, "proof_cited", source=sources + (f"; +{more}" if more > 0 else ""))
@@ -57,12 +78,28 @@ def proof_label(d: Mapping, lang: str = "en") -> str:
     return ""
 
 
-def lemma_tag(lem: Mapping) -> str:
+LEMMA_TAG_ZH = {"cited": "引用", "definition": "定义", "hypothesis": "假设", "lemma": "引理"}
+
+
+def lemma_tag(lem: Mapping, lang: str = "en") -> str:
     """How a step's lemma is shown: cited (a fact taken from a source, not checked here), definition,
     hypothesis, or lemma (checked)."""
     if lem.get("cited"):
-        return "cited"
-    return {"definition": "definition", "hypothesis": "hypothesis"}.get(str(lem.get("basis", "")), "lemma")
+        tag = "cited"
+    else:
+        tag = {"definition": "definition", "hypothesis": "hypothesis"}.get(str(lem.get("basis", "")), "lemma")
+    return LEMMA_TAG_ZH[tag] if lang == "zh" else tag
+
+
+def cited_lemmas(d: Mapping) -> list[Mapping]:
+    """The cited lemmas of a derivation's steps, each once (by its formula), in the order the steps use them:
+    what ``d["cited"]`` names as text, with the lemma's typeset formula and its reason."""
+    out: dict[str, Mapping] = {}
+    for s in d.get("steps") or ():
+        for lem in s.get("lemmas") or ():
+            if lem.get("cited"):
+                out.setdefault(str(lem.get("text", "")) + "\x00" + str(lem.get("why", "")), lem)
+    return list(out.values())
 
 
 def claim_evidence(c: Mapping) -> list[dict]:
@@ -149,24 +186,30 @@ def extra_data(data: Mapping | None) -> dict:
     return {k: v for k, v in data.items() if k not in SPECIAL_DATA}
 
 
-def failure_lines(e: Mapping) -> list[tuple[str, str]]:
+#: the labels of :func:`failure_lines` in the Chinese edition
+FAILURE_LABELS_ZH = {"measured error": "实测误差", "bound": "界", "smallest tolerance that would have passed": "能够通过的最小容差",
+                     "capability": "能力", "calls into the implementation": "对实现的调用", " × the bound": " × 界"}
+
+
+def failure_lines(e: Mapping, lang: str = "en") -> list[tuple[str, str]]:
     """(label, value) pairs that describe a failed check's numbers."""
+    L = (lambda k: FAILURE_LABELS_ZH.get(k, k)) if lang == "zh" else (lambda k: k)
     out = []
     if e.get("measured") is not None:
-        out.append(("measured error", fmt_number(e["measured"])))
+        out.append((L("measured error"), fmt_number(e["measured"])))
     if e.get("bound") is not None:
-        out.append(("bound", fmt_number(e["bound"])))
+        out.append((L("bound"), fmt_number(e["bound"])))
     if e.get("tolerance_needed") is not None:
         tol = e["tolerance_needed"]
         ratio = ""
         b = e.get("bound")
         if isinstance(tol, (int, float)) and isinstance(b, (int, float)) and b > 0:
-            ratio = f" ({tol / b:.3g} × the bound)"
-        out.append(("smallest tolerance that would have passed", f"≥ {fmt_number(tol)}{ratio}"))
+            ratio = f" ({tol / b:.3g}{L(' × the bound')})"
+        out.append((L("smallest tolerance that would have passed"), f"≥ {fmt_number(tol)}{ratio}"))
     if e.get("capability"):
-        out.append(("capability", str(e["capability"])))
+        out.append((L("capability"), str(e["capability"])))
     if e.get("calls") is not None:
-        out.append(("calls into the implementation", str(e["calls"])))
+        out.append((L("calls into the implementation"), str(e["calls"])))
     return out
 
 
@@ -249,6 +292,67 @@ def passing_summary(evidence: list) -> dict:
     slowest = max(timed, key=lambda e: e["seconds"]) if timed else None
     return {"n": len(passed), "kinds": kinds, "slowest": slowest,
             "examples": sum(int(e["examples"]) for e in passed if isinstance(e.get("examples"), int))}
+
+
+#: how each count of :func:`attnclaims.verdicts.support_counts` reads, per edition (zero counts are left out)
+SUPPORT_WORDS = {
+    "en": {"general": "{n} general derivation(s)", "instances": "{n} derivation instance(s)",
+           "checks": "{n} numerical check(s)", "citations": "{n} citation(s)",
+           "controls": "{n} negative control(s)", "not_counted": "{n} other (extension, self-comparison or too few "
+                                                                "examples)"},
+    "zh": {"general": "一般推导 {n} 项", "instances": "推导实例 {n} 项", "checks": "数值检查 {n} 项",
+           "citations": "文献引用 {n} 项", "controls": "阴性对照 {n} 项", "not_counted": "其他 {n} 项（扩展、仅自身比较或样例过少）"},
+}
+_COUNTED = ("general", "instances", "checks", "citations")
+
+
+def support_line(c: Mapping, lang: str = "en") -> str:
+    """The claim's passing checks as its verdicts count them, column by column: the counts of
+    ``verdict_details[column]["support"]`` (:func:`attnclaims.verdicts.support_counts`), the same numbers
+    as the verdict's reason; negative controls and the rest apart, as not counted. Empty without counts."""
+    words, sep = SUPPORT_WORDS["zh" if lang == "zh" else "en"], ("、" if lang == "zh" else ", ")
+    out = []
+    for col, d in (c.get("verdict_details") or {}).items():
+        n = d.get("support") or {}
+        if not any(n.values()):
+            continue
+        counted = sep.join(words[k].format(n=n[k]) for k in _COUNTED if n.get(k))
+        other = sep.join(words[k].format(n=n[k]) for k in ("controls", "not_counted") if n.get(k))
+        name = _column_name(col, lang)
+        if lang == "zh":
+            out.append(f"{name}：计入 {counted or '无'}" + (f"；不计入 {other}" if other else ""))
+        else:
+            out.append(f"{name}: counted {counted or 'none'}" + (f"; not counted {other}" if other else ""))
+    return ("；" if lang == "zh" else "; ").join(out)
+
+
+_HAS_NO = re.compile(r"has no ([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def not_applicable_text(d: Mapping | None, lang: str = "en") -> str | None:
+    """For a *not applicable* verdict detail, what the column lacks in a few words ("no backward pass
+    exposed" when every missing capability is a ``*_vjp``); None for any other verdict. A not-applicable
+    verdict is an absence, not a disagreement with the article: it is never flagged ≠ / ⚠."""
+    if not d or d.get("category", d.get("verdict")) != "not applicable":
+        return None
+    missing = set(_HAS_NO.findall(str(d.get("reason", ""))))
+    for part in d.get("parts") or ():
+        missing |= set(_HAS_NO.findall(str(part.get("reason", ""))))
+    if missing and all(m.endswith("vjp") for m in missing):
+        return "未提供反向传播" if lang == "zh" else "no backward pass exposed"
+    return ""
+
+
+def flags_disagreement(d: Mapping | None, expected: str | None) -> bool:
+    """Whether a column's verdict is shown as differing from the registry's expected one (≠ in HTML, ⚠ in
+    Markdown, report.json's disagreements): never for *not applicable*, which says what the column lacks."""
+    if not d or expected is None:
+        return False
+    return d.get("verdict") != expected and not_applicable_text(d) is None
+
+
+def _column_name(col: str, lang: str) -> str:
+    return VERDICT_ZH.get(col, col) if lang == "zh" else col
 
 
 #: measurement tables longer than this show their first rows; the rest is in report.json

@@ -32,7 +32,8 @@ from attnclaims.terminal import escape_controls
 from attnclaims.report.common import (
     MAX_TABLE_ROWS, OUTCOME_MARK, STEP_MARK, by_severity, cache_line, claim_evidence, clipped, columns, lemma_tag, compact_json, failure_lines,
     first_line,
-    fmt_number, fmt_seconds, is_problem, outcome_counts, parts_of, passing_summary, proof_label, repro_text,
+    fmt_number, fmt_seconds, is_problem, outcome_counts, parts_of, passing_summary, proof_label, repro_text, support_line,
+    flags_disagreement, not_applicable_text, cited_lemmas,
     scalar_data, section_label, summary_counts, table_of, verdict_category,
 )
 from attnclaims.report.mathtext import has_math, number_tex, sanitize_mathml, tex_to_mathml, to_html
@@ -189,20 +190,28 @@ def _svg_figure(path: str, out_dir: Path | None, index: int, caption: str) -> st
 
 
 
-def badge(verdict: str, expected: str | None = None, lang: str = "en", category: str | None = None) -> str:
-    """A verdict pill, coloured by its category (the engine's ``category`` field when given)."""
+def badge(verdict: str, expected: str | None = None, lang: str = "en", category: str | None = None,
+          lacks: str | None = None) -> str:
+    """A verdict pill, coloured by its category (the engine's ``category`` field when given); ``lacks``: what
+    a not-applicable column lacks, shown after the word ("not applicable: no backward pass exposed")."""
     cat = (category or verdict_category({"verdicts": {"x": verdict}}, "x")).replace(" ", "-")
     flag = ""
     title = ""
     if expected is not None and verdict != expected:
         flag = f'<span class="flag" title="{esc(i18n.t(lang, "expected_short"))}: {esc(expected)}">≠</span>'
         title = f' title="{esc(i18n.t(lang, "expected_short"))}: {esc(i18n.verdict_word(expected, lang))}"'
-    return f'<span class="v v-{esc(cat)}"{title}>{esc(i18n.verdict_word(verdict, lang, category))}</span>{flag}'
+    shown = i18n.verdict_word(verdict, lang, category)
+    if lacks:
+        shown += ("：" if lang == "zh" else ": ") + lacks
+    return f'<span class="v v-{esc(cat)}"{title}>{esc(shown)}</span>{flag}'
 
 
 def _claim_badge(c: Mapping, col: str, lang: str, expected: bool = True) -> str:
     v = c["verdicts"].get(col, "no evidence")
-    return badge(v, c["expected_verdict"] if expected else None, lang, verdict_category(c, col))
+    d = (c.get("verdict_details") or {}).get(col)
+    differs = flags_disagreement(d, c["expected_verdict"]) if d else v != c["expected_verdict"]
+    return badge(v, c["expected_verdict"] if expected and differs else None, lang, verdict_category(c, col),
+                 not_applicable_text(d, lang))
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[str]], cls: str = "",
@@ -218,6 +227,22 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]], cls: str = "",
 def rich(text: object) -> str:
     """A registry text: escaped, its ``$…$`` formulas as MathML."""
     return to_html("" if text is None else str(text))
+
+
+def _reason_html(text: object, lang: str) -> str:
+    """A verdict engine's reason in the edition's language (:func:`i18n.reason`); what it leaves in English
+    is marked ``lang="en"``."""
+    failed = _FAILED.match(str(text)) if lang == "zh" else None
+    if failed:  # "<check> failed (and 2 more): <message>": the message is the check's, in English
+        more = f"（另有 {failed.group(2)} 项）" if failed.group(2) else ""
+        return f'{_reason(failed.group(1))} 失败{more}：<span lang="en">{_reason(failed.group(3))}</span>'
+    shown = i18n.reason(str(text), lang)
+    if lang == "zh" and shown == str(text):
+        return f'<span lang="en">{_reason(shown)}</span>'
+    return _reason(shown)
+
+
+_FAILED = re.compile(r"^(\S+) failed(?: \(and (\d+) more\))?: (.+)$", re.S)
 
 
 def _reason(text: object) -> str:
@@ -274,11 +299,13 @@ th,td{padding:6px 10px;border-bottom:1px solid var(--line);text-align:left;verti
 th{background:var(--panel);font-weight:600;white-space:nowrap}
 tbody tr:last-child td{border-bottom:0}
 table.summary td.id{white-space:nowrap}
-table.summary td.title{min-width:220px;color:var(--muted)}
+table.summary td.id,table.summary th:first-child{position:sticky;left:0;z-index:1;background:var(--bg)}
+table.summary th:first-child{background:var(--panel)}
+table.summary td.title{min-width:12em;color:var(--muted)}
 table.summary td.sec{white-space:nowrap}
 table.summary tbody tr:hover{background:#f3f6fa}
-td.msg{min-width:240px;word-break:break-word}
-td.check{min-width:260px}td.check code{word-break:break-all}
+td.msg{min-width:24em;word-break:break-word}
+td.check{min-width:16em}td.check code{word-break:break-all}
 td.num{white-space:nowrap}
 .v{display:inline-block;padding:1px 8px;border-radius:999px;font-size:.85em;font-weight:600;white-space:nowrap;
 border:1px solid currentColor;line-height:1.5}
@@ -299,7 +326,7 @@ ul.parts{font-size:.9em}.ps{font-size:.85em;color:var(--muted)}.ps.cited,.proof-
 .nc-mark{color:var(--muted);font-style:italic}td .unchecked{color:var(--muted)}
 .beyond{border-left:3px dashed var(--line);padding-left:8px}
 .flag{color:var(--blocked);font-weight:700;margin-left:4px}
-td.vd{white-space:nowrap}
+th.vd{white-space:normal;min-width:7em}td.vd .v{white-space:normal;border-radius:10px}
 .o{font-weight:600;white-space:nowrap}
 .o-passed{color:var(--verified)}.o-failed{color:var(--refuted)}.o-error{color:var(--error)}.o-not-applicable{color:var(--none)}
 .s-proved{color:var(--verified)}.s-failed,.s-error{color:var(--refuted)}.s-given{color:var(--muted)}.s-not-run{color:var(--none)}
@@ -347,7 +374,7 @@ def page_head(title: str, lang: str, css: str) -> list[str]:
             f"<title>{esc(title)}</title><style>{css}</style></head><body>"]
 
 
-def render(report: Mapping, out_dir: Path | None = None, lang: str = "en") -> str:
+def render(report: Mapping, out_dir: Path | None = None, lang: str = "en", editions: Sequence[str] | None = None) -> str:
     env = report["environment"]
     cols = columns(report)
     T = lambda key, **kw: i18n.t(lang, key, **kw)
@@ -374,9 +401,10 @@ def render(report: Mapping, out_dir: Path | None = None, lang: str = "en") -> st
         parts.append(f"<span>≠ {esc(T('n_differ', n=len(dis)))}</span>")
     parts.append("</div>")
     other_lang = "zh-CN" if lang == "en" else "en"
+    # the other edition is linked only when it is written with this one (``editions``; None: both are)
     parts.append(f'<div class="links"><a href="{files["article"]}" id="to-article">{esc(T("article_link"))}</a>'
-                 f'<a href="{other["html"]}" hreflang="{other_lang}" lang="{other_lang}" id="other-edition">'
-                 f'{esc(T("other_edition"))}</a></div>')
+                 + (f'<a href="{other["html"]}" hreflang="{other_lang}" lang="{other_lang}" id="other-edition">'
+                    f'{esc(T("other_edition"))}</a>' if i18n.other_written(lang, editions) else "") + "</div>")
     parts.append("</div></header>")
     parts.append(f'<nav class="toc"><div class="wrap"><a href="#summary">{esc(T("summary"))}</a>'
                  f'<a href="#how-to-read">{esc(T("how_to_read"))}</a>'
@@ -425,14 +453,14 @@ def render(report: Mapping, out_dir: Path | None = None, lang: str = "en") -> st
         versions = ", ".join(f"{k} {v}" for k, v in i["versions"].items())
         rows.append([f"<b>{esc(i['name'])}</b>", f"<code>{esc(i['spec'])}</code>", esc(i["dtype"]), esc(status),
                      esc(versions), esc(i.get("tests") if i.get("tests") is not None else ""),
-                     esc(fmt_seconds(i.get("seconds"))), f'<span class="msg">{esc(i["reason"])}</span>'])
+                     esc(fmt_seconds(i.get("seconds"))), f'<span class="msg" lang="en">{esc(i["reason"])}</span>'])
     parts.append(_table([esc(T(k)) for k in ("name",)] + ["--impl"] +
                         [esc(T(k)) for k in ("dtype", "status", "versions", "tests", "time", "note")], rows))
     caps = [i for i in report["implementations"] if i["capabilities"]]
     if caps:
         parts.append(f'<p class="muted">{esc(T("caps"))}: ' + "; ".join(
-            f"{esc(i['name'])}: {esc(', '.join(i['capabilities']))}" for i in caps) + "</p>")
-    conv = _conventions(report)
+            f"{esc(i['name'])}: <code>{esc(', '.join(i['capabilities']))}</code>" for i in caps) + "</p>")
+    conv = _conventions(report, lang)
     if conv:
         parts.append(f"<h4>{esc(T('conventions'))}</h4><p>{esc(T('conventions_intro'))}</p>" + conv)
     libs = env.get("libraries") or {}
@@ -449,7 +477,7 @@ def render(report: Mapping, out_dir: Path | None = None, lang: str = "en") -> st
         parts.append(f'<section id="controls"><h2>{esc(T("controls"))}</h2><p>{esc(T("controls_intro"))}</p>')
         rows = [[_outcome(c["outcome"], lang), f'<a href="#claim-{esc(c["claim"])}">{esc(c["claim"])}</a>',
                  f"<code>{esc(c['name'])}</code>", esc(c["implementation"] or T("any_impl")),
-                 f'<span class="msg">{esc(first_line(c["message"], 240))}</span>'] for c in report["negative_controls"]]
+                 f'<span class="msg" lang="en">{esc(first_line(c["message"], 240))}</span>'] for c in report["negative_controls"]]
         parts.append(_table([esc(T(k)) for k in ("outcome", "claim", "check", "implementation", "message")], rows))
         parts.append("</section>")
 
@@ -465,7 +493,7 @@ def render(report: Mapping, out_dir: Path | None = None, lang: str = "en") -> st
     parts.append(f'<footer><div class="wrap">{esc(T("written_by"))} <code>attnclaims report</code> '
                  f"{esc(env.get('suite_version', ''))} · {esc(T('machine_readable'))}: <code>report.json</code> "
                  f"(schema <code>{esc(report['schema'])}</code>) · "
-                 f"{esc(run.get('command', ''))}</div></footer>")
+                 + (f"<code>{esc(run['command'])}</code>" if run.get("command") else "") + "</div></footer>")
     parts.append("</body></html>")
     return escape_controls("\n".join(parts) + "\n")  # no control character from the data survives
 
@@ -564,13 +592,14 @@ def _outcome(outcome: str, lang: str = "en") -> str:
             f'{esc(i18n.word(i18n.OUTCOME_ZH, outcome, lang))}</span>')
 
 
-def _conventions(report: Mapping) -> str:
+def _conventions(report: Mapping, lang: str = "en") -> str:
     per = conventions_by_implementation(report)
     if not per:
         return ""
     keys = list(dict.fromkeys(k for conv in per.values() for k in conv))
-    rows = [[f"<code>{esc(k)}</code>"] + [esc(fmt_number(per[i].get(k, ""))) for i in per] for k in keys]
-    return _table(["convention"] + [esc(i) for i in per], rows)
+    rows = [[f"<code>{esc(k)}</code>"] + [f'<span lang="en">{esc(fmt_number(per[i].get(k, "")))}</span>' for i in per]
+            for k in keys]
+    return _table([esc(i18n.t(lang, "convention"))] + [esc(i) for i in per], rows)
 
 
 def _claim(c: Mapping, report: Mapping, out_dir: Path | None, fig_index: list[int], lang: str = "en",
@@ -584,18 +613,18 @@ def _claim(c: Mapping, report: Mapping, out_dir: Path | None, fig_index: list[in
     p.append('<div class="claim-head">' + f"<h3>{rich(ct('title'))}</h3>"
              + f'<span class="cid">{esc(c["id"])}</span>'
              + "".join(_claim_badge(c, n, lang) for n in shown) + "</div>")
-    p.append(f'<div class="meta">{esc(section_label(c["section"]))} · {esc(T("methods"))}: {esc(", ".join(c["methods"]))} · '
+    p.append(f'<div class="meta">{esc(section_label(c["section"]))} · {esc(T("methods"))}{"：" if lang == "zh" else ": "}{esc(i18n.methods_text(c["methods"], lang))} · '
              f"{esc(T('expected_verdict'))}: <b>{esc(i18n.verdict_word(c['expected_verdict'], lang))}</b></div>")
     p.append(f'<blockquote lang="zh-CN">{esc(c["quote"])}<a class="to-article" href="{i18n.FILES[lang]["article"]}'
              f'#q-{esc(c["id"])}">{esc(T("to_article"))} ↗</a></blockquote>')
     if c["verdict_details"]:
         p.append('<ul class="verdicts">')
         for impl, d in c["verdict_details"].items():
-            differs = "" if d["verdict"] == c["expected_verdict"] else \
+            differs = "" if not flags_disagreement(d, c["expected_verdict"]) else \
                 f' <span class="flag">≠ {esc(T("expected_short"))} {esc(i18n.verdict_word(c["expected_verdict"], lang))}</span>'
             p.append(f"<li><b>{esc(i18n.verdict_word(impl, lang))}</b>: "
-                     f"{badge(d['verdict'], None, lang, d.get('category'))}{differs} "
-                     f'<span class="muted">{_reason(i18n.reason(d["reason"], lang))}</span>{_parts(d, lang)}</li>')
+                     f"{badge(d['verdict'], None, lang, d.get('category'), not_applicable_text(d, lang))}{differs} "
+                     f'<span class="muted">{_reason_html(d["reason"], lang)}</span>{_parts(d, lang)}</li>')
         p.append("</ul>")
     if c.get("beyond_article"):
         p.append(f'<p class="note beyond">{esc(T("beyond_claim"))}</p>')
@@ -634,7 +663,7 @@ def _claim(c: Mapping, report: Mapping, out_dir: Path | None, fig_index: list[in
 
     if c["citations"]:
         p.append(f"<h4>{esc(T('citations'))}</h4><ul class=\"tight\">" +
-                 "".join(f"<li>{esc(x)}</li>" for x in c["citations"]) + "</ul>")
+                 "".join(f'<li lang="en">{esc(x)}</li>' for x in c["citations"]) + "</ul>")
     p.append("</section>")
     return "\n".join(x for x in p if x)
 
@@ -644,12 +673,13 @@ def _parts(d: Mapping, lang: str) -> str:
     T = lambda key, **kw: i18n.t(lang, key, **kw)
     out = []
     if d.get("extensions"):
-        out.append(f'<li>{esc(T("extensions"))}: {esc(", ".join(map(str, d["extensions"])))}</li>')
+        out.append(f'<li>{esc(T("extensions"))}: <span lang="en">{esc(", ".join(map(str, d["extensions"])))}</span></li>')
     for part in parts_of(d):
         statement = part.get("statement_zh") if lang == "zh" and part.get("statement_zh") else part["statement"]
         out.append(f'<li class="part">{esc(T("part"))} <code>{esc(part["id"])}</code>: '
                    f'{badge(str(part["verdict"]), None, lang)} {rich(statement)}'
-                   + (f' <span class="muted">({esc(part["reason"])})</span>' if part.get("reason") else "") + "</li>")
+                   + (f' <span class="muted">({_reason_html(part["reason"], lang)})</span>' if part.get("reason") else "")
+                   + "</li>")
     return f'<ul class="tight parts">{"".join(out)}</ul>' if out else ""
 
 
@@ -667,7 +697,7 @@ def _evidence(c: Mapping, lang: str) -> str:
         return [_outcome(e["outcome"], lang), esc(i18n.word(i18n.KIND_ZH, e["kind"], lang)), esc(e.get("role", "support")),
                 f'<code>{esc(e["name"])}</code>', esc(e["implementation"] or T("any_impl")),
                 esc(e["examples"] if e.get("examples") is not None else ""), esc(fmt_seconds(e.get("seconds"))),
-                f'<span class="msg">{esc(first_line(e.get("message"), 240))}</span>']
+                f'<span class="msg" lang="en">{esc(first_line(e.get("message"), 240))}</span>']
 
     out = []
     problems = [e for e in by_severity(ev) if e["outcome"] != "passed"]
@@ -679,7 +709,9 @@ def _evidence(c: Mapping, lang: str) -> str:
         slow = s["slowest"]
         slowest = f"<code>{esc(slow['name'])}</code> ({esc(fmt_seconds(slow['seconds']))})" if slow else "–"
         text = esc(T("passed_summary", n=s["n"], kinds=kinds, slowest="\x00")).replace("\x00", slowest)
-        out.append(f'<p class="passing"><span class="o o-passed">✓</span> {text}</p>')
+        counted = support_line(c, lang)  # the numbers the verdict's reason counts, each passing check once
+        out.append(f'<p class="passing"><span class="o o-passed">✓</span> {text}'
+                   + (f'<br><span class="counted">{esc(counted)}</span>' if counted else "") + "</p>")
     out.append(f"<details class=\"all-checks\"><summary>{esc(T('all_checks', n=len(ev)))}: "
                f"{esc(outcome_counts(ev))}</summary>{_table(header, [row(e) for e in by_severity(ev)], 'evidence', classes)}"
                "</details>")
@@ -702,26 +734,29 @@ def _math_block(mathml: str, fallback: str) -> str:
 
 def _derivation(d: Mapping, lang: str = "en", instances: Sequence[Mapping] = (), nested: bool = False) -> str:
     T = lambda key, **kw: i18n.t(lang, key, **kw)
+    D = lambda text: i18n.derivation_text(text, lang)  # the derivation's own texts, in Chinese from derivations_zh
     status = {"passed": T("every_step"), "failed": T("a_step_fails"), "not run": T("not_checked")}
     cls = {"passed": "o-passed", "failed": "o-failed"}.get(d["outcome"], "o-not-applicable")
     n = len(d["steps"])
     label = f"{d['instance_label']}: " if nested and d.get("instance_label") else ""
     kind = proof_label(d, lang) if d["outcome"] == "passed" else ""
-    head = (f'<summary>{esc(label)}<b>{esc(d["title"] or d["name"])}</b> <span class="o {cls}">'
+    head = (f'<summary>{esc(label)}<b>{esc(D(d["title"]) or d["name"])}</b> <span class="o {cls}">'
             f'{esc(status.get(d["outcome"], d["outcome"]))}</span>'
             + (f' <span class="ps{" cited" if d.get("proof_status") == "instance+cited" else ""}">({esc(kind)})</span>'
                if kind else "")
             + f' <span class="muted">· {n} {esc(T("steps"))} · <code>{esc(d["name"])}</code></span></summary>')
     body = []
+    colon = "：" if lang == "zh" else ": "
     if d.get("statement"):
-        body.append(f"<p>{esc(d['statement'])}</p>")
+        body.append(f"<p>{esc(D(d['statement']))}</p>")
     meta = []
     if d.get("assumptions"):
-        meta.append(f"{esc(T('assumptions'))}: {esc(d['assumptions'])}")
+        meta.append(f"{esc(T('assumptions'))}{colon}{esc(D(d['assumptions']))}")
     if d.get("symbols"):
-        meta.append(f"{esc(T('symbols'))}: {esc('; '.join(d['symbols']))}")
+        meta.append(f"{esc(T('symbols'))}{colon}"
+                    f"{esc(('；' if lang == 'zh' else '; ').join(i18n.symbol_text(x, lang) for x in d['symbols']))}")
     if d.get("source"):
-        meta.append(f"{esc(T('source'))}: {esc(d['source'])}")
+        meta.append(f"{esc(T('source'))}{colon}{esc(D(d['source']))}")
     if meta:
         body.append('<p class="muted">' + "<br>".join(meta) + "</p>")
     label = proof_label(d, lang)
@@ -729,8 +764,8 @@ def _derivation(d: Mapping, lang: str = "en", instances: Sequence[Mapping] = (),
         cited = d.get("proof_status") == "instance+cited"
         body.append(f'<p class="proof-status{" cited" if cited else ""}"><b>{esc(label)}</b>'
                     + (f" — {esc(T('proof_cited_note'))}" if cited else "") + "</p>")
-    if d.get("reason"):
-        body.append(f'<p class="o-failed">{esc(d["reason"])}</p>')
+    if d.get("reason"):  # the checker's words, in English in both editions
+        body.append(f'<p class="o-failed" lang="en">{esc(d["reason"])}</p>')
     body.append('<div class="deriv-steps">')
     for s in d["steps"]:
         st = s["status"]
@@ -738,19 +773,23 @@ def _derivation(d: Mapping, lang: str = "en", instances: Sequence[Mapping] = (),
         body.append(_math_block(s.get("mathml", ""), s.get("text", "")))
         why = (f'<div class="why"><span class="s-{esc(st.replace(" ", "-"))}">({esc(s["index"])}) '
                f'{esc(STEP_MARK.get(st, "?"))} {esc(i18n.word(i18n.STEP_ZH, st, lang))}</span> '
-               f'{esc(T("because"))} {esc(s["why"])}')
+               f'{esc(T("because"))} {esc(D(s["why"]))}')
         if s.get("detail") and st in ("failed", "error"):
-            why += f' <span class="o-failed">[{esc(s["detail"])}]</span>'
+            why += f' <span class="o-failed" lang="en">[{esc(s["detail"])}]</span>'
         body.append(why + "</div>")
         for lem in s.get("lemmas", ()):
-            math = sanitize_mathml(lem.get("mathml", "")) if lem.get("mathml") else None
-            shown = f'<span class="mathinline">{math}</span>' if math else esc(lem.get("text", ""))
-            body.append(f'<div class="lemma">{lemma_tag(lem)}: '
-                        f'{shown} ({esc(lem.get("why", ""))})</div>')
+            shown = _lemma_math(lem)
+            body.append(f'<div class="lemma">{esc(lemma_tag(lem, lang))}{colon}'
+                        f'{shown} ({esc(D(lem.get("why", "")))})</div>')
         body.append("</div>")
     body.append("</div>")
-    if d.get("cited"):
-        body.append(f'<p class="muted">{esc(T("rests_on_cited"))}: ' + esc("; ".join(d["cited"])) + "</p>")
+    cited = cited_lemmas(d)
+    if cited:  # each cited fact typeset, with its source: never the raw formula text
+        body.append(f'<p class="muted">{esc(T("rests_on_cited"))}{colon}' + ("；" if lang == "zh" else "; ").join(
+            _lemma_math(lem) + f' ({esc(D(lem.get("why", "")))})' for lem in cited) + "</p>")
+    elif d.get("cited"):
+        body.append(f'<p class="muted">{esc(T("rests_on_cited"))}{colon}<span lang="en">'
+                    + esc("; ".join(d["cited"])) + "</span></p>")
     if instances:
         # an instance's steps are shown when they are small or when it fails (all are in report.json)
         bad = any(i["outcome"] == "failed" for i in instances)
@@ -766,6 +805,12 @@ def _derivation(d: Mapping, lang: str = "en", instances: Sequence[Mapping] = (),
     return f'<details class="deriv"{open_}>{head}{"".join(body)}</details>'
 
 
+def _lemma_math(lem: Mapping) -> str:
+    """A lemma's formula as inline MathML; its text in a code span when it has none."""
+    math = sanitize_mathml(lem.get("mathml", "")) if lem.get("mathml") else None
+    return f'<span class="mathinline">{math}</span>' if math else f'<code>{esc(lem.get("text", ""))}</code>'
+
+
 #: a passing fixed-size instance whose steps' MathML is larger than this is shown as one line
 MAX_INSTANCE_MATHML = 6000
 
@@ -773,7 +818,7 @@ MAX_INSTANCE_MATHML = 6000
 def _instance_line(d: Mapping, lang: str) -> str:
     T = lambda key, **kw: i18n.t(lang, key, **kw)
     status = {"passed": T("every_step"), "not run": T("not_checked")}.get(d["outcome"], d["outcome"])
-    return (f'<p class="inst">{esc(d.get("instance_label", ""))}: <b>{esc(d["title"] or d["name"])}</b> '
+    return (f'<p class="inst">{esc(d.get("instance_label", ""))}: <b>{esc(i18n.derivation_text(d["title"], lang) or d["name"])}</b> '
             f'<span class="o {"o-passed" if d["outcome"] == "passed" else "o-not-applicable"}">{esc(status)}</span> '
             f'<span class="muted">· {len(d["steps"])} {esc(T("steps"))} · <code>{esc(d["name"])}</code> '
             f'({esc(T("raw_data", keys="steps"))})</span></p>')
@@ -790,7 +835,7 @@ def _failure(e: Mapping, env: Mapping, lang: str = "en") -> str:
     if nums:  # measured error, bound and the smallest passing tolerance typeset as numbers (3.0 × 10⁻³)
         p.append('<ul class="tight">' + "".join(
             f"<li>{esc(k)}: <b>{tex_to_mathml(number_tex(v)) if number_tex(v) else esc(v)}</b></li>"
-            for k, v in nums) + "</ul>")
+            for k, v in failure_lines(e, lang)) + "</ul>")
     if e.get("counterexample"):
         p.append(f'<p>{esc(T("counterexample"))}</p><pre class="long">'
                  f'{esc(clipped(e["counterexample"], e.get("claim", "…")))}</pre>')
@@ -814,19 +859,19 @@ def _measurement(e: Mapping, out_dir: Path | None, fig_index: list[int], lang: s
     p = [f"<h4>{esc(label)}: <code>{esc(e['name'])}</code></h4>"]
     items = []
     if "decision" in special:
-        items.append(f"<li>{esc(T('decision'))}: <b>{esc(special['decision'])}</b></li>")
+        items.append(f"<li>{esc(T('decision'))}: <b lang=\"en\">{esc(special['decision'])}</b></li>")
     if "false_alarm" in special:
-        items.append(f"<li>{esc(T('false_alarm'))}: {esc(fmt_number(special['false_alarm']))}</li>")
-    items += [f"<li><code>{esc(k)}</code>: {esc(fmt_number(v))}</li>" for k, v in scalars.items()]
+        items.append(f"<li>{esc(T('false_alarm'))}: <span lang=\"en\">{esc(fmt_number(special['false_alarm']))}</span></li>")
+    items += [f'<li><code>{esc(k)}</code>: <span lang="en">{esc(fmt_number(v))}</span></li>' for k, v in scalars.items()]
     if raw:
-        items.append(f'<li class="muted">{esc(T("raw_data", keys=", ".join(raw)))}</li>')
+        items.append(f'<li class="muted">{esc(T("raw_data", keys=chr(0))).replace(chr(0), "<code>" + esc(", ".join(raw)) + "</code>")}</li>')
     if items:
         p.append('<ul class="tight">' + "".join(items) + "</ul>")
     if "table" in special:
         tab = table_of(special["table"])
         if tab:
             rows = tab[1][:MAX_TABLE_ROWS]
-            p.append(_table([esc(h) for h in tab[0]], [[esc(v) for v in r] for r in rows]))
+            p.append('<div lang="en">' + _table([esc(h) for h in tab[0]], [[esc(v) for v in r] for r in rows]) + "</div>")
             if len(tab[1]) > MAX_TABLE_ROWS:
                 p.append(f'<p class="muted">{esc(T("more_rows", n=len(tab[1]) - MAX_TABLE_ROWS))}</p>')
         else:

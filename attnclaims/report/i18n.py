@@ -9,7 +9,7 @@ completeness by the loader). Technical terms follow Chinese textbooks (注意力
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from attnclaims.vocab import BLOCKED_PREFIX
 
@@ -56,7 +56,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "false_alarm": "false-alarm probability", "more_rows": "… {n} more rows in report.json",
         "raw_data": "raw data in report.json: {keys}", "figures_of_control": "figures of the control",
         "written_by": "Written by", "machine_readable": "machine-readable",
-        "caps": "Capabilities", "conventions": "Conventions",
+        "caps": "Capabilities", "conventions": "Conventions", "convention": "convention",
         "conventions_intro": "Where implementations legitimately differ and the article says nothing, the "
                              "convention each follows is reported, not judged.",
         "cache_used": "Evidence independent of the implementation (derivations, measurements on the "
@@ -139,7 +139,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "control": "阴性对照", "decision": "判定", "false_alarm": "误报概率",
         "more_rows": "… 另有 {n} 行见 report.json", "raw_data": "原始数据见 report.json：{keys}",
         "figures_of_control": "对照的图", "written_by": "生成工具", "machine_readable": "机器可读版本",
-        "caps": "能力", "conventions": "约定",
+        "caps": "能力", "conventions": "约定", "convention": "约定",
         "conventions_intro": "在各实现可以合理地不同、而原文未作规定之处，报告各实现遵循的约定，不作评判。",
         "cache_used": "与实现无关的证据（推导、在参考实现上的测量、引文）取自 {computed} 计算的缓存"
                       "（键 {cache_key}；--fresh 重新计算）",
@@ -234,10 +234,26 @@ HOW_TO_READ_ZH = {
                                       "无误，但对原文所述的论断不作结论。",
 }
 
+#: the registry's methods in the Chinese edition
+METHOD_ZH = {"sympy": "sympy 推导", "property": "性质测试", "statistical": "统计检验", "measurement": "测量",
+             "conformance": "一致性", "citation": "文献", "proof": "证明"}
+
+
+def methods_text(methods, lang: str) -> str:
+    """A claim's methods, comma-separated, in the edition's language."""
+    return ("、" if lang == "zh" else ", ").join(METHOD_ZH.get(m, m) if lang == "zh" else m for m in methods)
+
+
 KIND_ZH = {"proof": "证明", "property": "性质测试", "statistical": "统计检验", "measurement": "测量",
            "conformance": "一致性", "citation": "文献"}
 OUTCOME_ZH = {"passed": "通过", "failed": "失败", "error": "出错", "not-applicable": "不适用"}
 STEP_ZH = {"given": "给定", "proved": "已证", "failed": "未通过", "error": "出错", "not run": "未运行"}
+
+
+def other_written(lang: str, editions: Iterable[str] | None) -> bool:
+    """Whether the edition other than ``lang`` is written with it (``editions``: the languages written,
+    None: both), so that a page links to it only when the link resolves."""
+    return editions is None or any(e != lang and e in LANGS for e in editions)
 
 
 def t(lang: str, key: str, **kw: Any) -> str:
@@ -362,9 +378,33 @@ def reason(text: str, lang: str) -> str:
     return out.replace(": ", "：").replace("; ", "；").replace(" （", "（")
 
 
+def derivation_text(text: str, lang: str) -> str:
+    """A derivation's text (title, statement, assumptions, source, a step's or a lemma's reason) in the
+    edition's language: the Chinese of :mod:`attnclaims.report.derivations_zh`, else as written."""
+    if not text:
+        return text
+    if lang != "zh":
+        return _SYMPY_SQRT.sub(r"√\1", str(text))  # a sympy-printed 1/sqrt(d_k) in a text reads 1/√d_k
+    from attnclaims.report.derivations_zh import translate
+
+    return translate(str(text)) or text
+
+
+_SYMPY_SQRT = re.compile(r"\bsqrt\((\w+)\)")
+
+
+def symbol_text(text: str, lang: str) -> str:
+    """A derivation's symbol line ("d: integer, positive") in the edition's language."""
+    if lang != "zh":
+        return text
+    from attnclaims.report.derivations_zh import symbol
+
+    return symbol(str(text)) or text
+
+
 def how_to_read(row: Mapping, lang: str) -> str:
     return HOW_TO_READ_ZH.get(row["verdict"], row["meaning"]) if lang == "zh" else row["meaning"]
 
 
 __all__ = ["LANGS", "FILES", "HTML_LANG", "STRINGS", "VERDICT_ZH", "HOW_TO_READ_ZH", "t", "verdict_word", "reason",
-           "claim_text", "how_to_read", "word", "KIND_ZH", "OUTCOME_ZH", "STEP_ZH"]
+           "claim_text", "how_to_read", "word", "KIND_ZH", "OUTCOME_ZH", "STEP_ZH", "derivation_text", "symbol_text"]

@@ -23,6 +23,7 @@ from attnclaims.terminal import escape_controls
 from attnclaims.report.common import (
     OUTCOME_MARK, STEP_MARK, by_severity, cache_line, claim_evidence, columns, lemma_tag, compact_json, failure_lines, first_line,
     clipped, fmt_number, fmt_seconds, is_problem, parts_of, passing_summary, proof_label, repro_text, scalar_data,
+    support_line, flags_disagreement, not_applicable_text,
     section_label, summary_counts, table_of,
 )
 from attnclaims.report.mathtext import number_tex, to_markdown
@@ -96,11 +97,16 @@ def _tex(latex: str) -> str:
     return latex.replace("<", r"\lt ").replace(">", r"\gt ").replace("&", r"\&").replace("$", r"\$")
 
 
-def verdict_cell(verdict: str, expected: str, lang: str = "en", problem: bool | None = None) -> str:
-    shown = cell(i18n.verdict_word(verdict, lang))
+def verdict_cell(verdict: str, expected: str, lang: str = "en", problem: bool | None = None,
+                 detail: Mapping | None = None) -> str:
+    """A summary cell: the verdict (bold for a problem), ⚠ when it differs from the expected one; a
+    not-applicable ``detail`` says what the column lacks and is never flagged."""
+    lacks = not_applicable_text(detail, lang)
+    shown = cell(i18n.verdict_word(verdict, lang) + ((("：" if lang == "zh" else ": ") + lacks) if lacks else ""))
     if problem if problem is not None else (verdict in ("refuted", "error") or verdict.startswith(BLOCKED_PREFIX)):
         shown = f"**{shown}**"
-    return shown + (" ⚠" if verdict != expected else "")
+    differs = flags_disagreement(detail, expected) if detail else verdict != expected
+    return shown + (" ⚠" if differs else "")
 
 
 def summary_table(report: Mapping, link: bool = True, lang: str = "en") -> str:
@@ -111,12 +117,13 @@ def summary_table(report: Mapping, link: bool = True, lang: str = "en") -> str:
     for c in report["claims"]:
         name = f"[{c['id']}](#{c['id']})" if link else c["id"]
         rows.append([name, cell(c["section"]), cell(i18n.verdict_word(c["expected_verdict"], lang))] +
-                    [verdict_cell(c["verdicts"][i], c["expected_verdict"], lang, is_problem(c, i))
+                    [verdict_cell(c["verdicts"][i], c["expected_verdict"], lang, is_problem(c, i),
+                                  (c.get("verdict_details") or {}).get(i))
                      if i in c["verdicts"] else "" for i in cols])
     return _table(header, rows)
 
 
-def render(report: Mapping, lang: str = "en") -> str:
+def render(report: Mapping, lang: str = "en", editions: Sequence[str] | None = None) -> str:
     env = report["environment"]
     T = lambda key, **kw: i18n.t(lang, key, **kw)
     files, other = i18n.FILES[lang], i18n.FILES["zh" if lang == "en" else "en"]
@@ -132,7 +139,8 @@ def render(report: Mapping, lang: str = "en") -> str:
         bits.append(f"{fmt_seconds(run['seconds'])}")
     out.append(f"{T('generated')} {text(report['generated'])} · " + " · ".join(b for b in bits if b))
     out.append("")
-    out.append(f"[{T('article')}]({files['article']}) · [{T('other_edition')}]({other['md']})")
+    out.append(f"[{T('article')}]({files['article']})"
+               + (f" · [{T('other_edition')}]({other['md']})" if i18n.other_written(lang, editions) else ""))
     out.append("")
     for impl, counts in report["summary"]["verdicts"].items():
         out.append(f"- **{text(i18n.verdict_word(impl, lang))}**: {summary_counts(counts, lang)}")
@@ -334,14 +342,14 @@ def _step_lines(s: Mapping, lang: str) -> list[str]:
         out.append(code_span(first_line(s["text"], 300)))
     out.append("")
     reason = f"({s['index']}) {STEP_MARK.get(s['status'], '?')} {i18n.word(i18n.STEP_ZH, s['status'], lang)} " \
-             f"{T('because')} {text(s['why'])}"
+             f"{T('because')} {text(i18n.derivation_text(s['why'], lang))}"
     if s.get("detail") and s["status"] in ("failed", "error"):
         reason += f" \\[{text(s['detail'])}\\]"
     out.append(reason)
     for lem in s.get("lemmas", ()):  # a long lemma formula is in index.html and report.json
         lt = lem.get("latex") or ""
         shown = f"$`{_tex(lt)}`$ " if lt and len(lt) <= MAX_LEMMA_LATEX else ""
-        out.append(f"  · {lemma_tag(lem)}: {shown}({text(lem.get('why', ''))})")
+        out.append(f"  · {lemma_tag(lem, lang)}: {shown}({text(i18n.derivation_text(lem.get('why', ''), lang))})")
     out.append("")
     return out
 
@@ -351,7 +359,7 @@ def _derivation(d: Mapping, instances: Sequence[Mapping], lang: str) -> list[str
     status = {"passed": T("every_step"), "failed": T("a_step_fails"), "not run": T("not_checked")}
     mark = {"passed": "✓", "failed": "✗"}.get(d["outcome"], "?")
     out = ["<details open>" if d["outcome"] == "failed" or not d.get("instance_of") else "<details>",
-           f"<summary>{mark} <b>{html_text(d['title'] or d['name'])}</b> ({len(d['steps'])} {html_text(T('steps'))}): "
+           f"<summary>{mark} <b>{html_text(i18n.derivation_text(d['title'], lang) or d['name'])}</b> ({len(d['steps'])} {html_text(T('steps'))}): "
            f"{html_text(status.get(d['outcome'], d['outcome']))}</summary>", ""]
     if d.get("proof_status") in ("instance", "instance+cited"):  # never read as a general proof
         out += [f"*{text(proof_label(d, lang))}*" + (f" — {T('proof_cited_note')}"
@@ -359,9 +367,10 @@ def _derivation(d: Mapping, instances: Sequence[Mapping], lang: str) -> list[str
     if d.get("reason"):
         out += [f"**{text(d['reason'])}**", ""]
     if d.get("statement"):
-        out += [text(d["statement"]), ""]
+        out += [text(i18n.derivation_text(d["statement"], lang)), ""]
     if d.get("assumptions"):  # the symbols' assumptions are in index.html and report.json
-        out += [f"*{T('assumptions')}: {text(d['assumptions'])}*", ""]
+        out += [f"*{T('assumptions')}{'：' if lang == 'zh' else ': '}{text(i18n.derivation_text(d['assumptions'], lang))}*",
+                ""]
     for s in d["steps"]:
         out += _step_lines(s, lang)
     if instances:
@@ -383,14 +392,16 @@ def _claim(c: Mapping, report: Mapping, lang: str = "en") -> list[str]:
     dot = "：" if lang == "zh" else "."
     out = [f"### {c['id']}", ""]
     out.append(f"**{rich(ct('title'))}** · {text(section_label(c['section']))} · {T('methods')}: "
-               f"{text(', '.join(c['methods']))} · {T('expected_short')}: "
+               f"{text(i18n.methods_text(c['methods'], lang))} · {T('expected_short')}: "
                f"*{text(i18n.verdict_word(c['expected_verdict'], lang))}*")
     out.append("")
     for impl, d in c["verdict_details"].items():
-        mark = "" if d["verdict"] == c["expected_verdict"] else \
+        mark = "" if not flags_disagreement(d, c["expected_verdict"]) else \
             f" ⚠ ({T('expected_short')} {text(i18n.verdict_word(c['expected_verdict'], lang))})"
         reason = i18n.reason(d["reason"], lang)
-        out.append(f"- **{text(i18n.verdict_word(impl, lang))}: {text(i18n.verdict_word(d['verdict'], lang))}**"
+        lacks = not_applicable_text(d, lang)
+        out.append(f"- **{text(i18n.verdict_word(impl, lang))}: {text(i18n.verdict_word(d['verdict'], lang))}"
+                   f"{text(('：' if lang == 'zh' else ': ') + lacks) if lacks else ''}**"
                    f"{mark}: {rich(reason) if str(reason).count('$') % 2 == 0 else text(reason)}")
         if d.get("extensions"):
             out.append(f"  - {T('extensions')}: {text(', '.join(map(str, d['extensions'])))}")
@@ -456,6 +467,10 @@ def _claim(c: Mapping, report: Mapping, lang: str = "en") -> list[str]:
         out.append("✓ " + text(T("passed_summary", n=s["n"], kinds=kinds, slowest="\x00")).replace("\x00", slowest)
                    + "; " + T("full_list_json", id=c["id"]))
         out.append("")
+        counted = support_line(c, lang)
+        if counted:  # the numbers the verdict's reason counts, each passing check once
+            out.append(f"*{text(counted)}*")
+            out.append("")
 
     for e in ev:
         if e["outcome"] not in ("failed", "error"):
@@ -466,7 +481,7 @@ def _claim(c: Mapping, report: Mapping, lang: str = "en") -> list[str]:
         if e.get("message"):
             out.append(fenced(clipped(e["message"], c["id"]), "text"))
             out.append("")
-        for label, value in failure_lines(e):  # numbers as math: 3.000 × 10^{-3}
+        for label, value in failure_lines(e, lang):  # numbers as math: 3.000 × 10^{-3}
             tex = number_tex(value)
             out.append(f"- {text(label)}: {f'$`{tex}`$' if tex else text(value)}")
         if failure_lines(e):

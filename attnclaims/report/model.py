@@ -23,6 +23,7 @@ from typing import Iterable, Mapping, Sequence
 
 from attnclaims.evidence import Evidence
 from attnclaims.sentences import BEYOND
+from attnclaims.report.common import flags_disagreement
 from attnclaims.verdicts import HOW_TO_READ, Verdict, compute_verdicts, exit_status
 from attnclaims.vocab import INDEPENDENT
 
@@ -293,7 +294,7 @@ def build_report(registry, evidence: Sequence[Evidence], implementations: Sequen
         for impl, d in row["verdict_details"].items():
             v, key = d["verdict"], d["category"]
             summary.setdefault(impl, {})[key] = summary.setdefault(impl, {}).get(key, 0) + 1
-            if v != row["expected_verdict"]:
+            if flags_disagreement(d, row["expected_verdict"]):  # not applicable is an absence, not a disagreement
                 disagreements.append({"claim": row["id"], "implementation": impl,
                                       "expected": row["expected_verdict"], "verdict": v})
     contract = [e for e in evidence if e.kind == CONTRACT and (not claims or e.claim in ids)]
