@@ -38,12 +38,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from _common import jsonable, machine  # noqa: E402  (the bench directory is not a package)
 
-from attnclaims.checks import bounds as BP  # noqa: E402
-from attnclaims.checks import bounds as T  # noqa: E402
-from attnclaims.checks.bounds import golden_dtype  # noqa: E402
-import attnclaims.reference as RB  # noqa: E402
-from attnclaims.reference.attention import _attention_backward, _row_softmax  # noqa: E402
-from attnclaims.reference import init_encoder_layer  # noqa: E402
+from attnclaims.checks import bounds as BP  # noqa: E402  (below the sys.path entry)
+from attnclaims.checks import bounds as T  # noqa: E402  (below the sys.path entry)
+from attnclaims.checks.bounds import golden_dtype  # noqa: E402  (below the sys.path entry)
+import attnclaims.reference as RB  # noqa: E402  (below the sys.path entry)
+from attnclaims.reference.attention import _attention_backward, _row_softmax  # noqa: E402  (below the sys.path entry)
+from attnclaims.reference import init_encoder_layer  # noqa: E402  (below the sys.path entry)
 
 GRADCHECK = {"eps": 1e-6, "atol": 1e-5, "rtol": 1e-3}
 SCALES = (None, None, 0.5, 2.0, -1.0, 0.125)

@@ -317,7 +317,7 @@ def test_integer_eps_and_counts_are_accepted():
 # bounds over the observed errors on these inputs sit at 10–5000). Mutants of attnclaims/checks/bounds/
 # that shrink a bound below the real error, or inflate it by orders of magnitude, fail here.
 
-from attnclaims.checks import bounds as T  # noqa: E402
+from attnclaims.checks import bounds as T  # noqa: E402  (imported by the section that uses it)
 
 TIGHTNESS = 1e5
 #: Operations whose float32 bound is too loose to be held to TIGHTNESS: the encoder and decoder layer bounds
@@ -667,7 +667,7 @@ def test_rnn_jacobian_corners():
 # The tolerance module's checks and Bound arithmetic (what every property test's verdict rests on)
 # ---------------------------------------------------------------------------------------------
 
-from attnclaims.guard import CheckFailure  # noqa: E402
+from attnclaims.guard import CheckFailure  # noqa: E402  (imported by the section that uses it)
 
 
 def test_bound_arithmetic_and_the_two_comparison_bounds():
