@@ -22,9 +22,6 @@ Two kinds of check live here, and both say so in their markers:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
 import numpy as np
 import pytest
 from hypothesis import given, note, settings
@@ -35,6 +32,8 @@ from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
 from attnclaims.zoo import broken as B
+from attnclaims.checks.strategies.attention import bad_mask_shapes as _bad_mask_shapes
+from attnclaims.checks.strategies.contract import BATCH, calls
 
 #: the claim each capability's contract checks back
 CLAIM_OF = {
@@ -47,76 +46,9 @@ CLAIM_OF = {
     "encoder_layer": "encoder-structure",
     "decoder_layer": "decoder-masking",
 }
-BATCH = 3
 #: Contract checks need fewer examples than the claims (the bugs they look for show on any input):
 #: a fifth of the profile's, at least 5.
 FEWER = settings(max_examples=max(5, settings.default.max_examples // 5))
-
-
-@dataclass
-class Call:
-    """One call: positional args (arrays and params), which of them carry the batch axis 0, and the error
-    bound of the output for a given u: ``error(args, u)``."""
-
-    args: tuple
-    batched: tuple[int, ...]
-    error: Callable[[tuple, float], np.ndarray]
-    masks: tuple[int, ...] = ()  # positions of the mask arguments (for the broadcasting check)
-
-    def slice(self, b: int) -> tuple:
-        """Batch element b of every batched argument; one array passed twice (self-attention: x_kv is x_q)
-        stays one array."""
-        cut: dict[int, np.ndarray] = {}
-        out = []
-        for i, a in enumerate(self.args):
-            if i in self.batched and a is not None:
-                a = cut.setdefault(id(a), np.ascontiguousarray(a[b : b + 1]))
-            out.append(a)
-        return tuple(out)
-
-
-@st.composite
-def calls(draw, capability: str, *, generic: bool = False) -> Call:
-    """A call of ``capability`` with a batch of 3 whose elements (and masks) differ; ``generic`` draws
-    seeded normal arrays (no simple values whose sums are exact in any order)."""
-    d = draw(S.dims(batch_ndim=(0, 0), max_seq=8))
-    b = (BATCH,)
-    make = S.random_arrays if generic else S.arrays
-    arr = lambda shape, scale=1.0: draw(make(shape, scale=scale))
-    if capability == "softmax":
-        return Call((arr(b + (d.n_q, d.n_k), 4.0),), (0,), lambda a, u: T.softmax_error(a[0], -1, u=u))
-    if capability == "attention":
-        q, k, v = arr(b + (d.n_q, d.d_k)), arr(b + (d.n_k, d.d_k)), arr(b + (d.n_k, d.d_v))
-        mask = draw(S.masks(b + (d.n_q, d.n_k)))
-        return Call((q, k, v, mask), (0, 1, 2, 3), lambda a, u: T.attention_error(*a, u=u), masks=(3,))
-    if capability == "multi_head_attention":
-        p = draw(S.multi_head_params(d.d_model, d.num_heads))
-        cross = draw(S.cross_or_self())  # self-attention (x_kv is x_q) only, for a self-attention-only impl
-        mask = draw(S.masks(b + (d.n_q, d.n_k if cross else d.n_q)))
-        x_q = arr(b + (d.n_q, d.d_model))
-        x_kv = arr(b + (d.n_k, d.d_model)) if cross else x_q
-        return Call((x_q, x_kv, p, mask), (0, 1, 3), lambda a, u: T.multi_head_error(*a, u=u), masks=(3,))
-    if capability == "positional_encoding":
-        return Call((d.n_q + d.n_k, 2 * d.d_head), (), lambda a, u: T.positional_encoding_error(*a, u=u))
-    if capability == "layer_norm":
-        norm = draw(S.layer_norm_params(d.d_model))
-        return Call((arr(b + (d.n_q, d.d_model), 2.0), norm.gamma, norm.beta, 1e-5), (0,),
-                    lambda a, u: T.layer_norm_error(*a, u=u))
-    if capability == "feed_forward":
-        p = draw(S.feed_forward_params(d.d_model, d.d_ff))
-        return Call((arr(b + (d.n_q, d.d_model)), p), (0,), lambda a, u: T.feed_forward_error(*a, u=u))
-    if capability == "encoder_layer":
-        p = draw(S.encoder_layer_params(d.d_model, d.num_heads, d.d_ff))
-        mask = draw(S.masks(b + (d.n_q, d.n_q)))
-        return Call((arr(b + (d.n_q, d.d_model)), p, mask), (0, 2), lambda a, u: T.encoder_layer_error(*a, u=u),
-                    masks=(2,))
-    if capability == "decoder_layer":
-        p = draw(S.decoder_layer_params(d.d_model, d.num_heads, d.d_ff))
-        self_mask = draw(S.padding_masks(BATCH, d.n_q))
-        memory_mask = draw(S.masks(b + (d.n_q, d.n_k)))
-        return Call((arr(b + (d.n_q, d.d_model)), arr(b + (d.n_k, d.d_model)), p, self_mask, memory_mask),
-                    (0, 1, 3, 4), lambda a, u: T.decoder_layer_error(*a, u=u), masks=(4,))
-    raise ValueError(capability)
 
 
 def _params(capabilities, **claim):
@@ -297,21 +229,6 @@ def test_queries_and_keys_of_different_widths_are_rejected(impl, data):
         k = data.draw(S.arrays(d.batch + (d.n_k, d_k)), label=f"k of width {d_k}")
         must_reject(impl, "attention", (q, k, v), f"queries of width {d_q} with keys of width {d_k} "
                     f"(q.shape={q.shape}, k.shape={k.shape})", K.FIX["width"], K.width_why(d_q, d_k))
-
-
-@st.composite
-def _bad_mask_shapes(draw, batch: tuple[int, ...], n_q: int, n_k: int):
-    """Mask shapes that do not broadcast to batch + (n_q, n_k): a key or query too many or too few, or a
-    batch axis of the wrong size. Where n_q or n_k is 1, numpy's own broadcasting would stretch the
-    scores to such a mask (the trap the documented example adapter used to fall into)."""
-    options = [(n_q, n_k + 1), (n_q + 1, n_k)]
-    if n_k > 2:  # one fewer key (an axis of 1 would broadcast)
-        options.append((n_q, n_k - 1))
-    if n_q > 2:
-        options.append((n_q - 1, n_k))
-    if batch:
-        options.append((batch[0] + 1,) + batch[1:] + (n_q, n_k))
-    return draw(st.sampled_from(options))
 
 
 @pytest.mark.claim("softmax-distribution", kind="contract")

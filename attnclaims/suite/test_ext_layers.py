@@ -37,6 +37,7 @@ from attnclaims.reference.layers import decoder_block_step as ref_step
 from attnclaims.reference.norms import rms_norm as ref_rms_norm
 from attnclaims.checks import controls as C
 from attnclaims.zoo import misbehaving as MB
+from attnclaims.checks.strategies.layers import several_step_schedules as _several_step_schedules
 
 RMS = "RMSNorm"
 GATED = "gated FFN"
@@ -384,17 +385,6 @@ def _step_bounds(n: int, prompt: int, chunk: int) -> list[int]:
     """The positions where the calls of :func:`cached_decode` start and end: the prompt in one call, then
     ``chunk`` at a time ([0, prompt, prompt + chunk, …, n], without repeats)."""
     return sorted({0, prompt, *range(prompt + chunk, n, chunk), n})
-
-
-@st.composite
-def _several_step_schedules(draw, n: int) -> tuple[int, int]:
-    """(prompt_length, chunk) as :func:`~attnclaims.checks.strategies.decode_schedules`, but always at
-    least two calls (n ≥ 2): a step handed a cache needs a cache to be handed."""
-    prompt = draw(st.integers(0, n - 1))
-    chunk = draw(st.sampled_from([1, 1, 2, 3, max(1, n - 1)]))
-    # a prompt of p >= 1 < n is one call and the rest at least one more; without a prompt the first chunk must
-    # leave a position over
-    return prompt, (chunk if prompt else min(chunk, n - 1))
 
 
 @pytest.mark.claim("parallel-training", "decoder-masking", kind="conformance", extension=CACHE)

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import assume, example, given, note
 from hypothesis import strategies as st
 
-from attnclaims.reference import additive_scores, attention_from_scores
+from attnclaims.reference import attention_from_scores
 from attnclaims.reference import attention as ref_attention
 from attnclaims.reference import attention_weights as ref_weights
 from attnclaims.reference import softmax as ref_softmax
@@ -29,6 +29,8 @@ from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
 from attnclaims.checks.assertions import read_weights
 from attnclaims.zoo import broken as B
+from attnclaims.checks.strategies.attention import single_key_cases
+from attnclaims.checks.strategies.attention import scored_cases as _scored_cases
 
 EDGE = {name: S.edge_attention_case(name) for name in S.EDGE}
 
@@ -225,15 +227,9 @@ def test_output_is_in_the_convex_hull_of_allowed_values(impl, case):
                    c.describe() + ": output vs reference")
 
 
-@st.composite
-def _single_key_cases(draw):
-    c = draw(S.attention_cases(mask=False, explicit_scale=None))
-    return S.AttentionCase(c.q, c.k, c.v, draw(S.single_key_masks(c.batch + (c.n_q, c.n_k))), c.scale)
-
-
 @pytest.mark.claim("convex-combination")
 @pytest.mark.requires("attention")
-@given(case=_single_key_cases())
+@given(case=single_key_cases())
 @example(case=EDGE["single-allowed-key"])
 def test_one_hot_weights_pick_a_value_row(impl, case):
     """With one allowed key j(i) per query, the weights are one-hot and out_i = v_{j(i)}."""
@@ -281,23 +277,6 @@ def test_output_is_linear_in_values(impl, case, data, alpha):
 # ---------------------------------------------------------------------------------------------
 # score-functions  (① 点积或加性注意力)
 # ---------------------------------------------------------------------------------------------
-
-@st.composite
-def _scored_cases(draw, score_function: str):
-    """(scores S, values V, mask, label): dot-product scores q kᵀ/√d_k, or Bahdanau's additive
-    v_aᵀ tanh(W_q q + W_k k) with seeded weights."""
-    c = draw(S.attention_cases(mask=None, explicit_scale=False, score_scale=draw(S.scales(-2, 1))))
-    q, k = c.q.astype(np.float64), c.k.astype(np.float64)
-    if score_function == "dot-product":
-        s = q @ np.swapaxes(k, -1, -2) / math.sqrt(c.d_k)
-    else:
-        rng = np.random.default_rng(draw(S.seeds()))
-        d_a = draw(st.integers(1, 8))
-        w_q, w_k = rng.standard_normal((c.d_k, d_a)), rng.standard_normal((c.d_k, d_a))
-        v_a = rng.standard_normal(d_a) * draw(S.scales(-1, 2))
-        s = additive_scores(q, k, w_q, w_k, v_a)
-    return s, c.v, c.mask
-
 
 @pytest.mark.claim("score-functions")
 @pytest.mark.requires("attention")

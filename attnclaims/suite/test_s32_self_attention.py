@@ -22,6 +22,7 @@ from attnclaims.reference import MultiHeadParams, self_attention as ref_self_att
 from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
+from attnclaims.checks.strategies.multihead import self_attention_cases
 
 
 def single_head(params: MultiHeadParams) -> MultiHeadParams:
@@ -46,20 +47,9 @@ def check_is_attention_of_projections(impl, x_q, x_kv, params, mask, what):
     T.assert_close(lhs, rhs, bound, what, names=("multi_head_attention", "attention(XW_Q, XW_K, XW_V)"))
 
 
-@st.composite
-def _inputs(draw, *, cross: bool, mask: bool | None = None):
-    case = draw(S.model_cases(square=not cross))
-    d = case.dims
-    params = draw(S.multi_head_params(d.d_model, 1))
-    m = None
-    if mask or (mask is None and draw(st.booleans())):
-        m = draw(S.mask_forms(d.batch, d.n_q, d.n_q if not cross else d.n_k))
-    return case, params, m
-
-
 @pytest.mark.claim("self-attention")
 @pytest.mark.requires("multi_head_attention", "attention")
-@given(data=_inputs(cross=False))
+@given(data=self_attention_cases(cross=False))
 def test_self_attention_is_attention_of_projections(impl, data):
     """Q, K and V all come from X through their own projections: self_attention(X) = attention(XW_Q, XW_K, XW_V)."""
     case, params, mask = data
@@ -70,7 +60,7 @@ def test_self_attention_is_attention_of_projections(impl, data):
 @pytest.mark.claim("self-attention")
 @pytest.mark.requires("multi_head_attention", "attention")
 @S.needs_variant(cross_attention=True)
-@given(data=_inputs(cross=True))
+@given(data=self_attention_cases(cross=True))
 def test_separate_inputs_give_cross_attention(impl, data):
     """With queries from X and keys and values from another sequence M (lengths may differ), the same layer
     computes attention(X W_Q, M W_K, M W_V)."""

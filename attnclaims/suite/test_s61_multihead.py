@@ -21,6 +21,7 @@ from attnclaims.reference import MultiHeadParams, multi_head_attention as ref_mh
 from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
+from attnclaims.checks.strategies.multihead import multi_head_cases
 
 
 def head_terms(impl, x_q, x_kv, params: MultiHeadParams, mask):
@@ -45,25 +46,13 @@ def head_terms(impl, x_q, x_kv, params: MultiHeadParams, mask):
     return np.stack(terms), np.stack(errors), u
 
 
-@st.composite
-def _mha_inputs(draw, *, heads=None, cross=None):
-    is_cross = draw(S.cross_or_self()) if cross is None else cross  # only self for a self-attention-only impl
-    case = draw(S.model_cases(square=not is_cross))
-    d = case.dims
-    h = d.num_heads if heads is None else heads
-    params = draw(S.multi_head_params(d.d_model, h))
-    n_k = d.n_k if is_cross else d.n_q
-    mask = draw(st.none() | S.mask_forms(d.batch, d.n_q, n_k))
-    return case, params, mask, is_cross
-
-
 def _xs(c, is_cross):
     return c.x, (c.memory if is_cross else c.x)
 
 
 @pytest.mark.claim("multihead-structure", kind="conformance")
 @pytest.mark.requires("multi_head_attention")
-@given(data=_mha_inputs())
+@given(data=multi_head_cases())
 def test_multi_head_attention_matches_reference(impl, data):
     """Multi-head attention (self or cross, mask shared by the heads) equals the reference's."""
     case, params, mask, is_cross = data
@@ -87,7 +76,7 @@ def check_sum_of_head_terms(impl, x_q, x_kv, params, mask, what):
 
 @pytest.mark.claim("multihead-structure")
 @pytest.mark.requires("multi_head_attention", "attention")
-@given(data=_mha_inputs())
+@given(data=multi_head_cases())
 def test_output_is_the_sum_of_head_terms(impl, data):
     """Concat(head_1 … head_h) W_O + b_O = Σ_i head_i W_O^(i) + b_O, head i on columns [i·d_k, (i+1)·d_k)."""
     case, params, mask, is_cross = data
@@ -99,7 +88,7 @@ def test_output_is_the_sum_of_head_terms(impl, data):
 
 @pytest.mark.claim("multihead-structure")
 @pytest.mark.requires("multi_head_attention", "attention")
-@given(data=_mha_inputs(heads=1))
+@given(data=multi_head_cases(heads=1))
 def test_one_head_is_attention_with_projections(impl, data):
     """h = 1: MultiHead = Attention(Q W_Q + b_Q, K W_K + b_K, V W_V + b_V) W_O + b_O."""
     case, params, mask, is_cross = data
@@ -110,7 +99,7 @@ def test_one_head_is_attention_with_projections(impl, data):
 
 @pytest.mark.claim("multihead-structure")
 @pytest.mark.requires("multi_head_attention", "attention")
-@given(data=_mha_inputs(), choice=st.data())
+@given(data=multi_head_cases(), choice=st.data())
 def test_changing_one_heads_weights_changes_only_its_term(impl, data, choice):
     """Replace head i's columns of W_Q, W_K, W_V (and its biases): the output changes by exactly
     (head_i' − head_i) W_O^(i) — every other head's contribution is untouched."""

@@ -21,17 +21,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import example, given, note
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from attnclaims.guard import CheckFailure
-from attnclaims.profiles import limits
 from attnclaims.reference import learned_encoding
 from attnclaims.reference.baselines import conv1d, tanh_rnn
 from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
 from attnclaims.zoo import broken as B
+from attnclaims.checks.strategies.positional import pe_sizes, permutation_cases
 
 
 def permute_mask(mask, perm_q, perm_k):
@@ -51,19 +51,6 @@ def check_equivariant(f, x, perm, bound: T.Bound, what: str) -> None:
     fx = np.asarray(f(x), dtype=np.float64)
     fpx = np.asarray(f(x[..., perm, :]), dtype=np.float64)
     T.assert_close(fpx, fx[..., perm, :], bound, what, names=("f(PX)", "P f(X)"))
-
-
-@st.composite
-def _perm_case(draw, *, min_seq=1, mask=None, generic=False, max_seq=None):
-    max_seq = max_seq or min(limits().max_seq, S.LAYER_MAX_SEQ)
-    case = draw(S.model_cases(square=True, min_seq=min_seq, generic=generic, max_seq=max_seq))
-    d = case.dims
-    perm = draw(S.permutations(d.n_q))
-    m = None
-    if mask or (mask is None and draw(st.booleans())):
-        m = draw(S.mask_forms(d.batch, d.n_q, d.n_q))
-    note(f"permutation {perm.tolist()}")
-    return case, perm, m
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,7 +77,7 @@ def test_attention_is_permutation_equivariant(impl, case, data):
 
 @pytest.mark.claim("permutation-equivariance")
 @pytest.mark.requires("multi_head_attention")
-@given(data=_perm_case(), params=st.data())
+@given(data=permutation_cases(), params=st.data())
 def test_multi_head_self_attention_is_permutation_equivariant(impl, data, params):
     """MultiHead(PX, PX, P M Pᵀ) = P MultiHead(X, X, M)."""
     case, perm, mask = data
@@ -106,7 +93,7 @@ def test_multi_head_self_attention_is_permutation_equivariant(impl, data, params
 
 @pytest.mark.claim("permutation-equivariance")
 @pytest.mark.requires("encoder_layer")
-@given(data=_perm_case(), params=st.data())
+@given(data=permutation_cases(), params=st.data())
 def test_encoder_layer_is_permutation_equivariant(impl, data, params):
     """EncoderLayer(PX, P M Pᵀ) = P EncoderLayer(X, M), Post-LN and Pre-LN."""
     case, perm, mask = data
@@ -123,7 +110,7 @@ def test_encoder_layer_is_permutation_equivariant(impl, data, params):
 @pytest.mark.claim("permutation-equivariance")
 @pytest.mark.claim("no-recurrence")  # the signature of "no recurrence, no convolution": neither an RNN nor a conv has it
 @pytest.mark.requires("encoder_layer")
-@given(data=_perm_case(mask=False), params=st.data(), n_layers=st.integers(2, 3))
+@given(data=permutation_cases(mask=False), params=st.data(), n_layers=st.integers(2, 3))
 def test_encoder_stack_is_equivariant_and_its_pooled_output_invariant(impl, data, params, n_layers):
     """A stack of N layers: Encoder(PX) = P Encoder(X), and the mean over positions is invariant."""
     case, perm, _ = data
@@ -215,12 +202,6 @@ def definition(n_positions: int, d_model: int) -> np.ndarray:
     return pe
 
 
-def pe_sizes(min_positions: int = 1):
-    """(n_positions, d_model): d_model even (the paper's), n up to the profile's long sequence length."""
-    return st.tuples(st.integers(min_positions, 16) | st.integers(min_positions, limits().long_seq),
-                     st.integers(1, max(1, limits().max_dim // 2)).map(lambda h: 2 * h))
-
-
 @pytest.mark.claim("positional-encoding")
 @pytest.mark.requires("positional_encoding")
 @given(size=pe_sizes())
@@ -307,7 +288,7 @@ def test_shift_by_k_is_a_rotation_and_dot_products_depend_on_k_only(impl, size, 
     pytest.param("sinusoidal", marks=pytest.mark.requires("multi_head_attention", "positional_encoding")),
     pytest.param("learned", marks=pytest.mark.requires("multi_head_attention")),
 ])
-@given(data=_perm_case(min_seq=2, mask=False, generic=True), params=st.data())
+@given(data=permutation_cases(min_seq=2, mask=False, generic=True), params=st.data())
 def test_adding_an_encoding_breaks_equivariance(impl, kind, data, params):
     """With X + PE (the implementation's sinusoidal table, or a learned N(0, 0.02²) table) the self-attention
     layer is no longer equivariant: a permutation that changes the output beyond rounding exists — the

@@ -21,6 +21,7 @@ from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
 from attnclaims.zoo import broken as B
+from attnclaims.checks.strategies.norms import affine_layer_norm_cases
 
 SMALL_VARIANCE = np.array([[1e-3, -2e-3, 0.5e-3, 3e-3], [0.0, 0.0, 0.0, 0.0]])
 LARGE_OFFSET = 1e6 + np.array([[1.0, -0.5, 0.25, 2.0, -1.0, 0.75]])
@@ -68,20 +69,9 @@ def test_each_position_has_mean_zero_and_variance_ratio(impl, x, eps):
                    names=("var LN(x)", "s^2/(s^2+eps)"))
 
 
-@st.composite
-def _affine_case(draw):
-    """Generic rows (no constant row, d ≥ 2), a > 0 a power of two (a·x exact), an offset b."""
-    n = draw(S.seq_lengths(1))
-    d = draw(st.integers(2, 12))
-    x = draw(S.random_arrays((n, d), scale=draw(S.scales(-2, 2))))
-    a = draw(S.scales(-4, 4))
-    b = draw(st.sampled_from([0.0, 1.0, -3.5, 100.0]))
-    return x, a, b
-
-
 @pytest.mark.claim("layer-norm")
 @pytest.mark.requires("layer_norm")
-@given(case=_affine_case())
+@given(case=affine_layer_norm_cases())
 def test_invariant_to_positive_affine_maps_when_eps_is_zero(impl, case):
     """LN(a·x + b) = LN(x) for a > 0 with ε = 0 (the shift cancels in x − μ, the factor in (x − μ)/σ)."""
     x, a, b = case

@@ -20,13 +20,7 @@ from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
 from attnclaims.zoo import broken as B
-
-
-@st.composite
-def ffn_cases(draw, *, generic: bool = False, min_seq: int = 1):
-    case = draw(S.model_cases(generic=generic, min_seq=min_seq, scale=draw(S.scales(-1, 2))))
-    params = draw(S.feed_forward_params(case.dims.d_model, case.dims.d_ff))
-    return case, params
+from attnclaims.checks.strategies.ffn import ffn_cases
 
 
 def _ffn_bound(impl, x, params, ex=None) -> T.Bound:

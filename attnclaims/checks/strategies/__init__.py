@@ -11,6 +11,8 @@
 * :mod:`~attnclaims.checks.strategies.ffn` — the FFN's and the gated FFN's parameters;
 * :mod:`~attnclaims.checks.strategies.positional` — RoPE layouts, θ bases, positions;
 * :mod:`~attnclaims.checks.strategies.layers` — encoder/decoder layers, decoder blocks, KV-cache schedules.
+* :mod:`~attnclaims.checks.strategies.contract` — the contract tests' calls of any capability (draws from
+  every module above, so it is not re-exported here).
 
 Dimensions are drawn first, then arrays of those shapes with a controlled scale, masks that leave at
 least one key per query, permutations and parameter sets; the composite strategies bundle those into

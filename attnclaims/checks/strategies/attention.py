@@ -20,6 +20,7 @@ from attnclaims.checks.strategies.common import (
     seq_lengths, variants,
 )
 from attnclaims.profiles import limits
+from attnclaims.reference.attention import additive_scores
 
 __all__ = [
     "EXPLICIT_SCALES", "explicit_scales", "masks", "mask_forms", "causal_masks", "single_key_masks", "padding_masks",
@@ -330,3 +331,48 @@ def causal_cases(draw, *, alignment: str | None = None, window: bool | None = No
     case = CausalCase(q, k, v, al, w, scale)
     note(case.describe())
     return case
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases of the claim suite's attnclaims/suite/test_s31_attention.py, attnclaims/suite/test_contract.py
+# ---------------------------------------------------------------------------------------------
+
+@st.composite
+def single_key_cases(draw):
+    c = draw(attention_cases(mask=False, explicit_scale=None))
+    return AttentionCase(c.q, c.k, c.v, draw(single_key_masks(c.batch + (c.n_q, c.n_k))), c.scale)
+
+
+@st.composite
+def scored_cases(draw, score_function: str):
+    """(scores S, values V, mask, label): dot-product scores q kᵀ/√d_k, or Bahdanau's additive
+    v_aᵀ tanh(W_q q + W_k k) with seeded weights."""
+    c = draw(attention_cases(mask=None, explicit_scale=False, score_scale=draw(scales(-2, 1))))
+    q, k = c.q.astype(np.float64), c.k.astype(np.float64)
+    if score_function == "dot-product":
+        s = q @ np.swapaxes(k, -1, -2) / math.sqrt(c.d_k)
+    else:
+        rng = np.random.default_rng(draw(seeds()))
+        d_a = draw(st.integers(1, 8))
+        w_q, w_k = rng.standard_normal((c.d_k, d_a)), rng.standard_normal((c.d_k, d_a))
+        v_a = rng.standard_normal(d_a) * draw(scales(-1, 2))
+        s = additive_scores(q, k, w_q, w_k, v_a)
+    return s, c.v, c.mask
+
+
+@st.composite
+def bad_mask_shapes(draw, batch: tuple[int, ...], n_q: int, n_k: int):
+    """Mask shapes that do not broadcast to batch + (n_q, n_k): a key or query too many or too few, or a
+    batch axis of the wrong size. Where n_q or n_k is 1, numpy's own broadcasting would stretch the
+    scores to such a mask (the trap the documented example adapter used to fall into)."""
+    options = [(n_q, n_k + 1), (n_q + 1, n_k)]
+    if n_k > 2:  # one fewer key (an axis of 1 would broadcast)
+        options.append((n_q, n_k - 1))
+    if n_q > 2:
+        options.append((n_q - 1, n_k))
+    if batch:
+        options.append((batch[0] + 1,) + batch[1:] + (n_q, n_k))
+    return draw(st.sampled_from(options))
+
+
+__all__ += ["single_key_cases", "scored_cases", "bad_mask_shapes"]

@@ -50,3 +50,17 @@ def gated_cases(draw, *, generic: bool = False):
 
 
 __all__ += ["gated_cases"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases of the claim suite's attnclaims/suite/test_s64_ffn.py
+# ---------------------------------------------------------------------------------------------
+
+@st.composite
+def ffn_cases(draw, *, generic: bool = False, min_seq: int = 1):
+    case = draw(model_cases(generic=generic, min_seq=min_seq, scale=draw(scales(-1, 2))))
+    params = draw(feed_forward_params(case.dims.d_model, case.dims.d_ff))
+    return case, params
+
+
+__all__ += ["ffn_cases"]

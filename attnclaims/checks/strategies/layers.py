@@ -158,3 +158,21 @@ def decoder_cases(draw, *, masks=None, generic=False, min_seq=1, max_seq=None, m
 
 
 __all__ += ["encoder_cases", "decoder_cases"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases of the claim suite's attnclaims/suite/test_ext_layers.py
+# ---------------------------------------------------------------------------------------------
+
+@st.composite
+def several_step_schedules(draw, n: int) -> tuple[int, int]:
+    """(prompt_length, chunk) as :func:`~attnclaims.checks.strategies.decode_schedules`, but always at
+    least two calls (n ≥ 2): a step handed a cache needs a cache to be handed."""
+    prompt = draw(st.integers(0, n - 1))
+    chunk = draw(st.sampled_from([1, 1, 2, 3, max(1, n - 1)]))
+    # a prompt of p >= 1 < n is one call and the rest at least one more; without a prompt the first chunk must
+    # leave a position over
+    return prompt, (chunk if prompt else min(chunk, n - 1))
+
+
+__all__ += ["several_step_schedules"]

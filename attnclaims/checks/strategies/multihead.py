@@ -120,3 +120,33 @@ def gqa_cases(draw, *, grouped: bool | None = True):
 
 
 __all__ += ["gqa_cases"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases of the claim suite's attnclaims/suite/test_s32_self_attention.py, attnclaims/suite/test_s61_multihead.py
+# ---------------------------------------------------------------------------------------------
+
+@st.composite
+def self_attention_cases(draw, *, cross: bool, mask: bool | None = None):
+    case = draw(model_cases(square=not cross))
+    d = case.dims
+    params = draw(multi_head_params(d.d_model, 1))
+    m = None
+    if mask or (mask is None and draw(st.booleans())):
+        m = draw(mask_forms(d.batch, d.n_q, d.n_q if not cross else d.n_k))
+    return case, params, m
+
+
+@st.composite
+def multi_head_cases(draw, *, heads=None, cross=None):
+    is_cross = draw(cross_or_self()) if cross is None else cross  # only self for a self-attention-only impl
+    case = draw(model_cases(square=not is_cross))
+    d = case.dims
+    h = d.num_heads if heads is None else heads
+    params = draw(multi_head_params(d.d_model, h))
+    n_k = d.n_k if is_cross else d.n_q
+    mask = draw(st.none() | mask_forms(d.batch, d.n_q, n_k))
+    return case, params, mask, is_cross
+
+
+__all__ += ["self_attention_cases", "multi_head_cases"]

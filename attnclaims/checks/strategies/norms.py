@@ -8,6 +8,7 @@ from hypothesis import note
 from hypothesis import strategies as st
 
 from attnclaims.checks.strategies.common import _dtype, arrays, batch_shapes, finfo, flush_subnormals, seeds, seq_lengths
+from attnclaims.checks.strategies.common import random_arrays, scales
 from attnclaims.profiles import limits
 from attnclaims.reference.params import LayerNormParams, init_layer_norm
 
@@ -68,3 +69,21 @@ def rms_cases(draw):
 
 
 __all__ += ["rms_cases"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases of the claim suite's attnclaims/suite/test_s63_layer_norm.py
+# ---------------------------------------------------------------------------------------------
+
+@st.composite
+def affine_layer_norm_cases(draw):
+    """Generic rows (no constant row, d ≥ 2), a > 0 a power of two (a·x exact), an offset b."""
+    n = draw(seq_lengths(1))
+    d = draw(st.integers(2, 12))
+    x = draw(random_arrays((n, d), scale=draw(scales(-2, 2))))
+    a = draw(scales(-4, 4))
+    b = draw(st.sampled_from([0.0, 1.0, -3.5, 100.0]))
+    return x, a, b
+
+
+__all__ += ["affine_layer_norm_cases"]

@@ -8,7 +8,8 @@ import numpy as np
 from hypothesis import note
 from hypothesis import strategies as st
 
-from attnclaims.checks.strategies.common import arrays, dims, scales, variants
+from attnclaims.checks.strategies.attention import mask_forms
+from attnclaims.checks.strategies.common import LAYER_MAX_SEQ, arrays, dims, model_cases, permutations, scales, variants
 from attnclaims.profiles import limits
 
 __all__ = ["rope_layouts", "rope_bases", "positions"]
@@ -55,3 +56,29 @@ def rope_cases(draw, *, min_seq: int = 1):
 
 
 __all__ += ["rope_cases"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases of the claim suite's attnclaims/suite/test_s62_positional.py
+# ---------------------------------------------------------------------------------------------
+
+@st.composite
+def permutation_cases(draw, *, min_seq=1, mask=None, generic=False, max_seq=None):
+    max_seq = max_seq or min(limits().max_seq, LAYER_MAX_SEQ)
+    case = draw(model_cases(square=True, min_seq=min_seq, generic=generic, max_seq=max_seq))
+    d = case.dims
+    perm = draw(permutations(d.n_q))
+    m = None
+    if mask or (mask is None and draw(st.booleans())):
+        m = draw(mask_forms(d.batch, d.n_q, d.n_q))
+    note(f"permutation {perm.tolist()}")
+    return case, perm, m
+
+
+def pe_sizes(min_positions: int = 1):
+    """(n_positions, d_model): d_model even (the paper's), n up to the profile's long sequence length."""
+    return st.tuples(st.integers(min_positions, 16) | st.integers(min_positions, limits().long_seq),
+                     st.integers(1, max(1, limits().max_dim // 2)).map(lambda h: 2 * h))
+
+
+__all__ += ["permutation_cases", "pe_sizes"]
