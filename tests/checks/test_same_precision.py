@@ -15,7 +15,7 @@ from attnclaims.checks import bounds as SP
 from attnclaims.checks.bounds import common as BC
 from attnclaims.checks.bounds import multihead as BM
 from attnclaims.checks import bounds as T
-from attnclaims.suite.test_s7_architecture import decoder_cases, encoder_cases
+from attnclaims.checks.strategies.layers import decoder_cases, encoder_cases
 
 F32 = np.dtype(np.float32)
 #: no ordinary case may have a bound above 10³ times torch's error (the median must meet docs/design.md's 10²)
