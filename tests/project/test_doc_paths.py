@@ -12,8 +12,9 @@ are scanned for backticked spans, Markdown links and images (inline, or referenc
   Markdown link's target is relative to the document that holds it;
 * an anchor (``docs/report.md#the-verdicts``, ``#reading-a-failure``) names a heading of that file, with
   GitHub's slugs (lower case, punctuation dropped, spaces to hyphens, ``-1`` … for repeats);
-* a section cited by its title (``docs/design.md, "Numerics"``, ``adapters.md ("Backward passes")``, a
-  document's own ``see "Verdicts"``, ``"How we write" rule 5``) is the start of a heading of that file
+* a section cited by its title (``docs/design.md, "Numerics"``, ``adapters.md ("Backward passes")``,
+  ``design.md, Numerics;``, a document's own ``see "Verdicts"``, ``"How we write" rule 5``) is the start of
+  a heading of that file
   (a numbered rule, an item of that section's numbered list); section citations are also read in the
   package's, the tests' and the benchmarks' Python sources and in ``.ci/run``, where docstrings and
   comments cite the design;
@@ -155,6 +156,8 @@ _SECTION = re.compile(r'(?P<file>[A-Za-z0-9_./-]*[A-Za-z0-9_-]\.md)\)?(?:,\s*|\s
 #: a document's citation of its own section: ``see "Verdicts"``
 _SEE = re.compile(r'\b[Ss]ee (?P<titles>"[A-Z0-9][^"\\]{0,120}"(?:\s+rule\s+\d+)?)')
 _TITLE = re.compile(r'"(?P<title>[^"]+)"(?:\s+rule\s+(?P<rule>\d+))?')
+#: a one-word section title without quotes: ``(docs/design.md, Numerics; …)``
+_BARE = re.compile(r'(?P<file>[A-Za-z0-9_./-]*[A-Za-z0-9_-]\.md),\s+(?P<title>[A-Z][A-Za-z]+)(?=[;:)])')
 
 
 def _plain(text: str) -> str:
@@ -194,6 +197,7 @@ def dangling_sections(text: str, doc: Path) -> list[str]:
     else:
         flat = re.sub(r"[ \t]*\n[ \t]*(?:#[ \t]*)?", " ", text)
     cites = [(m.group("file"), m.group("titles")) for m in _SECTION.finditer(flat)]
+    cites += [(m.group("file"), f'"{m.group("title")}"') for m in _BARE.finditer(flat)]
     if doc.suffix == ".md":
         cites += [(None, m.group("titles")) for m in _SEE.finditer(flat)]
     problems = []
@@ -292,10 +296,12 @@ def test_a_dangling_citation_is_found():
     # the sources: a docstring and comments citing sections, continued over lines
     code = ('"""A module (docs/design.md, "Data flow") ... (docs/design.md, "Consistency is\n'
             'checked by hand").\n\n"""\n# see docs/adapters.md ("Backward\n#   passes") and docs/design.md\n'
-            '# "Verdicts are magic"\nFILES = {"md": "report.md", "html": "index.html"}\n')
+            '# "Verdicts are magic"\nFILES = {"md": "report.md", "html": "index.html"}\n'
+            '# (docs/design.md, Numerics; docs/design.md, Numerology: a bound)\n')
     assert dangling_sections(code, ROOT / "attnclaims" / "planted.py") == [
         'section docs/design.md, "Consistency is checked by hand": no heading starts so',
-        'section docs/design.md, "Verdicts are magic": no heading starts so']
+        'section docs/design.md, "Verdicts are magic": no heading starts so',
+        'section docs/design.md, "Numerology": no heading starts so']
 
 
 def test_github_slugs():
