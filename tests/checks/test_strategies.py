@@ -21,7 +21,7 @@ from attnclaims.guard import CheckFailure, GuardedImplementation
 from attnclaims.profiles import _LIMITS
 from attnclaims.reference import attention_weights, reference
 from attnclaims.checks import strategies as S
-from attnclaims.checks import tolerances as T
+from attnclaims.checks import bounds as T
 
 
 class _Float32:

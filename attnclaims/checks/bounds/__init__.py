@@ -20,13 +20,34 @@ imports them all: the 16-bit models and the backward evaluations each module reg
 """
 from __future__ import annotations
 
-from attnclaims.checks.bounds.common import (Bound, C_FN, C_SAME, D_OUT_INDEX, ETA64, GOLDEN_MARGIN, LANES, Magnitude, ORDERS, REDUCED_PRECISION, SIXTEEN_BIT, STAGES, U32, U64, applies, assert_close, assert_differs, assert_exactly_zero, assert_within, conformance, error_model, flush_to_zero_allowance, golden_dtype, leaves, linear_error, measured, measured_bounds, reduced_precision, require_resolving_power, rounded_projection, self_consistency, sixteen_bit_linear_error, unit_roundoff)
-from attnclaims.checks.bounds.attention import (SCORE_STORES, attention_error, attention_vjp_error, attention_weights_error, causal_attention_error, hull_slack, row_sum_bound, score_error, sixteen_bit_attention_error, sixteen_bit_attention_weights_error, sixteen_bit_causal_attention_error, sixteen_bit_score_error, sixteen_bit_softmax_error, softmax_error, softmax_jacobian_bound, softmax_jacobian_step, softmax_vjp_error, weight_relative_error)
-from attnclaims.checks.bounds.positional import (positional_encoding_error, rotary_error, rotary_scores_error)
-from attnclaims.checks.bounds.norms import (layer_norm_error, layer_norm_moments_bound, layer_norm_vjp_error, rms_norm_error)
-from attnclaims.checks.bounds.ffn import (ACT_LIPSCHITZ, feed_forward_error, feed_forward_vjp_error, gated_feed_forward_error, sixteen_bit_feed_forward_error)
-from attnclaims.checks.bounds.multihead import (GQA_KEY, fold_bound, grouped_query_error, multi_head_error, sixteen_bit_grouped_query_error, sixteen_bit_multi_head_error)
-from attnclaims.checks.bounds.layers import (decoder_block_error, decoder_layer, decoder_layer_bound, decoder_layer_error, encoder_layer, encoder_layer_bound, encoder_layer_error, encoder_stack, encoder_stack_bound, encoder_stack_error, kv_cache_error)
+from attnclaims.checks.bounds.common import (
+    Bound, C_FN, C_SAME, D_OUT_INDEX, ETA64, GOLDEN_MARGIN, LANES, Magnitude, ORDERS, REDUCED_PRECISION, SIXTEEN_BIT,
+    STAGES, U32, U64, applies, assert_close, assert_differs, assert_exactly_zero, assert_within, conformance,
+    error_model, flush_to_zero_allowance, golden_dtype, leaves, linear_error, measured, measured_bounds,
+    reduced_precision, require_resolving_power, rounded_projection, self_consistency, sixteen_bit_linear_error,
+    unit_roundoff
+)
+from attnclaims.checks.bounds.attention import (
+    SCORE_STORES, attention_error, attention_vjp_error, attention_weights_error, causal_attention_error, hull_slack,
+    row_sum_bound, score_error, sixteen_bit_attention_error, sixteen_bit_attention_weights_error,
+    sixteen_bit_causal_attention_error, sixteen_bit_score_error, sixteen_bit_softmax_error, softmax_error,
+    softmax_jacobian_bound, softmax_jacobian_step, softmax_vjp_error, weight_relative_error
+)
+from attnclaims.checks.bounds.positional import positional_encoding_error, rotary_error, rotary_scores_error
+from attnclaims.checks.bounds.norms import (
+    layer_norm_error, layer_norm_moments_bound, layer_norm_vjp_error, rms_norm_error
+)
+from attnclaims.checks.bounds.ffn import (
+    ACT_LIPSCHITZ, feed_forward_error, feed_forward_vjp_error, gated_feed_forward_error, sixteen_bit_feed_forward_error
+)
+from attnclaims.checks.bounds.multihead import (
+    GQA_KEY, fold_bound, grouped_query_error, multi_head_error, sixteen_bit_grouped_query_error,
+    sixteen_bit_multi_head_error
+)
+from attnclaims.checks.bounds.layers import (
+    decoder_block_error, decoder_layer, decoder_layer_bound, decoder_layer_error, encoder_layer, encoder_layer_bound,
+    encoder_layer_error, encoder_stack, encoder_stack_bound, encoder_stack_error, kv_cache_error
+)
 
 __all__ = [
     "C_FN",

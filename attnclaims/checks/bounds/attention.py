@@ -7,10 +7,18 @@ from __future__ import annotations
 import math
 import numpy as np
 
-from attnclaims.checks.bounds.common import Bound, SIXTEEN_BIT, U32, U64, _broadcast_count, _f64, _finfo, _sum_to, _zeros_like, reduced_precision, unit_roundoff
+from attnclaims.checks.bounds.common import (
+    Bound, SIXTEEN_BIT, U32, U64, _broadcast_count, _f64, _finfo, _sum_to, _zeros_like, reduced_precision, unit_roundoff
+)
 from attnclaims.reference.masks import sliding_window_mask
 
-__all__ = ["weight_relative_error", "row_sum_bound", "softmax_error", "score_error", "attention_weights_error", "attention_error", "hull_slack", "softmax_jacobian_step", "softmax_jacobian_bound", "SCORE_STORES", "sixteen_bit_score_error", "sixteen_bit_softmax_error", "sixteen_bit_attention_weights_error", "sixteen_bit_attention_error", "softmax_vjp_error", "attention_vjp_error", "causal_attention_error", "sixteen_bit_causal_attention_error"]
+__all__ = [
+    "weight_relative_error", "row_sum_bound", "softmax_error", "score_error", "attention_weights_error",
+    "attention_error", "hull_slack", "softmax_jacobian_step", "softmax_jacobian_bound", "SCORE_STORES",
+    "sixteen_bit_score_error", "sixteen_bit_softmax_error", "sixteen_bit_attention_weights_error",
+    "sixteen_bit_attention_error", "softmax_vjp_error", "attention_vjp_error", "causal_attention_error",
+    "sixteen_bit_causal_attention_error"
+]
 
 
 def weight_relative_error(t, n: int) -> np.ndarray:
@@ -425,7 +433,7 @@ def attention_vjp_error(q, k, v, d, mask=None, scale=None, *, u: float) -> tuple
 
 
 def causal_attention_error(q, k, v, alignment: str = "top-left", window=None, scale=None, *, u: float) -> np.ndarray:
-    """:func:`~attnclaims.checks.tolerances.attention_error` with the mask of ``alignment`` and ``window``
+    """:func:`~attnclaims.checks.bounds.attention_error` with the mask of ``alignment`` and ``window``
     (:func:`attnclaims.reference.masks.sliding_window_mask`)."""
     mask = sliding_window_mask(np.shape(q)[-2], np.shape(k)[-2], window, alignment)
     return attention_error(q, k, v, mask, scale, u=u)
@@ -433,7 +441,7 @@ def causal_attention_error(q, k, v, alignment: str = "top-left", window=None, sc
 
 def sixteen_bit_causal_attention_error(q, k, v, alignment: str = "top-left", window=None, scale=None, *,
                                        u: float) -> np.ndarray:
-    """:func:`causal_attention_error` under the 16-bit model: :func:`~attnclaims.checks.tolerances.
+    """:func:`causal_attention_error` under the 16-bit model: :func:`~attnclaims.checks.bounds.
     sixteen_bit_attention_error` with the mask of ``alignment`` and ``window`` (a causal mask's first row
     has one allowed key, whose weight is exactly 1)."""
     mask = sliding_window_mask(np.shape(q)[-2], np.shape(k)[-2], window, alignment)

@@ -148,7 +148,7 @@ The evaluations of the other backward passes, each in its component's module:
 * ``gated_feed_forward_vjp`` (x, params, d_out): 12 (three projections and the activation recomputed,
   dH = d W_dᵀ, both branches' products, three weight gradients and dx's two products and sum);
 * ``grouped_query_attention_vjp`` (x_q, x_kv, params, d_out, mask): multi-head attention's 12 and the sum
-  over each group (one more): the expanded heads' evaluation (backward_precision's) with the K/V
+  over each group (one more): the expanded heads' evaluation (multi-head attention's) with the K/V
   gradients folded (:func:`attnclaims.reference.multihead.fold_kv`);
 * ``decoder_block_vjp`` (x, params, d_out, mask): 40 — two residual sub-layers as in the encoder layer (30)
   plus the rotations of q, k and of their gradients, the group sum and a gated FFN's extra branch.
@@ -169,7 +169,13 @@ from typing import Callable
 
 from attnclaims.guard import CheckFailure
 
-__all__ = ["C_FN", "unit_roundoff", "REDUCED_PRECISION", "require_resolving_power", "reduced_precision", "U64", "ETA64", "Bound", "conformance", "self_consistency", "flush_to_zero_allowance", "assert_close", "assert_within", "assert_exactly_zero", "assert_differs", "linear_error", "rounded_projection", "U32", "sixteen_bit_linear_error", "SIXTEEN_BIT", "error_model", "C_SAME", "ORDERS", "LANES", "GOLDEN_MARGIN", "golden_dtype", "applies", "measured", "STAGES", "leaves", "Magnitude", "D_OUT_INDEX", "measured_bounds"]
+__all__ = [
+    "C_FN", "unit_roundoff", "REDUCED_PRECISION", "require_resolving_power", "reduced_precision", "U64", "ETA64",
+    "Bound", "conformance", "self_consistency", "flush_to_zero_allowance", "assert_close", "assert_within",
+    "assert_exactly_zero", "assert_differs", "linear_error", "rounded_projection", "U32", "sixteen_bit_linear_error",
+    "SIXTEEN_BIT", "error_model", "C_SAME", "ORDERS", "LANES", "GOLDEN_MARGIN", "golden_dtype", "applies", "measured",
+    "STAGES", "leaves", "Magnitude", "D_OUT_INDEX", "measured_bounds"
+]
 
 
 #: Elementary functions (exp, log, sqrt, sin, cos, tanh, pow) are assumed accurate to 1 ulp: relative error ≤ C_FN·u.

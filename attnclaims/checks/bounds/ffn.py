@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnclaims.checks.bounds.common import SIXTEEN_BIT, U32, _EVALUATE, _c, _cd, _f64, linear_error, sixteen_bit_linear_error
+from attnclaims.checks.bounds.common import (
+    SIXTEEN_BIT, U32, _EVALUATE, _c, _cd, _f64, linear_error, sixteen_bit_linear_error
+)
 from attnclaims.reference import ffn as F
 from attnclaims.reference.ffn import gated_activation
 from attnclaims.reference.params import GatedFeedForwardParams
 
-__all__ = ["feed_forward_error", "sixteen_bit_feed_forward_error", "feed_forward_vjp_error", "ACT_LIPSCHITZ", "gated_feed_forward_error"]
+__all__ = [
+    "feed_forward_error", "sixteen_bit_feed_forward_error", "feed_forward_vjp_error", "ACT_LIPSCHITZ",
+    "gated_feed_forward_error"
+]
 
 
 def feed_forward_error(x, params, *, u: float, ex=None) -> np.ndarray:
@@ -101,7 +106,7 @@ def _activation_error(a, ea, activation: str, *, u: float) -> np.ndarray:
 
 
 def gated_feed_forward_error(x, params, *, u: float, ex=None) -> np.ndarray:
-    """Error bound of (act(x W_g + b_g) ⊙ (x W_u + b_u)) W_d + b_d: :func:`~attnclaims.checks.tolerances.linear_error`
+    """Error bound of (act(x W_g + b_g) ⊙ (x W_u + b_u)) W_d + b_d: :func:`~attnclaims.checks.bounds.linear_error`
     for the two input projections, :func:`_activation_error`, the product Δg|b| + |g|Δb + u|g b|, and
     the output projection with that hidden error."""
     p = params

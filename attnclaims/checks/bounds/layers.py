@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnclaims.checks.bounds.common import Bound, ORDERS, _EVALUATE, _Order, _c, _cd, _f64, _golden, _merge, _split, _zeros_like, applies, linear_error, measured
+from attnclaims.checks.bounds.common import (
+    Bound, ORDERS, _EVALUATE, _Order, _c, _cd, _f64, _golden, _merge, _split, _zeros_like, applies, linear_error,
+    measured
+)
 from attnclaims.checks.bounds.attention import attention_error
 from attnclaims.checks.bounds.positional import rotary_error
 from attnclaims.checks.bounds.norms import _layer_norm, _ln_value, layer_norm_error, rms_norm_error
@@ -16,15 +19,17 @@ from attnclaims.reference import layers as L
 from attnclaims.reference._vjp import sum_to
 from attnclaims.reference.attention import attention as _ref_attention
 from attnclaims.reference.ffn import _ffn as _block_ffn_value
-from attnclaims.reference.masks import combine_masks
-from attnclaims.reference.masks import sliding_window_mask
+from attnclaims.reference.masks import combine_masks, sliding_window_mask
 from attnclaims.reference.multihead import expand_kv
 from attnclaims.reference.norms import _norm as _block_norm_value
-from attnclaims.reference.params import FeedForwardParams
-from attnclaims.reference.params import LayerNormParams
+from attnclaims.reference.params import FeedForwardParams, LayerNormParams
 from attnclaims.reference.positional import rotary_embedding
 
-__all__ = ["encoder_layer_error", "encoder_stack_error", "decoder_layer_error", "decoder_block_error", "kv_cache_error", "encoder_stack", "encoder_layer", "decoder_layer", "encoder_layer_bound", "encoder_stack_bound", "decoder_layer_bound"]
+__all__ = [
+    "encoder_layer_error", "encoder_stack_error", "decoder_layer_error", "decoder_block_error", "kv_cache_error",
+    "encoder_stack", "encoder_layer", "decoder_layer", "encoder_layer_bound", "encoder_stack_bound",
+    "decoder_layer_bound"
+]
 
 
 def _sublayer(x, ex, sub_value, sub_error, norm, eps, norm_first, u):
@@ -140,7 +145,7 @@ def _ffn_error(x, ex, ffn, *, u: float) -> np.ndarray:
 
 def decoder_block_error(x, params, mask=None, *, u: float, ex=None) -> np.ndarray:
     """Error bound of a decoder-only block, composed sub-layer by sub-layer as
-    :func:`~attnclaims.checks.tolerances.encoder_layer_error`: the norm (LayerNorm or :func:`rms_norm_error`),
+    :func:`~attnclaims.checks.bounds.encoder_layer_error`: the norm (LayerNorm or :func:`rms_norm_error`),
     the causal self-attention (:func:`_block_attention`), the residual add (u|x + F|), then the FFN
     (ReLU or :func:`gated_feed_forward_error`) likewise; Pre-LN or Post-LN per ``params.norm_first``."""
     p = params
@@ -168,7 +173,7 @@ def kv_cache_error(x, params, part: str, *, u: float, ex=None) -> np.ndarray:
     """Error bound of the KV cache a decoder-only block builds for x (..., n, d_model): ``part`` "k" — the
     keys after RoPE — or "v", in the K/V heads, (..., h_kv, n, d_k). The first sub-layer's input h (x
     Post-LN; N_1(x) Pre-LN, with the norm's error), the K or V projection
-    (:func:`~attnclaims.checks.tolerances.linear_error`), and for the keys RoPE at positions 0 … n − 1
+    (:func:`~attnclaims.checks.bounds.linear_error`), and for the keys RoPE at positions 0 … n − 1
     (:func:`rotary_error` with the projection's error), as in :func:`_block_attention` but with the K/V heads
     not repeated. Nothing mixes positions before the cache, so the bound of the first L positions is the
     first L of this one."""
@@ -197,7 +202,8 @@ def _same_precision_encoder(x, p, mask, dtype, o: _Order) -> np.ndarray:
     x = o.tokens(_c(x, dtype), o.tau)
     mask = o.mask(mask, o.tau, o.tau)
     attn, ffn = o.mha(p.self_attn, dtype), o.ffn(p.ffn, dtype)
-    x = _same_precision_sublayer(x, lambda h: _multi_head(h, h, attn, mask), o.norm(p.norm1, dtype), p.eps, p.norm_first)
+    x = _same_precision_sublayer(x, lambda h: _multi_head(h, h, attn, mask), o.norm(p.norm1, dtype), p.eps,
+                                 p.norm_first)
     return o.undo(_same_precision_sublayer(x, lambda h: _ffn(h, ffn), o.norm(p.norm2, dtype), p.eps, p.norm_first))
 
 
@@ -212,9 +218,10 @@ def _same_precision_decoder(y, memory, p, self_mask, memory_mask, dtype, o: _Ord
     y, memory = o.tokens(y, o.tau), o.tokens(memory, o.rho)
     own, memory_mask = o.mask(own, o.tau, o.tau), o.mask(memory_mask, o.tau, o.rho)
     own_attn, cross, ffn = o.mha(p.self_attn, dtype), o.mha(p.cross_attn, dtype), o.ffn(p.ffn, dtype)
-    y = _same_precision_sublayer(y, lambda h: _multi_head(h, h, own_attn, own), o.norm(p.norm1, dtype), p.eps, p.norm_first)
-    y = _same_precision_sublayer(y, lambda h: _multi_head(h, memory, cross, memory_mask), o.norm(p.norm2, dtype), p.eps,
-                  p.norm_first)
+    y = _same_precision_sublayer(y, lambda h: _multi_head(h, h, own_attn, own), o.norm(p.norm1, dtype), p.eps,
+                                 p.norm_first)
+    y = _same_precision_sublayer(y, lambda h: _multi_head(h, memory, cross, memory_mask), o.norm(p.norm2, dtype),
+                                 p.eps, p.norm_first)
     return o.undo(_same_precision_sublayer(y, lambda h: _ffn(h, ffn), o.norm(p.norm3, dtype), p.eps, p.norm_first))
 
 

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnclaims.checks.bounds.common import Bound, SIXTEEN_BIT, _EVALUATE, _c, _cd, _f64, _merge, _split, linear_error, sixteen_bit_linear_error
+from attnclaims.checks.bounds.common import (
+    Bound, SIXTEEN_BIT, _EVALUATE, _c, _cd, _f64, _merge, _split, linear_error, sixteen_bit_linear_error
+)
 from attnclaims.checks.bounds.attention import _weights_and_shift, attention_error, sixteen_bit_attention_error
 from attnclaims.reference import multihead as MH
 from attnclaims.reference._vjp import sum_to
-from attnclaims.reference.multihead import expand_kv
-from attnclaims.reference.multihead import fold_kv
-from attnclaims.reference.multihead import fold_mha_grads
+from attnclaims.reference.multihead import expand_kv, fold_kv, fold_mha_grads
 from attnclaims.reference.params import MultiHeadParams
 
-__all__ = ["multi_head_error", "sixteen_bit_multi_head_error", "grouped_query_error", "sixteen_bit_grouped_query_error", "GQA_KEY", "fold_bound"]
+__all__ = [
+    "multi_head_error", "sixteen_bit_multi_head_error", "grouped_query_error", "sixteen_bit_grouped_query_error",
+    "GQA_KEY", "fold_bound"
+]
 
 
 def multi_head_error(x_q, x_kv, params, mask=None, *, u: float, ex_q=None, ex_kv=None) -> np.ndarray:
@@ -72,7 +75,7 @@ def grouped_query_error(x_q, x_kv, params, mask=None, *, u: float, ex_q=None, ex
 
 def sixteen_bit_grouped_query_error(x_q, x_kv, params, mask=None, *, u: float, ex_q=None,
                                     ex_kv=None) -> np.ndarray:
-    """:func:`grouped_query_error` under the 16-bit model: :func:`~attnclaims.checks.tolerances.
+    """:func:`grouped_query_error` under the 16-bit model: :func:`~attnclaims.checks.bounds.
     sixteen_bit_multi_head_error` with every K/V head repeated for its group (a repeated head is the same
     16-bit numbers, stored once: its error is the one it has in each copy)."""
     return sixteen_bit_multi_head_error(x_q, x_kv, expand_kv(params), mask, u=u, ex_q=ex_q, ex_kv=ex_kv)
@@ -112,8 +115,9 @@ def _mha(x_q, x_kv, params, d, mask, dtype):
     return (sum_to(dq, np.shape(x_q)), sum_to(dkv, np.shape(x_kv)), MH._mha_params(grads, params.num_heads))
 
 
-#: the key of grouped-query multi-head attention in backward_precision's tables (the capability is
-#: multi_head_attention_vjp; its evaluation differs from ordinary multi-head attention's)
+#: the key of grouped-query multi-head attention in the measured bounds' tables
+#: (:data:`~attnclaims.checks.bounds.common.STAGES`; the capability is multi_head_attention_vjp, but its
+#: evaluation differs from ordinary multi-head attention's)
 GQA_KEY = "grouped_query_attention_vjp"
 
 

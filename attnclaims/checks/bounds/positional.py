@@ -7,9 +7,7 @@ import math
 import numpy as np
 
 from attnclaims.checks.bounds.common import C_FN, U64, _f64, _zeros_like
-from attnclaims.reference.positional import rotary_embedding
-from attnclaims.reference.positional import rotary_frequencies
-from attnclaims.reference.positional import rotary_pairs
+from attnclaims.reference.positional import rotary_embedding, rotary_frequencies, rotary_pairs
 
 __all__ = ["positional_encoding_error", "rotary_error", "rotary_scores_error"]
 
@@ -31,7 +29,7 @@ def positional_encoding_error(n_positions: int, d_model: int, *, u: float, base:
 
 def _angle_error(positions, d: int, base: float, *, u: float) -> np.ndarray:
     """|Δθ_{m,i}| for θ = m·ω_i, ω_i = base^(−2i/d) in any of the usual forms (as for the sinusoidal
-    encoding, :func:`~attnclaims.checks.tolerances.positional_encoding_error`): ω_i carries a relative
+    encoding, :func:`~attnclaims.checks.bounds.positional_encoding_error`): ω_i carries a relative
     error ≤ u(3 ln(base)·2i/d + 3), the product m·ω_i one more rounding. -> (n, d/2)."""
     two_i = np.arange(0, d, 2, dtype=np.float64)
     theta = np.abs(_f64(positions))[:, None] * rotary_frequencies(d, base)[None, :]
