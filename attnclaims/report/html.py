@@ -784,12 +784,9 @@ def _derivation(d: Mapping, lang: str = "en", instances: Sequence[Mapping] = (),
         body.append("</div>")
     body.append("</div>")
     cited = cited_lemmas(d)
-    if cited:  # each cited fact typeset, with its source: never the raw formula text
+    if cited:  # each cited fact typeset, with its source: never the run's raw formula text (d["cited"])
         body.append(f'<p class="muted">{esc(T("rests_on_cited"))}{colon}' + ("；" if lang == "zh" else "; ").join(
             _lemma_math(lem) + f' ({esc(D(lem.get("why", "")))})' for lem in cited) + "</p>")
-    elif d.get("cited"):
-        body.append(f'<p class="muted">{esc(T("rests_on_cited"))}{colon}<span lang="en">'
-                    + esc("; ".join(d["cited"])) + "</span></p>")
     if instances:
         # an instance's steps are shown when they are small or when it fails (all are in report.json)
         bad = any(i["outcome"] == "failed" for i in instances)
