@@ -54,3 +54,9 @@ def recorded_run(tmp: Path, implementations: Sequence[str] = ("reference",),
 def reference_pages(tmp_path_factory) -> tuple[dict, Path]:
     """The recorded reference run's report in both editions: (report, folder)."""
     return recorded_run(tmp_path_factory.mktemp("reference-pages"))
+
+
+@pytest.fixture(scope="session")
+def recorded():
+    """:func:`recorded_run`, for tests that build their own columns (conftest is not importable by name)."""
+    return recorded_run
