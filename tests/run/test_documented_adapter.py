@@ -18,11 +18,7 @@ collecting the suite).
 """
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -48,25 +44,16 @@ def documented_example() -> str:
     return blocks[0]
 
 
-def run_checks(tmp_path: Path, module: str, source: str) -> tuple[str, list, dict, int]:
-    """Every implementation test against ``module:impl`` (written from ``source``) in a fresh pytest process:
-    (the implementation's name, its evidence, its verdict per claim, the exit status ``check`` would give)."""
+def run_checks(suite_run, module: str, source: str) -> tuple[str, list, dict, int]:
+    """Every implementation test against ``module:impl`` (written from ``source``) in a fresh pytest process
+    (``suite_run`` in ``tests/conftest.py``): (the implementation's name, its evidence, its verdict per claim,
+    the exit status ``check`` would give)."""
     from attnclaims.evidence import Evidence
     from attnclaims.registry import load_registry
     from attnclaims.verdicts import compute_verdicts, exit_status
 
-    (tmp_path / f"{module}.py").write_text(source, encoding="utf-8")
-    results = tmp_path / "results.json"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(Path(__file__).resolve().parent)]), PYTHONDONTWRITEBYTECODE="1")
-    env.pop("PYTEST_ADDOPTS", None)
-    env.pop("PYTEST_XDIST_WORKER", None)
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-c", os.devnull,
-           "--rootdir", str(tmp_path), "-m", "impl_test", "--hypothesis-profile", "ci", "--attn-impl",
-           f"{module}:impl", "--attn-results", str(results), "--pyargs", "attnclaims.suite"]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=570)
-    assert results.exists(), f"no results from {module}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
-    data = json.loads(results.read_text())
-    assert data["complete"], f"{module}: the run stopped after {data['tests_run']} of {data['tests_total']} tests"
+    data = suite_run(f"{module}:impl", pythonpath=[str(Path(__file__).resolve().parent)], profile="ci",
+                     files={f"{module}.py": source}).results
     name = data["implementation"]["name"]
     evidence = [Evidence.from_dict(e) for e in data["evidence"]]
     verdicts = compute_verdicts(load_registry(), evidence, [name])
@@ -84,10 +71,10 @@ def _not_passed(evidence) -> list[str]:
             if e.outcome not in ("passed", "not-applicable")]
 
 
-def test_the_documented_example_adapter_passes_every_check(tmp_path):
+def test_the_documented_example_adapter_passes_every_check(suite_run):
     """The guide's example verbatim: no failed or erroring check of any kind (contract findings included),
     no refuted, blocked or error claim, exit status 0; its own checks ran (softmax-distribution positive)."""
-    name, evidence, verdicts, status = run_checks(tmp_path, "mypkg_attnclaims_adapter", documented_example())
+    name, evidence, verdicts, status = run_checks(suite_run, "mypkg_attnclaims_adapter", documented_example())
     assert not _not_passed(evidence), "\n".join(_not_passed(evidence))
     assert not _problems(verdicts), _problems(verdicts)
     assert status == 0
@@ -97,11 +84,11 @@ def test_the_documented_example_adapter_passes_every_check(tmp_path):
     assert verdicts["softmax-distribution"].verdict not in ("not applicable", "no evidence"), verdicts
 
 
-def test_a_correct_attention_that_accepts_a_non_broadcasting_mask_has_one_contract_finding(tmp_path):
+def test_a_correct_attention_that_accepts_a_non_broadcasting_mask_has_one_contract_finding(suite_run):
     """Without the mask check, numpy broadcasting lets a mask of two keys through when n_k = 1: one contract
     finding, stating what was accepted and the fix, and nothing else — the claims as for the documented
     example, exit status 0."""
-    name, evidence, verdicts, status = run_checks(tmp_path, "unchecked_numpy_attention", UNCHECKED)
+    name, evidence, verdicts, status = run_checks(suite_run, "unchecked_numpy_attention", UNCHECKED)
     bad = [e for e in evidence if e.outcome not in ("passed", "not-applicable")]
     assert len({e.name for e in bad}) == 1, "\n".join(_not_passed(evidence))
     finding = bad[0]

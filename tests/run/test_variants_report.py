@@ -23,10 +23,6 @@ Two families of adapters:
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -167,24 +163,15 @@ class TorchEvenHeadDimOnly(_TorchRestricted):
 # The whole suite, then the verdicts
 # ---------------------------------------------------------------------------------------------
 
-def _verdicts(tmp_path: Path, spec: str) -> tuple[str, dict, dict]:
-    """Run every implementation test against ``spec`` in a fresh pytest process (:data:`PROFILE`); the
+def _verdicts(suite_run, spec: str) -> tuple[str, dict, dict]:
+    """Every implementation test against ``spec`` in a fresh pytest process (:data:`PROFILE`; one run per
+    session, shared with ``tests/run/test_variants.py``: ``suite_run`` in ``tests/conftest.py``); the
     implementation's name, its verdict per claim and the results file."""
     from attnclaims.evidence import Evidence
     from attnclaims.registry import load_registry
     from attnclaims.verdicts import compute_verdicts
 
-    results = tmp_path / "results.json"
-    env = dict(os.environ, PYTHONPATH=str(HERE), PYTHONDONTWRITEBYTECODE="1")
-    env.pop("PYTEST_ADDOPTS", None)
-    env.pop("PYTEST_XDIST_WORKER", None)
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-c", os.devnull,
-           "--rootdir", str(tmp_path), "-m", "impl_test", "--hypothesis-profile", PROFILE, "--attn-impl", spec,
-           "--attn-results", str(results), "--pyargs", "attnclaims.suite"]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=570)
-    assert results.exists(), f"no results from {spec}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
-    data = json.loads(results.read_text())
-    assert data["complete"], f"{spec}: the run stopped after {data['tests_run']} of {data['tests_total']} tests"
+    data = suite_run(spec, pythonpath=[str(HERE)], profile=PROFILE).results
     name = data["implementation"]["name"]
     evidence = [Evidence.from_dict(e) for e in data["evidence"]]
     verdicts = compute_verdicts(load_registry(), evidence, [name])
@@ -208,14 +195,14 @@ POSITIVE = ("proven", "verified", "qualified", "illustrative")
 
 
 @pytest.mark.parametrize("kind", list(CASES))
-def test_a_correct_restricted_adapter_has_no_refuted_blocked_or_error_claim(kind, tmp_path):
+def test_a_correct_restricted_adapter_has_no_refuted_blocked_or_error_claim(kind, suite_run):
     """The full implementation suite on a correct adapter that declares its restriction: every claim's
     verdict is positive or not applicable; the claim the restriction concerns is positive; the tests that
     need the undeclared variant are not applicable by its name."""
     spec, concerned, not_applicable = CASES[kind]
     if kind.startswith("torch"):
         pytest.importorskip("torch")
-    name, verdicts, data = _verdicts(tmp_path, spec)
+    name, verdicts, data = _verdicts(suite_run, spec)
     problems = {cid: f"{v.verdict}: {v.reason[:400]}" for cid, v in verdicts.items()
                 if v.is_problem or v.verdict.startswith(PROBLEMS)}
     assert not problems, "\n".join(f"{cid} [{name}] {why}" for cid, why in problems.items())

@@ -73,9 +73,16 @@ def test_mutant_entry_is_well_formed(name):
     assert 1 <= len(own) <= 2, f"{name}: overrides {own}, but a mutant should change one thing"
 
 
-def test_every_implementation_level_claim_is_covered_by_a_mutant():
+@pytest.fixture(scope="module")
+def collected_claims() -> dict[str, list[str]]:
+    """{test node id: its claim ids} for every implementation test: one collection of the suite (a child
+    pytest process) for the tests of this module that read it."""
+    return implementation_claims()
+
+
+def test_every_implementation_level_claim_is_covered_by_a_mutant(collected_claims):
     """A claim whose tests exercise the implementation must have a mutant that should be caught by it."""
-    impl_claims = {cid for claims in implementation_claims().values() for cid in claims}
+    impl_claims = {cid for claims in collected_claims.values() for cid in claims}
     declared = {cid for m in MUTANTS.values() for cid in m.claims}
     missing = sorted(impl_claims - declared)
     assert not missing, f"implementation-level claims without a mutant: {missing}"
@@ -92,14 +99,14 @@ def _kill_hints() -> dict[str, list[str]]:
     return json.loads(KILL_HINTS.read_text(encoding="utf-8"))["first"]
 
 
-def test_every_kill_hint_names_a_mutant_and_a_test_of_its_declared_claims():
+def test_every_kill_hint_names_a_mutant_and_a_test_of_its_declared_claims(collected_claims):
     """A hint that names a renamed test or a test of another claim is never run first: the kill matrix
     above would still pass, only slower. This keeps the hints pointing at tests that exist."""
     hints = _kill_hints()
     unknown = sorted(set(hints) - set(MUTANTS))
     assert not unknown, f"{KILL_HINTS.name}: hints for mutants not in the zoo: {unknown}"
     # the collection and the kill matrix share one rootdir: the same node ids (suite/test_x.py::…)
-    claims = implementation_claims()
+    claims = collected_claims
     stale = {name: t for name, tests in hints.items() for t in tests
              if not set(claims.get(t, ())) & set(MUTANTS[name].claims)}
     assert not stale, f"{KILL_HINTS.name}: hints that are not a test of the mutant's declared claims: {stale}"
