@@ -27,8 +27,11 @@ test fails is unchanged; only the counterexample is not minimised.
 The correct implementations (:data:`CORRECT`) run every implementation test in
 both modes and must have no failure at all. By default the children are forked
 from long-lived fork servers (:class:`attnclaims.run.process.ForkServer`) that
-have imported the libraries once; ``--isolated`` starts a fresh interpreter for
-each target.
+have imported the libraries and every test module the targets run once (a
+collect-only session with the targets' options), so that a mutant's session
+neither starts an interpreter nor imports its test modules; ``--isolated``
+starts a fresh interpreter for each target. Either way the rows are the same
+(the ``ci`` profile draws each test's examples from the test alone).
 """
 from __future__ import annotations
 
@@ -357,9 +360,15 @@ def run_matrix(targets: list[Target], *, profile: str = "ci", full: bool = False
     servers: list[process.ForkServer] = []
     lock = threading.Lock()
 
+    # Each fork server imports every test module a target runs once, in a collect-only session with the
+    # targets' own options (profile, kill-matrix mode): the sessions it forks then only build their items.
+    every = Target(name="collect", spec="reference", control=True,
+                   modules=tuple(dict.fromkeys(m for t in targets for m in t.modules)))
+    collect = _command(every, work, profile=profile, full=True, shrink=shrink, call_timeout=None)
+
     def one(i: int) -> TargetResult:
         if batch and not hasattr(local, "server"):
-            local.server = process.ForkServer(preload=PRELOAD, env=_env())
+            local.server = process.ForkServer(preload=PRELOAD, env=_env(), collect=collect)
             with lock:
                 servers.append(local.server)
         return run_target(targets[i], work, profile=profile, full=full, shrink=shrink, timeout=timeout,

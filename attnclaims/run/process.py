@@ -378,14 +378,21 @@ class ForkServer:
     """A long-lived child that has imported pytest, numpy, hypothesis (and ``preload``) once and
     forks one grandchild per session. Each grandchild is its own process group (``setsid``), so a
     deadline kills it like any other child. Requests and answers are JSON lines on the server's
-    stdin/stdout: ``{"args", "log", "cwd"}`` -> ``{"pid"}`` at the start, ``{"code"}`` at the end."""
+    stdin/stdout: ``{"args", "log", "cwd"}`` -> ``{"pid"}`` at the start, ``{"code"}`` at the end.
 
-    def __init__(self, preload: tuple[str, ...] = (), env: dict | None = None):
+    ``collect``: the arguments of a collect-only session the server runs once before forking
+    (:func:`collect_in_process`), so that the sessions it forks find the test modules imported (pytest's
+    importlib import mode takes a module from ``sys.modules``) instead of each importing them again. Its
+    options must be those of the forked sessions that decide how a module imports (the hypothesis
+    profile and the kill-matrix options: a module-level ``settings()`` takes the profile loaded then)."""
+
+    def __init__(self, preload: tuple[str, ...] = (), env: dict | None = None, collect: list[str] | None = None):
         code = "from attnclaims.run.process import _serve; _serve()"
         env = dict(env or child_env())
         for var in THREAD_VARS:  # forking after a multi-threaded BLAS started its threads is unsafe
             env[var] = "1"
-        self.proc = subprocess.Popen([sys.executable, "-c", code, *preload], env=env, stdin=subprocess.PIPE,
+        argv = [json.dumps(collect or []), *preload]
+        self.proc = subprocess.Popen([sys.executable, "-c", code, *argv], env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
                                      start_new_session=True)
 
@@ -469,17 +476,46 @@ def wait_exit_code(pid: int) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
+def collect_in_process(args: list[str]) -> int:
+    """One ``pytest --collect-only ARGS`` session in this process, its output discarded (the process's
+    stdout may be a protocol's), selecting nothing: the test modules it imports stay in ``sys.modules``,
+    imported as a session imports them (assertions rewritten, under the session's hypothesis profile),
+    and no implementation is resolved. Returns pytest's exit status."""
+    import pytest
+
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    saved = [os.dup(1), os.dup(2)]
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        return int(pytest.main([*args, "--collect-only", "-m", "not claim and claim"]))
+    except Exception:  # a module that does not import here is imported (and reported) by each session
+        return 3
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
+
+
 def _serve() -> None:
     """The fork server's loop (see :class:`ForkServer`)."""
     import importlib
 
     import pytest  # noqa: F401 - imported once, inherited by every fork
 
-    for name in ["numpy", "hypothesis", "attnclaims.plugin", *sys.argv[1:]]:
+    collect, preload = json.loads(sys.argv[1]), sys.argv[2:]
+    for name in ["numpy", "hypothesis", "attnclaims.plugin", *preload]:
         try:
             importlib.import_module(name)
         except Exception:  # a preload that fails is imported (and reported) by the session
             pass
+    if collect:
+        collect_in_process(collect)
     answer = sys.stdout
     for line in sys.stdin:
         job = json.loads(line)

@@ -513,3 +513,55 @@ def test_an_unusable_implementation_gets_an_error_in_its_own_name_for_its_claims
     assert "floaty" in items[0].message and SETUP != ORCHESTRATOR
     every = broken_evidence("x", "mine", REGISTRY, ["layer-norm", "softmax-distribution"], only={"other-claim"})
     assert [e.claim for e in every] == ["layer-norm", "softmax-distribution"]
+
+
+_COUNTED_MODULE = '''
+import os
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+with open(os.environ["ATTN_IMPORTED_IN"], "a") as fh:  # one line per process that imports this module
+    fh.write(f"{os.getpid()}\\n")
+
+PROFILE = settings.get_current_profile_name()  # the profile loaded when the module was imported
+
+
+@pytest.mark.claim("softmax-distribution")
+@settings(max_examples=3)
+@given(st.integers())
+def test_counted(x):
+    assert PROFILE == "ci", PROFILE
+'''
+
+
+@pytest.mark.parametrize("collect", [True, False])
+def test_a_fork_server_imports_the_test_modules_once_for_every_session(tmp_path, collect):
+    """With ``collect`` the fork server imports the test module once, in a collect-only session under the
+    sessions' profile, and every session it forks takes it from there (the module runs as if imported by
+    the session, under its hypothesis profile); without, each session imports it."""
+    folder, work = tmp_path / "pkg", tmp_path / "work"
+    folder.mkdir()
+    work.mkdir()
+    (folder / "counted_suite").mkdir()
+    (folder / "counted_suite" / "__init__.py").write_text("", encoding="utf-8")
+    module = folder / "counted_suite" / "test_counted.py"
+    module.write_text(textwrap.dedent(_COUNTED_MODULE), encoding="utf-8")
+    imported = tmp_path / "imported.txt"
+    env = process.child_env(extra={"ATTN_IMPORTED_IN": str(imported),
+                                   "PYTHONPATH": os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")])})
+    args = process.base_args([str(module)], work, rootdir=str(folder), pyargs=False) + ["--hypothesis-profile", "ci"]
+    server = process.ForkServer(env=env, collect=args if collect else None)
+    try:
+        sessions = [process.run_session(args, work=work, name=f"s{i}", server=server,
+                                         deadlines=Deadlines(overall=120)) for i in range(2)]
+    finally:
+        server.close()
+    for s in sessions:
+        assert s.complete and s.returncode == 0, (s.stopped, s.log_tail)
+        assert [ev["outcome"] for ev in s.finished.values()] == ["passed"]
+    pids = [int(line) for line in imported.read_text(encoding="utf-8").split()]
+    if collect:
+        assert pids == [server.proc.pid], pids
+    else:
+        assert len(pids) == 2 and server.proc.pid not in pids, pids
