@@ -26,7 +26,12 @@ absolute times carry the other load; the table prints the load average
 before and after each run so a reader can judge, and the CPU time of each
 run's process tree (user + system), which other load changes far less.
 
-Run: ``.venv/bin/python bench/bench_speed.py [--quick] [--skip-profile]``;
+Side by side with another tree (``--baseline PYTHON``: an interpreter whose ``attnclaims`` is that
+tree, e.g. today's main checked out with its own virtual environment): every timed run above is run
+with it too, right after this tree's, so the two see the same load; the verdicts and targets are this
+tree's, and a last table gives each command's wall and CPU seconds for both and their ratio.
+
+Run: ``.venv/bin/python bench/bench_speed.py [--quick] [--skip-profile] [--baseline PYTHON]``;
 the table goes to the terminal and ``bench/results/speed.json``. ``--quick``
 checks one claim on the reference only (a smoke run of the script itself).
 """
@@ -51,6 +56,8 @@ from _common import jsonable, machine  # bench/ is sys.path[0] when a script run
 
 RESULTS = Path(__file__).resolve().parent / "results" / "speed.json"
 CLI = [sys.executable, "-m", "attnclaims.cli"]
+#: the label of this tree's runs (a ``--baseline`` interpreter's runs are labelled ``baseline``)
+THIS_TREE = "this tree"
 TARGETS = {"reference": 60.0, "torch": 120.0, "jax": 120.0}
 TARGET_SPEEDUP = 1.5
 #: a check of one implementation with the implementation-independent evidence cached
@@ -86,30 +93,38 @@ def timed(cmd: list[str], cwd: Path, timeout: float = TIMEOUT_S, env: dict | Non
     cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     phases = [{"impl": m["impl"], "tests": int(m["tests"]), "pytest_s": float(m["secs"])}
               for m in PHASE.finditer(err + out)]
-    return {"command": " ".join(cmd[2:] if cmd[:2] == CLI[:2] else cmd), "wall_s": wall, "cpu_s": cpu,
+    return {"command": " ".join(cmd[2:] if cmd[1:3] == CLI[1:3] else cmd), "wall_s": wall, "cpu_s": cpu,
             "exit_status": rc,
             "completed": rc in (0, 1), "pytest_s": sum(p["pytest_s"] for p in phases), "phases": phases,
             "from_cache": "come from the cache of" in err,
             "load_before": load_before, "load_after": load(), "tail": (out + err)[-1500:]}
 
 
-def cli_runs(quick: bool, impls: list[str]) -> list[dict]:
+def cli_runs(quick: bool, impls: list[str], baseline: str | None = None) -> list[dict]:
+    """Every timed command, each run with this tree's interpreter and then (``baseline``) with the other."""
+    trees = [(THIS_TREE, sys.executable)] + ([("baseline", baseline)] if baseline else [])
     runs = []
     claim = ["--claim", QUICK_CLAIM] if quick else []
+
+    def each_tree(meta: dict, args: list[str], cwd: Path, env: dict | None = None) -> None:
+        for tree, python in trees:
+            runs.append({**meta, "tree": tree, **timed([python, *CLI[1:], *args], cwd, env=env)})
+
     for impl in impls:
         for workers in (0, 2):
             with tempfile.TemporaryDirectory(prefix="bench-speed-") as tmp:
-                cmd = [*CLI, "check", "--impl", impl, "--profile", "ci", "-n", str(workers), *claim]
-                runs.append({"kind": "check", "impl": impl, "workers": workers, **timed(cmd, Path(tmp))})
+                each_tree({"kind": "check", "impl": impl, "workers": workers},
+                          ["check", "--impl", impl, "--profile", "ci", "-n", str(workers), *claim], Path(tmp))
     with tempfile.TemporaryDirectory(prefix="bench-speed-") as tmp:
-        cmd = [*CLI, "report", "--impl", "reference", "--profile", "ci", "-n", "0", "--out", str(Path(tmp) / "report"),
-               *claim]
-        runs.append({"kind": "report", "impl": "reference", "workers": 0, **timed(cmd, Path(tmp))})
-    runs += cache_runs(claim, impls)
+        each_tree({"kind": "report", "impl": "reference", "workers": 0},
+                  ["report", "--impl", "reference", "--profile", "ci", "-n", "0", "--out", str(Path(tmp) / "report"),
+                   *claim], Path(tmp))
+    for tree, python in trees:
+        runs += [{**r, "tree": tree} for r in cache_runs(claim, impls, python)]
     return runs
 
 
-def cache_runs(claim: list[str], impls: list[str]) -> list[dict]:
+def cache_runs(claim: list[str], impls: list[str], python: str = sys.executable) -> list[dict]:
     """Per implementation, in a fresh cache folder: a cold check (computes everything and fills the cache),
     then a warm one (the implementation-independent evidence from the cache, only the implementation's
     own tests run). The warm run is what validating one more implementation costs."""
@@ -117,7 +132,7 @@ def cache_runs(claim: list[str], impls: list[str]) -> list[dict]:
     for impl in impls:
         with tempfile.TemporaryDirectory(prefix="bench-speed-") as tmp:
             env = {"ATTNCLAIMS_CACHE": "on", "ATTNCLAIMS_CACHE_DIR": str(Path(tmp) / "cache")}
-            cmd = [*CLI, "check", "--impl", impl, "--profile", "ci", "-n", "0", *claim]
+            cmd = [python, *CLI[1:], "check", "--impl", impl, "--profile", "ci", "-n", "0", *claim]
             for kind in ("check-cold", "check-warm"):
                 runs.append({"kind": kind, "impl": impl, "workers": 0, **timed(cmd, Path(tmp), env=env)})
     return runs
@@ -183,15 +198,22 @@ def phases(session, per_test: dict[str, float], wall: float) -> list[dict]:
 
 # --------------------------------------------------------------------------- run
 
-def run(quick: bool = False, skip_profile: bool = False, impls: list[str] | None = None) -> dict:
+def run(quick: bool = False, skip_profile: bool = False, impls: list[str] | None = None,
+        baseline: str | None = None) -> dict:
     impls = impls or (["reference"] if quick else ["reference", "torch", "jax"])
-    runs = cli_runs(quick, impls)
+    runs = cli_runs(quick, impls, baseline)
     profiles = [] if skip_profile else [profile(i, quick) for i in impls]
-    return {"impls": impls, "claims": [QUICK_CLAIM] if quick else "all", "runs": runs, "profiles": profiles}
+    return {"impls": impls, "claims": [QUICK_CLAIM] if quick else "all", "baseline": baseline, "runs": runs,
+            "profiles": profiles}
+
+
+def _mine(results: dict) -> list[dict]:
+    """This tree's runs (a ``--baseline`` run is only compared with, never judged)."""
+    return [r for r in results["runs"] if r.get("tree", THIS_TREE) == THIS_TREE]
 
 
 def _speedups(results: dict) -> dict:
-    checks = {(r["impl"], r["workers"]): r for r in results["runs"] if r["kind"] == "check"}
+    checks = {(r["impl"], r["workers"]): r for r in _mine(results) if r["kind"] == "check"}
     return {impl: checks[(impl, 0)]["wall_s"] / checks[(impl, 2)]["wall_s"]
             for impl in results["impls"] if (impl, 0) in checks and (impl, 2) in checks}
 
@@ -201,14 +223,14 @@ def verdicts(results: dict, quick: bool = False) -> dict:
     if quick:
         return {"targets_s": TARGETS, "target_speedup_reference": TARGET_SPEEDUP, "met": {},
                 "speedup_2_workers": _speedups(results), "note": "quick run (one claim): targets not judged"}
-    checks = {(r["impl"], r["workers"]): r for r in results["runs"] if r["kind"] == "check"}
+    checks = {(r["impl"], r["workers"]): r for r in _mine(results) if r["kind"] == "check"}
     out = {"targets_s": TARGETS, "target_speedup_reference": TARGET_SPEEDUP, "met": {},
            "speedup_2_workers": _speedups(results)}
     for impl in results["impls"]:
         one, two = checks.get((impl, 0)), checks.get((impl, 2))
         best = min((r["wall_s"] for r in (one, two) if r and r["completed"]), default=math.inf)
         out["met"][f"{impl} check < {TARGETS[impl]:g} s"] = best < TARGETS[impl]
-    for r in results["runs"]:
+    for r in _mine(results):
         if r["kind"] == "check-warm":  # judged only when it ran (and only when the cache was used)
             out["met"][f"{r['impl']} warm-cache check ≤ {WARM_TARGET_S:g} s"] = bool(
                 r["completed"] and r.get("from_cache") and r["wall_s"] <= WARM_TARGET_S)
@@ -220,11 +242,11 @@ def verdicts(results: dict, quick: bool = False) -> dict:
 
 def print_tables(results: dict, summary: dict, console: Console) -> None:
     t = Table(title=f"wall time of one run each (ci profile; claims: {results['claims']})")
-    for col in ("command", "wall s", "pytest s", "rest s", "CPU s", "exit", "load avg before→after"):
-        t.add_column(col, justify="left" if col == "command" else "right")
+    for col in ("command", "tree", "wall s", "pytest s", "rest s", "CPU s", "exit", "load avg before→after"):
+        t.add_column(col, justify="left" if col in ("command", "tree") else "right")
     for r in results["runs"]:
         exit_cell = str(r["exit_status"]) if r["completed"] else f"[red]{r['exit_status']}[/red]"
-        t.add_row(escape(r["command"]), f"{r['wall_s']:.1f}", f"{r['pytest_s']:.1f}",
+        t.add_row(escape(r["command"]), r.get("tree", THIS_TREE), f"{r['wall_s']:.1f}", f"{r['pytest_s']:.1f}",
                   f"{r['wall_s'] - r['pytest_s']:.1f}",
                   f"{r['cpu_s']:.1f}", exit_cell, f"{r['load_before']:.1f}→{r['load_after']:.1f}")
     console.print(t)
@@ -234,7 +256,7 @@ def print_tables(results: dict, summary: dict, console: Console) -> None:
     t = Table(title="warm cache: the verdict for an implementation once the independent checks are cached")
     for col in ("implementation", "full run s", "warm-cache run s", "warm / full", "cache used", f"≤ {WARM_TARGET_S:g} s"):
         t.add_column(col, justify="left" if col == "implementation" else "right")
-    pairs = {(r["impl"], r["kind"]): r for r in results["runs"] if r["kind"].startswith("check-")}
+    pairs = {(r["impl"], r["kind"]): r for r in _mine(results) if r["kind"].startswith("check-")}
     for impl in results["impls"]:
         cold, warm = pairs.get((impl, "check-cold")), pairs.get((impl, "check-warm"))
         if cold and warm:
@@ -247,7 +269,7 @@ def print_tables(results: dict, summary: dict, console: Console) -> None:
     t.add_column("implementation")
     t.add_column("wall speed-up", justify="right")
     t.add_column("CPU s, 2 workers / 1 process", justify="right")
-    checks = {(r["impl"], r["workers"]): r for r in results["runs"] if r["kind"] == "check"}
+    checks = {(r["impl"], r["workers"]): r for r in _mine(results) if r["kind"] == "check"}
     for impl, sp in summary["speedup_2_workers"].items():
         colour = "green" if sp >= TARGET_SPEEDUP else "red"
         t.add_row(impl, f"[{colour}]{sp:.2f}×[/{colour}]",
@@ -278,10 +300,28 @@ def print_tables(results: dict, summary: dict, console: Console) -> None:
         for r in p["modules"]:
             t.add_row(escape(r["module"]), f"{r['seconds']:.2f}", f"{r['pct']:.0f}")
         console.print(t)
+    if results.get("baseline"):
+        print_side_by_side(results, console)
     if summary.get("note"):
         console.print(summary["note"])
     for target, ok in summary["met"].items():
         console.print(f"{target}: {'[green]met[/green]' if ok else '[red]missed[/red]'}")
+
+
+def print_side_by_side(results: dict, console: Console) -> None:
+    """Each command's wall and CPU seconds in this tree and in the baseline's, run one right after the other."""
+    t = Table(title=f"side by side: this tree vs the baseline ({escape(results['baseline'])})")
+    for col in ("command", "kind", "wall s: this / baseline", "CPU s: this / baseline", "wall ratio", "CPU ratio"):
+        t.add_column(col, justify="left" if col in ("command", "kind") else "right")
+    base = {(r["kind"], r["impl"], r["workers"]): r for r in results["runs"] if r.get("tree") == "baseline"}
+    for r in _mine(results):
+        b = base.get((r["kind"], r["impl"], r["workers"]))
+        if b is None:
+            continue
+        t.add_row(escape(r["command"]), r["kind"], f"{r['wall_s']:.1f} / {b['wall_s']:.1f}",
+                  f"{r['cpu_s']:.1f} / {b['cpu_s']:.1f}", f"{r['wall_s'] / b['wall_s']:.2f}",
+                  f"{r['cpu_s'] / b['cpu_s']:.2f}" if b["cpu_s"] else "-")
+    console.print(t)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,9 +330,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-profile", action="store_true", help="no per-test profile runs")
     ap.add_argument("--impl", nargs="+", default=None, help="implementations (default: reference torch jax)")
     ap.add_argument("--out", type=Path, default=RESULTS, help=f"JSON output (default {RESULTS})")
+    ap.add_argument("--baseline", metavar="PYTHON", default=None,
+                    help="also run every timed command with this interpreter (another tree's), side by side")
     args = ap.parse_args(argv)
     start = time.perf_counter()
-    results = run(quick=args.quick, skip_profile=args.skip_profile, impls=args.impl)
+    results = run(quick=args.quick, skip_profile=args.skip_profile, impls=args.impl, baseline=args.baseline)
     summary = verdicts(results, quick=args.quick)
     doc = {"benchmark": "speed", "quick": args.quick, "machine": machine(), "results": results,
            "summary": summary, "elapsed_s": round(time.perf_counter() - start, 2)}
