@@ -31,24 +31,25 @@ import pytest
 #: One run of the suite may take this long (seconds; a torch adapter under load takes a few minutes).
 RUN_LIMIT_S = 570
 
-#: Node-id fragments of the tests that take minutes of child processes, longest first (measured with
-#: ``--durations``, bench/README.md "CI's time"); the rest keep their order behind them.
+#: The tests that take minutes of child processes, longest first, each entry the node-id fragments of one rank
+#: (measured with ``--durations``, bench/README.md "CI's time"); the rest keep their order behind them.
 SLOW = (
-    "tests/zoo/test_zoo.py::test_every_mutant_is_detected",
-    "tests/run/test_variants_report.py::test_a_correct_restricted_adapter",
-    "tests/run/test_documented_adapter.py::",
-    "tests/zoo/test_controls_over_seeds.py::",
-    "tests/run/test_variants.py::test_the_same_adapter_fails",
-    "tests/run/test_variants.py::test_the_correct_16_bit_style",
-    "tests/run/test_verdict_parts.py::test_a_",
+    ("tests/zoo/test_zoo.py::test_every_mutant_is_detected",),
+    ("tests/run/test_variants_report.py::test_a_correct_restricted_adapter",),
+    ("tests/run/test_documented_adapter.py::", "tests/zoo/test_controls_over_seeds.py::"),
+    ("tests/run/test_variants.py::test_the_same_adapter_fails", "tests/run/test_variants.py::test_the_correct_16_bit",
+     "tests/run/test_variants.py::test_a_restricted_correct_adapter", "tests/run/test_variants.py::test_variant_not_app",
+     "tests/run/test_verdict_parts.py::test_a_softmax_only", "tests/run/test_verdict_parts.py::test_a_multi_head_only",
+     "tests/run/test_verdict_parts.py::test_a_layer_norm_with", "tests/run/test_verdict_parts.py::test_a_wrong_layer",
+     "tests/run/test_verdict_parts.py::test_an_adapter_with", "tests/run/test_verdict_parts.py::test_position_wise"),
 )
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The :data:`SLOW` tests first, in :data:`SLOW`'s order (stable within one entry), with one short test
+    """The :data:`SLOW` tests first, in :data:`SLOW`'s order (stable within one rank), with one short test
     right after the first of them; every other test keeps its place behind them."""
     def rank(item) -> int:
-        return next((i for i, fragment in enumerate(SLOW) if fragment in item.nodeid), len(SLOW))
+        return next((i for i, fragments in enumerate(SLOW) if any(f in item.nodeid for f in fragments)), len(SLOW))
 
     ordered = sorted(items, key=rank)  # stable
     slow = sum(rank(item) < len(SLOW) for item in ordered)
