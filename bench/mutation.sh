@@ -5,13 +5,10 @@
 #                                          # attnclaims/checks/bounds/
 #   bash bench/mutation.sh attnclaims/reference/masks.py   # only these paths (comma-separated, mutmut syntax)
 #
-# mutmut 2.5.1 (pinned) is installed into its own virtual environment ($MUTMUT_VENV). mutmut 3
-# cannot be used here: it imports the mutated copy by file path (``reference.attention``), while
-# the project imports ``attnclaims.reference.attention`` through setuptools' package-dir mapping,
-# so its trampolines would never be reached. mutmut 2 mutates files in place; so that the shared
-# checkout is never touched, it runs on a copy ($WORK) that is imported first through PYTHONPATH,
-# with attnclaims/{reference,spec,tests,proofs} linked to the copy's top-level folders (the same
-# mapping the editable install makes).
+# mutmut 2.5.1 (pinned) is installed into its own virtual environment ($MUTMUT_VENV). mutmut 2 mutates
+# files in place; so that the shared checkout is never touched, it runs on a copy ($WORK) that is
+# imported first through PYTHONPATH (the copy is the installed tree: attnclaims/reference/ is the
+# package's own folder).
 #
 # The test command for each mutant (~0.5 s): the reference's own tests, the baselines' tests,
 # tests/reference/test_reference_edges.py (tests added for survivors of this run), and the meta-tests of
@@ -39,24 +36,21 @@ fi
 
 # The copy: tracked and untracked-but-not-ignored files of the checkout. MUTATION_RESUME=1 reuses an
 # existing copy and its .mutmut-cache (mutants already checked keep their status).
-if [ "${MUTATION_RESUME:-0}" != 1 ] || [ ! -d "$WORK/reference" ]; then
+if [ "${MUTATION_RESUME:-0}" != 1 ] || [ ! -d "$WORK/attnclaims/reference" ]; then
     mkdir -p "$WORK"
     (cd "$ROOT" && git ls-files -z --cached --others --exclude-standard) \
         | (cd "$ROOT" && xargs -0 -I{} cp --parents {} "$WORK/" 2>/dev/null || true)
-    for pkg in reference spec tests proofs; do
-        ln -sfn "../$pkg" "$WORK/attnclaims/$pkg"
-    done
     rm -rf "$WORK/.mutmut-cache"
 else
-    cp "$ROOT"/tests/test_*.py "$WORK/tests/"  # new tests for survivors: mutmut re-checks the survivors only
+    (cd "$ROOT" && cp --parents tests/*/test_*.py "$WORK/")  # new tests for survivors: mutmut re-checks the survivors only
 fi
-for f in "$WORK"/reference/*.bak "$WORK"/tests/*.bak; do  # an interrupted run leaves its mutant on disk
+for f in "$WORK"/attnclaims/reference/*.bak "$WORK"/attnclaims/checks/*/*.bak; do  # an interrupted run leaves its mutant on disk
     [ -e "$f" ] && mv "$f" "${f%.bak}"
 done
 
 # Which tests run for a mutant of which file (bench/mutation_server.py picks them per run): the
 # baselines have their own tests; the strategies and tolerances their meta-tests; everything else in
-# reference/ is covered by the reference's tests and tests/reference/test_reference_edges.py.
+# attnclaims/reference/ is covered by the reference's tests and tests/reference/test_reference_edges.py.
 ROUTES="$(cd "$WORK" && "$PY" "$ROOT/bench/mutation_routes.py")"
 # Drop mutated paths that do not exist in this checkout (the helpers land with the property tests).
 KEEP=""
@@ -99,7 +93,7 @@ except sqlite3.Error:
 EOF
 }
 restore() {
-    for f in "$WORK"/reference/*.bak "$WORK"/tests/*.bak; do
+    for f in "$WORK"/attnclaims/reference/*.bak "$WORK"/attnclaims/checks/*/*.bak; do
         [ -e "$f" ] && mv "$f" "${f%.bak}"
     done
     return 0
