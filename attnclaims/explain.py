@@ -196,7 +196,8 @@ def derivation_lines(claim_id: str, check: bool, last: Mapping | None, report_pa
     status = {"passed": T("every_step"), "failed": "a step FAILS", "not run": T("not_checked")}
     for general, instances in folded(order_derivations(rendered)):
         secs = (results.get(general["name"]) or {}).get("seconds")
-        lines.append(f"  [{general['name']}] {general['title']}: {status.get(general['outcome'], general['outcome'])} "
+        D = lambda text: i18n.derivation_text(text, lang)  # the derivation's texts in the edition's language
+        lines.append(f"  [{general['name']}] {D(general['title'])}: {status.get(general['outcome'], general['outcome'])} "
                      f"({len(general['steps'])} {T('steps')}" + (f", {secs:.2f} s" if isinstance(secs, float) else "")
                      + ")")
         if general.get("proof_status") in ("instance", "instance+cited"):  # never read as a general proof
@@ -205,9 +206,12 @@ def derivation_lines(claim_id: str, check: bool, last: Mapping | None, report_pa
         if general.get("reason"):
             lines.append(f"    {general['reason']}")
         if general.get("assumptions"):
-            lines.append(f"    {T('assumptions')}: {general['assumptions']}")
+            lines.append(f"    {T('assumptions')}: {D(general['assumptions'])}")
         statuses = {s["index"]: s for s in general["steps"]}
-        lines.extend(text_lines(general, statuses, STEP_MARK))
+        shown = {**general, "steps": [{**s, "why": D(s["why"]), "lemmas": [{**lem, "why": D(lem["why"])}
+                                                                           for lem in s["lemmas"]]}
+                                      for s in general["steps"]]}
+        lines.extend(text_lines(shown, statuses, STEP_MARK))
         if instances:
             outcomes = {i["outcome"] for i in instances}
             marks = (f"{status.get(outcomes.pop(), '?')} in each" if len(outcomes) == 1 else
@@ -309,7 +313,7 @@ def render(registry, claim, args) -> str:
     last, path = load_last(args.report)
     out = [f"{claim.id} — {f('title')} (§{claim.section})",
            f"{T('expected_verdict')}: {i18n.verdict_word(claim.expected_verdict, lang)} · {T('methods')}: "
-           f"{', '.join(claim.methods)}"]
+           f"{i18n.methods_text(claim.methods, lang)}"]
     deps = registry.dependencies(claim.id)
     out.append(f"{T('depends_on_line')}: " + (", ".join(claim.depends_on) if claim.depends_on else T("nothing"))
                + (f" ({T('transitively')}: {', '.join(deps)})" if len(deps) > len(claim.depends_on) else ""))
