@@ -196,6 +196,7 @@ VERDICT_ZH = {
     "partial": "部分成立", "extension": "扩展已验证", "not exercised": "未运行到",
     "too few examples": "样例过少", "self-comparison only": "仅自身比较", "not checked": "未核查",
     "partial: <what is missing>": "部分成立：<缺少的部分>", "verified — extension: <labels>": "已验证——扩展：<扩展名>",
+    "no evidence / not applicable": "无证据 / 不适用",
 }
 
 #: the two verdict forms that carry text after their word ("partial: <what is missing>",

@@ -409,7 +409,7 @@ def _claim(c: Mapping, report: Mapping, lang: str = "en") -> list[str]:
             statement = part.get("statement_zh") if lang == "zh" and part.get("statement_zh") else part["statement"]
             out.append(f"  - {T('part')} {code_span(part['id'])}: "
                        f"*{text(i18n.verdict_word(str(part['verdict']), lang))}* — {rich(statement)}"
-                       + (f" ({text(part['reason'])})" if part.get("reason") else ""))
+                       + (f" ({text(i18n.reason(str(part['reason']), lang))})" if part.get("reason") else ""))
     out.append("")
     if c.get("beyond_article"):
         out.append(f"*{T('beyond_claim')}*")

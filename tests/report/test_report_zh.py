@@ -22,7 +22,7 @@ from attnclaims.report.derivations_zh import TEXTS, key_of, symbol, translate
 _HIDDEN = {"script", "style", "math", "svg", "code", "pre"}
 _VOID = {"br", "img", "meta", "link", "hr", "input", "col", "wbr", "source", "area", "base", "embed", "track"}
 #: three or more English words in a row (a word: a letter then lower-case letters; ALL-CAPS names like WQ are not)
-ENGLISH = re.compile(r"\b[A-Za-z][a-z]+(?:[ ,'’-]+[A-Za-z][a-z]+\b){2,}")
+ENGLISH = re.compile(r"\b[A-Za-z][a-z]+(?:[ ,'’/-]+[A-Za-z][a-z]+\b){2,}")
 #: a claim or derivation id (lower-case words joined by hyphens) and a title in 《…》 (closed or cut)
 _IDS = re.compile(r"\b[a-z0-9]+(?:-[a-z0-9]+)+\b|《[^》]*(?:》|$)")
 #: raw TeX (a $ or a macro) and sympy's printed syntax (a*b, x**2, sqrt(…), Sum(…), Abs(…), W.T)
@@ -91,6 +91,7 @@ def test_the_scans_find_what_is_planted(reference_pages):
         "<p>引用：softmax(1/sqrt(d)*P*X*W_Q)</p>": (raw_formulas, "softmax(1/sqrt(d)*P*X*W_Q)"),
         '<div class="lemma">cited: x**2 ≥ 0</div>': (raw_formulas, "x**2"),
         "<li>不适用 (no evidence recorded here)</li>": (untranslated, "no evidence recorded here"),
+        "<li><b>no evidence / not applicable</b>: 这一列中没有</li>": (untranslated, "no evidence / not applicable"),
     }
     for html, (scan, text) in planted.items():
         assert not any(text in f for f in scan(page)), text
