@@ -48,6 +48,7 @@ from attnclaims.checks.bounds.layers import (
     decoder_block_error, decoder_layer, decoder_layer_bound, decoder_layer_error, encoder_layer, encoder_layer_bound,
     encoder_layer_error, encoder_stack, encoder_stack_bound, encoder_stack_error, kv_cache_error
 )
+from attnclaims.guard import CheckFailure as CheckFailure  # re-exported as tolerances did: the suite raises T.CheckFailure
 
 __all__ = [
     "C_FN",
