@@ -31,9 +31,9 @@ from attnclaims.checks import contract as K
 from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
-from attnclaims.zoo import broken as B
 from attnclaims.checks.strategies.attention import bad_mask_shapes as _bad_mask_shapes
 from attnclaims.checks.strategies.contract import BATCH, calls
+from attnclaims.zoo import broken as B
 
 #: the claim each capability's contract checks back
 CLAIM_OF = {

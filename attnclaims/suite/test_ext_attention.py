@@ -30,13 +30,13 @@ from attnclaims.checks import bounds as MT
 from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
 from attnclaims.checks.strategies import needs_variant
+from attnclaims.checks import controls as C
 from attnclaims.checks.strategies.multihead import gqa_cases
 from attnclaims.checks.strategies.positional import rope_cases
 from attnclaims.reference import expand_kv, multi_head_attention as ref_mha, sliding_window_mask
 from attnclaims.reference.attention import causal_attention as ref_causal_attention
 from attnclaims.reference.positional import rotary_embedding as ref_rotary
 from attnclaims.reference.positional import rotary_pairs
-from attnclaims.checks import controls as C
 
 GQA = "grouped-query attention"
 ROPE = "rotary position embeddings"

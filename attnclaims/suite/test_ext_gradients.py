@@ -40,16 +40,16 @@ from attnclaims.checks import bounds as MT
 from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
 from attnclaims.checks.strategies import needs_variant
-from attnclaims.reference import expand_kv, sliding_window_mask
-import attnclaims.reference as RB
-from attnclaims.reference.positional import rotary_pairs
+from attnclaims.checks import controls as C
 from attnclaims.checks.assertions import output_gradient as _d
 from attnclaims.checks.assertions import vjp_bound as _bound
 from attnclaims.checks.strategies.ffn import gated_cases
 from attnclaims.checks.strategies.multihead import gqa_cases
 from attnclaims.checks.strategies.norms import rms_cases
 from attnclaims.checks.strategies.positional import rope_cases
-from attnclaims.checks import controls as C
+from attnclaims.reference import expand_kv, sliding_window_mask
+import attnclaims.reference as RB
+from attnclaims.reference.positional import rotary_pairs
 from attnclaims.zoo.mutants import backward as BM
 
 RMS = "RMSNorm"

@@ -28,16 +28,16 @@ from attnclaims.checks import strategies as M
 from attnclaims.checks import bounds as MT
 from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
+from attnclaims.checks import controls as C
 from attnclaims.checks.strategies.ffn import gated_cases
+from attnclaims.checks.strategies.layers import several_step_schedules as _several_step_schedules
 from attnclaims.checks.strategies.norms import rms_cases
 from attnclaims.reference.ffn import gated_feed_forward as ref_gated
 from attnclaims.reference.layers import cached_decode
 from attnclaims.reference.layers import decoder_block as ref_block
 from attnclaims.reference.layers import decoder_block_step as ref_step
 from attnclaims.reference.norms import rms_norm as ref_rms_norm
-from attnclaims.checks import controls as C
 from attnclaims.zoo import misbehaving as MB
-from attnclaims.checks.strategies.layers import several_step_schedules as _several_step_schedules
 
 RMS = "RMSNorm"
 GATED = "gated FFN"

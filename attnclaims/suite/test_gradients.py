@@ -29,16 +29,16 @@ from hypothesis import strategies as st
 from attnclaims.checks import bounds as BP
 from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
+from attnclaims.checks import controls as C
+from attnclaims.checks.assertions import output_gradient as _d
+from attnclaims.checks.assertions import read_weights
+from attnclaims.checks.assertions import vjp_bound as _bound
+from attnclaims.checks.strategies.layers import decoder_cases, encoder_cases
 from attnclaims.guard import GuardedImplementation
 from attnclaims.protocol import supports
 from attnclaims.reference import attention_weights as ref_weights
 import attnclaims.reference as RB
 from attnclaims.reference import softmax as ref_softmax
-from attnclaims.checks.assertions import output_gradient as _d
-from attnclaims.checks.assertions import read_weights
-from attnclaims.checks.assertions import vjp_bound as _bound
-from attnclaims.checks.strategies.layers import decoder_cases, encoder_cases
-from attnclaims.checks import controls as C
 from attnclaims.zoo.mutants import backward as BM
 
 #: explicit scales whose gradients stay finite (10³⁰⁰ · dS overflows for every implementation)

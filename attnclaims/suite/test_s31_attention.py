@@ -28,9 +28,9 @@ from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
 from attnclaims.checks.assertions import read_weights
-from attnclaims.zoo import broken as B
-from attnclaims.checks.strategies.attention import single_key_cases
 from attnclaims.checks.strategies.attention import scored_cases as _scored_cases
+from attnclaims.checks.strategies.attention import single_key_cases
+from attnclaims.zoo import broken as B
 
 EDGE = {name: S.edge_attention_case(name) for name in S.EDGE}
 

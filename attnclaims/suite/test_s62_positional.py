@@ -30,8 +30,8 @@ from attnclaims.reference.baselines import conv1d, tanh_rnn
 from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
-from attnclaims.zoo import broken as B
 from attnclaims.checks.strategies.positional import pe_sizes, permutation_cases
+from attnclaims.zoo import broken as B
 
 
 def permute_mask(mask, perm_q, perm_k):

@@ -20,8 +20,8 @@ from attnclaims.reference import layer_norm as ref_layer_norm
 from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
-from attnclaims.zoo import broken as B
 from attnclaims.checks.strategies.norms import affine_layer_norm_cases
+from attnclaims.zoo import broken as B
 
 SMALL_VARIANCE = np.array([[1e-3, -2e-3, 0.5e-3, 3e-3], [0.0, 0.0, 0.0, 0.0]])
 LARGE_OFFSET = 1e6 + np.array([[1.0, -0.5, 0.25, 2.0, -1.0, 0.75]])

@@ -19,8 +19,8 @@ from attnclaims.reference.baselines import conv1d
 from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
-from attnclaims.zoo import broken as B
 from attnclaims.checks.strategies.ffn import ffn_cases
+from attnclaims.zoo import broken as B
 
 
 def _ffn_bound(impl, x, params, ex=None) -> T.Bound:

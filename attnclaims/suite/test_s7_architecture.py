@@ -26,9 +26,9 @@ from attnclaims.reference import encoder_layer as ref_encoder_layer
 from attnclaims.checks import bounds as SP
 from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
+from attnclaims.checks import controls as C
 from attnclaims.checks.assertions import read_weights
 from attnclaims.checks.strategies.layers import decoder_cases, encoder_cases
-from attnclaims.checks import controls as C
 from attnclaims.zoo import broken as B
 
 
