@@ -1,0 +1,183 @@
+"""Correct block-tiled attention kernels, FlashAttention-style, in numpy, float64 (``tiled16``, ``tiled64``,
+``tiled_split_kv``).
+
+The keys are processed in blocks of ``block`` (16 or 64) with an online softmax: per query a running
+maximum ``m``, a normaliser ``l`` and an accumulator ``acc``, each rescaled by ``exp(m_old − m_new)`` when a
+block raises the maximum; the output is ``acc / l``. A row whose keys are all masked keeps ``m = −∞`` and
+``l = 0`` and ends as 0/0 = NaN, the einsum style's convention. Causal attention skips, per query block, the
+key blocks that lie wholly outside the causal range (and outside a sliding window), as a kernel does.
+The split-KV variant runs the tiled kernel on ``splits`` consecutive chunks of the keys, each returning its
+normalised partial output and its log-sum-exp, and combines them with the weights ``exp(lse_i − max lse)``.
+
+These are the kernels the strategies must reach beyond one tile: a kernel tested only on a dozen keys is
+tested as a single block. Multi-head and grouped-query attention run the same kernel per head; every other
+capability, and every vjp, is the einsum style's (:mod:`attnclaims.zoo.einsum_style`). The single-bug
+variants of these kernels are the tiled mutants (:mod:`attnclaims.zoo.mutants.tiled`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from attnclaims.zoo.einsum_style import EinsumImplementation, _f64, _linear
+
+__all__ = ["TiledImplementation", "tiled16", "tiled64", "tiled_split_kv"]
+
+
+class TiledImplementation(EinsumImplementation):
+    """The einsum style with attention computed by a block-tiled online-softmax kernel."""
+
+    def __init__(self, block: int = 16, splits: int = 1, name: str | None = None):
+        self.block = int(block)
+        self.splits = int(splits)
+        self.tile_sizes = (self.block,)
+        self.name = name or (f"tiled{self.block}" if self.splits == 1 else f"tiled{self.block}-split{self.splits}")
+
+    # -- the kernel -------------------------------------------------------------------------------
+    def _block_update(self, m, l, acc, s_b, v_b):
+        """One key block: s_b (..., n_q, B) masked scores (−inf where hidden), v_b (..., B, d_v)."""
+        m_new = np.maximum(m, np.max(s_b, axis=-1))
+        m_safe = np.where(np.isfinite(m_new), m_new, 0.0)  # a row still all −inf: exp(−inf − 0) = 0, not NaN
+        alpha = np.exp(m - m_safe)
+        p = np.exp(s_b - m_safe[..., None])
+        l = l * alpha + np.sum(p, axis=-1)
+        acc = acc * alpha[..., None] + np.einsum("...qk,...kv->...qv", p, v_b)
+        return m_new, l, acc
+
+    def _key_blocks(self, q0: int, q1: int, n_q: int, n_k: int, causal):
+        """The key blocks [start, stop) a query block [q0, q1) visits; causal = (offset, window) or None."""
+        b = self.block
+        n_blocks = -(-n_k // b)
+        if causal is None:
+            return range(n_blocks)
+        offset, window = causal
+        hi = min(n_k, q1 - 1 + offset + 1)  # the last query may see keys < (q1 − 1) + offset + 1
+        stop = max(0, -(-hi // b))
+        start = 0
+        if window is not None:
+            lo = max(0, q0 + offset - window + 1)  # the first query sees keys ≥ q0 + offset − window + 1
+            start = lo // b
+        return range(start, stop)
+
+    def _partial(self, q, k, v, mask, scale, causal=None):
+        """The tiled kernel over all of k: (acc, l, m) per query, acc (..., n_q, d_v), l and m (..., n_q)."""
+        n_q, n_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
+        batch = q.shape[:-2]
+        m = np.full(batch + (n_q,), -np.inf)
+        l = np.zeros(batch + (n_q,))
+        acc = np.zeros(batch + (n_q, d_v))
+        qb = n_q if causal is None else self.block
+        for q0 in range(0, n_q, qb):
+            q1 = min(n_q, q0 + qb)
+            mq, lq, aq = m[..., q0:q1], l[..., q0:q1], acc[..., q0:q1, :]
+            for j in self._key_blocks(q0, q1, n_q, n_k, causal):
+                k0, k1 = j * self.block, min(n_k, (j + 1) * self.block)
+                s_b = np.einsum("...qd,...kd->...qk", q[..., q0:q1, :], k[..., k0:k1, :]) * scale
+                if mask is not None:
+                    s_b = np.where(mask[..., q0:q1, k0:k1], s_b, -np.inf)
+                mq, lq, aq = self._block_update(mq, lq, aq, s_b, v[..., k0:k1, :])
+            m[..., q0:q1], l[..., q0:q1], acc[..., q0:q1, :] = mq, lq, aq
+        return acc, l, m
+
+    def _combine(self, parts):
+        """Split-KV: normalised partial outputs o_i with their log-sum-exps, weighted by exp(lse_i − max)."""
+        outs, lses = [], []
+        for acc, l, m in parts:
+            live = l > 0
+            outs.append(np.where(live[..., None], acc / np.where(live, l, 1.0)[..., None], 0.0))
+            lses.append(np.where(live, m + np.log(np.where(live, l, 1.0)), -np.inf))
+        lse = np.stack(lses)  # (splits, ..., n_q)
+        top = np.max(lse, axis=0)
+        w = np.exp(lse - np.where(np.isfinite(top), top, 0.0))
+        return self._weighted(w, np.stack(outs))
+
+    def _weighted(self, w, outs):
+        return np.einsum("s...q,s...qv->...qv", w, outs) / np.sum(w, axis=0)[..., None]
+
+    def _kernel(self, q, k, v, mask, scale, causal=None):
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            if self.splits == 1:
+                acc, l, _ = self._partial(q, k, v, mask, scale, causal)
+                return acc / l[..., None]
+            n_k = k.shape[-2]
+            edges = np.linspace(0, n_k, self.splits + 1).round().astype(int)
+            parts = []
+            for a, b in zip(edges[:-1], edges[1:]):
+                sub = None if mask is None else mask[..., a:b]
+                parts.append(self._partial(q, k[..., a:b, :], v[..., a:b, :], sub, scale))
+            return self._combine(parts)
+
+    def _prepare(self, q, k, v, mask):
+        q, k, v = _f64(q), _f64(k), _f64(v)
+        if q.shape[-1] != k.shape[-1]:
+            raise ValueError(f"q.shape[-1]={q.shape[-1]} != k.shape[-1]={k.shape[-1]}")
+        if k.shape[-2] != v.shape[-2]:
+            raise ValueError(f"k.shape[-2]={k.shape[-2]} != v.shape[-2]={v.shape[-2]}")
+        n_q, n_k = q.shape[-2], k.shape[-2]
+        batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        if mask is not None:  # must broadcast *to* the scores' shape (raises otherwise)
+            mask = np.broadcast_to(np.asarray(mask, dtype=bool), batch + (n_q, n_k))
+        q = np.broadcast_to(q, batch + q.shape[-2:])
+        k = np.broadcast_to(k, batch + k.shape[-2:])
+        v = np.broadcast_to(v, batch + v.shape[-2:])
+        return q, k, v, mask
+
+    # -- the capabilities that run the kernel ---------------------------------------------------------
+    def attention(self, q, k, v, mask=None, scale=None):
+        q, k, v, mask = self._prepare(q, k, v, mask)
+        if scale is None:
+            scale = 1.0 / np.sqrt(q.shape[-1])
+        return self._kernel(q, k, v, mask, scale)
+
+    def causal_attention(self, q, k, v, alignment="top-left", window=None, scale=None):
+        q, k, v, _ = self._prepare(q, k, v, None)
+        n_q, n_k = q.shape[-2], k.shape[-2]
+        offset = n_k - n_q if alignment == "bottom-right" else 0
+        lag = (np.arange(n_q)[:, None] + offset) - np.arange(n_k)[None, :]
+        allowed = self._allowed(lag, window)
+        if scale is None:
+            scale = 1.0 / np.sqrt(q.shape[-1])
+        mask = np.broadcast_to(allowed, q.shape[:-2] + (n_q, n_k))
+        causal = (offset, window) if self.splits == 1 else None
+        return self._kernel(q, k, v, mask, scale, causal)
+
+    def _allowed(self, lag, window):
+        return (lag >= 0) if window is None else (lag >= 0) & (lag < window)
+
+    def multi_head_attention(self, x_q, x_kv, params, mask=None):
+        p = params
+        h, h_kv = p.num_heads, p.num_kv_heads
+        d_k = p.d_model // h
+        x_q, x_kv = _f64(x_q), _f64(x_kv)
+
+        def heads(x, w, b, n_heads):  # (..., n, n_heads·d_k) -> (..., n_heads, n, d_k)
+            y = _linear(x, w, b)
+            return np.moveaxis(y.reshape(y.shape[:-1] + (n_heads, d_k)), -2, -3)
+
+        q, k, v = heads(x_q, p.w_q, p.b_q, h), heads(x_kv, p.w_k, p.b_k, h_kv), heads(x_kv, p.w_v, p.b_v, h_kv)
+        if h_kv != h:  # grouped-query attention: query head g·r + j reads K/V head g
+            k, v = np.repeat(k, h // h_kv, axis=-3), np.repeat(v, h // h_kv, axis=-3)
+        if mask is not None:
+            n_q, n_k = q.shape[-2], k.shape[-2]
+            np.broadcast_to(np.asarray(mask), x_q.shape[:-2] + (n_q, n_k))  # raises unless it broadcasts
+            mask = np.asarray(mask, dtype=bool)[..., None, :, :]
+        out = self.attention(q, k, v, mask, 1.0 / np.sqrt(d_k))  # (..., h, n_q, d_k)
+        out = np.moveaxis(out, -3, -2)
+        return _linear(out.reshape(out.shape[:-2] + (h * d_k,)), p.w_o, p.b_o)
+
+    def __repr__(self) -> str:
+        return f"TiledImplementation(block={self.block}, splits={self.splits})"
+
+
+def tiled16() -> TiledImplementation:
+    """Key blocks of 16."""
+    return TiledImplementation(16)
+
+
+def tiled64() -> TiledImplementation:
+    """Key blocks of 64."""
+    return TiledImplementation(64)
+
+
+def tiled_split_kv() -> TiledImplementation:
+    """Key blocks of 16, the keys split in three chunks combined by their log-sum-exps."""
+    return TiledImplementation(16, splits=3)
