@@ -30,7 +30,8 @@ class TiledImplementation(EinsumImplementation):
         self.block = int(block)
         self.splits = int(splits)
         self.tile_sizes = (self.block,)
-        self.name = name or (f"tiled{self.block}" if self.splits == 1 else f"tiled{self.block}-split{self.splits}")
+        if name or "name" not in type(self).__dict__:  # a mutant keeps its class's name
+            self.name = name or (f"tiled{self.block}" if self.splits == 1 else f"tiled{self.block}-split{self.splits}")
 
     # -- the kernel -------------------------------------------------------------------------------
     def _block_update(self, m, l, acc, s_b, v_b):
@@ -46,17 +47,29 @@ class TiledImplementation(EinsumImplementation):
     def _key_blocks(self, q0: int, q1: int, n_q: int, n_k: int, causal):
         """The key blocks [start, stop) a query block [q0, q1) visits; causal = (offset, window) or None."""
         b = self.block
-        n_blocks = -(-n_k // b)
         if causal is None:
-            return range(n_blocks)
+            return range(self._n_key_blocks(n_k))
         offset, window = causal
-        hi = min(n_k, q1 - 1 + offset + 1)  # the last query may see keys < (q1 − 1) + offset + 1
+        hi = min(n_k, self._causal_end(q0, q1, offset))
         stop = max(0, -(-hi // b))
         start = 0
         if window is not None:
             lo = max(0, q0 + offset - window + 1)  # the first query sees keys ≥ q0 + offset − window + 1
-            start = lo // b
+            start = self._window_start_block(lo)
         return range(start, stop)
+
+    def _n_key_blocks(self, n_k: int) -> int:
+        return -(-n_k // self.block)  # the last block may be partial
+
+    def _causal_end(self, q0: int, q1: int, offset: int) -> int:
+        return q1 + offset  # the last query of the block, q1 − 1, sees keys ≤ q1 − 1 + offset
+
+    def _window_start_block(self, lo: int) -> int:
+        return lo // self.block  # the block that holds key lo
+
+    def _skip_block(self, mask, q0: int, q1: int, k0: int, k1: int) -> bool:
+        """A key block no query of the block may see is skipped (block-sparse masks)."""
+        return mask is not None and not mask[..., q0:q1, k0:k1].any()
 
     def _partial(self, q, k, v, mask, scale, causal=None):
         """The tiled kernel over all of k: (acc, l, m) per query, acc (..., n_q, d_v), l and m (..., n_q)."""
@@ -71,6 +84,8 @@ class TiledImplementation(EinsumImplementation):
             mq, lq, aq = m[..., q0:q1], l[..., q0:q1], acc[..., q0:q1, :]
             for j in self._key_blocks(q0, q1, n_q, n_k, causal):
                 k0, k1 = j * self.block, min(n_k, (j + 1) * self.block)
+                if self._skip_block(mask, q0, q1, k0, k1):
+                    continue
                 s_b = np.einsum("...qd,...kd->...qk", q[..., q0:q1, :], k[..., k0:k1, :]) * scale
                 if mask is not None:
                     s_b = np.where(mask[..., q0:q1, k0:k1], s_b, -np.inf)
