@@ -17,7 +17,7 @@ from hypothesis.extra import numpy as hnp
 
 from attnclaims.checks.strategies.common import (
     ELEMENTWISE_LIMIT, _cast_fields, _dtype, _not_applicable, arrays, batch_shapes, dims, finfo, scales, seeds,
-    seq_lengths, variants,
+    seq_lengths, tile_crossing, tile_sizes, variants,
 )
 from attnclaims.profiles import limits
 from attnclaims.reference.attention import additive_scores
@@ -73,6 +73,24 @@ def mask_forms(draw, batch: tuple[int, ...], n_q: int, n_k: int) -> np.ndarray:
         forms.append((1,) * len(batch) + (n_q, n_k))
     shape = draw(st.sampled_from(forms))
     return draw(masks(shape))
+
+
+@st.composite
+def tile_padding(draw, m: np.ndarray) -> np.ndarray:
+    """``m`` with its leading and/or trailing keys masked, each padding none or longer than the smallest tile
+    T (T or T + 1 keys: whole key blocks hidden), for every row or every other row (a block hidden from some
+    queries and not from others); a row left empty keeps its first unpadded key."""
+    n_k, t = m.shape[-1], min(tile_sizes())
+    lead = draw(st.sampled_from((0, t, t + 1)))
+    trail = draw(st.sampled_from((0, t + 1)))
+    if lead + trail >= n_k:
+        lead, trail = 0, 0
+    rows = np.arange(m.shape[-2]) % draw(st.sampled_from((1, 2))) == 0
+    m = m.copy()
+    m[..., rows, :lead] = False
+    m[..., rows, n_k - trail:] = False
+    m[..., lead] |= ~m.any(axis=-1)
+    return m
 
 
 def causal_masks(n_q: int, n_k: int | None = None) -> np.ndarray:
@@ -163,6 +181,10 @@ def attention_cases(draw, *, mask: bool | None = None, explicit_scale: bool | No
     that declares ``scale='positive'`` — and ``score_scale`` fixes the q, k factor. A mask likewise (True:
     always; None: sometimes; False: never), in one of the forms of :func:`mask_forms`."""
     d = draw(dims(min_seq=min_seq, max_seq=max_seq, square=square, batch_ndim=batch_ndim, max_dim=max_dim))
+    tiles = draw(tile_crossing()) if max_seq is None and max_dim is None else None
+    if tiles is not None:
+        n_q, n_k, d_k = tiles
+        d = replace(d, batch=d.batch[:1], n_q=max(n_k if square else n_q, min_seq), n_k=max(n_k, min_seq), d_k=d_k)
     qk = draw(scales(-4, 1)) if score_scale is None else score_scale
     q = draw(arrays(d.batch + (d.n_q, d.d_k), scale=qk))
     kb = draw(st.sampled_from([d.batch, d.batch[1:], ()])) if d.batch else ()
@@ -171,6 +193,8 @@ def attention_cases(draw, *, mask: bool | None = None, explicit_scale: bool | No
     m = None
     if mask or (mask is None and draw(st.booleans())):
         m = draw(mask_forms(d.batch, d.n_q, d.n_k))
+        if tiles is not None:
+            m = draw(tile_padding(m))
     s = None
     if explicit_scale or (explicit_scale is None and draw(st.booleans())):
         s = draw(explicit_scales())
@@ -317,6 +341,9 @@ def causal_cases(draw, *, alignment: str | None = None, window: bool | None = No
     if al not in variants()["causal_alignment"]:
         raise _not_applicable("causal_alignment", al)
     d = draw(dims())
+    tiles = draw(tile_crossing())
+    if tiles is not None:
+        d = replace(d, batch=d.batch[:1], n_q=tiles[0], n_k=tiles[1], d_k=tiles[2])
     n_q, n_k = d.n_q, d.n_k if rectangular else d.n_q
     if al == "bottom-right" and n_q > n_k:
         n_q, n_k = n_k, n_q
@@ -325,6 +352,9 @@ def causal_cases(draw, *, alignment: str | None = None, window: bool | None = No
     k = draw(arrays(d.batch + (n_k, d.d_k), scale=qk))
     v = draw(arrays(d.batch + (n_k, d.d_v), scale=draw(scales(-2, 2))))
     w = draw(windows(n_k, window=window))
+    if w is not None and tiles is not None:  # a window shorter than a tile, or about one
+        t = min(tile_sizes())
+        w = draw(st.sampled_from(tuple(x for x in (1, 2, 3, t - 1, t, t + 1) if 1 <= x <= n_k + 1)))
     if w is not None and al == "top-left" and n_q > n_k:  # queries i >= n_k + w - 1 would see no key at all
         w = max(w, n_q - n_k + 1)
     scale = draw(st.none() | explicit_scales().filter(lambda s: 0 < abs(s) <= 2))

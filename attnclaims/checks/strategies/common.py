@@ -69,6 +69,8 @@ __all__ = [
     "Dims", "dims", "seq_lengths", "batch_shapes", "scales", "arrays", "random_arrays", "permutations", "seeds",
     "ModelCase", "model_cases", "cast", "variants", "require_variant", "needs_variant", "VariantNotApplicable",
     "norm_firsts", "cross_or_self", "flush_subnormals", "finfo", "not_applicable",
+    "DEFAULT_TILE_SIZES", "TILE_PRIME_LENGTHS", "TILE_HEAD_WIDTHS", "TILE_ODDS", "tile_sizes", "tile_lengths",
+    "tile_crossing",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -360,6 +362,56 @@ def dims(draw, *, min_seq: int = 1, max_seq: int | None = None, square: bool = F
 #: them towards 0 and find ties); larger ones from a drawn seed (numpy uniform), which keeps
 #: hypothesis' buffer small for the ``thorough`` profile's long sequences.
 ELEMENTWISE_LIMIT = 256
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes that cross tiles (attention-level cases; docs/adapters.md, "Tile sizes")
+# ---------------------------------------------------------------------------------------------
+
+#: The tile sizes the attention-level strategies cross when the followed implementation declares none; an
+#: implementation declares its kernel's blocks with the attribute ``tile_sizes`` (e.g. ``(64,)``).
+DEFAULT_TILE_SIZES = (16, 32, 64, 128)
+#: Sequence lengths no power-of-two tile divides (FlashAttention's 113, aotriton's primes 157 and 257), drawn
+#: with the default tiles.
+TILE_PRIME_LENGTHS = (113, 157, 257)
+#: Head widths drawn with tile-crossing lengths: primes and widths just above powers of two.
+TILE_HEAD_WIDTHS = (7, 23, 37, 17, 64)
+#: One attention-level draw in TILE_ODDS crosses tiles (a few of the ci profile's 50 examples per test).
+TILE_ODDS = 20
+#: The longest tile-crossing length, unless a declared tile is longer.
+MAX_TILE_LENGTH = 257
+
+
+def tile_sizes() -> tuple[int, ...]:
+    """The followed implementation's declared ``tile_sizes``, else :data:`DEFAULT_TILE_SIZES`."""
+    impl = _FOLLOWED[0]
+    declared = getattr(_raw(impl), "tile_sizes", None) if impl is not None else None
+    return tuple(sorted({int(t) for t in declared if int(t) > 0})) if declared else DEFAULT_TILE_SIZES
+
+
+def tile_lengths() -> tuple[int, ...]:
+    """Lengths around each tile size T: T − 1, T, T + 1 and 2T + r (r = max(1, T // 3)), with
+    :data:`TILE_PRIME_LENGTHS` when no tile is declared; at most :data:`MAX_TILE_LENGTH` (or the longest tile
+    + 1)."""
+    tiles = tile_sizes()
+    top = max(MAX_TILE_LENGTH, max(tiles) + 1)
+    out = {n for t in tiles for n in (t - 1, t, t + 1, 2 * t + max(1, t // 3)) if 1 <= n <= top}
+    if tiles == DEFAULT_TILE_SIZES:
+        out.update(TILE_PRIME_LENGTHS)
+    return tuple(sorted(out))
+
+
+@st.composite
+def tile_crossing(draw):
+    """Mostly None; one draw in :data:`TILE_ODDS` ``(n_q, n_k, d_k)`` with n_k one of :func:`tile_lengths`,
+    n_q 1 (decoding against a long cache), 3, or another tile length (n_q ≠ n_k either way), and d_k one of
+    :data:`TILE_HEAD_WIDTHS`. Always None for an implementation with a shape menu."""
+    if _shape_menu() is not None or draw(st.integers(0, TILE_ODDS - 1)) != TILE_ODDS - 1:
+        return None
+    lengths = tile_lengths()
+    n_k = draw(st.sampled_from(lengths))
+    n_q = draw(st.sampled_from((1, 3) + lengths))
+    return n_q, n_k, draw(st.sampled_from(TILE_HEAD_WIDTHS))
 
 
 def seeds() -> st.SearchStrategy[int]:
