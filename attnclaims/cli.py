@@ -325,14 +325,21 @@ _STYLE = {"proven": "bold green", "verified": "green", "qualified": "yellow", "i
 
 
 def _cell(detail: dict | None, expected: str):
-    """One verdict cell: the verdict's text styled by its category, ≠ when it differs from the expected."""
+    """One verdict cell: the verdict's text styled by its category, ≠ when it differs from the expected
+    (never for *not applicable*: that says what the column lacks, "no backward pass exposed", not that it
+    disagrees — :func:`attnclaims.report.common.flags_disagreement`, as in the HTML and Markdown)."""
     from rich.text import Text
+
+    from attnclaims.report.common import flags_disagreement, not_applicable_text
 
     if detail is None:
         return Text("")
     category = detail.get("category") or detail["verdict"]
     cell = Text(safe_text(detail.get("status") or detail["verdict"]), style=_STYLE.get(category, ""))
-    if detail["verdict"] != expected:
+    lacks = not_applicable_text(detail)
+    if lacks:
+        cell.append(f": {lacks}", style=_STYLE.get(category, ""))
+    if flags_disagreement(detail, expected):
         cell.append(" ≠", style="bold yellow")
     return cell
 

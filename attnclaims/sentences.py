@@ -3,8 +3,7 @@
 The article (``attnclaims/spec/article.zh.txt``) is split into sentences mechanically (:func:`split`): a
 sentence ends at "。", and a new one starts at each section number ("3.1 ") and at each numbered
 step ("①"…"⑨") — the article has no other sentence punctuation. A sentence is *checked* by the
-claims whose quote (located as the annotated article locates it, :func:`attnclaims.report.article.locate`)
-overlaps it. What no claim quotes is listed in ``attnclaims/spec/sentences.toml``, one entry per passage::
+claims whose quote (located by :func:`locate`, as the annotated article locates it) overlaps it. What no claim quotes is listed in ``attnclaims/spec/sentences.toml``, one entry per passage::
 
     [[not_checked]]
     text = "极大地增强了模型的表达能力"      # the passage, as it stands in the article
@@ -124,10 +123,28 @@ def load_not_checked(path: str | Path | None = None) -> list[NotChecked]:
     return out
 
 
-def _locate(body: str, quote: str, start: int = 0):
-    from attnclaims.report.article import locate
+def _fragment_regex(fragment: str) -> re.Pattern:
+    chars = [re.escape(ch) for ch in fragment if not ch.isspace()]
+    return re.compile(r"\s*".join(chars))
 
-    return locate(body, quote, start)
+
+def locate(text: str, quote: str, start: int = 0) -> tuple[int, int] | None:
+    """(start, end) of ``quote`` in ``text``: its ``…``-separated fragments found in order (whitespace
+    ignored), the span from the first fragment's start to the last one's end; None when not found."""
+    fragments = [f.strip() for f in re.split(r"…+|\.\.\.", quote) if f.strip()]
+    if not fragments:
+        return None
+    for origin in ([start, 0] if start else [0]):
+        pos, first, end = origin, None, None
+        for frag in fragments:
+            m = _fragment_regex(frag).search(text, pos)
+            if m is None:
+                break
+            first = m.start() if first is None else first
+            end = pos = m.end()
+        else:
+            return first, end
+    return None
 
 
 def _section_at(body: str, pos: int) -> str:
@@ -145,7 +162,7 @@ def claim_spans(body: str, claims: Iterable[tuple[str, str, str]]) -> dict[str, 
     annotated article does."""
     out, cursor = {}, 0
     for cid, _section, quote in claims:
-        span = _locate(body, quote, cursor)
+        span = locate(body, quote, cursor)
         out[cid] = span
         if span:
             cursor = span[0]
@@ -169,7 +186,7 @@ def account(article_text: str, claims: Sequence[tuple[str, str, str]],
     spans = claim_spans(body, claims)
     placed = []
     for n in entries:
-        span = _locate(body, n.text)
+        span = locate(body, n.text)
         placed.append((n, span))
     out = []
     for i, (a, b) in enumerate(split(body)):
@@ -195,11 +212,11 @@ def problems(article_text: str, claims: Sequence[tuple[str, str, str]],
     out = []
     for n in entries:
         frags = [f.strip() for f in re.split(r"…+", n.text) if f.strip()]
-        span = _locate(body, n.text)
+        span = locate(body, n.text)
         if span is None:
             out.append(f"not-checked passage not found in the article: {n.text!r}")
             continue
-        if len(frags) == 1 and _locate(body, n.text, span[1]) not in (None, span):
+        if len(frags) == 1 and locate(body, n.text, span[1]) not in (None, span):
             out.append(f"not-checked passage found more than once: {n.text!r}")
         for cid, sp in spans.items():
             if sp and cid not in beyond and sp[0] < span[1] and span[0] < sp[1]:

@@ -22,6 +22,7 @@ from attnclaims.report import i18n
 from attnclaims.terminal import escape_controls
 from attnclaims.report.common import columns, first_line_math, section_label, verdict_category
 from attnclaims.report.html import CSS, badge, esc, page_head, rich
+from attnclaims.sentences import locate
 
 _HEADING = re.compile(r"(?<![\d.])(\d+\.\d*)\s(?=\S)")
 _NOTE_QUOTE = re.compile(r"\"([^\"]+)\"|“([^”]+)”")
@@ -54,30 +55,6 @@ border:1px dashed var(--blocked);border-radius:6px;color:#6b2f00;vertical-align:
 section.beyond{margin-top:28px;border-top:1px solid var(--line)}
 @media (max-width:640px){.article{font-size:1.05em;line-height:1.85}.tip{width:86vw}}
 """
-
-
-def _fragment_regex(fragment: str) -> re.Pattern:
-    chars = [re.escape(ch) for ch in fragment if not ch.isspace()]
-    return re.compile(r"\s*".join(chars))
-
-
-def locate(text: str, quote: str, start: int = 0) -> tuple[int, int] | None:
-    """(start, end) of ``quote`` in ``text``: its ``…``-separated fragments found in order (whitespace
-    ignored), the span from the first fragment's start to the last one's end; None when not found."""
-    fragments = [f.strip() for f in re.split(r"…+|\.\.\.", quote) if f.strip()]
-    if not fragments:
-        return None
-    for origin in ([start, 0] if start else [0]):
-        pos, first, end = origin, None, None
-        for frag in fragments:
-            m = _fragment_regex(frag).search(text, pos)
-            if m is None:
-                break
-            first = m.start() if first is None else first
-            end = pos = m.end()
-        else:
-            return first, end
-    return None
 
 
 def _note_position(text: str, section: str, note: str) -> int | None:

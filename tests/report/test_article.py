@@ -18,7 +18,7 @@ from attnclaims.registry import load_registry
 from attnclaims.report import article_text, build_report
 from attnclaims.report import article as article_report
 from attnclaims.report import i18n
-from attnclaims.report.article import locate
+from attnclaims.sentences import locate
 from attnclaims.report.common import verdict_category
 
 HOSTILE = "<script>alert('x')</script>"

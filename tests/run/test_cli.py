@@ -429,3 +429,14 @@ def test_real_check_of_softmax_distribution_end_to_end(tmp_path):
     assert verdict in ("proven", "verified", "refuted", "error", "no evidence")
     assert "reference:" in proc.stdout and "Traceback" not in proc.stderr
     assert ("refuted" in verdict or "error" in verdict) == (proc.returncode == 1)
+
+
+def test_the_verdict_table_flags_no_disagreement_for_a_missing_backward_pass():
+    """A forward-only column's *not applicable* says what it lacks and carries no ≠ (as in the HTML and
+    Markdown); a refuted cell where proven is expected still does. Breaks if `_cell` compares verdicts alone."""
+    lacking = {"verdict": "not applicable", "category": "not applicable",
+               "reason": "not applicable: fwd has no residual_vjp"}
+    cell = cli._cell(lacking, "proven")
+    assert cell.plain == "not applicable: no backward pass exposed", cell.plain
+    assert cli._cell({"verdict": "refuted", "category": "refuted"}, "proven").plain == "refuted ≠"
+    assert cli._cell({"verdict": "proven", "category": "proven"}, "proven").plain == "proven"
