@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import numpy as np
 
-from attnclaims.checks.bounds.common import C_FN, U64, _f64, _zeros_like
+from attnclaims.checks.bounds.common import C_FN, ETA64, U64, _f64, _zeros_like
 from attnclaims.reference.positional import rotary_embedding, rotary_frequencies, rotary_pairs
 
 __all__ = ["positional_encoding_error", "rotary_error", "rotary_scores_error"]
@@ -40,7 +40,10 @@ def rotary_error(x, positions, base: float = 10000.0, layout: str = "interleaved
                  ex=None) -> np.ndarray:
     """Error bound of RoPE: for each pair (a, b) rotated by θ, y_a = x_a cos θ − x_b sin θ (and y_b likewise):
     the input errors Δx_a + Δx_b (|cos|, |sin| ≤ 1), cos and sin each off by |Δθ| (1-Lipschitz) + 2u
-    (1 ulp), times |x_a| + |x_b|, and the two products and the add (≤ 2u(|x_a| + |x_b|)).
+    (1 ulp), times |x_a| + |x_b|, and the two products and the add (≤ 2u(|x_a| + |x_b|)), plus each
+    product's gradual-underflow term η ≤ ETA64 when it falls below float64's normal range (Higham §2.1:
+    fl(a·b) = a·b(1 + δ) + η; additions add no η), 2·ETA64 per pair — the relative terms above underflow
+    to 0 there. (Narrower dtypes' η is the comparison's allowance, :func:`flush_to_zero_allowance`.)
     x (..., n, d) -> (..., n, d), the same bound for both members of a pair."""
     x = _f64(x)
     d = x.shape[-1]
@@ -48,7 +51,7 @@ def rotary_error(x, positions, base: float = 10000.0, layout: str = "interleaved
     a, b = rotary_pairs(d, layout)
     dtheta = _angle_error(positions, d, base, u=u)  # (n, d/2)
     mag = np.abs(x[..., a]) + np.abs(x[..., b])
-    per_pair = ex[..., a] + ex[..., b] + mag * (dtheta + 4.0 * u)
+    per_pair = ex[..., a] + ex[..., b] + mag * (dtheta + 4.0 * u) + 2 * ETA64
     out = np.empty_like(x)
     out[..., a] = per_pair
     out[..., b] = per_pair
@@ -57,12 +60,13 @@ def rotary_error(x, positions, base: float = 10000.0, layout: str = "interleaved
 
 def rotary_scores_error(q, k, q_positions, k_positions, base: float, layout: str, *, u: float) -> np.ndarray:
     """Error bound of the scores S = R(q) R(k)ᵀ formed by a test in float64 from the implementation's
-    rotated q and k: |ΔS| ≤ Δq_r |k_r|ᵀ + |q_r| Δk_rᵀ + d·u_64 |q_r||k_r|ᵀ (the float64 dot products).
-    q (..., n_q, d), k (..., n_k, d) -> (..., n_q, n_k)."""
+    rotated q and k: |ΔS| ≤ Δq_r |k_r|ᵀ + |q_r| Δk_rᵀ + d·u_64 |q_r||k_r|ᵀ (the float64 dot products) + d·ETA64
+    (each of the d products' gradual-underflow term: scores of 1e-315 from q ≈ 1e-16 and k ≈ 1e-298 are
+    subnormal, where the relative terms underflow to 0). q (..., n_q, d), k (..., n_k, d) -> (..., n_q, n_k)."""
     qr = rotary_embedding(q, q_positions, base, layout)
     kr = rotary_embedding(k, k_positions, base, layout)
     eq = rotary_error(q, q_positions, base, layout, u=u)
     ek = rotary_error(k, k_positions, base, layout, u=u)
     aq, ak = np.abs(qr), np.abs(kr)
     swap = lambda a: np.swapaxes(a, -1, -2)
-    return eq @ swap(ak) + aq @ swap(ek) + (q.shape[-1] + 1) * U64 * (aq @ swap(ak))
+    return eq @ swap(ak) + aq @ swap(ek) + (q.shape[-1] + 1) * U64 * (aq @ swap(ak)) + q.shape[-1] * ETA64
