@@ -25,6 +25,7 @@ BUILTINS: dict[str, str] = {
     "torch-float32": "attnclaims.adapters.torch_adapter:TorchFloat32Implementation",
     "torch-bfloat16": "attnclaims.adapters.torch_adapter:TorchBFloat16Implementation",
     "torch-float16": "attnclaims.adapters.torch_adapter:TorchFloat16Implementation",
+    # SDPA's backends by name (docs/adapters.md, "SDPA's backends by name"): added below
     "jax": "attnclaims.adapters.jax_adapter:JaxImplementation",
     "jax-float32": "attnclaims.adapters.jax_adapter:JaxFloat32Implementation",
     "hf-bert": "attnclaims.adapters.hf_adapter:HFBert",
@@ -42,6 +43,19 @@ BUILTINS: dict[str, str] = {
     "onnxruntime-attention-op": "attnclaims.adapters.onnx_adapter:OnnxRuntimeAttentionOpImplementation",
     "onnx-reference": "attnclaims.adapters.onnx_adapter:OnnxReferenceImplementation",
 }
+
+#: ``torch-sdpa-<backend>[-<dtype>]`` (CPU) and ``torch-cuda-sdpa-<backend>[-<dtype>]``: torch with every
+#: ``scaled_dot_product_attention`` call on one backend (math, flash, efficient, cudnn), in float64 (no suffix),
+#: float32, bfloat16 or float16. A backend or device this torch lacks is unavailable when resolved.
+SDPA_BUILTINS: dict[str, str] = {
+    f"torch{dev}-sdpa-{backend}{suffix}": "attnclaims.adapters.torch_adapter:SDPA."
+                                          f"torch{dev.replace('-', '_')}_sdpa_{backend}{suffix.replace('-', '_')}"
+    for dev in ("", "-cuda") for backend in ("math", "flash", "efficient", "cudnn")
+    for suffix in ("", "-float32", "-bfloat16", "-float16")}
+BUILTINS.update(SDPA_BUILTINS)
+#: Built-ins ``all`` leaves out: the SDPA backend names (32, most of them needing CUDA) test again what
+#: ``torch`` tests, one backend at a time; name them to run them.
+NOT_IN_ALL = frozenset(SDPA_BUILTINS)
 
 
 #: The libraries a built-in needs, looked up without importing them: per built-in, else per adapter
@@ -111,8 +125,10 @@ def resolve(spec: str):
     """The implementation object named by ``spec`` (not ``all``; see :func:`expand`)."""
     target = BUILTINS.get(spec, spec)
     if ":" not in target:
-        raise ImplementationError(f"unknown implementation {spec!r} (expected one of "
-                                  f"{', '.join(BUILTINS)}, 'all', or 'package.module:attr')")
+        listed = [b for b in BUILTINS if b not in SDPA_BUILTINS]
+        raise ImplementationError(f"unknown implementation {spec!r} (expected one of {', '.join(listed)}, "
+                                  "torch[-cuda]-sdpa-{math,flash,efficient,cudnn}[-float32|-bfloat16|-float16], "
+                                  "'all', or 'package.module:attr')")
     obj = _import_target(target)
     if not _is_implementation(obj):
         if not callable(obj):
@@ -184,6 +200,8 @@ def expand(specs: list[str] | tuple[str, ...]) -> tuple[list[str], list[Availabi
     for spec in specs or ["reference"]:
         if spec == "all":
             for builtin in BUILTINS:
+                if builtin in NOT_IN_ALL:
+                    continue
                 a = installed(builtin)
                 if a.available:
                     names.append(builtin)

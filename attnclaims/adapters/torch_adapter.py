@@ -35,10 +35,12 @@ Torch is imported when an implementation is constructed, not when this module is
 from __future__ import annotations
 
 import math
+import types
 
 import numpy as np
 
-__all__ = ["TorchImplementation", "TorchFastPathImplementation", "INSTALL_HINT"]
+__all__ = ["TorchImplementation", "TorchFastPathImplementation", "TorchSDPABackend", "BackendUnavailable", "SDPA",
+           "INSTALL_HINT"]
 
 INSTALL_HINT = "torch is not installed: pip install 'attnclaims[torch]'"
 
@@ -248,8 +250,7 @@ class TorchImplementation(_TorchBase):
         """
         torch = self._torch
         attn_mask = None if mask is None else torch.tensor(np.asarray(mask))
-        out = torch.nn.functional.scaled_dot_product_attention(self._t(q), self._t(k), self._t(v),
-                                                               attn_mask=attn_mask, scale=scale)
+        out = self._sdpa(self._t(q), self._t(k), self._t(v), attn_mask=attn_mask, scale=scale)
         return _numpy(out)
 
     def multi_head_attention(self, x_q, x_kv, params, mask=None):
@@ -358,7 +359,7 @@ class TorchImplementation(_TorchBase):
         attn_mask = None if mask is None else torch.tensor(np.asarray(mask))
         tq, tk, tv = self._leaf(q), self._leaf(k), self._leaf(v)
         with torch.enable_grad():
-            out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=attn_mask, scale=scale)
+            out = self._sdpa(tq, tk, tv, attn_mask=attn_mask, scale=scale)
             return tuple(self._grads(out, [tq, tk, tv], d_out))
 
     def layer_norm_vjp(self, x, gamma, beta, eps, d_out):
@@ -489,6 +490,11 @@ class TorchImplementation(_TorchBase):
                              "enable_gqa) + torch.nn.LayerNorm / torch.nn.RMSNorm + torch.nn.functional.linear",
     }
 
+    def _sdpa(self, q, k, v, **kwargs):
+        """``F.scaled_dot_product_attention(q, k, v, **kwargs)``: every capability calls SDPA through this
+        method, so that :class:`TorchSDPABackend` can run each call on one named backend."""
+        return self._torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
+
     def _linear(self, x, w, b):
         """``F.linear(x, wᵀ, b)``: our x @ w + b in torch's (out, in) weight layout. ``w``, ``b`` are numpy
         arrays, or tensors already (the leaves of a backward pass: :meth:`_leaf_params`)."""
@@ -499,13 +505,12 @@ class TorchImplementation(_TorchBase):
         """Projections with F.linear, then ``scaled_dot_product_attention`` on (B, h, n, d_k) queries and
         (B, h_kv, n, d_k) keys/values with ``enable_gqa=True`` when h_kv < h (torch repeats each K/V head
         for h / h_kv consecutive query heads, as ``repeat_interleave``); the output projection."""
-        F = self._torch.nn.functional
         B, n_q, n_k, dk = x_q.shape[0], x_q.shape[1], x_kv.shape[1], p.d_k
         q = self._linear(x_q, p.w_q, p.b_q).view(B, n_q, p.num_heads, dk).transpose(1, 2)
         k = self._linear(x_kv, p.w_k, p.b_k).view(B, n_k, p.num_kv_heads, dk).transpose(1, 2)
         v = self._linear(x_kv, p.w_v, p.b_v).view(B, n_k, p.num_kv_heads, dk).transpose(1, 2)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
-                                             enable_gqa=p.num_kv_heads != p.num_heads)
+        out = self._sdpa(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
+                         enable_gqa=p.num_kv_heads != p.num_heads)
         return self._linear(out.transpose(1, 2).reshape(B, n_q, p.d_model), p.w_o, p.b_o)
 
     def _grouped_query_attention(self, x_q, x_kv, params, mask=None):
@@ -550,16 +555,13 @@ class TorchImplementation(_TorchBase):
         (bottom-right). torch offers no sliding window here."""
         if window is not None:
             raise NotImplementedError("torch's scaled_dot_product_attention has no sliding-window option")
-        torch = self._torch
-        F = torch.nn.functional
         tq, tk, tv = self._t(q), self._t(k), self._t(v)
         if alignment == "bottom-right":
             from torch.nn.attention.bias import causal_lower_right
 
-            return _numpy(F.scaled_dot_product_attention(tq, tk, tv, attn_mask=causal_lower_right(tq.shape[-2],
-                                                                                                 tk.shape[-2]),
-                                                         scale=scale))
-        return _numpy(F.scaled_dot_product_attention(tq, tk, tv, is_causal=True, scale=scale))
+            return _numpy(self._sdpa(tq, tk, tv, attn_mask=causal_lower_right(tq.shape[-2], tk.shape[-2]),
+                                     scale=scale))
+        return _numpy(self._sdpa(tq, tk, tv, is_causal=True, scale=scale))
 
     def decoder_block(self, x, params, mask=None):
         """A decoder-only block from torch's parts: ``nn.LayerNorm`` or ``nn.RMSNorm``, causal
@@ -633,8 +635,8 @@ class TorchImplementation(_TorchBase):
             if past is not None:
                 k, v = torch.cat([past[0], k], dim=-2), torch.cat([past[1], v], dim=-2)
             kept.append((k, v))
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(n_t, k.shape[-2]),
-                                                 enable_gqa=a.num_kv_heads != a.num_heads)
+            out = self._sdpa(q, k, v, attn_mask=causal_lower_right(n_t, k.shape[-2]),
+                             enable_gqa=a.num_kv_heads != a.num_heads)
             return self._linear(out.transpose(1, 2).reshape(B, n_t, p.d_model), a.w_o, a.b_o)
 
         def ffn(z):
@@ -744,16 +746,14 @@ class TorchImplementation(_TorchBase):
         if window is not None:
             raise NotImplementedError("torch's scaled_dot_product_attention has no sliding-window option")
         torch = self._torch
-        F = torch.nn.functional
         tq, tk, tv = self._leaf(q), self._leaf(k), self._leaf(v)
         with torch.enable_grad():
             if alignment == "bottom-right":
                 from torch.nn.attention.bias import causal_lower_right
 
-                out = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=causal_lower_right(tq.shape[-2],
-                                                                                             tk.shape[-2]), scale=scale)
+                out = self._sdpa(tq, tk, tv, attn_mask=causal_lower_right(tq.shape[-2], tk.shape[-2]), scale=scale)
             else:
-                out = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True, scale=scale)
+                out = self._sdpa(tq, tk, tv, is_causal=True, scale=scale)
             return tuple(self._grads(out, [tq, tk, tv], d_out))
 
     def decoder_block_vjp(self, x, params, d_out, mask=None):
@@ -891,3 +891,186 @@ class TorchFloat16Implementation(_TorchReducedPrecision):
 
     def __repr__(self) -> str:
         return "TorchFloat16Implementation()"
+
+
+# -- SDPA's backends by name (docs/adapters.md, "SDPA's backends by name") --------------------------------
+#: our backend names -> torch.nn.attention.SDPBackend members
+SDPA_BACKENDS = {"math": "MATH", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
+                 "cudnn": "CUDNN_ATTENTION"}
+#: the dtypes a backend adapter computes in: suffix of the name -> dtype name ("" is float64)
+SDPA_DTYPES = {"": "float64", "-float32": "float32", "-bfloat16": "bfloat16", "-float16": "float16"}
+#: The capabilities in which torch calls ``scaled_dot_product_attention``: a backend adapter has these only,
+#: so that its run tests SDPA's kernel and nothing the ``torch`` run already tested.
+SDPA_CAPABILITIES = ("attention", "causal_attention", "multi_head_attention", "decoder_block",
+                     "decoder_block_step", "attention_vjp", "causal_attention_vjp", "multi_head_attention_vjp",
+                     "decoder_block_vjp")
+#: The block sizes of torch's CPU flash kernel (``aten/src/ATen/native/cpu/FlashAttentionKernel.cpp``,
+#: ``flash_attention_kernel_impl`` and its backward): queries in blocks of 32 (n_q < 192), 64
+#: (192 <= n_q < 768) or 256 (n_q >= 768), keys in blocks of 512. 256 is left out: the strategies' lengths
+#: stop at the longest tile + 1 = 513, below the 768 queries that select it.
+CPU_FLASH_TILE_SIZES = (32, 64, 512)
+
+
+class BackendUnavailable(ImportError):
+    """This torch cannot run the named SDPA backend on the named device (an ImportError, so that the
+    implementation is listed as unavailable with this message, as a missing library is)."""
+
+
+class TorchSDPABackend(TorchImplementation):
+    """``torch`` with every ``scaled_dot_product_attention`` call run on one SDPA backend, chosen with
+    ``torch.nn.attention.sdpa_kernel([backend])``: ``math`` (the composite reference), ``flash`` (on CPU
+    torch's own tiled flash kernel, ``_scaled_dot_product_flash_attention_for_cpu``), ``efficient``
+    (memory-efficient, CUDA) or ``cudnn`` (CUDA), on ``cpu`` or ``cuda``, in float64, float32, bfloat16 or
+    float16.
+
+    With a single backend allowed torch never falls back to another: a call the kernel cannot run raises
+    ``RuntimeError: No available kernel`` (its warnings say why). The fused kernels take 4-D inputs of one
+    batch size, so :meth:`_sdpa` broadcasts the batch axes and flattens them into (B, 1, n, d) (autograd sums
+    the broadcast gradients back); an input the kernel refuses even so (d_v != d_k for the flash kernel)
+    is declined (``NotImplementedError``, with torch's reason), never computed on another backend.
+    Construction runs one small call on the backend and device: a backend this torch lacks there makes
+    the implementation unavailable (:class:`BackendUnavailable`). Capabilities that do not call SDPA are
+    left out (:data:`SDPA_CAPABILITIES`): the ``torch`` run tests them.
+    """
+
+    def __init__(self, backend: str, device: str = "cpu", dtype: str = "float64"):
+        if backend not in SDPA_BACKENDS:
+            raise ValueError(f"unknown SDPA backend {backend!r} (expected one of {', '.join(SDPA_BACKENDS)})")
+        if dtype == "bfloat16":
+            import ml_dtypes
+
+            self.dtype = np.dtype(ml_dtypes.bfloat16)
+        else:
+            self.dtype = np.dtype(dtype)
+        super().__init__()
+        torch = self._torch
+        self.backend, self.device = backend, device
+        self.name = "torch-" + ("cuda-" if device == "cuda" else "") + f"sdpa-{backend}" + (
+            "" if dtype == "float64" else f"-{dtype}")
+        self._backend = getattr(torch.nn.attention.SDPBackend, SDPA_BACKENDS[backend])
+        if device == "cuda" and not torch.cuda.is_available():
+            raise BackendUnavailable(f"torch {torch.__version__} sees no CUDA device (torch.cuda.is_available() "
+                                     f"is False); {self.name} needs one")
+        self._probe()
+        if device == "cpu" and backend == "flash":
+            self.tile_sizes = CPU_FLASH_TILE_SIZES
+        self.versions = {"torch": torch.__version__, "sdpa_backend": SDPA_BACKENDS[backend], "device": device}
+        if device == "cuda":
+            self.versions["gpu"] = torch.cuda.get_device_name()
+        label = f"torch.nn.functional.scaled_dot_product_attention on SDPBackend.{SDPA_BACKENDS[backend]} ({device})"
+        self.responsible = {c: f"{TorchImplementation.responsible[c]} [{label}]" for c in SDPA_CAPABILITIES}
+
+    def _probe(self) -> None:
+        """One (1, 1, 4, 8) call on the backend: a backend this torch cannot run here is unavailable."""
+        torch = self._torch
+        q = torch.zeros(1, 1, 4, 8, dtype=self._dt, device=self.device)
+        try:
+            self._sdpa(q, q, q)
+        except NotImplementedError as exc:
+            raise BackendUnavailable(f"torch {torch.__version__} cannot run SDPBackend.{SDPA_BACKENDS[self.backend]} "
+                                     f"on {self.device} in {self.dtype.name}: {exc}") from None
+
+    def _t(self, a):
+        """An input as a tensor of the dtype on the device (float64 rounded once, to nearest)."""
+        return self._torch.tensor(np.asarray(a, dtype=np.float64)).to(device=self.device, dtype=self._dt)
+
+    def _sdpa(self, q, k, v, attn_mask=None, **kwargs):
+        """``scaled_dot_product_attention`` under ``sdpa_kernel([backend])`` on 4-D inputs of one batch size:
+        q (..., n_q, d), k, v (..., n_k, d) with other than 4 axes, or batch axes that broadcast, are broadcast
+        and flattened to (B, 1, n, d), a bool mask likewise to (B, 1, n_q, n_k) (a ``causal_lower_right``
+        bias stays as it is); the output is reshaped back. Grouped-query calls (``enable_gqa``, from
+        ``_sdpa_heads``: (B, h, n, d) and (B, h_kv, n, d)) are 4-D already. A refusal is a decline (NotImplementedError)."""
+        import re
+        import warnings
+
+        from torch.nn.attention.bias import CausalBias
+
+        torch = self._torch
+        shape = None
+        if not kwargs.get("enable_gqa") and (q.dim() != 4 or not q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
+            batch = tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+            B = math.prod(batch)
+            flat = lambda t: t.expand(batch + tuple(t.shape[-2:])).reshape((B, 1) + tuple(t.shape[-2:]))
+            shape = batch + (q.shape[-2], v.shape[-1])
+            q, k, v = flat(q), flat(k), flat(v)
+            if isinstance(attn_mask, torch.Tensor) and not isinstance(attn_mask, CausalBias):
+                attn_mask = flat(attn_mask.expand(batch + tuple(attn_mask.shape[-2:])))
+        with warnings.catch_warnings(record=True) as caught, torch.nn.attention.sdpa_kernel([self._backend]):
+            warnings.simplefilter("always")
+            try:
+                out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, **kwargs)
+            except RuntimeError as exc:
+                if "No available kernel" not in str(exc) and "No viable backend" not in str(exc):
+                    raise
+                said = (re.sub(r"\s*\(Triggered internally at [^)]*\)\.?", "", " ".join(str(w.message).split()))
+                        for w in caught)
+                why = " ".join(dict.fromkeys(w for w in said if w)) or " ".join(str(exc).split())
+                raise NotImplementedError(f"torch's SDPBackend.{SDPA_BACKENDS[self.backend]} declines this "
+                                          f"input on {self.device}: {why}") from None
+        return out if shape is None else out.reshape(shape)
+
+    def _on_device(self, method: str, *args, **kwargs):
+        """``TorchImplementation.<method>`` with torch's default device set to the device (modules, masks)."""
+        with self._torch.device(self.device):
+            return getattr(TorchImplementation, method)(self, *args, **kwargs)
+
+    def attention(self, q, k, v, mask=None, scale=None):
+        """:meth:`TorchImplementation.attention` on the backend (``_sdpa``)."""
+        return self._on_device("attention", q, k, v, mask=mask, scale=scale)
+
+    def attention_vjp(self, q, k, v, d_out, mask=None, scale=None):
+        return self._on_device("attention_vjp", q, k, v, d_out, mask=mask, scale=scale)
+
+    def causal_attention(self, q, k, v, alignment="top-left", window=None, scale=None):
+        """``is_causal=True`` (top-left) or ``causal_lower_right`` (bottom-right) on the backend."""
+        return self._on_device("causal_attention", q, k, v, alignment=alignment, window=window, scale=scale)
+
+    def causal_attention_vjp(self, q, k, v, d_out, alignment="top-left", window=None, scale=None):
+        return self._on_device("causal_attention_vjp", q, k, v, d_out, alignment=alignment, window=window,
+                               scale=scale)
+
+    def multi_head_attention(self, x_q, x_kv, params, mask=None):
+        """``F.linear`` projections + ``scaled_dot_product_attention`` on (B, h, n, d_k) heads on the backend
+        (``enable_gqa`` for grouped-query attention): how Llama-style code calls SDPA; ``nn.MultiheadAttention``
+        with ``need_weights=True`` never reaches it."""
+        return self._on_device("_grouped_query_attention", x_q, x_kv, params, mask)
+
+    def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
+        return self._on_device("_grouped_query_attention_vjp", x_q, x_kv, params, d_out, mask)
+
+    def decoder_block(self, x, params, mask=None):
+        return self._on_device("decoder_block", x, params, mask=mask)
+
+    def decoder_block_vjp(self, x, params, d_out, mask=None):
+        return self._on_device("decoder_block_vjp", x, params, d_out, mask=mask)
+
+    def decoder_block_step(self, x_t, cache, params, position):
+        return self._on_device("decoder_block_step", x_t, cache, params, position)
+
+    def __repr__(self) -> str:
+        return f"TorchSDPABackend({self.backend!r}, device={self.device!r}, dtype={self.dtype.name!r})"
+
+
+def _left_out() -> None:
+    from attnclaims.protocol import CAPABILITIES
+
+    for capability in CAPABILITIES:  # not applicable on a backend adapter: the torch run tests them
+        if capability not in SDPA_CAPABILITIES:
+            setattr(TorchSDPABackend, capability, None)
+
+
+_left_out()
+
+
+def _sdpa_factory(backend: str, device: str, dtype: str):
+    factory = lambda: TorchSDPABackend(backend, device=device, dtype=dtype)
+    factory.__name__ = f"TorchSDPABackend_{backend}_{device}_{dtype}"
+    return factory
+
+
+#: ``SDPA.<name with - as _>`` -> a factory of that backend adapter; attnclaims/impls.py registers the names
+#: ``torch-sdpa-<backend>[-<dtype>]`` (CPU) and ``torch-cuda-sdpa-<backend>[-<dtype>]``.
+SDPA = types.SimpleNamespace(**{
+    f"torch{dev_part}_sdpa_{backend}{suffix.replace('-', '_')}": _sdpa_factory(backend, device, dtype)
+    for device, dev_part in (("cpu", ""), ("cuda", "_cuda")) for backend in SDPA_BACKENDS
+    for suffix, dtype in SDPA_DTYPES.items()})
