@@ -93,9 +93,21 @@ def source_hash(tests_package: str) -> str:
     return h.hexdigest()
 
 
+#: The profile whose implementation-independent evidence a run of a profile uses: ``dev`` (quick checks of
+#: an implementation) reuses, or builds, the entry of ``ci``, whose independent checks are derandomized
+#: and at least as thorough; ``thorough`` computes its own every run.
+SHARED_PROFILES = {"dev": "ci"}
+
+
+def independent_profile(profile: str) -> str:
+    """The profile under which a run of ``profile`` computes (and caches) the independent evidence."""
+    return SHARED_PROFILES.get(profile, profile)
+
+
 def key(profile: str, tests_package: str, claims: list[str] | None = None) -> str | None:
     """The cache key of a run (of ``claims``, None: every claim), or None when its profile is not
-    cached (or ``ATTNCLAIMS_CACHE=off``)."""
+    cached (or ``ATTNCLAIMS_CACHE=off``); a ``dev`` run has the key of a ``ci`` run (:data:`SHARED_PROFILES`)."""
+    profile = independent_profile(profile)
     if profile not in CACHED_PROFILES or os.environ.get(SWITCH_ENV, "").lower() in ("off", "0", "no"):
         return None
     from importlib.metadata import PackageNotFoundError, version

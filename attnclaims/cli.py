@@ -215,6 +215,8 @@ def _configure_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--call-timeout", metavar="SECONDS", type=seconds_arg, default=None,
                    help="time limit of one call into the implementation (default 20); a call that holds "
                         "the interpreter past it ends that implementation's run, which names the call")
+    p.add_argument("--full", "-v", action="store_true",
+                   help=f"print each problem line whole (default: cut at a word near {PROBLEM_WIDTH} characters)")
     p.add_argument("--strict-contract", action="store_true",
                    help="make contract findings (malformed input an implementation accepts, e.g. a mask that "
                         "does not broadcast) fail the run with exit status 1; by default they are reported in "
@@ -264,9 +266,9 @@ class _Progress:
 
     def __init__(self):
         self.live = sys.stderr.isatty()
-        self.failed = 0
         self._progress = None
-        self._task = None
+        self._tasks: dict = {}    # implementation -> its bar (implementations may run at the same time)
+        self._failed: dict = {}   # implementation -> its failed tests
         if self.live:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, \
@@ -290,30 +292,32 @@ class _Progress:
         kind = ev["event"]
         impl = ev["implementation"]
         if kind == "start":
-            self.failed = 0
+            self._failed[impl] = 0
             if self._progress:
-                self._task = self._progress.add_task(safe_text(impl, markup=True), total=None,
+                self._tasks[impl] = self._progress.add_task(safe_text(impl, markup=True), total=None,
                                                      status="starting pytest…")
             else:
                 print(f"attnclaims: running {safe_text(impl)}…", file=sys.stderr, flush=True)
         elif kind == "total" and self._progress:
-            self._progress.update(self._task, total=ev["n"], status="")
+            self._progress.update(self._tasks[impl], total=ev["n"], status="")
         elif kind == "test":
             if ev.get("outcome") == "failed":
-                self.failed += 1
+                self._failed[impl] = self._failed.get(impl, 0) + 1
             if self._progress:
                 name = safe_text(ev.get("test", "").rsplit("::", 1)[-1][:48], markup=True)
-                status = (f"[red]{self.failed} failed[/red] · " if self.failed else "") + name
-                self._progress.update(self._task, completed=ev["done"], status=status)
+                failed = self._failed.get(impl, 0)
+                status = (f"[red]{failed} failed[/red] · " if failed else "") + name
+                self._progress.update(self._tasks[impl], completed=ev["done"], status=status)
         elif kind == "cache":
             print(f"attnclaims: the checks that do not depend on the implementation ({ev['items']} items) come "
                   f"from the cache of {ev['computed']} (--fresh recomputes them)", file=sys.stderr, flush=True)
         elif kind == "end":
-            msg = f"{ev['tests']} tests in {ev['seconds']:.1f} s" + (f", {self.failed} failed" if self.failed else "")
+            failed = self._failed.get(impl, 0)
+            msg = f"{ev['tests']} tests in {ev['seconds']:.1f} s" + (f", {failed} failed" if failed else "")
             if ev.get("reason"):
                 msg += f"; {safe_text(ev['reason'], markup=bool(self._progress))}"
             if self._progress:
-                self._progress.update(self._task, status=msg, total=ev["tests"] or 1,
+                self._progress.update(self._tasks[impl], status=msg, total=ev["tests"] or 1,
                                       completed=ev["tests"] or 1)
             else:
                 print(f"attnclaims: {safe_text(impl)}: {msg}", file=sys.stderr, flush=True)
@@ -344,14 +348,35 @@ def _cell(detail: dict | None, expected: str):
     return cell
 
 
-def print_verdicts(report: dict) -> None:
+#: where a problem line of ``check``/``report`` is cut (at a word) unless ``--full`` is given
+PROBLEM_WIDTH = 240
+
+
+def cut_at_word(text: str, limit: int = PROBLEM_WIDTH) -> str:
+    """The first line of ``text``, cut at the last space before ``limit`` characters (never inside a word,
+    a number or a path) with "…" after it; a line without a space in reach is cut at ``limit``."""
+    text = (text or "").strip()
+    line = text.splitlines()[0] if text else ""
+    if len(line) <= limit:
+        return line
+    head = line[: limit - 1]
+    space = head.rfind(" ")
+    if space >= limit // 2:
+        head = head[:space]
+    return head.rstrip(" ,;:") + " …"
+
+
+def print_verdicts(report: dict, *, full: bool = False) -> None:
     """The verdict table (one column per implementation that ran, and the column of claims whose
     evidence is independent of the implementation), the implementations that were not available,
-    the problems and the counts. Every string from the report is printed through :func:`safe_text`."""
+    the problems and the counts. Every string from the report is printed through :func:`safe_text`.
+    ``full``: each problem's reason whole (every line of it); otherwise its first line cut at a word
+    (:func:`cut_at_word`). The reason quotes the claim's most informative failure first
+    (:func:`attnclaims.evidence.failure_rank`)."""
     from rich.table import Table
     from rich.text import Text
 
-    from attnclaims.report.common import first_line, summary_counts
+    from attnclaims.report.common import summary_counts
     from attnclaims.vocab import INDEPENDENT
 
     console = _stdout_console()
@@ -372,16 +397,20 @@ def print_verdicts(report: dict) -> None:
     for i in report["implementations"]:
         if not i["available"]:
             console.print(Text(f"{safe_text(i['name'])}: not available ({safe_text(i['reason'])})", style="dim"))
-    problems = []
+    problems, cut = [], False
     for c in report["claims"]:
         for n, d in c["verdict_details"].items():
             if d.get("problem", d["verdict"] in ("refuted", "error") or d.get("blocked_by") is not None):
-                problems.append(f"  {safe_text(c['id'])} [{safe_text(n)}] {safe_text(d['verdict'])}: "
-                                f"{safe_text(first_line(d['reason'], 240))}")
+                reason = str(d.get("reason") or "").strip()
+                shown = safe_text(reason, newlines=True) if full else safe_text(cut_at_word(reason))
+                cut = cut or (not full and shown != safe_text(reason))
+                problems.append(f"  {safe_text(c['id'])} [{safe_text(n)}] {safe_text(d['verdict'])}: {shown}")
     if problems:
         console.print("\nProblems:", style="bold", markup=False)
         for line in problems:
             console.print(Text(line), highlight=False, soft_wrap=True)
+        if cut:
+            console.print("(lines cut at a word; --full prints them whole)", style="dim", markup=False)
     print_contract(report, console)
     console.print("")
     for impl, counts in report["summary"]["verdicts"].items():
@@ -447,7 +476,7 @@ def _reraise_interrupt(args) -> None:
 
 def _run_check(args) -> int:
     report = _execute(args, artifacts=None, out_dir=None)
-    print_verdicts(report)
+    print_verdicts(report, full=bool(getattr(args, "full", False)))
     _reraise_interrupt(args)
     return report["exit_status"]
 
@@ -518,7 +547,7 @@ def _run_report(args) -> int:
             raise UsageError(f"--out {out_dir}: cannot write the report: {exc.strerror or exc}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    print_verdicts(report)
+    print_verdicts(report, full=bool(getattr(args, "full", False)))
     print(f"\nReport ({time.perf_counter() - t0:.1f} s): " + ", ".join(safe_text(p) for p in written))
     _reraise_interrupt(args)
     return report["exit_status"]

@@ -53,7 +53,7 @@ import re
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -185,43 +185,88 @@ def validate(options: RunOptions, registry) -> tuple[list[str], list]:
     if foreign:
         probe(foreign)
     return specs, skipped
-def _pytest_args(spec: str, options: RunOptions, first: bool, work: Path, artifacts: Path) -> list[str]:
+#: The claim suite's test modules that hold no test of the implementation (derivations, measurements and
+#: their qualifications): a session that runs only an implementation's own tests does not import them
+#: (``--ignore``), which spares it sympy, scipy.stats and the derivations' construction at collection.
+#: tests/run/test_orchestrator_concurrent.py checks that none of them holds an implementation test.
+INDEPENDENT_MODULES = ("test_proofs.py", "test_proofs_numeric.py", "test_measurements.py", "test_qualifications.py")
+
+#: What a session runs: every claim test, only the implementation's own, only the others.
+_MARKERS = {"all": "claim", "impl": "claim and impl_test", "independent": "claim and not impl_test"}
+#: The progress label of the session of the implementation-independent checks.
+INDEPENDENT_LABEL = "checks independent of the implementation"
+
+
+@dataclass
+class _Job:
+    """One pytest session of a run: ``scope`` "all" (every claim test of ``spec``), "impl" (only the
+    tests that exercise it) or "independent" (only the others, with the reference as ``--attn-impl``)."""
+
+    spec: str
+    scope: str
+    profile: str
+    key: str                  # the name of its event and log files, unique in the run
+    label: str                # what the progress shows
+    workers: int = 0          # its pytest-xdist workers
+    shared: bool = False      # runs beside other sessions: one BLAS thread each (unless the user chose)
+    outcome: tuple[ImplementationRun, Session] | None = None
+    failure: BaseException | None = None  # an exception of this module (a bug), re-raised after the others
+
+
+def _package_dir(tests_package: str) -> Path | None:
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(tests_package)
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or ()) if spec else []
+    return Path(locations[0]) if locations else None
+
+
+def _pytest_args(job: _Job, options: RunOptions, work: Path, artifacts: Path) -> list[str]:
     args = base_args([options.tests_package], work, rootdir=suite_rootdir(options.tests_package, work))
-    args += ["-m", "claim" if first else "claim and impl_test", "--attn-impl", spec,
-             "--attn-artifacts", str(artifacts), "--hypothesis-profile", options.profile,
+    args += ["-m", _MARKERS[job.scope], "--attn-impl", job.spec,
+             "--attn-artifacts", str(artifacts), "--hypothesis-profile", job.profile,
              "--continue-on-collection-errors"]
+    if job.scope == "impl" and options.tests_package == TESTS_PACKAGE:
+        folder = _package_dir(options.tests_package)
+        for module in INDEPENDENT_MODULES if folder else ():
+            args += [f"--ignore={folder / module}"]
     if options.call_timeout is not None:
         args += ["--attn-call-timeout", f"{options.call_timeout:g}"]
     if options.claims:
         args += ["--attn-claims", ",".join(options.claims)]
-    if options.seed is not None and options.profile != "ci":
+    if options.seed is not None and job.profile != "ci":
         args += [f"--hypothesis-seed={options.seed}"]
-    if options.workers:
-        args += ["-n", str(options.workers)]
+    if job.workers:
+        args += ["-n", str(job.workers)]
     return args
 
 
-def _run_one(spec: str, options: RunOptions, first: bool, work: Path, artifacts: Path,
-             progress: ProgressFn | None) -> tuple[ImplementationRun, Session]:
-    args = _pytest_args(spec, options, first, work, artifacts)
+def _run_one(job: _Job, options: RunOptions, work: Path, artifacts: Path, progress: ProgressFn | None,
+             stop: Callable[[], BaseException | None] | None = None) -> tuple[ImplementationRun, Session]:
+    spec, label = job.spec, job.label
+    args = _pytest_args(job, options, work, artifacts)
     run = ImplementationRun(spec=spec, name=spec, command=[sys.executable, "-m", "pytest", *args])
     if progress:
-        progress({"event": "start", "implementation": spec})
+        progress({"event": "start", "implementation": label})
 
     def on_event(ev: dict, s: Session) -> None:
         if not progress:
             return
         if ev.get("event") == "collected":
-            progress({"event": "total", "implementation": spec, "n": int(ev.get("n", 0))})
+            progress({"event": "total", "implementation": label, "n": int(ev.get("n", 0))})
         elif ev.get("event") == "test-finished":
             outcome = ev.get("outcome", "")
-            progress({"event": "test", "implementation": spec, "test": ev.get("test", ""),
+            progress({"event": "test", "implementation": label, "test": ev.get("test", ""),
                       "outcome": "failed" if outcome in ("failed", "error") else outcome,
                       "done": s.done, "total": s.total or 0})
 
     try:
-        s = run_session(args, work=work, name=spec, env=child_env(options.workers),
-                        deadlines=Deadlines.derived(options.call_timeout, options.timeout), on_event=on_event)
+        s = run_session(args, work=work, name=job.key, env=child_env(job.workers or int(job.shared)),
+                        deadlines=Deadlines.derived(options.call_timeout, options.timeout), on_event=on_event,
+                        stop=stop)
     except (KeyboardInterrupt, Terminated) as exc:
         s = getattr(exc, "attnclaims_session", None)
         if s is None:
@@ -249,7 +294,7 @@ def _run_one(spec: str, options: RunOptions, first: bool, work: Path, artifacts:
     if s.stopped and run.available:
         run.reason = f"run stopped after {s.done} of {s.total if s.total is not None else '?'} tests: {s.stopped}"
     if progress:
-        progress({"event": "end", "implementation": spec, "seconds": run.seconds, "tests": run.tests,
+        progress({"event": "end", "implementation": label, "seconds": run.seconds, "tests": run.tests,
                   "reason": run.reason})
     return run, s
 
@@ -412,10 +457,115 @@ def environment(options: RunOptions) -> dict:
     }
 
 
+def plan(specs: list[str], options: RunOptions, cached: bool, independent_profile: str) -> list[_Job]:
+    """The sessions of a run, in the order they start. With the implementation-independent evidence
+    cached, one session per implementation runs only its own tests. Otherwise one implementation
+    (one session, the ``ci`` profile) runs every claim test; when several implementations run, or when
+    the independent checks run under another profile than the implementation's (``dev`` builds ``ci``'s
+    cache), one session runs the independent checks once and one per implementation runs its own tests.
+
+    The sessions share ``-n`` processes (by default one per usable CPU when there are several): up to
+    that many run at once, and when fewer sessions than processes run, each gets the rest as
+    pytest-xdist workers. ``-n 1`` runs them one after another."""
+    if cached:
+        jobs = [_Job(spec, "impl", options.profile, f"{i}-{spec}", spec) for i, spec in enumerate(specs)]
+    elif len(specs) == 1 and independent_profile == options.profile:
+        jobs = [_Job(specs[0], "all", options.profile, f"0-{specs[0]}", specs[0])]
+    else:
+        jobs = [_Job("reference", "independent", independent_profile, "independent", INDEPENDENT_LABEL)]
+        jobs += [_Job(spec, "impl", options.profile, f"{i}-{spec}", spec) for i, spec in enumerate(specs)]
+    if len(jobs) == 1:
+        jobs[0].workers = options.workers
+        return jobs
+    processes = options.workers or usable_cpus()
+    at_once = max(1, min(len(jobs), processes))
+    for job in jobs:
+        job.workers = processes // at_once if processes // at_once >= 2 else 0
+        job.shared = at_once > 1
+    return jobs
+
+
+def concurrency(jobs: list[_Job], options: RunOptions) -> int:
+    """How many of ``jobs`` run at once (:func:`plan`)."""
+    if len(jobs) == 1:
+        return 1
+    return max(1, min(len(jobs), options.workers or usable_cpus()))
+
+
+def _fresh(exc: BaseException) -> BaseException:
+    """A new interrupt like ``exc``, for one session (each carries its own session back)."""
+    return Terminated(exc.signum) if isinstance(exc, Terminated) else KeyboardInterrupt()
+
+
+def _run_jobs(jobs: list[_Job], at_once: int, options: RunOptions, work: Path, artifacts: Path,
+              progress: ProgressFn | None) -> BaseException | None:
+    """Run ``jobs``, ``at_once`` at a time (each its own pytest child, watched by a thread of this
+    process); returns the interrupt that stopped the run (None when every job ran). An interrupt of
+    this process stops every running session (what finished stands) and starts no other; each job
+    keeps its own outcome, so an implementation that fails, hangs past its deadlines or dies loses
+    nothing of the others'."""
+    if at_once <= 1:
+        for job in jobs:
+            job.outcome = _run_one(job, options, work, artifacts, progress)
+            if job.outcome[0].interrupted is not None:
+                return job.outcome[0].interrupted
+        return None
+    import threading
+
+    lock = threading.Lock()
+    pending = list(jobs)
+    stopped: list[BaseException] = []
+
+    def locked_progress(ev: dict) -> None:
+        with lock:
+            progress(ev)
+
+    def stop() -> BaseException | None:
+        return _fresh(stopped[0]) if stopped else None
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if stopped or not pending:
+                    return
+                job = pending.pop(0)
+            try:
+                job.outcome = _run_one(job, options, work, artifacts, locked_progress if progress else None, stop)
+            except BaseException as exc:  # noqa: B036 - a bug here is re-raised in the main thread
+                job.failure = exc
+                with lock:
+                    stopped.append(exc)  # the other sessions stop as if interrupted; the bug is raised
+                return
+
+    threads = [threading.Thread(target=worker, name=f"attnclaims-run-{i}", daemon=True) for i in range(at_once)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        try:
+            for t in threads:
+                t.join(0.1)
+        except (KeyboardInterrupt, Terminated) as exc:  # the main thread was interrupted: stop every session
+            with lock:
+                if not stopped:
+                    stopped.append(exc)
+    for job in jobs:
+        if job.failure is not None and not isinstance(job.failure, (KeyboardInterrupt, Terminated)):
+            raise job.failure
+    if stopped:
+        return next((j.outcome[0].interrupted for j in jobs if j.outcome and j.outcome[0].interrupted),
+                    stopped[0])
+    return None
+
+
 def run(options: RunOptions, registry, progress: ProgressFn | None = None,
         validated: tuple[list[str], list] | None = None) -> RunResult:
     """Run every implementation of ``options``; never raises for what an implementation does.
-    ``validated``: what :func:`validate` returned, when the caller has already called it."""
+    ``validated``: what :func:`validate` returned, when the caller has already called it.
+
+    The sessions (:func:`plan`) may run at the same time; their evidence is put together in the
+    order of the implementations, as if they had run one after another: the independent evidence
+    (and a stopped independent session's errors) in the column of the first implementation that
+    is available, a name taken twice suffixed with its spec."""
     specs, skipped = validated or validate(options, registry)
     if options.profile != "ci" and options.seed is None:
         options.seed = random.SystemRandom().randrange(2**32)
@@ -427,6 +577,7 @@ def run(options: RunOptions, registry, progress: ProgressFn | None = None,
     from attnclaims import cache
 
     cache_key = cache.key(options.profile, options.tests_package, options.claims)
+    independent_profile = cache.independent_profile(options.profile) if cache_key else options.profile
     cache_info: dict = {"used": False, "key": cache_key[:12] if cache_key else None}
     with tempfile.TemporaryDirectory(prefix="attnclaims-run-") as tmp:
         work = Path(tmp)
@@ -435,28 +586,29 @@ def run(options: RunOptions, registry, progress: ProgressFn | None = None,
         artifacts.mkdir(parents=True, exist_ok=True)
         cached = None
         if cache_key and not options.fresh:
-            cached = cache.load(cache_key, artifacts, options.profile)
+            cached = cache.load(cache_key, artifacts, independent_profile)
             every = cache.key(options.profile, options.tests_package) if options.claims else None
             if cached is None and every:  # the entry of a run of every claim serves any selection
-                found = cache.load(every, artifacts, options.profile)
+                found = cache.load(every, artifacts, independent_profile)
                 if found is not None:
                     cached = ([e for e in found[0] if e.claim in options.claims], found[1])
         if cached is not None and progress:
             progress({"event": "cache", "implementation": specs[0], "computed": cached[1], "items": len(cached[0])})
+        jobs = plan(specs, options, cached is not None, independent_profile)
+        interrupted = _run_jobs(jobs, concurrency(jobs, options), options, work, artifacts, progress)
+        independent = next((j for j in jobs if j.scope == "independent"), None)
+        own_jobs = [j for j in jobs if j.scope != "independent"]  # one per implementation, in their order
         first = True
-        interrupted: BaseException | None = None
         impl_claims: set[str] = set()  # claims with implementation tests, once a session collected them
-        for spec in specs:
-            if interrupted is not None:  # stopped by a signal before this one started: an error, never a pass
-                why = stopped_by(interrupted)
+        for spec, job in zip(specs, own_jobs):
+            if job.outcome is None:  # stopped by a signal before this one started: an error, never a pass
+                why = stopped_by(interrupted) if interrupted is not None else "the run stopped before it started"
                 runs.append(ImplementationRun(spec=spec, name=spec, reason=f"not run: {why}",
                                               info={"name": spec, "spec": spec, "available": True}))
                 evidence.extend(broken_evidence(why, spec, registry, options.claims, prefix="not run: ",
                                                 only=impl_claims))
                 continue
-            # with the independent evidence cached, the first implementation runs only its own tests too
-            impl_run, s = _run_one(spec, options, first and cached is None, work, artifacts, progress)
-            interrupted = impl_run.interrupted
+            impl_run, s = job.outcome
             impl_claims |= implementation_claims(s)
             if not impl_run.available:
                 runs.append(impl_run)
@@ -476,9 +628,26 @@ def run(options: RunOptions, registry, progress: ProgressFn | None = None,
             if first and cached is not None:
                 items += cached[0]
                 cache_info.update(used=True, computed=cached[1])
+            elif first and independent is not None and independent.outcome is not None:
+                shared_run, shared = independent.outcome
+                impl_run.seconds = round(impl_run.seconds + shared_run.seconds, 2)
+                impl_run.tests += shared_run.tests
+                if impl_run.tests_total is not None and shared_run.tests_total is not None:
+                    impl_run.tests_total += shared_run.tests_total
+                items += session_evidence(shared, name, registry, options.claims)
+                seen = {e.get("path") for e in impl_run.collect_errors}
+                extra = [e for e in shared_run.collect_errors if e.get("path") not in seen]
+                items += _collection_error_evidence(replace(shared_run, collect_errors=extra), registry, name)
+                if not shared_run.completed:
+                    impl_run.completed = False
+                    impl_run.reason = impl_run.reason or f"{INDEPENDENT_LABEL}: {shared_run.reason}"
+                if cache_key and shared.complete and not shared_run.collect_errors:
+                    stored = cache.store(cache_key, [e for e in items if e.implementation is None], artifacts,
+                                         independent_profile)
+                    cache_info.update(stored=stored)
             elif first and cache_key and s.complete and not impl_run.collect_errors:
-                independent = [e for e in items if e.implementation is None]
-                stored = cache.store(cache_key, independent, artifacts, options.profile)
+                independent_items = [e for e in items if e.implementation is None]
+                stored = cache.store(cache_key, independent_items, artifacts, independent_profile)
                 cache_info.update(stored=stored)
             if options.claims:
                 items = [e for e in items if e.claim in options.claims]
@@ -496,5 +665,7 @@ def run(options: RunOptions, registry, progress: ProgressFn | None = None,
     evidence.extend(citation_evidence(registry, options.claims))
     env = environment(options)
     env["cache"] = cache_info
+    env["independent_profile"] = independent_profile
+    env["sessions_at_once"] = concurrency(jobs, options)
     return RunResult(options=options, runs=runs, evidence=evidence, environment=env,
                      started=started, seconds=round(time.perf_counter() - t0, 2), interrupted=interrupted)

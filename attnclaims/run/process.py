@@ -303,10 +303,13 @@ def kill_group(pgid: int) -> None:
 
 def run_session(args: list[str], *, work: Path, name: str, env: dict | None = None, deadlines: Deadlines | None = None,
                 on_event: Callable[[dict, Session], None] | None = None, server: "ForkServer | None" = None,
-                cwd: Path | None = None) -> Session:
+                cwd: Path | None = None, stop: Callable[[], BaseException | None] | None = None) -> Session:
     """Run ``pytest ARGS --attn-events …`` in a child (or a child forked by ``server``) until it ends
     or a limit is reached; never raises for what the child does. On any exception here (an
-    interrupt, :class:`Terminated`) the child's process group is killed before it propagates."""
+    interrupt, :class:`Terminated`) the child's process group is killed before it propagates.
+    ``stop``: polled with the events; when it returns an interrupt (the caller's main thread was
+    interrupted while this session runs in another thread) that interrupt is raised here, as if it
+    had arrived in this thread."""
     deadlines = deadlines or Deadlines()
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
     events, log = work / f"{safe}.events.jsonl", work / f"{safe}.log"
@@ -328,6 +331,10 @@ def run_session(args: list[str], *, work: Path, name: str, env: dict | None = No
             if code is not None:
                 s.returncode = code
                 break
+            if stop is not None:
+                signalled = stop()
+                if signalled is not None:
+                    raise signalled
             now = time.monotonic()
             overall = deadlines.overall_for(s.total)
             why = ""
