@@ -211,6 +211,8 @@ class _Job:
     shared: bool = False      # runs beside other sessions: one BLAS thread each (unless the user chose)
     outcome: tuple[ImplementationRun, Session] | None = None
     failure: BaseException | None = None  # an exception of this module (a bug), re-raised after the others
+    started: float | None = None  # when it started and ended (time.perf_counter)
+    ended: float | None = None
 
 
 def _package_dir(tests_package: str) -> Path | None:
@@ -506,7 +508,9 @@ def _run_jobs(jobs: list[_Job], at_once: int, options: RunOptions, work: Path, a
     nothing of the others'."""
     if at_once <= 1:
         for job in jobs:
+            job.started = time.perf_counter()
             job.outcome = _run_one(job, options, work, artifacts, progress)
+            job.ended = time.perf_counter()
             if job.outcome[0].interrupted is not None:
                 return job.outcome[0].interrupted
         return None
@@ -529,8 +533,10 @@ def _run_jobs(jobs: list[_Job], at_once: int, options: RunOptions, work: Path, a
                 if stopped or not pending:
                     return
                 job = pending.pop(0)
+            job.started = time.perf_counter()
             try:
                 job.outcome = _run_one(job, options, work, artifacts, locked_progress if progress else None, stop)
+                job.ended = time.perf_counter()
             except BaseException as exc:  # noqa: B036 - a bug here is re-raised in the main thread
                 job.failure = exc
                 with lock:
@@ -667,5 +673,9 @@ def run(options: RunOptions, registry, progress: ProgressFn | None = None,
     env["cache"] = cache_info
     env["independent_profile"] = independent_profile
     env["sessions_at_once"] = concurrency(jobs, options)
+    # when each session ran, seconds from the start of the run (how much the sessions overlapped)
+    env["sessions"] = [{"label": j.label, "scope": j.scope, "workers": j.workers,
+                        "start_s": round(j.started - t0, 2) if j.started is not None else None,
+                        "end_s": round(j.ended - t0, 2) if j.ended is not None else None} for j in jobs]
     return RunResult(options=options, runs=runs, evidence=evidence, environment=env,
                      started=started, seconds=round(time.perf_counter() - t0, 2), interrupted=interrupted)
