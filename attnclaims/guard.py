@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from attnclaims import declines
-from attnclaims.evidence import cap_text
+from attnclaims.evidence import cap_text, plain
 from attnclaims.protocol import CAPABILITIES, STRUCTURED_OUTPUTS, expected_shape
 
 #: The limit of one guarded call into an implementation, seconds (``--attn-call-timeout``; the kill
@@ -327,7 +327,7 @@ def _same_vjp_output(a, b) -> bool:
 
 
 def _short(value) -> str:
-    text = " ".join(repr(value).split())
+    text = " ".join(plain(value).split())  # a numpy scalar as its number (1e-05, not np.float64(1e-05))
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -600,7 +600,7 @@ class GuardedImplementation:
                     raise self._fail(capability, f"{label} is {type(g).__qualname__}, but should be {type(w).__qualname__}")
                 self._check_params_gradient(capability, label, g, w, finite)
             elif not (g == w or (g is None and w is None)):
-                raise self._fail(capability, f"{label}={g!r}, but should be {w!r} (copied from params)")
+                raise self._fail(capability, f"{label}={plain(g)}, but should be {plain(w)} (copied from params)")
 
     def _check_gradient(self, capability, name, got, shape, finite):
         self._check_array(capability, name, got, shape, finite, "its input's shape")
@@ -651,7 +651,7 @@ class GuardedImplementation:
             if bad.any():
                 first = tuple(int(i) for i in np.argwhere(bad)[0])
                 raise self._fail(capability, f"{name} has {int(bad.sum())} non-finite values "
-                                             f"(first at index {first}: {got[first]!r})")
+                                             f"(first at index {first}: {plain(got[first])})")
 
     def _check_output(self, capability, out, args, kwargs, finite):
         if capability.endswith("_vjp"):

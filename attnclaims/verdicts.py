@@ -138,7 +138,7 @@ from graphlib import TopologicalSorter
 from typing import Iterable, Mapping, Sequence
 
 from attnclaims.declines import MIN_EXAMPLES_RAN, MIN_RAN_FRACTION, enough_examples
-from attnclaims.evidence import Evidence
+from attnclaims.evidence import Evidence, informative_first
 from attnclaims.vocab import (BLOCKED, BLOCKED_PREFIX, EXTENSION, EXTENSION_PREFIX, INDEPENDENT, NUMERIC_KINDS,
                               OTHER_VERDICTS, PARTIAL, PARTIAL_PREFIX, PROBLEM_CATEGORIES, STOPPED_RUN, STRENGTH,
                               VERDICT_WORDS)
@@ -287,7 +287,10 @@ def _more(items: Sequence) -> str:
 
 
 def _problems(items: Sequence[Evidence]) -> tuple[str, str] | None:
-    """Rules 1 and 2 (refuted, error), or None when nothing failed or crashed."""
+    """Rules 1 and 2 (refuted, error), or None when nothing failed or crashed. The reason quotes the most
+    informative failure (:func:`attnclaims.evidence.failure_rank`: a finite counterexample before a
+    non-finite side effect of a degenerate draw), the first of its rank in the order the checks ran."""
+    items = informative_first(list(items))
     failed = [e for e in items if e.outcome == "failed" and e.role != "control"]
     if failed:
         e = failed[0]

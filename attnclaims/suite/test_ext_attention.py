@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from attnclaims.checks import strategies as M
@@ -31,6 +31,7 @@ from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
 from attnclaims.checks.strategies import needs_variant
 from attnclaims.checks import controls as C
+from attnclaims.checks.strategies.attention import KernelEdge, causal_weights_probe, reachable_weights
 from attnclaims.checks.strategies.multihead import gqa_cases
 from attnclaims.checks.strategies.positional import rope_cases
 from attnclaims.reference import expand_kv, multi_head_attention as ref_mha, sliding_window_mask
@@ -212,9 +213,14 @@ def test_rotary_embedding_breaks_permutation_equivariance(impl, data, more):
 @pytest.mark.claim("decoder-masking", kind="conformance", extension="causal alignment")
 @pytest.mark.requires("causal_attention")
 @given(case=M.causal_cases(window=False))
+@example(case=KernelEdge("decode-top-left"))
+@example(case=KernelEdge("decode-bottom-right"))
+@example(case=KernelEdge("bottom-right-long-cache"))
 def test_causal_attention_matches_reference_for_each_declared_alignment(impl, case):
     """causal_attention(q, k, v, alignment) equals attention with the causal mask of that alignment: top-left
-    (query i sees keys 0 … i) or bottom-right (keys 0 … i + n_k − n_q), n_q ≠ n_k drawn often."""
+    (query i sees keys 0 … i) or bottom-right (keys 0 … i + n_k − n_q), n_q ≠ n_k drawn often; and, for each
+    declared alignment, one query against a cache of 2T + 5 keys, and five queries against 4T + 4 keys (T the
+    smallest declared tile: every query block's causal end falls one key short of a block boundary)."""
     c = case.cast(impl.dtype)
     out = impl.causal_attention(c.q, c.k, c.v, c.alignment, None, c.scale)
     T.assert_close(out, ref_causal_attention(c.q, c.k, c.v, c.alignment, None, c.scale),
@@ -226,9 +232,11 @@ def test_causal_attention_matches_reference_for_each_declared_alignment(impl, ca
 @pytest.mark.requires("causal_attention")
 @needs_variant(sliding_window=True)
 @given(case=M.causal_cases(window=True))
+@example(case=KernelEdge("short-window"))
 def test_sliding_window_attention_matches_reference(impl, case):
     """With window = w a query at position p sees keys p − w + 1 … p only (the causal band of the
-    restricted-attention baseline), for each declared alignment."""
+    restricted-attention baseline), for each declared alignment; also a window of 3 keys over 2T + 3 (a
+    window far shorter than a tile, which starts in the key block before its query's)."""
     c = case.cast(impl.dtype)
     out = impl.causal_attention(c.q, c.k, c.v, c.alignment, c.window, c.scale)
     T.assert_close(out, ref_causal_attention(c.q, c.k, c.v, c.alignment, c.window, c.scale),
@@ -261,6 +269,34 @@ def test_keys_a_query_may_not_see_do_not_change_its_output(impl, case, more):
                    "may not see", names=("out'[i]", "out[i]"))
 
 
+@pytest.mark.claim("decoder-masking", extension="causal alignment")
+@pytest.mark.requires("causal_attention")
+@given(case=M.causal_cases())
+@example(case=KernelEdge("decode-bottom-right"))
+@example(case=KernelEdge("bottom-right-long-cache"))
+@example(case=KernelEdge("short-window"))
+def test_every_key_a_query_may_see_changes_its_output(impl, case):
+    """For each declared alignment and window, every key a query may see changes its output and no other key
+    does. The output is linear in V, so with V = I (:func:`~attnclaims.checks.strategies.attention.
+    causal_weights_probe`) its column j is the weight of key j, which is what changing key j's value changes
+    in each output: exactly 0 for every key the mask hides (under-masking), and positive for every key it
+    allows wherever the inputs alone prove the weight cannot underflow
+    (:func:`~attnclaims.checks.strategies.attention.reachable_weights`: a correct implementation cannot fail
+    it, whatever the draw). No reference is involved: this catches over-masking (a query denied keys it
+    may see, e.g. a key block skipped for a whole query block) that only conformance caught before."""
+    c = case.cast(impl.dtype)
+    a = causal_weights_probe(impl, c.q, c.k, c.alignment, c.window, c.scale)
+    mask = sliding_window_mask(c.q.shape[-2], c.k.shape[-2], c.window, c.alignment)
+    T.assert_exactly_zero(np.where(mask, 0.0, a), c.describe() + ": weights of the keys a query may not see")
+    reachable = np.broadcast_to(reachable_weights(c.q, c.k, mask, c.scale, impl.dtype), a.shape)
+    missing = reachable & ~(np.asarray(a, dtype=np.float64) > 0)
+    if missing.any():
+        where = tuple(int(i) for i in np.argwhere(missing)[0])
+        raise T.CheckFailure(f"{c.describe()}: {int(missing.sum())} weights of keys a query may see are not "
+                             f"positive (first at {where}: {a[where]!r}); that query's output ignores a key it "
+                             "may see")
+
+
 # ---------------------------------------------------------------------------------------------
 # Negative controls: each test above rejects a broken implementation (attnclaims/checks/controls.py)
 # ---------------------------------------------------------------------------------------------
@@ -277,6 +313,7 @@ CONTROLS = [
      C.zoo("causal_bottom_right_as_top_left")),
     (test_sliding_window_attention_matches_reference, {}, C.zoo("sliding_window_off_by_one")),
     (test_keys_a_query_may_not_see_do_not_change_its_output, {}, C.zoo("sliding_window_off_by_one")),
+    (test_every_key_a_query_may_see_changes_its_output, {}, C.zoo("causal_bottom_right_as_top_left")),
 ]
 
 

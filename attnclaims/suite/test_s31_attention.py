@@ -29,7 +29,7 @@ from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
 from attnclaims.checks.assertions import read_weights
 from attnclaims.checks.strategies.attention import scored_cases as _scored_cases
-from attnclaims.checks.strategies.attention import single_key_cases
+from attnclaims.checks.strategies.attention import KernelEdge, single_key_cases
 from attnclaims.zoo import broken as B
 
 EDGE = {name: S.edge_attention_case(name) for name in S.EDGE}
@@ -179,8 +179,12 @@ def test_long_softmax_rows_sum_to_one(impl, data):
 @example(case=EDGE["long-sequence"])
 @example(case=EDGE["one-query-masked"])
 @example(case=EDGE["batched-masks"])
+@example(case=KernelEdge("partial-last-block"))
+@example(case=KernelEdge("padded-blocks"))
 def test_attention_weights_are_a_distribution(impl, case):
-    """The weights of attention: ≥ 0, rows sum to 1, masked keys exactly 0, equal to the reference's."""
+    """The weights of attention: ≥ 0, rows sum to 1, masked keys exactly 0, equal to the reference's — also
+    where a tiled kernel's key blocks end partway (``partial-last-block``) or are wholly masked for some
+    queries (``padded-blocks``), sized by the implementation's declared tiles (docs/adapters.md, Tile sizes)."""
     c = case.cast(impl.dtype)
     a = read_weights(impl, c.q, c.k, c.mask, c.scale)
     check_distribution(a, c.mask, c.n_k, impl.dtype, c.describe())

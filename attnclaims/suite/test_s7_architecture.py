@@ -28,6 +28,7 @@ from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
 from attnclaims.checks.assertions import read_weights
+from attnclaims.checks.strategies import attention as A
 from attnclaims.checks.strategies.layers import decoder_cases, encoder_cases
 from attnclaims.zoo import broken as B
 
@@ -154,14 +155,33 @@ def test_decoder_outputs_ignore_later_targets(impl, data, pick):
 
 @pytest.mark.claim("decoder-masking")
 @pytest.mark.requires("attention")
-@given(case=S.attention_cases(mask=False, explicit_scale=True))
-@example(case=S.edge_attention_case("huge-scores"))
+@given(case=A.causal_padded_cases(explicit_scale=True))
+@example(case=A.with_causal_mask(S.edge_attention_case("huge-scores")))
+@example(case=A.KernelEdge("two-blocks", causal=True))
 def test_causal_weights_on_future_positions_are_exactly_zero(impl, case):
-    """Under the causal mask M_ij = (j ≤ i) the weight of every future key is exactly 0 (not merely small)."""
+    """Under the causal mask M_ij = (j ≤ i), with a key-padding mask drawn together with it in half the draws,
+    the weight of every future or padded key is exactly 0 (not merely small), and the weight of every key a
+    query may see is positive wherever the inputs alone prove it cannot underflow
+    (:func:`~attnclaims.checks.strategies.attention.reachable_weights`: no false alarm). The output is linear in
+    V, so a key's weight is what changing its value changes in the output: a query is not denied a key it may
+    see (over-masking, e.g. a key block skipped for a whole query block), and sees none it may not (the causal
+    mask dropped once a padding mask comes with it)."""
     c = case.cast(impl.dtype)
-    causal = S.causal_masks(c.n_q, c.n_k)
-    a = read_weights(impl, c.q, c.k, causal, c.scale)
-    T.assert_exactly_zero(np.where(causal, 0.0, a), c.describe() + ": causal mask, future keys")
+    a = read_weights(impl, c.q, c.k, c.mask, c.scale)
+    mask = np.broadcast_to(c.mask, a.shape)
+    T.assert_exactly_zero(np.where(mask, 0.0, a), c.describe() + ": future and padded keys")
+    _assert_reachable_weights_positive(a, A.reachable_weights(c.q, c.k, c.mask, c.scale, impl.dtype),
+                                       c.describe())
+
+
+def _assert_reachable_weights_positive(a, reachable, what: str) -> None:
+    """Every weight ``reachable`` marks (allowed, and provably above underflow) is > 0."""
+    reachable = np.broadcast_to(reachable, a.shape)
+    missing = reachable & ~(np.asarray(a, dtype=np.float64) > 0)
+    if missing.any():
+        where = tuple(int(i) for i in np.argwhere(missing)[0])
+        raise T.CheckFailure(f"{what}: {int(missing.sum())} weights of keys a query may see are not positive "
+                           f"(first at {where}: {a[where]!r}); that query's output ignores a key it may see")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,34 +277,47 @@ def test_invariant_to_permuting_memory_rows(impl, capability, data, pick):
 
 @pytest.mark.claim("parallel-training")
 @pytest.mark.requires("decoder_layer")
-@given(data=decoder_cases(masks=False, max_seq=24))
+@given(data=decoder_cases(max_seq=24))
 def test_one_parallel_pass_equals_decoding_on_growing_prefixes(impl, data):
     """decoder_layer(y[:t+1], memory)[t] = decoder_layer(y, memory)[t] for every t: the causal mask lets one
-    parallel pass compute what step-by-step decoding computes."""
-    case, p, _, _ = data
+    parallel pass compute what step-by-step decoding computes — also with a padding self_mask (and a memory
+    mask) drawn together with it, the prefix taking the padding mask's first t + 1 keys."""
+    case, p, self_mask, memory_mask = data
     c = case.cast(impl.dtype)
     n_t = c.x.shape[-2]
-    full = impl.decoder_layer(c.x, c.memory, p)
-    steps = np.stack([impl.decoder_layer(np.ascontiguousarray(c.x[..., : t + 1, :]), c.memory, p)[..., t, :]
+    full = impl.decoder_layer(c.x, c.memory, p, self_mask, memory_mask)
+
+    def masks(t):
+        own = None if self_mask is None else np.ascontiguousarray(self_mask[..., : t + 1])
+        mem = memory_mask
+        if mem is not None and np.ndim(mem) >= 2 and np.shape(mem)[-2] == n_t:  # a row per target: the first t + 1
+            mem = np.ascontiguousarray(mem[..., : t + 1, :])
+        return own, mem
+
+    steps = np.stack([impl.decoder_layer(np.ascontiguousarray(c.x[..., : t + 1, :]), c.memory, p, *masks(t))[..., t, :]
                       for t in range(n_t)], axis=-2)
-    bound = 2 * T.Bound(T.decoder_layer_error(c.x, c.memory, p, u=_u(impl)), _u(impl))
-    T.assert_close(steps, full, bound, f"step-by-step decoding of {n_t} targets vs one pass",
+    bound = 2 * T.Bound(T.decoder_layer_error(c.x, c.memory, p, self_mask, memory_mask, u=_u(impl)), _u(impl))
+    T.assert_close(steps, full, bound, f"step-by-step decoding of {n_t} targets vs one pass"
+                   + ("" if self_mask is None else " (with a padding self_mask)"),
                    names=("step t on y[:t+1]", "parallel pass"))
 
 
 @pytest.mark.claim("parallel-training")
 @pytest.mark.requires("attention")
-@given(case=S.attention_cases(mask=False, explicit_scale=None, square=True, max_seq=24))
+@given(case=A.causal_padded_cases(explicit_scale=None, square=True, max_seq=24))
+@example(case=A.KernelEdge("two-blocks", causal=True))
 def test_causal_attention_pass_equals_attention_on_prefixes(impl, case):
-    """With the causal mask, attention(Q, K, V)[t] = attention(Q[:t+1], K[:t+1], V[:t+1])[t] for every t."""
+    """With the causal mask, attention(Q, K, V)[t] = attention(Q[:t+1], K[:t+1], V[:t+1])[t] for every t —
+    also with a key-padding mask drawn together with it (the prefix's mask is the first t + 1 rows and keys
+    of causal ∧ padding)."""
     c = case.cast(impl.dtype)
     n = c.n_q
-    causal = S.causal_masks(n)
-    full = impl.attention(c.q, c.k, c.v, causal, c.scale)
+    full = impl.attention(c.q, c.k, c.v, c.mask, c.scale)
     prefix = lambda a, t: np.ascontiguousarray(a[..., : t + 1, :])
-    steps = np.stack([impl.attention(prefix(c.q, t), prefix(c.k, t), prefix(c.v, t), S.causal_masks(t + 1), c.scale)[..., t, :]
+    steps = np.stack([impl.attention(prefix(c.q, t), prefix(c.k, t), prefix(c.v, t),
+                                     np.ascontiguousarray(c.mask[..., : t + 1, : t + 1]), c.scale)[..., t, :]
                       for t in range(n)], axis=-2)
-    T.assert_close(steps, full, T.self_consistency(T.attention_error, c.q, c.k, c.v, causal, c.scale, dtype=impl.dtype),
+    T.assert_close(steps, full, T.self_consistency(T.attention_error, c.q, c.k, c.v, c.mask, c.scale, dtype=impl.dtype),
                    c.describe() + ": prefixes vs one causal pass", names=("step t", "parallel pass"))
 
 

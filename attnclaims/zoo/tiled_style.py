@@ -7,16 +7,14 @@ block raises the maximum; the output is ``acc / l``. A row whose keys are all ma
 ``l = 0`` and ends as 0/0 = NaN, the einsum style's convention. Causal attention skips, per query block, the
 key blocks that lie wholly outside the causal range (and outside a sliding window), as a kernel does.
 The split-KV variant runs the tiled kernel on ``splits`` consecutive chunks of the keys, each returning its
-normalised partial output and its log-sum-exp, and combines them with the weights ``exp(lse_i − max lse)``.
+normalised partial output, its maximum ``m_i`` and normaliser ``l_i``, and combines them with the weights
+``l_i·exp(m_i − max m)`` (the log-sum-exp ``m_i + log l_i`` of FlashDecoding written without the sum, which
+rounds to ``m_i`` when scores are huge).
 
 These are the kernels the strategies must reach beyond one tile: a kernel tested only on a dozen keys is
 tested as a single block. Multi-head and grouped-query attention run the same kernel per head; every other
 capability, and every vjp, is the einsum style's (:mod:`attnclaims.zoo.einsum_style`). The single-bug
 variants of these kernels are the tiled mutants (:mod:`attnclaims.zoo.mutants.tiled`).
-
-Open: under ``ci`` (with the tile-crossing draws) ``tiled16`` and ``tiled64`` pass every attention-level test;
-``tiled_split_kv`` fails ``test_attention_weights_are_a_distribution`` on a case with ``scale=1e300``
-(q (1, 7, 8), k (1, 5, 8): a weight 1/6 where the reference has 0), not yet explained.
 """
 from __future__ import annotations
 
@@ -98,15 +96,21 @@ class TiledImplementation(EinsumImplementation):
         return acc, l, m
 
     def _combine(self, parts):
-        """Split-KV: normalised partial outputs o_i with their log-sum-exps, weighted by exp(lse_i − max)."""
-        outs, lses = [], []
+        """Split-KV: each chunk's normalised partial output o_i = acc_i / l_i with its maximum m_i and
+        normaliser l_i, weighted by w_i = l_i·exp(m_i − max m): out = Σ w_i o_i / Σ w_i.
+
+        The weights are kept as (m_i, l_i) rather than as a log-sum-exp m_i + log l_i: where |m_i| is huge
+        (a scale of 1e300) m_i + log l_i rounds to m_i, and chunks holding 1 and 2 tied maxima would get
+        equal weight. A chunk no query key reaches has l_i = 0 and weight 0."""
+        outs, ms, ls = [], [], []
         for acc, l, m in parts:
             live = l > 0
             outs.append(np.where(live[..., None], acc / np.where(live, l, 1.0)[..., None], 0.0))
-            lses.append(np.where(live, m + np.log(np.where(live, l, 1.0)), -np.inf))
-        lse = np.stack(lses)  # (splits, ..., n_q)
-        top = np.max(lse, axis=0)
-        w = np.exp(lse - np.where(np.isfinite(top), top, 0.0))
+            ms.append(np.where(live, m, -np.inf))
+            ls.append(l)
+        m = np.stack(ms)  # (splits, ..., n_q)
+        top = np.max(m, axis=0)
+        w = np.stack(ls) * np.exp(m - np.where(np.isfinite(top), top, 0.0))
         return self._weighted(w, np.stack(outs))
 
     def _weighted(self, w, outs):

@@ -159,7 +159,8 @@ def test_assert_close_message_and_measured_bound():
     with pytest.raises(CheckFailure) as exc:
         T.assert_close([1.0, 1.0], [1.0, 1.0 + 1e-12], bound, "attention(mask=causal)")
     msg = str(exc.value)
-    assert msg.startswith("max |out - ref| / scale = ") and "> 1e-16 [attention(mask=causal)]" in msg, msg
+    assert msg.startswith("out is off the reference by a relative 1e-12 at index (1,): out = 1, ref = 1.000000000001")
+    assert "[attention(mask=causal)]; max |out - ref| / scale = 5e-13 > 1e-16" in msg, msg
     assert exc.value.bound == 1e-16 and exc.value.measured == pytest.approx(1e-12 / 2, rel=1e-3)
     with pytest.raises(CheckFailure):
         T.assert_close([np.nan], [0.0], T.Bound(np.array([1.0]), 1.0), "NaN never passes")

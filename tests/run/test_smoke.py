@@ -147,7 +147,8 @@ def test_a_forward_only_adapter_is_told_its_gradient_tests_are_not_applicable():
 def test_a_broken_capability_fails_its_line():
     status, text = _run("attnclaims.zoo.mutants:heads_split_strided")
     assert status == 1
-    assert "  FAILED   multi_head_attention     max |out - ref| / scale" in text
+    assert "  FAILED   multi_head_attention     out is " in text and "off the reference at index" in text, text
+    assert "max |out - ref| / scale = " in text
     assert "  ok       attention" in text and "smoke check(s) failed" in text
 
 

@@ -27,11 +27,13 @@ from attnclaims.reference import causal_mask, init_decoder_layer, init_encoder_l
 from attnclaims.reference.impl import Reference
 from attnclaims.registry import load_registry
 from attnclaims.zoo.mutants import MUTANTS, Composed
+from attnclaims.zoo.tiled_style import TiledImplementation
 
 #: the correct implementations in three styles that must pass every implementation test, and the base of the
 #: backward mutants (a bug in it would make their kills meaningless)
 REQUIRED_CONTROLS = {"einsum", "loops", "logsumexp", "composed-backward"}
 BACKWARD_MODULE = "attnclaims.zoo.mutants.backward"
+TILED_MODULE = "attnclaims.zoo.mutants.tiled"
 #: per mutant, the test that caught it last time: its kill-matrix run starts there (an order only; see
 #: :mod:`attnclaims.kill_order`). Refresh: ``attnclaims mutants --out DIR``, then each mutant's
 #: ``first_detection_test`` in ``DIR/mutants.json``.
@@ -67,7 +69,9 @@ def test_mutant_entry_is_well_formed(name):
         assert impl.name == f"mutant:{name}" and type(impl).__name__ == "RoundedEinsum", \
             f"{name}: a {impl.dtype} mutant should be the correct 16-bit style's rounding around its class"
         impl = impl.base
-    assert isinstance(impl, Composed) and type(impl) is not Composed, f"{name}: should be a subclass of Composed"
+    # the tiled kernel's mutants are built on the correct tiled style instead (attnclaims/zoo/mutants/tiled.py)
+    base = TiledImplementation if m.factory.__module__ == TILED_MODULE else Composed
+    assert isinstance(impl, base) and type(impl) is not base, f"{name}: should be a subclass of {base.__name__}"
     # one bug: the class overrides a few methods of the correct base, nothing else
     own = [k for k, v in vars(type(impl)).items() if inspect.isfunction(v)]
     assert 1 <= len(own) <= 2, f"{name}: overrides {own}, but a mutant should change one thing"

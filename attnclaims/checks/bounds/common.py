@@ -335,41 +335,130 @@ def _where(index: tuple[int, ...]) -> str:
     return f" at index {index}" if index else ""
 
 
+def _digits(x: float, y: float) -> int:
+    """Significant digits that show the difference of x and y: 4, more as they agree to more digits."""
+    top = max(abs(x), abs(y))
+    if not (math.isfinite(x) and math.isfinite(y)) or top == 0 or x == y:
+        return 4
+    return int(min(17, max(4, math.ceil(-math.log10(abs(x - y) / top)) + 2)))
+
+
+def _num(v: float, digits: int = 4) -> str:
+    """A number as a number (never numpy's ``np.float64(…)`` repr): ``digits`` significant digits."""
+    v = float(v)
+    return str(v) if not math.isfinite(v) else f"{v:.{digits}g}"
+
+
+def _relative(diff: float, x: float, y: float, typical: float) -> str | None:
+    """The plain relative error ("8.1 %") of x against y, or None when y is 0 or tiny against the typical
+    magnitude of the expected values (|y| < 10⁻³·max |expected|): a relative error there says nothing."""
+    if not (y != 0 and abs(y) >= 1e-3 * typical):
+        return None
+    pct = 100.0 * diff / abs(y)
+    if pct >= 99.5:
+        return f"{pct:,.0f} %"
+    if pct >= 0.01:
+        return f"{pct:.2g} %"
+    return f"{diff / abs(y):.2g}"  # a relative error below 10⁻⁴: as a number
+
+
+def _plain_lead(x: float, y: float, names: tuple[str, str], index: tuple[int, ...], typical: float) -> str:
+    """What a newcomer reads first: how far off the value is, in plain terms, and both values.
+    ``out is 8.1 % off the reference at index (0, 2): out = 0.2229, ref = 0.2408``; where the expected
+    value is 0 (or tiny) the absolute difference; a non-finite value is named as such."""
+    a, b = names
+    other = "the reference" if b == "ref" else b
+    where = _where(index)
+    digits = _digits(x, y)
+    values = f"{a} = {_num(x, digits)}, {b} = {_num(y, digits)}"
+    if not math.isfinite(x):
+        return f"{a} is not finite{where}: {values}"
+    if not math.isfinite(y):
+        return f"{b} is not finite{where}: {values}"
+    diff = abs(x - y)
+    rel = _relative(diff, x, y, typical)
+    if rel is not None and rel.endswith("%"):
+        return f"{a} is {rel} off {other}{where}: {values}"
+    if rel is not None:
+        return f"{a} is off {other} by a relative {rel}{where}: {values}"
+    return f"{a} is off {other} by {diff:.3g}{where}: {values}"
+
+
+def _tail(names: tuple[str, str], measured: float, tol: float, what: str, allowed: str) -> str:
+    """The scaled figure after the plain one: ``[what]; max |out - ref| / scale = … > tol`` and the smallest
+    tol that would pass (the measured ratio: :class:`~attnclaims.guard.CheckFailure`'s ``measured``)."""
+    passes = f"the smallest tol that passes: {measured:.3g}" if math.isfinite(measured) else "no finite tol passes"
+    return (f"{allowed} [{what}]; max |{names[0]} - {names[1]}| / scale = {measured:.3g} > {tol:.3g} "
+            f"({passes})")
+
+
+def _ratio(actual, expected, bound: Bound):
+    scale = np.broadcast_to(bound.scale, actual.shape)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        err = np.abs(actual - expected)
+        ratio = np.where(scale > 0, err / np.where(scale > 0, scale, 1.0), np.where(err > 0, np.inf, 0.0))
+    return np.where(np.isnan(err), np.inf, ratio)
+
+
+def _worst(ratio) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(int(np.argmax(ratio)), ratio.shape)) if ratio.size else ()
+
+
 def assert_close(actual, expected, bound: Bound, what: str, *, names: tuple[str, str] = ("out", "ref")) -> float:
     """Fail unless |actual − expected| ≤ bound.abs elementwise.
 
-    Message: ``max |out - ref| / scale = 3.1e-12 > 2.2e-14 [what]`` with the worst element and its
-    values; the :class:`CheckFailure` carries ``measured`` (the smallest tol that would pass) and
-    ``bound`` (tol). Returns the measured ratio (for ``note``/statistics).
+    Message: the plain error at the worst element first, then the scaled figure —
+    ``out is 8.1 % off the reference at index (0, 2): out = 0.2229, ref = 0.2408, allowed |diff| <= 3.2e-15
+    [what]; max |out - ref| / scale = 3.1e-12 > 2.2e-14 (the smallest tol that passes: 3.1e-12)``; the
+    relative error where the expected value is not 0 (nor below 10⁻³ of the largest), the absolute
+    difference otherwise. The :class:`CheckFailure` carries ``measured`` (the smallest tol that would pass)
+    and ``bound`` (tol). Returns the measured ratio (for ``note``/statistics).
     """
     actual, expected = _f64(actual), _f64(expected)
     if actual.shape != expected.shape:
         raise CheckFailure(f"{names[0]}.shape={actual.shape}, but should be {expected.shape} [{what}]")
     bound = flush_to_zero_allowance(bound, expected)
-    scale = np.broadcast_to(bound.scale, actual.shape)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        err = np.abs(actual - expected)
-        ratio = np.where(scale > 0, err / np.where(scale > 0, scale, 1.0), np.where(err > 0, np.inf, 0.0))
-    ratio = np.where(np.isnan(err), np.inf, ratio)
+    ratio = _ratio(actual, expected, bound)
     measured = float(ratio.max()) if ratio.size else 0.0
     _target(measured / bound.tol if bound.tol > 0 else measured, f"error/bound {what}")
     if not measured <= bound.tol:
-        index = tuple(int(i) for i in np.unravel_index(int(np.argmax(ratio)), ratio.shape)) if ratio.size else ()
-        detail = ""
-        if index or ratio.size == 1:
-            detail = (f"{_where(index)}: {names[0]}={actual[index]!r}, {names[1]}={expected[index]!r}, "
-                      f"allowed |diff| <= {float(np.broadcast_to(bound.abs, actual.shape)[index]):.3g}")
-        raise CheckFailure(f"max |{names[0]} - {names[1]}| / scale = {measured:.3g} > {bound.tol:.3g} [{what}]"
-                           f"{detail}", measured=measured, bound=bound.tol)
+        if not ratio.size:
+            raise CheckFailure(f"max |{names[0]} - {names[1]}| / scale = {measured:.3g} > {bound.tol:.3g} [{what}]",
+                               measured=measured, bound=bound.tol)
+        index = _worst(ratio)
+        finite = expected[np.isfinite(expected)]
+        typical = float(np.max(np.abs(finite))) if finite.size else 0.0
+        lead = _plain_lead(float(actual[index]), float(expected[index]), names, index, typical)
+        allowed = f", allowed |diff| <= {float(np.broadcast_to(bound.abs, actual.shape)[index]):.3g}"
+        raise CheckFailure(lead + _tail(names, measured, bound.tol, what, allowed), measured=measured, bound=bound.tol)
     return measured
 
 
 def assert_within(value, low, high, bound: Bound, what: str, *, name: str = "out") -> float:
-    """Fail unless low − bound ≤ value ≤ high + bound elementwise (a one-sided :func:`assert_close`)."""
+    """Fail unless low − bound ≤ value ≤ high + bound elementwise (a one-sided :func:`assert_close`).
+    Message: ``y is 0.5 outside [low, high] at index (1,): y = 1.5, [low, high] = [0, 1], …``, then the
+    scaled figure as :func:`assert_close` prints it."""
     value, low, high = _f64(value), _f64(low), _f64(high)
     outside = np.maximum(np.maximum(low - value, value - high), 0.0)
     outside = np.where(np.isnan(value), np.inf, outside)
-    return assert_close(outside, np.zeros_like(outside), bound, what, names=(f"dist({name}, [low, high])", "0"))
+    zero = np.zeros_like(outside)
+    names = (f"dist({name}, [low, high])", "0")
+    bound = flush_to_zero_allowance(bound, zero)
+    ratio = _ratio(outside, zero, bound)
+    measured = float(ratio.max()) if ratio.size else 0.0
+    _target(measured / bound.tol if bound.tol > 0 else measured, f"error/bound {what}")
+    if not measured <= bound.tol:
+        index = _worst(ratio)
+        v = np.broadcast_to(value, outside.shape)[index]
+        lo, hi = np.broadcast_to(low, outside.shape)[index], np.broadcast_to(high, outside.shape)[index]
+        if not math.isfinite(float(v)):
+            lead = f"{name} is not finite{_where(index)}: {name} = {_num(v)}"
+        else:
+            lead = f"{name} is {float(outside[index]):.3g} outside [low, high]{_where(index)}: {name} = {_num(v, 6)}"
+        lead += f", [low, high] = [{_num(lo, 6)}, {_num(hi, 6)}]"
+        allowed = f", allowed excess <= {float(np.broadcast_to(bound.abs, outside.shape)[index]):.3g}"
+        raise CheckFailure(lead + _tail(names, measured, bound.tol, what, allowed), measured=measured, bound=bound.tol)
+    return measured
 
 
 def assert_exactly_zero(values, what: str, *, name: str = "weights") -> None:
@@ -380,7 +469,7 @@ def assert_exactly_zero(values, what: str, *, name: str = "weights") -> None:
         index = tuple(int(i) for i in np.argwhere(bad)[0])
         measured = float(np.nanmax(np.abs(values))) if not np.isnan(values).all() else math.inf
         raise CheckFailure(f"{int(bad.sum())} {name} should be exactly 0 but are not; "
-                           f"max |{name}| = {measured:.3g} (first{_where(index)}: {values[index]!r}) [{what}]",
+                           f"max |{name}| = {measured:.3g} (first{_where(index)}: {_num(values[index], 6)}) [{what}]",
                            measured=measured, bound=0.0)
 
 

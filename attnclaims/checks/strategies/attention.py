@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from attnclaims.checks.strategies.common import (
-    ELEMENTWISE_LIMIT, _cast_fields, _dtype, _not_applicable, arrays, batch_shapes, dims, finfo, scales, seeds,
-    seq_lengths, tile_crossing, tile_sizes, variants,
+    ELEMENTWISE_LIMIT, _cast_fields, _dtype, _not_applicable, arrays, batch_shapes, dims, finfo, require_variant,
+    scales, seeds, seq_lengths, tile_crossing, tile_sizes, variants,
 )
 from attnclaims.profiles import limits
 from attnclaims.reference.attention import additive_scores
@@ -25,7 +25,8 @@ from attnclaims.reference.attention import additive_scores
 __all__ = [
     "EXPLICIT_SCALES", "explicit_scales", "masks", "mask_forms", "causal_masks", "single_key_masks", "padding_masks",
     "AttentionCase", "attention_cases", "weights_probe", "softmax_inputs", "EDGE", "edge_attention_case",
-    "alignments", "windows", "CausalCase", "causal_cases",
+    "alignments", "windows", "CausalCase", "causal_cases", "KERNEL_EDGE", "KernelEdge", "kernel_edge_case",
+    "causal_weights_probe", "reachable_weights", "with_causal_mask", "causal_padded_cases",
 ]
 
 #: The explicit ``scale`` arguments the attention tests pass (docs/adapters.md): the default 1/√d_k's
@@ -359,6 +360,160 @@ def causal_cases(draw, *, alignment: str | None = None, window: bool | None = No
         w = max(w, n_q - n_k + 1)
     scale = draw(st.none() | explicit_scales().filter(lambda s: 0 < abs(s) <= 2))
     case = CausalCase(q, k, v, al, w, scale)
+    note(case.describe())
+    return case
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel edge cases: sized by the followed implementation's tiles, for @example
+# ---------------------------------------------------------------------------------------------
+
+#: The named kernel edge cases (:func:`kernel_edge_case`), T the smallest declared tile (16 by default):
+#: ``partial-last-block`` (attention, n_k = 2T + 5: a last key block of 5), ``padded-blocks`` (attention with
+#: leading and trailing padding of T + 1 keys on every other query, and a second batch element padded on the
+#: left only: whole key blocks masked for some queries and not for others), ``two-blocks`` (attention,
+#: n_q = n_k = T + 5; under the causal mask the first query sees none of the second key block and the last
+#: query all of it), ``decode-top-left`` and
+#: ``decode-bottom-right`` (causal, n_q = 1 against n_k = 2T + 5 keys), ``bottom-right-long-cache`` (causal,
+#: n_q = 5, n_k = 4T + 4: the offset n_k − n_q = 4T − 1 puts every query block's causal end one key short of
+#: a block boundary), ``short-window`` (causal top-left, n_q = n_k = 2T + 3, a window of 3 keys, far shorter
+#: than a tile: the window of query T starts in the block before its own).
+KERNEL_EDGE = ("partial-last-block", "padded-blocks", "two-blocks", "decode-top-left", "decode-bottom-right",
+               "bottom-right-long-cache", "short-window")
+
+
+def kernel_edge_case(name: str):
+    """The named kernel edge case (:data:`KERNEL_EDGE`) for the followed implementation's smallest tile T
+    (:func:`~attnclaims.checks.strategies.common.tile_sizes`): an :class:`AttentionCase` or a
+    :class:`CausalCase` in float64 (q and k entries U[−1, 1]·2, so that a later key block raises a query's
+    running maximum; v entries U[−1, 1]; d_k = 7 and d_v = 5, neither a power of two). A causal case whose
+    alignment or window the implementation does not declare declines the example
+    (:func:`~attnclaims.checks.strategies.common.require_variant`)."""
+    t = min(tile_sizes())
+    rng = np.random.default_rng(sum(map(ord, name)))
+    u = lambda *shape, s=1.0: rng.uniform(-1.0, 1.0, size=shape) * s
+
+    def causal(n_q, n_k, alignment, window=None):
+        require_variant("causal_alignment", alignment)
+        if window is not None:
+            require_variant("sliding_window", True)
+        return CausalCase(u(n_q, 7, s=2.0), u(n_k, 7, s=2.0), u(n_k, 5), alignment, window, None)
+
+    if name == "partial-last-block":
+        n_k = 2 * t + 5
+        return AttentionCase(u(3, 7, s=2.0), u(n_k, 7, s=2.0), u(n_k, 5), label=name)
+    if name == "padded-blocks":
+        n_q, n_k = 4, 3 * t + 5
+        mask = np.ones((2, n_q, n_k), dtype=bool)
+        mask[0, ::2, : t + 1] = False  # queries 0 and 2 of sequence 0: leading and trailing blocks hidden
+        mask[0, ::2, n_k - t - 1:] = False
+        mask[1, :, : t + 1] = False  # sequence 1: left padding longer than a tile, for every query
+        return AttentionCase(u(2, n_q, 7, s=2.0), u(2, n_k, 7, s=2.0), u(2, n_k, 5), mask=mask, label=name)
+    if name == "two-blocks":
+        n = t + 5
+        return AttentionCase(u(n, 7, s=2.0), u(n, 7, s=2.0), u(n, 5), label=name)
+    if name == "decode-top-left":
+        return causal(1, 2 * t + 5, "top-left")
+    if name == "decode-bottom-right":
+        return causal(1, 2 * t + 5, "bottom-right")
+    if name == "bottom-right-long-cache":
+        return causal(5, 4 * t + 4, "bottom-right")
+    if name == "short-window":
+        return causal(2 * t + 3, 2 * t + 3, "top-left", 3)
+    raise ValueError(f"unknown kernel edge case {name!r}")
+
+
+@dataclass(frozen=True)
+class KernelEdge:
+    """A kernel edge case named for ``@example`` and built when a test casts it: the followed implementation's
+    tile sizes are known only then (``@example`` arguments are made when the test module is imported). With
+    ``causal`` an attention case gets the top-left causal mask (:func:`with_causal_mask`) on top of its own."""
+
+    name: str
+    causal: bool = False
+
+    def build(self):
+        case = kernel_edge_case(self.name)
+        if self.causal:
+            case = with_causal_mask(case, case.mask)
+        return case
+
+    def cast(self, dtype):
+        return self.build().cast(dtype)
+
+    def describe(self) -> str:
+        return f"kernel edge case {self.name!r}" + (" with the causal mask" if self.causal else "")
+
+
+def causal_weights_probe(impl, q, k, alignment, window, scale) -> np.ndarray:
+    """The weights of ``impl.causal_attention`` (…, n_q, n_k), read with V = I as :func:`weights_probe` does
+    for attention: the output is linear in V, so its column j is the weight of key j, and ``out(V + t e_j e_cᵀ)
+    − out(V) = t·a_·j``: key j changes a query's output exactly where its weight is not 0."""
+    qp, kp, eye, s = weights_probe(q, k, scale)
+    batch = tuple(np.broadcast_shapes(qp.shape[:-2], kp.shape[:-2]))
+    v = np.ascontiguousarray(np.broadcast_to(eye, batch + eye.shape))
+    return np.asarray(impl.causal_attention(qp, kp, v, alignment, window, s))[..., : k.shape[-2]]
+
+
+def reachable_weights(q, k, mask, scale, dtype) -> np.ndarray:
+    """Where an allowed weight is provably positive in a correct implementation's result (…, n_q, n_k) bool,
+    from the inputs alone (no reference).
+
+    With G_i = 2·|scale|·‖q_i‖·max_l ‖k_l‖ every score of query i lies within G_i of its maximum
+    (Cauchy–Schwarz), so an allowed weight a_ij ≥ exp(−G_i)/n_k. Computing with unit roundoff u (the dtype's:
+    larger than the float32 accumulation 16-bit bounds assume) perturbs the scores by at most
+    (d_k + 1)·u·G_i/2 each, which changes a weight by a factor of at least exp(−(d_k + 2)·u·G_i), and the
+    softmax's n_k + 4 roundings of exponentials, sum and division by factors (1 + δ), |δ| ≤ u, together at
+    least exp(−2(n_k + 4)u): no step is additive, so the computed weight is at least
+    exp(−G_i(1 + (d_k + 2)u) − 2(n_k + 4)u)/n_k. Where that is at least twice the dtype's smallest normal
+    number it stays positive after the output's rounding and after any flush of subnormals, so a weight of 0
+    there is a failure of the implementation, never of the draw: the property cannot raise a false alarm.
+    Generic draws (entries U[−1, 1]·2^e, e ≤ 1, scales ≤ 2) meet it in float64 and float32; in float16
+    (smallest normal 6.1e-5) only short rows do."""
+    q, k = np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
+    info = finfo(dtype)
+    u = float(info.eps) / 2
+    n_k, d_k = k.shape[-2], q.shape[-1]
+    s = abs(1.0 / math.sqrt(d_k) if scale is None else float(scale))
+    qn = np.linalg.norm(q, axis=-1)  # (..., n_q)
+    kmax = np.max(np.linalg.norm(k, axis=-1), axis=-1)[..., None] if n_k else np.zeros(qn.shape[:-1] + (1,))
+    with np.errstate(over="ignore", invalid="ignore"):
+        g = 2.0 * s * qn * kmax
+        low = np.exp(-g * (1.0 + (d_k + 2) * u) - 2.0 * (n_k + 4) * u) / n_k
+    ok = np.nan_to_num(low, nan=0.0) >= 2.0 * float(info.smallest_normal)
+    allowed = np.ones(ok.shape + (n_k,), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+    return np.broadcast_to(ok[..., None], np.broadcast_shapes(ok.shape + (n_k,), allowed.shape)) & allowed
+
+
+def with_causal_mask(case: AttentionCase, padding: np.ndarray | None = None) -> AttentionCase:
+    """``case`` with the top-left causal mask (:func:`causal_masks`), and with a key-padding mask
+    (…, 1, n_k) on top of it when one is given: mask = causal ∧ padding, the mask a decoder passes when a
+    batch holds sequences of different lengths."""
+    causal = causal_masks(case.n_q, case.n_k)
+    mask = causal if padding is None else causal & np.asarray(padding, dtype=bool)
+    return replace(case, mask=mask, label=(case.label + " " if case.label else "") +
+                   ("causal" if padding is None else "causal ∧ padding"))
+
+
+@st.composite
+def causal_padded_cases(draw, *, explicit_scale: bool | None = True, square: bool = False,
+                        max_seq: int | None = None) -> AttentionCase:
+    """Attention inputs (:func:`attention_cases`, no mask of their own) with the top-left causal mask, and in
+    half the draws a key-padding mask drawn together with it: sequence b keeps its first lengths[b] ≥ 1 keys
+    (key 0 always, so every query keeps a key), the rest are padding. Where the sizes cross tiles the lengths
+    include n_k − T − 1 (a trailing key block wholly padded) and T − 1 (padding from inside the first block)."""
+    c = draw(attention_cases(mask=False, explicit_scale=explicit_scale, square=square, max_seq=max_seq))
+    if not draw(st.booleans()):
+        return with_causal_mask(c)
+    n_k, t = c.n_k, min(tile_sizes())
+    lengths = st.integers(1, n_k)
+    if n_k > t + 1:
+        lengths = st.sampled_from(tuple(x for x in (t - 1, n_k - t - 1) if x >= 1)) | lengths
+    b = c.batch
+    lens = np.asarray(draw(st.lists(lengths, min_size=max(1, math.prod(b)), max_size=max(1, math.prod(b)))))
+    padding = (np.arange(n_k) < lens.reshape(b + (1,) if b else (1,))[..., None])
+    padding = padding.reshape(b + (1, n_k))
+    case = with_causal_mask(c, padding)
     note(case.describe())
     return case
 

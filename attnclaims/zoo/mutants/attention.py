@@ -181,6 +181,21 @@ class _MaskIgnoredSingleQuery(Composed):
         return None if target[-2] == 1 else super()._allowed(mask, target)
 
 
+@mutant("causal_dropped_with_padding", "attention", ["decoder-masking", "parallel-training"],
+        "a causal ∧ key-padding mask is run as its key padding alone (its last query row: a padding fast path "
+        "with is_causal left off): the causal mask is dropped only when a padding mask comes with it")
+class _CausalDroppedWithPadding(Composed):
+    def _allowed(self, mask, target):
+        allowed = super()._allowed(mask, target)
+        if allowed is None or target[-2] < 2:
+            return allowed
+        keys = allowed[..., -1:, :]  # the last query of a top-left causal mask sees every unpadded key
+        causal = np.arange(target[-1])[None, :] <= np.arange(target[-2])[:, None]
+        if not keys.all() and np.array_equal(allowed, causal & keys):
+            return np.broadcast_to(keys, target)
+        return allowed
+
+
 @mutant("local_window", "attention", ["constant-path-length"],
         "a sliding window left on: query i sees only keys with |i − j| < 8 (wrong only when n_k > 8)")
 class _LocalWindow(Composed):

@@ -2,29 +2,34 @@
 kernel (key blocks of 16; the split-KV one with three splits) with one bug of the kind tiled kernels have,
 most of them visible only when the keys span more than one block.
 
-They are candidates, not yet in the catalogue (``MUTANTS``): the catalogue holds only mutants the suite
-kills under ``ci``, and the attention strategies do not yet draw sizes that cross a tile of 16 often enough
-to kill these. :data:`TILED_MUTANTS` maps each name to its class; ``tests/zoo/test_tiled.py`` checks that each
-differs from the correct kernel where its bug bites and nowhere else it was tried.
+They are registered in the catalogue (``MUTANTS``) like every other mutant, but their correct base is the
+tiled style :class:`~attnclaims.zoo.tiled_style.TiledImplementation` (a correct implementation that passes the
+claim suite under ``ci``), not :class:`~attnclaims.zoo.mutants.base.Composed`: the bugs live in the kernel's
+block loop, which the reference has no counterpart for. The strategies reach them with the draws that cross
+tiles (:func:`attnclaims.checks.strategies.common.tile_crossing`) and the kernel edge cases of
+:func:`attnclaims.checks.strategies.attention.kernel_edge_case`. :data:`TILED_MUTANTS` maps each name to its
+class; ``tests/zoo/test_tiled.py`` checks that each differs from the correct kernel where its bug bites and
+nowhere else it was tried.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from attnclaims.zoo.mutants.catalogue import mutant as register
 from attnclaims.zoo.tiled_style import TiledImplementation
 
 __all__ = ["TILED_MUTANTS"]
 
-#: name -> class of each tiled mutant (not registered in ``MUTANTS``; see the module's docstring)
+#: name -> class of each tiled mutant (each also in ``MUTANTS``)
 TILED_MUTANTS: dict[str, type] = {}
 
 
 def mutant(name: str, capability: str, claims: list[str], description: str):
-    """Record the decorated class as the tiled mutant ``name`` (the catalogue's decorator, unregistered)."""
+    """Register the decorated class as the mutant ``name`` (the catalogue's decorator) and record it in
+    :data:`TILED_MUTANTS`."""
 
     def record(cls):
-        cls.name, cls.__doc__ = f"mutant:{name}", description
-        cls.capability, cls.claims = capability, tuple(claims)
+        cls = register(name, capability, claims, description)(cls)
         TILED_MUTANTS[name] = cls
         return cls
 
@@ -98,7 +103,7 @@ class _TiledSplitCombineUnweighted(TiledImplementation):
         return np.einsum("s...q,s...qv->...qv", w, outs) / np.sum(w, axis=0)[..., None]
 
 
-@mutant("tiled_over_masking", "attention", ["softmax-distribution"],
+@mutant("tiled_over_masking", "attention", ["decoder-masking", "softmax-distribution"],
         "tiled kernel: a key block is skipped when the first query of the block may not see it, so later "
         "queries are denied keys they may see")
 class _TiledOverMasking(TiledImplementation):
