@@ -157,8 +157,16 @@ class Variant:
     doc: str
     choices: tuple = ()          # allowed values (for tuple-valued variants: allowed members)
     multi: bool = False          # the value is a tuple of supported members (e.g. norm_first)
+    #: for a variant whose values are not a list (fixed_eps): a function that returns the validated value
+    #: or raises ValueError with the sentence after "but should be"
+    check: Any = None
 
     def validate(self, key: str, value: Any) -> Any:
+        if self.check is not None:
+            try:
+                return self.check(value)
+            except ValueError as exc:
+                raise ValueError(f"variants[{key!r}]={value!r}, but should be {exc}") from None
         if self.multi:
             values = tuple(value) if isinstance(value, (tuple, list, set, frozenset)) else (value,)
             bad = [v for v in values if v not in self.choices]
@@ -199,14 +207,51 @@ VARIANTS: dict[str, Variant] = {
                               "p-w+1..p)", choices=(True, False)),
     "block_norm": Variant(("layer", "rms"), "norms decoder blocks support: LayerNormParams ('layer') and/or "
                           "RMSNormParams ('rms')", choices=("layer", "rms"), multi=True),
-    "block_ffn": Variant(("relu", "silu", "gelu"), "FFNs decoder blocks support: FeedForwardParams ('relu'), "
-                         "GatedFeedForwardParams with activation 'silu' (SwiGLU) or 'gelu' (GeGLU)",
-                         choices=("relu", "silu", "gelu"), multi=True),
     "block_rope": Variant((False, True), "decoder blocks without (False) and/or with (True) rotary embeddings "
                           "(params.rope)", choices=(False, True), multi=True),
     "block_norm_first": Variant((True, False), "norm placements decoder blocks support: True = Pre-LN "
                                 "(GPT-2, Llama), False = Post-LN", choices=(True, False), multi=True),
 }
+
+
+def _fixed_eps(value: Any) -> Any:
+    """None, or the one ε > 0 (a finite real number) every norm of the implementation uses."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) \
+            or not (np.isfinite(value) and value > 0):
+        raise ValueError("None or a finite number > 0 (the ε its norms use whatever the caller passes)")
+    return float(value)
+
+
+#: Activations of the non-gated FFN (attnclaims.reference.params.FFN_ACTIVATIONS; named here so that the
+#: protocol needs nothing from the reference)
+_FFN_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+
+# -- code as shipped (docs/adapters.md, "Variants for code as shipped"). Each default is what the suite drew
+# before the key existed, so an adapter written earlier is handed nothing new.
+VARIANTS.update({
+    "ffn_activation": Variant(("relu",), "activations of the non-gated FFN (feed_forward, its vjp, and decoder "
+                              "blocks that declare block_ffn 'mlp'): 'relu' (the article's), 'gelu' (exact, erf: "
+                              "nn.GELU(), BERT, nanoGPT), 'gelu_tanh' (the tanh approximation: GPT-2's gelu_new, "
+                              "picoGPT), 'silu'; params.activation says which one a call uses",
+                              choices=_FFN_ACTIVATIONS, multi=True),
+    "biases": Variant((True,), "whether its projections and norms have biases: True = bias vectors (and "
+                      "LayerNorm's beta) drawn non-zero; False = every bias and beta drawn exactly zero, for "
+                      "bias-free code (nanoGPT bias=False, x-transformers, tinygrad), which may ignore them",
+                      choices=(True, False), multi=True),
+    "fixed_eps": Variant(None, "None (the ε passed is used), or the one ε > 0 every norm of the implementation "
+                         "uses whatever it is passed (nanoGPT's LayerNorm: 1e-5): the suite then passes only "
+                         "that ε", check=_fixed_eps),
+    "block_padding_mask": Variant(True, "decoder_block (and its vjp) accepts mask= (a padding mask beside the "
+                                  "causal one); False: it is called with mask=None only (nanoGPT, picoGPT)",
+                                  choices=(True, False)),
+})
+VARIANTS["block_ffn"] = Variant(
+    ("relu", "silu", "gelu"), "FFNs decoder blocks support: FeedForwardParams with the ReLU ('relu') or with "
+    "each activation of ffn_activation ('mlp'); GatedFeedForwardParams with activation 'silu' (SwiGLU), 'gelu' "
+    "(GeGLU) or 'gelu_tanh' (GeGLU with the tanh GELU)", choices=("relu", "silu", "gelu", "gelu_tanh", "mlp"),
+    multi=True)
 
 
 def declared_variants(impl) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """Position-wise feed-forward networks and their backward passes.
 
-* :func:`feed_forward`: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (article §6.4; Vaswani §3.3, eq. 2);
+* :func:`feed_forward`: FFN(x) = act(x W_1 + b_1) W_2 + b_2 with act the ReLU max(0, ·) (article §6.4; Vaswani
+  §3.3, eq. 2) or the activation the params carry (:func:`ffn_activation`: exact GELU, GPT-2's tanh GELU, SiLU);
 * :func:`gated_feed_forward` (Shazeer 2020, arXiv:2002.05202): (act(x W_g + b_g) ⊙ (x W_u + b_u)) W_d + b_d
-  with act = SiLU (SwiGLU) or GELU (GeGLU) (:func:`gated_activation`); still position-wise;
+  with act = SiLU (SwiGLU) or GELU, exact or tanh (GeGLU) (:func:`gated_activation`); still position-wise;
 * :func:`feed_forward_vjp`, :func:`gated_feed_forward_vjp`: their vector-Jacobian products (conventions in
   :mod:`attnclaims.reference._vjp`).
 
@@ -18,13 +19,16 @@ from scipy.special import erfc, expit
 from attnclaims.reference._validate import as_float64, check_equal
 from attnclaims.reference._vjp import _c, _forward_u, _rows
 from attnclaims.reference.norms import _widened_input
-from attnclaims.reference.params import FeedForwardParams, GatedFeedForwardParams
+from attnclaims.reference.params import (
+    FFN_ACTIVATIONS, GATED_ACTIVATION_CHOICES, FeedForwardParams, GatedFeedForwardParams,
+)
 
-__all__ = ["feed_forward", "gated_activation", "gated_feed_forward", "feed_forward_vjp", "gated_feed_forward_vjp"]
+__all__ = ["feed_forward", "ffn_activation", "gated_activation", "gated_feed_forward", "feed_forward_vjp", "gated_feed_forward_vjp"]
 
 
 def feed_forward(x, params: FeedForwardParams) -> np.ndarray:
-    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, applied to each position alone (article §6.4; Vaswani §3.3, eq. 2).
+    """FFN(x) = act(x W_1 + b_1) W_2 + b_2, applied to each position alone (article §6.4; Vaswani §3.3, eq. 2),
+    act = ``params.activation`` (:func:`ffn_activation`; "relu": max(0, ·), the article's).
 
     x (..., n, d_model), w1 (d_model, d_ff), w2 (d_ff, d_model) -> (..., n, d_model).
     """
@@ -33,19 +37,50 @@ def feed_forward(x, params: FeedForwardParams) -> np.ndarray:
     x = as_float64("x", x, min_ndim=1)
     check_equal("x.shape[-1]", x.shape[-1], "params.d_model", params.d_model)
     w1, b1, w2, b2 = (np.asarray(a, dtype=np.float64) for a in (params.w1, params.b1, params.w2, params.b2))
-    hidden = np.maximum(0.0, x @ w1 + b1)  # (..., n, d_ff)
+    hidden = ffn_activation(x @ w1 + b1, params.activation)  # (..., n, d_ff)
     return hidden @ w2 + b2  # (..., n, d_model)
 
 
-def gated_activation(a, activation: str) -> np.ndarray:
-    """SiLU(a) = a·σ(a) (Elfwing et al. 2018) or GELU(a) = a·Φ(a) = a·erfc(−a/√2)/2 (Hendrycks & Gimpel
-    2016, the exact form, not the tanh approximation), elementwise, accurate for every finite a."""
+#: √(2/π) and the cubic coefficient of the tanh approximation of GELU (Hendrycks & Gimpel 2016, §2; GPT-2's
+#: ``gelu_new``, torch's ``gelu(approximate="tanh")``)
+_TANH_C = math.sqrt(2.0 / math.pi)
+_TANH_K = 0.044715
+
+
+def _tanh_gelu_inner(a: np.ndarray) -> np.ndarray:
+    """tanh(√(2/π)(a + 0.044715 a³)), ±1 where a³ overflows."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.tanh(_TANH_C * (a + _TANH_K * a * a * a))
+
+
+def ffn_activation(a, activation: str) -> np.ndarray:
+    """An FFN's activation elementwise, accurate for every finite a (float64):
+
+    * "relu": max(0, a) (the article's);
+    * "gelu": a·Φ(a) = a·erfc(−a/√2)/2 (Hendrycks & Gimpel 2016, the exact form; erfc, not 1 + erf, so that
+      the negative tail keeps its relative accuracy);
+    * "gelu_tanh": a·(1 + tanh(√(2/π)(a + 0.044715a³)))/2, the tanh approximation (GPT-2's ``gelu_new``),
+      which differs from the exact GELU by up to 4.7·10⁻⁴ (at a ≈ ±2.7): a different function, not a rounding;
+    * "silu": a·σ(a) (Elfwing et al. 2018; Swish_1).
+    """
     a = as_float64("a", a)
+    if activation == "relu":
+        return np.maximum(0.0, a)
     if activation == "silu":
         return a * expit(a)
     if activation == "gelu":
         return a * 0.5 * erfc(-a / np.sqrt(2.0))
-    raise ValueError(f"activation={activation!r}, but should be 'silu' or 'gelu'")
+    if activation == "gelu_tanh":
+        return 0.5 * a * (1.0 + _tanh_gelu_inner(a))
+    raise ValueError(f"activation={activation!r}, but should be one of {FFN_ACTIVATIONS}")
+
+
+def gated_activation(a, activation: str) -> np.ndarray:
+    """The gate's activation of a gated FFN: SiLU(a) = a·σ(a) (Elfwing et al. 2018), the exact GELU(a) =
+    a·Φ(a) or its tanh approximation (:func:`ffn_activation`), elementwise, accurate for every finite a."""
+    if activation not in GATED_ACTIVATION_CHOICES:
+        raise ValueError(f"activation={activation!r}, but should be one of {GATED_ACTIVATION_CHOICES}")
+    return ffn_activation(a, activation)
 
 
 def gated_feed_forward(x, params: GatedFeedForwardParams) -> np.ndarray:
@@ -88,11 +123,12 @@ def _feed_forward_backward(x, w1, b1, w2, d, ex=None):
 
 
 def feed_forward_vjp(x, params: FeedForwardParams, d_out):
-    """(dx, dparams) of FFN(x) = ReLU(x W₁ + b₁) W₂ + b₂ at every position.
+    """(dx, dparams) of FFN(x) = act(x W₁ + b₁) W₂ + b₂ at every position.
 
-    With P = x W₁ + b₁ and H = max(0, P): dW₂ = Σ_pos Hᵀ d, db₂ = Σ_pos d, dH = d W₂ᵀ,
-    dP = dH ⊙ 1[P > 0] (ReLU's derivative, taken as 0 at P = 0), dW₁ = Σ_pos xᵀ dP, db₁ = Σ_pos dP,
-    dx = dP W₁ᵀ. x (..., n, d_model) -> dx like x, dparams: FeedForwardParams of the gradients.
+    With P = x W₁ + b₁ and H = act(P): dW₂ = Σ_pos Hᵀ d, db₂ = Σ_pos d, dH = d W₂ᵀ,
+    dP = dH ⊙ act'(P) (ReLU: 1[P > 0], taken as 0 at P = 0; the smooth activations' derivatives as in
+    :func:`_activation_and_derivative`), dW₁ = Σ_pos xᵀ dP, db₁ = Σ_pos dP, dx = dP W₁ᵀ.
+    x (..., n, d_model) -> dx like x, dparams: FeedForwardParams of the gradients (activation copied).
     """
     if not isinstance(params, FeedForwardParams):
         raise ValueError(f"params is {type(params).__name__}, but should be FeedForwardParams")
@@ -101,6 +137,9 @@ def feed_forward_vjp(x, params: FeedForwardParams, d_out):
     d = as_float64("d_out", d_out)
     if d.shape != x.shape:
         raise ValueError(f"d_out.shape={d.shape}, but should be x.shape={x.shape}")
+    if params.activation != "relu":
+        dx, grads = _smooth_backward(x, _ffn_dict(params, np.float64), params.activation, d)
+        return dx, FeedForwardParams(**grads, activation=params.activation)
     w1, b1, w2 = (np.asarray(a, dtype=np.float64) for a in (params.w1, params.b1, params.w2))
     dx, dw1, db1, dw2, db2 = _feed_forward_backward(x, w1, b1, w2, d)
     return dx, FeedForwardParams(w1=dw1, b1=db1, w2=dw2, b2=db2)
@@ -116,7 +155,8 @@ def _ffn_dict(p: FeedForwardParams, dtype) -> dict:
 
 def _activation_and_derivative(a: np.ndarray, activation: str):
     """(act(a), act'(a)) in a.dtype: SiLU a·σ(a), σ(a)(1 + a(1 − σ(a))); exact GELU a·Φ(a), Φ(a) + a·φ(a),
-    φ(a) = e^(−a²/2)/√(2π). The long-double golden evaluation takes σ and Φ through float64 (scipy's expit and
+    φ(a) = e^(−a²/2)/√(2π); tanh GELU a(1 + t)/2, (1 + t)/2 + a(1 − t²)·√(2/π)(1 + 3·0.044715a²)/2 with
+    t = tanh(√(2/π)(a + 0.044715a³)) (t through float64 too). The long-double golden evaluation takes σ and Φ through float64 (scipy's expit and
     erfc have no long-double loop): their float64 rounding, u₆₄ relative, stays far below a float64 or float32
     implementation's own."""
     plain = np.asarray(a, dtype=np.float64)
@@ -127,7 +167,14 @@ def _activation_and_derivative(a: np.ndarray, activation: str):
         phi_cdf = (0.5 * erfc(-plain / math.sqrt(2.0))).astype(a.dtype)
         density = (np.exp(-0.5 * plain * plain) / math.sqrt(2.0 * math.pi)).astype(a.dtype)
         return a * phi_cdf, phi_cdf + a * density
-    raise ValueError(f"activation={activation!r}, but should be 'silu' or 'gelu'")
+    if activation == "gelu_tanh":
+        t = _tanh_gelu_inner(plain)
+        half = (0.5 * (1.0 + t)).astype(a.dtype)
+        with np.errstate(over="ignore", invalid="ignore"):  # (1 − t²)·a³ where t = ±1: 0
+            slope = np.where(np.abs(t) < 1.0, 0.5 * plain * (1.0 - t * t) * _TANH_C * (1.0 + 3 * _TANH_K * plain * plain),
+                             0.0).astype(a.dtype)
+        return a * half, half + slope
+    raise ValueError(f"activation={activation!r}, but should be one of {GATED_ACTIVATION_CHOICES}")
 
 
 def _gated_backward(x, p: dict, activation: str, d, ex=None):
@@ -155,6 +202,40 @@ def _gated_backward(x, p: dict, activation: str, d, ex=None):
              "w_up": rows(x).T @ rows(d_up), "b_up": rows(d_up).sum(axis=0),
              "w_gate": rows(x).T @ rows(d_gate), "b_gate": rows(d_gate).sum(axis=0)}
     return d_gate @ p["w_gate"].T + d_up @ p["w_up"].T, grads
+
+
+def slope_error(a, e_a, u: float) -> np.ndarray:
+    """A bound on |act'(â) − act'(a)| for a computed slope of a smooth activation (GELU exact or tanh, SiLU) at a
+    pre-activation â within e_a of a: 0.8·e_a (sup|act''| ≤ 0.7979 for the three) plus the slope's own
+    rounding u(24 + 8|a|(1 + 0.135a²)) — 24u for the sum of two terms each at most 1.13 formed with about ten
+    roundings, and the cancellation of 1 − σ or 1 − tanh², whose absolute error (≤ 3u) is multiplied by
+    |a|·2√(2/π)(1 + 3·0.044715a²) ≤ 1.6|a|(1 + 0.135a²) in the tanh GELU's slope (|a| in SiLU's)."""
+    a = np.abs(np.asarray(a, dtype=np.float64))
+    return 0.8 * e_a + u * (24.0 + 8.0 * a * (1.0 + 0.135 * a * a))
+
+
+def _smooth_backward(x, p: dict, activation: str, d, ex=None):
+    """(dx, {w1 … b2}) of act(x W₁ + b₁) W₂ + b₂ for a smooth activation (GELU exact or tanh, SiLU) in the
+    arrays' dtype (:func:`feed_forward_vjp`'s formulas). In a |·|-evaluation the input (with ex, its error
+    inside a block) and the hidden units are widened by their error as in :func:`_gated_backward`: the
+    projection's u(d + 1)(|x||W₁| + |b₁|) + e_x|W₁| through the activation's slope (at most 1.13, so 1.2) and
+    the activation's own rounding u(6|act| + 2|P|) (attnclaims.checks.bounds.ffn's _activation_error), and the
+    slope by :func:`slope_error`."""
+    pre = x @ p["w1"] + p["b1"]
+    act, dact = _activation_and_derivative(pre, activation)
+    hidden = act
+    u_fwd = _forward_u(d)
+    if u_fwd:
+        ax = np.abs(x)
+        e_x = np.zeros(x.shape) if ex is None else ex
+        x = ax + e_x
+        e_p = u_fwd * (x.shape[-1] + 1) * (ax @ np.abs(p["w1"]) + np.abs(p["b1"])) + e_x @ np.abs(p["w1"])
+        hidden = np.abs(act) + 1.2 * e_p + u_fwd * (6 * np.abs(act) + 2 * np.abs(pre))
+        dact = np.abs(dact) + slope_error(pre, e_p, u_fwd)
+    dpre = (d @ p["w2"].T) * dact
+    rows = _rows
+    return dpre @ p["w1"].T, {"w1": rows(x).T @ rows(dpre), "b1": rows(dpre).sum(axis=0),
+                              "w2": rows(hidden).T @ rows(d), "b2": rows(d).sum(axis=0)}
 
 
 def _relu_backward(x, p: dict, d, ex=None):
@@ -204,7 +285,15 @@ def gated_feed_forward_vjp(x, params: GatedFeedForwardParams, d_out):
 # ---------------------------------------------------------------------------------------------
 
 def _ffn_pieces(ffn, dtype):
-    """(forward, backward(x, d) -> (dx, grads dict)) of the block's ReLU or gated FFN in ``dtype``."""
+    """(forward, backward(x, d) -> (dx, grads dict)) of the block's ReLU, smooth or gated FFN in ``dtype``."""
+    if isinstance(ffn, FeedForwardParams) and ffn.activation != "relu":
+        q = _ffn_dict(ffn, dtype)
+
+        def smooth_forward(x):
+            act, _ = _activation_and_derivative(x @ q["w1"] + q["b1"], ffn.activation)
+            return act @ q["w2"] + q["b2"]
+
+        return smooth_forward, lambda x, d, ex=None: _smooth_backward(x, q, ffn.activation, d, ex)
     if isinstance(ffn, FeedForwardParams):
         p = _ffn_dict(ffn, dtype)
         return (lambda x: np.maximum(x.dtype.type(0), x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]), \

@@ -106,7 +106,9 @@ class Reference:
     # -- later components (RMSNorm, gated FFNs, RoPE, causal alignment and windows, decoder-only blocks, KV
     # cache); the reference supports every declared variant, grouped-query attention included (its default
     # is opt-in).
-    variants = {"grouped_query": True}
+    #: every variant of code as shipped (docs/adapters.md, "Variants for code as shipped") too
+    variants = {"grouped_query": True, "ffn_activation": ("relu", "gelu", "gelu_tanh", "silu"),
+                "block_ffn": ("relu", "silu", "gelu", "gelu_tanh", "mlp"), "biases": (True, False)}
 
     def rms_norm(self, x, gamma, eps):
         return rms_norm(x, gamma, eps)

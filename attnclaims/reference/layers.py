@@ -95,6 +95,7 @@ def decoder_layer(y, memory, params: DecoderLayerParams, self_mask=None, memory_
     its final norm. y (..., n_t, d_model), memory (..., n_s, d_model) -> (..., n_t, d_model).
     """
     y = _check_stream("y", y, "params", params, DecoderLayerParams)
+    _relu_only("decoder_layer_vjp", params.ffn)
     memory = as_float64("memory", memory, min_ndim=2)
     check_equal("memory.shape[-1]", memory.shape[-1], "params.d_model", params.d_model)
     batch = batch_shape(y=y, memory=memory)
@@ -443,6 +444,13 @@ def _encoder_params(grads: dict, p: EncoderLayerParams) -> EncoderLayerParams:
         norm_first=p.norm_first, eps=p.eps)
 
 
+def _relu_only(name: str, ffn: FeedForwardParams) -> None:
+    """The article's layers' backward passes take its ReLU FFN (the forward passes take any activation)."""
+    if ffn.activation != "relu":
+        raise ValueError(f"{name}: params.ffn.activation={ffn.activation!r}, but the encoder and decoder layers' "
+                         "backward passes take the article's 'relu' FFN only")
+
+
 def encoder_layer_vjp(x, params: EncoderLayerParams, d_out, mask=None):
     """(dx, dparams) of one encoder layer (:func:`encoder_layer`).
 
@@ -456,6 +464,7 @@ def encoder_layer_vjp(x, params: EncoderLayerParams, d_out, mask=None):
     of the gradients (norm_first and eps copied).
     """
     x = _check_stream("x", x, "params", params, EncoderLayerParams)
+    _relu_only("encoder_layer_vjp", params.ffn)
     d = as_float64("d_out", d_out)
     if d.shape != x.shape:
         raise ValueError(f"d_out.shape={d.shape}, but should be x.shape={x.shape}")
@@ -653,8 +662,8 @@ def _decoder_block_backward(x, params: DecoderBlockParams, mask, d, dtype):
 def _block_params(grads: dict, p: DecoderBlockParams) -> DecoderBlockParams:
     a = p.self_attn
     attn = MultiHeadParams(**grads["self_attn"], num_heads=a.num_heads, num_kv_heads=a.num_kv_heads)
-    ffn = FeedForwardParams(**grads["ffn"]) if isinstance(p.ffn, FeedForwardParams) else \
-        GatedFeedForwardParams(**grads["ffn"], activation=p.ffn.activation)
+    ffn = FeedForwardParams(**grads["ffn"], activation=p.ffn.activation) if isinstance(p.ffn, FeedForwardParams) \
+        else GatedFeedForwardParams(**grads["ffn"], activation=p.ffn.activation)
     norm = LayerNormParams if isinstance(p.norm1, LayerNormParams) else RMSNormParams
     return DecoderBlockParams(self_attn=attn, ffn=ffn, norm1=norm(*grads["norm1"]), norm2=norm(*grads["norm2"]),
                               norm_first=p.norm_first, eps=p.eps, rope=p.rope)

@@ -3,7 +3,8 @@
 Weights multiply on the right: ``Q = x @ w_q + b_q`` with ``w_q`` of shape
 ``(d_model, d_model)``; head ``i`` uses columns ``[i*d_k, (i+1)*d_k)``; the
 multi-head output is ``concat(heads) @ w_o + b_o``. The FFN is
-``max(0, x @ w1 + b1) @ w2 + b2`` with ``w1 (d_model, d_ff)``, ``w2 (d_ff, d_model)``.
+``act(x @ w1 + b1) @ w2 + b2`` with ``w1 (d_model, d_ff)``, ``w2 (d_ff, d_model)`` and ``act`` the ReLU
+``max(0, ·)`` (the article's, the default) or one of :data:`FFN_ACTIVATIONS`.
 
 All containers are frozen dataclasses that validate their shapes on
 construction and raise ``ValueError`` saying what was expected and what came.
@@ -23,7 +24,7 @@ __all__ = [
     "init_encoder_layer", "init_decoder_layer",
     # modern components (grouped-query attention is MultiHeadParams.num_kv_heads)
     "RMSNormParams", "GatedFeedForwardParams", "RotaryParams", "DecoderBlockParams", "GATED_ACTIVATIONS",
-    "ROPE_LAYOUTS", "init_rms_norm", "init_gated_feed_forward", "init_decoder_block",
+    "FFN_ACTIVATIONS", "GATED_ACTIVATION_CHOICES", "ROPE_LAYOUTS", "init_rms_norm", "init_gated_feed_forward", "init_decoder_block",
 ]
 
 
@@ -116,14 +117,19 @@ class MultiHeadParams:
 
 @dataclass(frozen=True)
 class FeedForwardParams:
-    """Position-wise FFN (Vaswani §3.3): ``w1 (d_model, d_ff), b1 (d_ff,), w2 (d_ff, d_model), b2 (d_model,)``."""
+    """Position-wise FFN (Vaswani §3.3): ``w1 (d_model, d_ff), b1 (d_ff,), w2 (d_ff, d_model), b2 (d_model,)``,
+    ``activation`` between the two projections, one of :data:`FFN_ACTIVATIONS` ("relu", the article's
+    max(0, ·), by default; "gelu" exact, "gelu_tanh" GPT-2's approximation, "silu")."""
 
     w1: np.ndarray
     b1: np.ndarray
     w2: np.ndarray
     b2: np.ndarray
+    activation: str = "relu"
 
     def __post_init__(self):
+        if self.activation not in FFN_ACTIVATIONS:
+            raise ValueError(f"activation={self.activation!r}, but should be one of {FFN_ACTIVATIONS}")
         w1 = np.asarray(self.w1)
         if w1.ndim != 2:
             raise ValueError(f"w1.shape={w1.shape}, but should be (d_model, d_ff)")
@@ -248,11 +254,13 @@ def init_multi_head(rng, d_model: int, num_heads: int, *, bias_scale: float = 0.
     return MultiHeadParams(**w, **b, num_heads=num_heads, num_kv_heads=num_kv_heads)
 
 
-def init_feed_forward(rng, d_model: int, d_ff: int, *, bias_scale: float = 0.1, dtype=np.float64) -> FeedForwardParams:
+def init_feed_forward(rng, d_model: int, d_ff: int, *, bias_scale: float = 0.1, activation: str = "relu",
+                      dtype=np.float64) -> FeedForwardParams:
     rng = _rng(rng)
     return FeedForwardParams(
         w1=xavier_uniform(rng, d_model, d_ff, dtype), b1=rng.uniform(-bias_scale, bias_scale, d_ff).astype(dtype),
         w2=xavier_uniform(rng, d_ff, d_model, dtype), b2=rng.uniform(-bias_scale, bias_scale, d_model).astype(dtype),
+        activation=activation,
     )
 
 
@@ -298,9 +306,19 @@ def init_decoder_layer(rng, d_model: int, num_heads: int, d_ff: int, *, norm_fir
 # Modern components: RMSNorm, gated FFNs, rotary embeddings, decoder-only blocks
 # ---------------------------------------------------------------------------------------------
 
-#: Activations of the gated FFN (Shazeer 2020, arXiv:2002.05202): "silu" (SwiGLU, Swish_1 = x·σ(x)),
-#: "gelu" (GeGLU, the exact x·Φ(x) with the normal CDF Φ).
+#: Activations of the gated FFN (Shazeer 2020, arXiv:2002.05202) every gated implementation is handed unless
+#: it declares otherwise: "silu" (SwiGLU, Swish_1 = x·σ(x)), "gelu" (GeGLU, the exact x·Φ(x) with the normal
+#: CDF Φ).
 GATED_ACTIVATIONS = ("silu", "gelu")
+
+#: Every activation a gated FFN may carry: :data:`GATED_ACTIVATIONS` and "gelu_tanh", the tanh approximation
+#: 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))) (GPT-2's ``gelu_new``, torch's ``approximate="tanh"``), which an
+#: implementation opts into (variants ``block_ffn``, docs/adapters.md "Variants for code as shipped").
+GATED_ACTIVATION_CHOICES = ("silu", "gelu", "gelu_tanh")
+
+#: Activations of the non-gated FFN act(x W₁ + b₁) W₂ + b₂: "relu" (the article's), "gelu" (exact x·Φ(x):
+#: BERT, nanoGPT's nn.GELU()), "gelu_tanh" (GPT-2's gelu_new, picoGPT), "silu" (x·σ(x)).
+FFN_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 
 #: Pair layouts of rotary embeddings: "interleaved" rotates features (2i, 2i+1) (Su et al. 2021, GPT-J,
 #: Mesh-TF); "half" rotates (i, i + d/2) (``rotate_half``: GPT-NeoX, Llama, HF transformers).
@@ -329,8 +347,8 @@ class GatedFeedForwardParams:
     """Gated FFN (Shazeer 2020): ``FFN(x) = (act(x W_gate + b_gate) ⊙ (x W_up + b_up)) W_down + b_down``.
 
     ``w_gate, w_up (d_model, d_ff)``, ``b_gate, b_up (d_ff,)``, ``w_down (d_ff, d_model)``,
-    ``b_down (d_model,)``; ``activation`` one of :data:`GATED_ACTIVATIONS` ("silu": SwiGLU, as in
-    Llama's MLP with gate_proj/up_proj/down_proj; "gelu": GeGLU).
+    ``b_down (d_model,)``; ``activation`` one of :data:`GATED_ACTIVATION_CHOICES` ("silu": SwiGLU, as in
+    Llama's MLP with gate_proj/up_proj/down_proj; "gelu": GeGLU; "gelu_tanh": GeGLU with the tanh GELU).
     """
 
     w_gate: np.ndarray
@@ -345,8 +363,8 @@ class GatedFeedForwardParams:
         w_gate = np.asarray(self.w_gate)
         if w_gate.ndim != 2:
             raise ValueError(f"w_gate.shape={w_gate.shape}, but should be (d_model, d_ff)")
-        if self.activation not in GATED_ACTIVATIONS:
-            raise ValueError(f"activation={self.activation!r}, but should be one of {GATED_ACTIVATIONS}")
+        if self.activation not in GATED_ACTIVATION_CHOICES:
+            raise ValueError(f"activation={self.activation!r}, but should be one of {GATED_ACTIVATION_CHOICES}")
         d_model, d_ff = w_gate.shape
         object.__setattr__(self, "w_gate", _as_matrix("w_gate", w_gate, (d_model, d_ff)))
         object.__setattr__(self, "b_gate", _as_matrix("b_gate", self.b_gate, (d_ff,)))
@@ -386,7 +404,7 @@ class DecoderBlockParams:
     """A decoder-only block (GPT, Llama): causal self-attention and an FFN, each with residual + norm.
 
     ``self_attn`` (its ``num_kv_heads`` gives grouped-query attention), ``ffn`` a
-    :class:`FeedForwardParams` (ReLU) or :class:`GatedFeedForwardParams`, ``norm1``/``norm2`` both
+    :class:`FeedForwardParams` (ReLU or another of :data:`FFN_ACTIVATIONS`) or :class:`GatedFeedForwardParams`, ``norm1``/``norm2`` both
     :class:`LayerNormParams` or both :class:`RMSNormParams`, ``norm_first`` (True, the default: Pre-LN
     as in GPT-2 and Llama; False: Post-LN), ``eps`` of both norms, ``rope`` (None: no position
     information inside the block; a :class:`RotaryParams`: rotary embeddings on q and k).
@@ -452,12 +470,15 @@ def init_gated_feed_forward(rng, d_model: int, d_ff: int, *, activation: str = "
 
 def init_decoder_block(rng, d_model: int, num_heads: int, d_ff: int, *, num_kv_heads: int | None = None,
                        ffn: str = "relu", norm: str = "layer", norm_first: bool = True, eps: float = 1e-5,
-                       rope: RotaryParams | None = None, norm_spread: float = 0.0,
+                       rope: RotaryParams | None = None, norm_spread: float = 0.0, activation: str = "relu",
                        dtype=np.float64) -> DecoderBlockParams:
-    """A seeded decoder-only block: ``ffn`` "relu" or one of :data:`GATED_ACTIVATIONS`, ``norm`` "layer" or "rms"."""
+    """A seeded decoder-only block: ``ffn`` "relu" (a ReLU FFN), "mlp" (a non-gated FFN with ``activation``,
+    one of :data:`FFN_ACTIVATIONS`) or one of :data:`GATED_ACTIVATION_CHOICES` (a gated FFN), ``norm``
+    "layer" or "rms"."""
     rng = _rng(rng)
-    if ffn == "relu":
-        ffn_params = init_feed_forward(rng, d_model, d_ff, dtype=dtype)
+    if ffn in ("relu", "mlp"):
+        ffn_params = init_feed_forward(rng, d_model, d_ff, activation="relu" if ffn == "relu" else activation,
+                                       dtype=dtype)
     else:
         ffn_params = init_gated_feed_forward(rng, d_model, d_ff, activation=ffn, dtype=dtype)
     if norm not in ("layer", "rms"):

@@ -177,7 +177,7 @@ def test_decoder_block_vjp_matches_reference(impl, case, more, seed):
     """(dx, dparams) of the block (its drawn norm, FFN, RoPE, placement, K/V heads; sometimes a padding mask on
     top of the causal one): within the per-case measured bound."""
     c = case.cast(impl.dtype)
-    mask = more.draw(st.none() | S.padding_masks(c.x.shape[0], c.x.shape[1]), label="mask")
+    mask = more.draw(M.block_masks(c.x.shape[0], c.x.shape[1]), label="mask")
     d = _d(seed, c.x.shape, impl.dtype)
     got = impl.decoder_block_vjp(c.x, c.params, d, mask=mask)
     want = RB.decoder_block_vjp(c.x, c.params, d, mask=mask)

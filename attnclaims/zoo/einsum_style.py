@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.special
 from scipy.special import expit, ndtr
 
 from attnclaims.reference.params import FeedForwardParams, GatedFeedForwardParams, MultiHeadParams
@@ -38,6 +37,31 @@ __all__ = ["EinsumImplementation", "einsum_impl"]
 
 def _f64(a) -> np.ndarray:
     return np.asarray(a, dtype=np.float64)
+
+
+#: √(2/π) and the cubic coefficient of GELU's tanh approximation
+_C, _K = math.sqrt(2.0 / math.pi), 0.044715
+#: every variant of code as shipped this style implements (docs/adapters.md, "Variants for code as shipped")
+_SHIPPED = {"ffn_activation": ("relu", "gelu", "gelu_tanh", "silu"),
+            "block_ffn": ("relu", "silu", "gelu", "gelu_tanh", "mlp"), "biases": (True, False)}
+
+
+def _act_slope(a: np.ndarray, activation: str):
+    """(act(a), act'(a)) in this style: ReLU; SiLU a·σ(a); GELU a·Φ(a) with scipy's ndtr; tanh GELU
+    a·(1 + tanh(z))/2, z = √(2/π)(a + 0.044715a³), slope (1 + tanh z)/2 + a·sech²(z)·√(2/π)(1 + 3·0.044715a²)/2."""
+    if activation == "relu":
+        return np.maximum(a, 0.0), (a > 0).astype(np.float64)
+    if activation == "silu":
+        s = expit(a)
+        return a * s, s + a * s * (1.0 - s)
+    if activation == "gelu":
+        cdf = ndtr(a)
+        return a * cdf, cdf + a * np.exp(-0.5 * a * a) / math.sqrt(2.0 * math.pi)
+    with np.errstate(over="ignore", invalid="ignore"):
+        t = np.tanh(_C * (a + _K * a ** 3))
+        sech2 = np.where(np.abs(t) < 1.0, 1.0 - t * t, 0.0)
+        slope = 0.5 * (1.0 + t) + np.where(sech2 > 0, 0.5 * a * sech2 * _C * (1.0 + 3.0 * _K * a * a), 0.0)
+    return 0.5 * a * (1.0 + t), slope
 
 
 def _masked_scores(s: np.ndarray, mask) -> np.ndarray:
@@ -126,11 +150,12 @@ class EinsumBackward(LayerBackward):
         p = params
         x, d = _f64(x), _f64(d_out)
         pre = np.einsum("...d,de->...e", x, _f64(p.w1)) + _f64(p.b1)
-        h = np.maximum(pre, 0.0)
-        dpre = np.einsum("...d,ed->...e", d, _f64(p.w2)) * (pre > 0)
+        h, slope = _act_slope(pre, p.activation)
+        dpre = np.einsum("...d,ed->...e", d, _f64(p.w2)) * slope
         return (np.einsum("...e,de->...d", dpre, _f64(p.w1)),
                 FeedForwardParams(w1=np.einsum("nd,ne->de", _flat(x), _flat(dpre)), b1=np.einsum("ne->e", _flat(dpre)),
-                                  w2=np.einsum("ne,nd->ed", _flat(h), _flat(d)), b2=np.einsum("nd->d", _flat(d))))
+                                  w2=np.einsum("ne,nd->ed", _flat(h), _flat(d)), b2=np.einsum("nd->d", _flat(d)),
+                                  activation=p.activation))
 
     def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
         p = params
@@ -185,12 +210,7 @@ class EinsumModernBackward(ModernLayerBackward):
         x, d = _f64(x), _f64(d_out)
         lin = lambda t, w, b: np.einsum("...d,de->...e", t, _f64(w)) + _f64(b)
         a, up = lin(x, p.w_gate, p.b_gate), lin(x, p.w_up, p.b_up)
-        if p.activation == "silu":
-            s = scipy.special.expit(a)
-            act, slope = a * s, s + a * s * (1.0 - s)
-        else:
-            cdf = scipy.special.ndtr(a)
-            act, slope = a * cdf, cdf + a * np.exp(-0.5 * a * a) / math.sqrt(2.0 * math.pi)
+        act, slope = _act_slope(a, p.activation)
         dh = np.einsum("...e,de->...d", d, _f64(p.w_down))
         d_up, d_gate = dh * act, dh * up * slope
         back = lambda g, w: np.einsum("...e,de->...d", g, _f64(w))
@@ -326,7 +346,7 @@ class EinsumImplementation(EinsumModernBackward, EinsumBackward):
         return _f64(gamma) * (xc / np.sqrt(var + eps)) + _f64(beta)
 
     def feed_forward(self, x, params):
-        hidden = np.maximum(_linear(_f64(x), params.w1, params.b1), 0.0)
+        hidden = _act_slope(_linear(_f64(x), params.w1, params.b1), params.activation)[0]
         return _linear(hidden, params.w2, params.b2)
 
     def _sublayer(self, x, f, norm, eps, norm_first):
@@ -355,7 +375,7 @@ class EinsumImplementation(EinsumModernBackward, EinsumBackward):
         return self._sublayer(y, lambda h: self.feed_forward(h, p.ffn), p.norm3, p.eps, p.norm_first)
 
     # -- modern components, in the same style (einsum contractions; RoPE as complex multiplication) --
-    variants = {"grouped_query": True}
+    variants = {"grouped_query": True, **_SHIPPED}
 
     def _gqa_core(self, q, k, v, h_kv: int, mask):
         """q (..., n_q, h·d_k), k, v (..., n_k, h_kv·d_k) -> (..., n_q, h·d_k): query head g·r + j contracts
@@ -384,7 +404,7 @@ class EinsumImplementation(EinsumModernBackward, EinsumBackward):
         p = params
         x = _f64(x)
         a = _linear(x, p.w_gate, p.b_gate)
-        g = a * expit(a) if p.activation == "silu" else a * ndtr(a)  # SiLU a·σ(a), GELU a·Φ(a)
+        g = _act_slope(a, p.activation)[0]  # SiLU a·σ(a), GELU a·Φ(a), tanh GELU
         return _linear(g * _linear(x, p.w_up, p.b_up), p.w_down, p.b_down)
 
     def rotary_embedding(self, x, positions, base=10000.0, layout="interleaved"):

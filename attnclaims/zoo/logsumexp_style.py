@@ -53,6 +53,31 @@ def _weights(s: np.ndarray, mask) -> np.ndarray:
         return np.exp(scipy.special.log_softmax(s, axis=-1))
 
 
+#: every variant of code as shipped this style implements (docs/adapters.md, "Variants for code as shipped")
+_SHIPPED = {"ffn_activation": ("relu", "gelu", "gelu_tanh", "silu"),
+            "block_ffn": ("relu", "silu", "gelu", "gelu_tanh", "mlp"), "biases": (True, False)}
+
+
+def _act_slope(a: np.ndarray, activation: str):
+    """(act(a), act'(a)) in the log domain: ReLU by clipping; SiLU with σ(a) = exp(−log(1 + e^(−a))); GELU with
+    Φ(a) = exp(log Φ(a)); the tanh GELU with (1 + tanh z)/2 = σ(2z) = exp(−log(1 + e^(−2z))),
+    z = √(2/π)(a + 0.044715a³), slope σ(2z) + a·2σ(2z)σ(−2z)·√(2/π)(1 + 3·0.044715a²)."""
+    if activation == "relu":
+        return np.clip(a, 0.0, None), np.heaviside(a, 0.0)
+    if activation == "silu":
+        s = np.exp(-np.logaddexp(0.0, -a))
+        return a * s, s * (1.0 + a * (1.0 - s))
+    if activation == "gelu":
+        cdf = np.exp(scipy.special.log_ndtr(a))
+        return a * cdf, cdf + a * np.exp(-0.5 * a * a - 0.5 * math.log(2.0 * math.pi))
+    c = math.sqrt(2.0 / math.pi)
+    with np.errstate(over="ignore", invalid="ignore"):
+        z2 = 2.0 * c * (a + 0.044715 * a * a * a)
+        s, s_neg = np.exp(-np.logaddexp(0.0, -z2)), np.exp(-np.logaddexp(0.0, z2))
+        tail = np.where(s * s_neg > 0, a * 2.0 * s * s_neg * c * (1.0 + 3 * 0.044715 * a * a), 0.0)
+    return a * s, s + tail
+
+
 def _linear(x, w, b):
     return np.matmul(x, _f64(w)) + _f64(b)
 
@@ -128,10 +153,11 @@ class LogSumExpBackward(LayerBackward):
         p = params
         x, d = _f64(x), _f64(d_out)
         pre = np.matmul(x, _f64(p.w1)) + _f64(p.b1)
-        dpre = np.matmul(d, _f64(p.w2).T) * (pre > 0)
+        h, slope = _act_slope(pre, p.activation)
+        dpre = np.matmul(d, _f64(p.w2).T) * slope
         return np.matmul(dpre, _f64(p.w1).T), FeedForwardParams(
             w1=_flat(x).T @ _flat(dpre), b1=_flat(dpre).sum(axis=0),
-            w2=_flat(np.maximum(pre, 0.0)).T @ _flat(d), b2=_flat(d).sum(axis=0))
+            w2=_flat(h).T @ _flat(d), b2=_flat(d).sum(axis=0), activation=p.activation)
 
     def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
         p = params
@@ -183,12 +209,7 @@ class LogSumExpModernBackward(ModernLayerBackward):
         x, d = _f64(x), _f64(d_out)
         a = np.matmul(x, _f64(p.w_gate)) + _f64(p.b_gate)
         up = np.matmul(x, _f64(p.w_up)) + _f64(p.b_up)
-        if p.activation == "silu":
-            s = np.exp(-np.logaddexp(0.0, -a))  # σ(a) = exp(log σ(a))
-            act, slope = a * s, s * (1.0 + a * (1.0 - s))
-        else:
-            cdf = np.exp(scipy.special.log_ndtr(a))
-            act, slope = a * cdf, cdf + a * np.exp(-0.5 * a * a - 0.5 * math.log(2.0 * math.pi))
+        act, slope = _act_slope(a, p.activation)
         dh = np.matmul(d, _f64(p.w_down).T)
         d_up, d_gate = dh * act, dh * up * slope
         return np.matmul(d_gate, _f64(p.w_gate).T) + np.matmul(d_up, _f64(p.w_up).T), GatedFeedForwardParams(
@@ -312,7 +333,7 @@ class LogSumExpImplementation(LogSumExpModernBackward, LogSumExpBackward):
         return (x - mu) * rstd * _f64(gamma) + _f64(beta)
 
     def feed_forward(self, x, params):
-        return _linear(np.clip(_linear(_f64(x), params.w1, params.b1), 0.0, None), params.w2, params.b2)
+        return _linear(_act_slope(_linear(_f64(x), params.w1, params.b1), params.activation)[0], params.w2, params.b2)
 
     def _residual(self, x, sub, norm, eps, norm_first):
         """The reference's residual wiring (attnclaims/reference/wiring.py) around this style's own layer norm."""
@@ -339,7 +360,7 @@ class LogSumExpImplementation(LogSumExpModernBackward, LogSumExpBackward):
         return self._residual(y, lambda h: self.feed_forward(h, p.ffn), p.norm3, p.eps, p.norm_first)
 
     # -- modern components, in the same style (log domain, BLAS products, RoPE as rotation matrices) --
-    variants = {"grouped_query": True}
+    variants = {"grouped_query": True, **_SHIPPED}
 
     def _heads(self, y, heads: int):  # (..., n, heads·d_k) -> (..., heads, n, d_k)
         return np.swapaxes(y.reshape(y.shape[:-1] + (heads, y.shape[-1] // heads)), -2, -3)
@@ -372,8 +393,8 @@ class LogSumExpImplementation(LogSumExpModernBackward, LogSumExpBackward):
         p = params
         x = _f64(x)
         a = _linear(x, p.w_gate, p.b_gate)
-        # log domain: σ(a) = exp(−log(1 + e^(−a))), Φ(a) = exp(log Φ(a))
-        g = a * np.exp(-np.logaddexp(0.0, -a)) if p.activation == "silu" else a * np.exp(scipy.special.log_ndtr(a))
+        # log domain: σ(a) = exp(−log(1 + e^(−a))), Φ(a) = exp(log Φ(a)), (1 + tanh z)/2 = σ(2z)
+        g = _act_slope(a, p.activation)[0]
         return _linear(g * _linear(x, p.w_up, p.b_up), p.w_down, p.b_down)
 
     def _rotations(self, positions, d: int, base: float, layout: str) -> np.ndarray:

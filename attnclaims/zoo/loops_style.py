@@ -34,7 +34,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.special
 from scipy.special import erfc
 
 from attnclaims.reference.params import FeedForwardParams, GatedFeedForwardParams, MultiHeadParams
@@ -46,6 +45,34 @@ __all__ = ["LoopsImplementation", "loops_impl"]
 
 def _f64(a) -> np.ndarray:
     return np.asarray(a, dtype=np.float64)
+
+
+#: every variant of code as shipped this style implements (docs/adapters.md, "Variants for code as shipped")
+_SHIPPED = {"ffn_activation": ("relu", "gelu", "gelu_tanh", "silu"),
+            "block_ffn": ("relu", "silu", "gelu", "gelu_tanh", "mlp"), "biases": (True, False)}
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.clip(z, -700, 700)))
+
+
+def _act_slope(a: np.ndarray, activation: str):
+    """(act(a), act'(a)) in this style: ReLU by np.where; SiLU a/(1 + e^(−a)); GELU a·erfc(−a/√2)/2; the tanh
+    GELU through 0.5(1 + tanh z) = σ(2z): a·σ(2z), z = √(2/π)(a + 0.044715a³), slope σ(2z) + a·2σ(2z)(1 − σ(2z))
+    ·√(2/π)(1 + 3·0.044715a²)."""
+    if activation == "relu":
+        return np.where(a > 0, a, 0.0), np.where(a > 0, 1.0, 0.0)
+    if activation == "silu":
+        s = _sigmoid(a)
+        return a * s, s * (1.0 + a * (1.0 - s))
+    if activation == "gelu":
+        cdf = 0.5 * erfc(-a / math.sqrt(2.0))
+        return a * cdf, cdf + a * np.exp(-0.5 * a * a) / math.sqrt(2.0 * math.pi)
+    c = math.sqrt(2.0 / math.pi)
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = _sigmoid(2.0 * c * (a + 0.044715 * a * a * a))
+        tail = np.where(s * (1.0 - s) > 0, a * 2.0 * s * (1.0 - s) * c * (1.0 + 3 * 0.044715 * a * a), 0.0)
+    return a * s, s + tail
 
 
 def _linear(x: np.ndarray, w, b) -> np.ndarray:
@@ -199,11 +226,11 @@ class LoopsBackward(LayerBackward):
         x, d = _f64(x), _f64(d_out)
         w1, w2 = _f64(p.w1), _f64(p.w2)
         pre = _seq_matmul(x, w1) + _f64(p.b1)
-        dpre = _seq_matmul(d, w2.T) * (pre > 0)
-        h = np.maximum(pre, 0.0)
+        h, slope = _act_slope(pre, p.activation)
+        dpre = _seq_matmul(d, w2.T) * slope
         return _seq_matmul(dpre, w1.T), FeedForwardParams(
             w1=_seq_matmul(_flat(x).T, _flat(dpre)), b1=_flat(dpre).sum(axis=0),
-            w2=_seq_matmul(_flat(h).T, _flat(d)), b2=_flat(d).sum(axis=0))
+            w2=_seq_matmul(_flat(h).T, _flat(d)), b2=_flat(d).sum(axis=0), activation=p.activation)
 
     def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
         p = params
@@ -255,12 +282,7 @@ class LoopsModernBackward(ModernLayerBackward):
         x, d = _f64(x), _f64(d_out)
         a = _seq_matmul(x, _f64(p.w_gate)) + _f64(p.b_gate)
         up = _seq_matmul(x, _f64(p.w_up)) + _f64(p.b_up)
-        if p.activation == "silu":
-            s = 1.0 / (1.0 + np.exp(-np.clip(a, -700, 700)))
-            act, slope = a * s, s * (1.0 + a * (1.0 - s))
-        else:
-            cdf = 0.5 * scipy.special.erfc(-a / math.sqrt(2.0))
-            act, slope = a * cdf, cdf + a * np.exp(-0.5 * a * a) / math.sqrt(2.0 * math.pi)
+        act, slope = _act_slope(a, p.activation)
         dh = _seq_matmul(d, _f64(p.w_down).T)
         d_up, d_gate = dh * act, dh * up * slope
         return _seq_matmul(d_gate, _f64(p.w_gate).T) + _seq_matmul(d_up, _f64(p.w_up).T), GatedFeedForwardParams(
@@ -401,7 +423,7 @@ class LoopsImplementation(LoopsModernBackward, LoopsBackward):
 
     def feed_forward(self, x, params):
         hidden = _linear(_f64(x), params.w1, params.b1)
-        return _linear(np.where(hidden > 0, hidden, 0.0), params.w2, params.b2)
+        return _linear(_act_slope(hidden, params.activation)[0], params.w2, params.b2)
 
     def _norm(self, x, norm, eps):
         return self.layer_norm(x, norm.gamma, norm.beta, eps)
@@ -433,7 +455,7 @@ class LoopsImplementation(LoopsModernBackward, LoopsBackward):
 
     # -- modern components, in the same style (loops over features, pairs and positions; the decoder
     # block streams positions one at a time against its own KV cache, as generation does) ------------
-    variants = {"grouped_query": True}
+    variants = {"grouped_query": True, **_SHIPPED}
 
     def rms_norm(self, x, gamma, eps):
         x = _f64(x)
@@ -451,8 +473,7 @@ class LoopsImplementation(LoopsModernBackward, LoopsBackward):
         p = params
         x = _f64(x)
         a = _linear(x, p.w_gate, p.b_gate)
-        with np.errstate(over="ignore"):
-            g = a / (1.0 + np.exp(-a)) if p.activation == "silu" else 0.5 * a * erfc(-a / math.sqrt(2.0))
+        g = _act_slope(a, p.activation)[0]
         return _linear(g * _linear(x, p.w_up, p.b_up), p.w_down, p.b_down)
 
     def rotary_embedding(self, x, positions, base=10000.0, layout="interleaved"):

@@ -180,3 +180,110 @@ def test_grouped_query_draws_are_mostly_ones_where_tiling_and_grouping_differ(pr
     assert fewest >= 5, f"a run of 20 examples drew only {fewest} configurations where tiling differs"
     assert any(k == 1 and h >= 2 for h, k in draws), "multi-query (num_kv_heads = 1) never drawn"
     assert any(k == h >= 2 for h, k in draws), "ordinary multi-head attention (num_kv_heads = num_heads) never drawn"
+
+
+# ---------------------------------------------------------------------------------------------
+# Variants for code as shipped: FFN activations, bias-free parameters, a fixed ε, blocks without padding masks
+# ---------------------------------------------------------------------------------------------
+
+NANOGPT = _Declares(block_norm=("layer",), block_ffn=("mlp",), ffn_activation=("gelu",), block_rope=(False,),
+                    block_norm_first=(True,), biases=(False,), fixed_eps=1e-5, block_padding_mask=False)
+GPT2_MLP = _Declares(ffn_activation=("gelu_tanh",))
+GEGLU_TANH = _Declares(block_ffn=("gelu_tanh",))
+
+
+def _biases(p):
+    """Every bias (b_*, b1, b2) and LayerNorm beta of a params dataclass, nested ones too."""
+    import dataclasses
+
+    out = []
+    for f in dataclasses.fields(p):
+        v = getattr(p, f.name)
+        if dataclasses.is_dataclass(v):
+            out += _biases(v)
+        elif isinstance(v, np.ndarray) and (f.name in ("b1", "b2", "beta") or f.name.startswith("b_")):
+            out.append(v)
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_a_nanogpt_like_declaration_gets_its_block_as_shipped(data):
+    """GELU MLP, every bias and beta zero, ε = 1e-5 and no padding mask: what nanoGPT's Block computes with
+    bias=False, so that its adapter passes the parameters on and never declines."""
+    with S.following(NANOGPT):
+        case = data.draw(M.block_cases())
+        mask = data.draw(M.block_masks(case.x.shape[0], case.x.shape[1]))
+        ffn = data.draw(M.feed_forward_params(3, 5))
+        eps = data.draw(M.epsilons())
+        ln = data.draw(M.layer_norm_params(4))
+    p = case.params
+    assert isinstance(p.ffn, FeedForwardParams) and p.ffn.activation == "gelu"
+    assert ffn.activation == "gelu"
+    assert p.eps == 1e-5 and eps == 1e-5 and mask is None
+    assert all(not b.any() for b in _biases(p)) and all(not b.any() for b in _biases(ffn) + _biases(ln))
+    assert np.any(p.self_attn.w_q) and np.any(ln.gamma)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_the_default_declaration_draws_as_before(data):
+    """An adapter written before these variants (no declaration) gets ReLU FFNs with non-zero biases, the
+    usual ε and padding masks: nothing it was not written for."""
+    with S.following(_Declares()):
+        ffn = data.draw(M.feed_forward_params(3, 5))
+        case = data.draw(M.block_cases())
+    assert ffn.activation == "relu" and np.any(ffn.b1) and np.any(ffn.b2)
+    if isinstance(case.params.ffn, FeedForwardParams):
+        assert case.params.ffn.activation == "relu"
+    else:
+        assert case.params.ffn.activation in ("silu", "gelu")
+
+
+def test_every_declared_activation_and_bias_choice_is_drawn():
+    """The correct styles and the reference declare every activation and both bias choices; each is drawn."""
+    from attnclaims.zoo.einsum_style import einsum_impl
+
+    seen_plain, seen_gated, seen_zero = set(), set(), set()
+
+    @settings(max_examples=150, deadline=None, database=None)
+    @given(data=st.data())
+    def draw(data):
+        with S.following(einsum_impl):
+            p = data.draw(M.block_cases()).params
+            f = data.draw(M.feed_forward_params(3, 5))
+        seen_plain.add(f.activation)
+        seen_zero.add(not f.b1.any())
+        (seen_plain if isinstance(p.ffn, FeedForwardParams) else seen_gated).add(p.ffn.activation)
+
+    draw()
+    assert seen_plain == {"relu", "gelu", "gelu_tanh", "silu"}
+    assert seen_gated == {"silu", "gelu", "gelu_tanh"}
+    assert seen_zero == {True, False}
+
+
+def test_an_undeclared_activation_is_not_applicable():
+    with S.following(GPT2_MLP), pytest.raises(S.VariantNotApplicable, match=r"variant ffn_activation='relu'"):
+        M.feed_forward_params(3, 5, activation="relu")
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_a_tanh_geglu_declaration_gets_tanh_geglu_only(data):
+    with S.following(GEGLU_TANH):
+        g = data.draw(M.gated_feed_forward_params(3, 5))
+        p = data.draw(M.block_cases()).params
+    assert g.activation == "gelu_tanh" and isinstance(p.ffn, GatedFeedForwardParams)
+    assert p.ffn.activation == "gelu_tanh"
+
+
+@pytest.mark.parametrize("variants, message", [
+    ({"fixed_eps": 0.0}, "fixed_eps"), ({"fixed_eps": "1e-5"}, "fixed_eps"),
+    ({"ffn_activation": ("gelu_erf",)}, "ffn_activation"), ({"block_ffn": ("geglu",)}, "block_ffn"),
+])
+def test_a_bad_shipped_variant_is_one_clear_line(variants, message):
+    from attnclaims.protocol import declared_variants
+
+    with pytest.raises(ValueError, match=message) as info:
+        declared_variants(_Declares(**variants))
+    assert "\n" not in str(info.value)

@@ -1,5 +1,10 @@
-"""Error models of the position-wise feed-forward networks: the ReLU FFN (forward, 16-bit, backward), the
-gated FFNs (SwiGLU, GeGLU), their same-precision and backward evaluations.
+"""Error models of the position-wise feed-forward networks: the non-gated FFN (ReLU: forward, 16-bit, backward;
+the smooth activations GELU exact and tanh, SiLU: forward and backward), the gated FFNs (SwiGLU, GeGLU), their
+same-precision and backward evaluations.
+
+The tanh approximation of GELU is a different function from the exact GELU, not a rounding of it: the two
+differ by up to 4.7·10⁻⁴ absolute (at a ≈ ±2.7), 10⁴ times float32's unit roundoff and 10¹² times float64's.
+No bound here allows for that difference; an implementation is compared with the activation it declares.
 """
 from __future__ import annotations
 
@@ -9,20 +14,26 @@ from attnclaims.checks.bounds.common import (
     SIXTEEN_BIT, U32, _EVALUATE, _c, _cd, _f64, linear_error, sixteen_bit_linear_error
 )
 from attnclaims.reference import ffn as F
-from attnclaims.reference.ffn import gated_activation
+from attnclaims.reference.ffn import _activation_and_derivative, ffn_activation, gated_activation, slope_error
 from attnclaims.reference.params import GatedFeedForwardParams
 
 __all__ = [
     "feed_forward_error", "sixteen_bit_feed_forward_error", "feed_forward_vjp_error", "ACT_LIPSCHITZ",
-    "gated_feed_forward_error"
+    "gated_feed_forward_error", "ACT_CURVATURE"
 ]
 
 
 def feed_forward_error(x, params, *, u: float, ex=None) -> np.ndarray:
-    """Error bound of FFN(x) = max(0, x W₁ + b₁) W₂ + b₂: :func:`linear_error` twice; the ReLU is
-    1-Lipschitz and exact, so it passes the hidden error through unchanged."""
+    """Error bound of FFN(x) = act(x W₁ + b₁) W₂ + b₂: :func:`linear_error` twice; the ReLU is 1-Lipschitz and
+    exact, so it passes the hidden error through unchanged; a smooth activation (GELU exact or tanh, SiLU)
+    adds :func:`_activation_error` (its Lipschitz constant times the pre-activation's error, and its own
+    rounding)."""
     p = params
     x = _f64(x)
+    if getattr(p, "activation", "relu") != "relu":
+        a = x @ _f64(p.w1) + _f64(p.b1)
+        e_hidden = _activation_error(a, linear_error(x, p.w1, p.b1, u=u, ex=ex), p.activation, u=u)
+        return linear_error(ffn_activation(a, p.activation), p.w2, p.b2, u=u, ex=e_hidden)
     hidden = np.maximum(0.0, x @ _f64(p.w1) + _f64(p.b1))
     e_hidden = linear_error(x, p.w1, p.b1, u=u, ex=ex)
     return linear_error(hidden, p.w2, p.b2, u=u, ex=e_hidden)
@@ -41,8 +52,14 @@ def sixteen_bit_feed_forward_error(x, params, *, u: float, ex=None) -> np.ndarra
     in both: ΔH = ΔP where P > −ΔP, 0 elsewhere (the conditioning: only live units carry error). The output
     is :func:`sixteen_bit_linear_error` of H with ΔH, whose float32 term is charged on |H| + ΔH (a unit at
     the kink may come out as large as ΔP where the exact one is 0). x (..., d_model) -> (..., d_model).
+
+    A smooth activation (GELU, SiLU) takes the general model at the 16-bit unit roundoff
+    (:func:`feed_forward_error`: every operation rounded to the 16-bit format, which bounds a float32
+    accumulation too), as the gated FFNs do.
     """
     p = params
+    if getattr(p, "activation", "relu") != "relu":
+        return feed_forward_error(x, p, u=u, ex=ex)
     x = _f64(x)
     w2 = _f64(p.w2)
     pre = x @ _f64(p.w1) + _f64(p.b1)
@@ -54,7 +71,8 @@ def sixteen_bit_feed_forward_error(x, params, *, u: float, ex=None) -> np.ndarra
 
 
 def feed_forward_vjp_error(x, params, d, *, u: float) -> tuple[np.ndarray, dict]:
-    """Absolute error bounds of (dx, {w1, b1, w2, b2}) for FFN = ReLU(x W₁ + b₁) W₂ + b₂.
+    """Absolute error bounds of (dx, {w1, b1, w2, b2}) for FFN = ReLU(x W₁ + b₁) W₂ + b₂ (a smooth activation:
+    :func:`_smooth_vjp_error`).
 
     P = x W₁ + b₁ carries ΔP (:func:`linear_error`); where |P| ≤ ΔP the implementation may fall on
     either side of the ReLU's kink ("uncertain" units), so there dP may be dH or 0: the bound adds |dH̄|
@@ -65,6 +83,8 @@ def feed_forward_vjp_error(x, params, d, *, u: float) -> tuple[np.ndarray, dict]
     ΣΔHᵀ|d| + u(R + 1)Σ(|H| + ΔH)ᵀ|d|; db₂ = Σ d: uRΣ|d|. R = the number of positions.
     """
     p = params
+    if getattr(p, "activation", "relu") != "relu":
+        return _smooth_vjp_error(x, p, d, u=u)
     x, d = _f64(x), _f64(d)
     w1, b1, w2 = _f64(p.w1), _f64(p.b1), _f64(p.w2)
     pre = x @ w1 + b1
@@ -91,9 +111,51 @@ def feed_forward_vjp_error(x, params, d, *, u: float) -> tuple[np.ndarray, dict]
     return e_dx, grads
 
 
-#: sup_a |act'(a)| of the gated activations: SiLU 1.0998…, GELU 1.1289… (both at |a| ≈ 2.4 and 1.5),
-#: rounded up, so |act(a + δ) − act(a)| ≤ ACT_LIPSCHITZ·|δ| for every a and δ.
+#: sup_a |act'(a)| of the smooth activations: SiLU 1.0998… (|a| ≈ 2.4), GELU 1.1289… (|a| ≈ 1.5), its tanh
+#: approximation 1.12899… (|a| ≈ 1.5), rounded up, so |act(a + δ) − act(a)| ≤ ACT_LIPSCHITZ·|δ| for every a
+#: and δ (the ReLU's is 1).
 ACT_LIPSCHITZ = 1.13
+
+#: sup_a |act''(a)|: SiLU 0.5 (at 0), GELU 2φ(0) = 0.7979… (at 0), tanh GELU √(2/π) = 0.7979… (at 0),
+#: rounded up: |act'(a + δ) − act'(a)| ≤ ACT_CURVATURE·|δ|. The computed slope's error, this and its own
+#: rounding, is :func:`attnclaims.reference.ffn.slope_error`.
+ACT_CURVATURE = 0.8
+
+
+def _smooth_vjp_error(x, params, d, *, u: float) -> tuple[np.ndarray, dict]:
+    """Absolute error bounds of (dx, {w1, b1, w2, b2}) for FFN = act(x W₁ + b₁) W₂ + b₂ with a smooth act.
+
+    P = x W₁ + b₁ carries ΔP (:func:`linear_error`), H = act(P) carries ΔH (:func:`_activation_error`), the
+    computed slope act'(P̂) differs from act'(P) by Δs (:func:`attnclaims.reference.ffn.slope_error`:
+    ACT_CURVATURE·ΔP and the slope's own rounding, which grows with |P|³ where 1 − tanh² cancels).
+    dH = d W₂ᵀ: ΔdH ≤ u(d_model + 1)|dH̄| with |dH̄| = |d||W₂|ᵀ; dP = dH ⊙ act'(P):
+    ΔdP ≤ ΔdH(|s| + Δs) + |dH̄|Δs + u|dH̄|(|s| + Δs), |dP̄| = |dH̄|(|s| + Δs); then dx, dW₁, db₁, dW₂, db₂ as in
+    the ReLU's bound (:func:`feed_forward_vjp_error`) with these."""
+    p = params
+    x, d = _f64(x), _f64(d)
+    w1, b1, w2 = _f64(p.w1), _f64(p.b1), _f64(p.w2)
+    pre = x @ w1 + b1
+    e_pre = linear_error(x, w1, b1, u=u)
+    h, slope = _activation_and_derivative(pre, p.activation)
+    e_h = _activation_error(pre, e_pre, p.activation, u=u)
+    e_s = slope_error(pre, e_pre, u)
+    s_bar = np.abs(slope) + e_s
+    dh_bar = np.abs(d) @ np.abs(w2).T
+    e_dh = u * (w2.shape[1] + 1) * dh_bar
+    e_dpre = e_dh * s_bar + dh_bar * e_s + u * dh_bar * s_bar
+    dpre_bar = dh_bar * s_bar
+    rows_x = x.reshape(-1, x.shape[-1])
+    r = rows_x.shape[0]
+    flat = lambda a: a.reshape(-1, a.shape[-1])
+    ad = np.abs(d)
+    e_dx = e_dpre @ np.abs(w1).T + u * (w1.shape[1] + 1) * ((dpre_bar + e_dpre) @ np.abs(w1).T)
+    grads = {
+        "w1": np.abs(rows_x).T @ flat(e_dpre) + u * (r + 1) * (np.abs(rows_x).T @ flat(dpre_bar + e_dpre)),
+        "b1": flat(e_dpre).sum(axis=0) + u * r * flat(dpre_bar + e_dpre).sum(axis=0),
+        "w2": flat(e_h).T @ flat(ad) + u * (r + 1) * (flat(np.abs(h) + e_h).T @ flat(ad)),
+        "b2": u * r * flat(ad).sum(axis=0),
+    }
+    return e_dx, grads
 
 
 def _activation_error(a, ea, activation: str, *, u: float) -> np.ndarray:

@@ -31,12 +31,14 @@ from attnclaims.checks.strategies.attention import (
 from attnclaims.checks.strategies.common import (
     ELEMENTWISE_LIMIT, FIXED_SHAPES, LAYER_MAX_SEQ, SHORT_SEQ, Dims, ModelCase, VariantNotApplicable,
     arrays, batch_shapes, cast, cross_or_self, dims, finfo, flush_subnormals, follow, followed,
-    following, model_cases, needs_variant, norm_firsts, not_applicable, permutations, random_arrays, require_variant,
+    following, model_cases, needs_variant, with_biases, zero_biases, fixed_eps, norm_firsts, not_applicable, permutations, random_arrays, require_variant,
     scales, seeds, seq_lengths, variants,
 )
-from attnclaims.checks.strategies.ffn import feed_forward_params, gated_activations, gated_feed_forward_params
+from attnclaims.checks.strategies.ffn import (
+    feed_forward_params, ffn_activations, gated_activations, gated_feed_forward_params,
+)
 from attnclaims.checks.strategies.layers import (
-    BlockCase, block_cases, decode_schedules, decoder_layer_params, encoder_layer_params,
+    BlockCase, block_cases, block_masks, decode_schedules, decoder_layer_params, encoder_layer_params,
 )
 from attnclaims.checks.strategies.multihead import (
     DISTINCT_SHARE, MIN_DISTINCT_HEADS, distinct_groupings, grouped_query_model_cases, grouped_query_params,
@@ -59,6 +61,7 @@ __all__ = [
     "kv_head_counts", "grouped_query_params", "grouped_query_model_cases", "distinct_groupings", "tiling_differs",
     "MIN_DISTINCT_HEADS", "DISTINCT_SHARE", "gammas", "gated_activations", "gated_feed_forward_params",
     "rope_layouts", "rope_bases", "positions", "alignments", "windows", "CausalCase", "causal_cases",
-    "BlockCase", "block_cases", "decode_schedules",
+    "BlockCase", "block_cases", "decode_schedules", "block_masks", "ffn_activations", "with_biases", "zero_biases",
+    "fixed_eps",
 ]
 

@@ -70,7 +70,7 @@ __all__ = [
     "ModelCase", "model_cases", "cast", "variants", "require_variant", "needs_variant", "VariantNotApplicable",
     "norm_firsts", "cross_or_self", "flush_subnormals", "finfo", "not_applicable",
     "DEFAULT_TILE_SIZES", "TILE_PRIME_LENGTHS", "TILE_HEAD_WIDTHS", "TILE_ODDS", "tile_sizes", "tile_lengths",
-    "tile_crossing",
+    "tile_crossing", "with_biases", "zero_biases", "fixed_eps",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -220,6 +220,43 @@ def flush_subnormals(a):
     out = a.copy()
     out[sub] = np.copysign(0.0, a[sub].astype(np.float64)).astype(a.dtype)
     return out
+
+
+#: the fields that are biases: every projection's (b_q … b_o, b1, b2, b_gate, b_up, b_down) and LayerNorm's beta
+def _is_bias(name: str) -> bool:
+    return name in ("b1", "b2", "beta") or name.startswith("b_")
+
+
+def zero_biases(a):
+    """``a`` (a parameter dataclass, nested ones too) with every bias and LayerNorm beta set to exactly 0, in
+    its own dtype: the parameters of bias-free code (declared ``biases=(False,)``)."""
+    if not (dataclasses.is_dataclass(a) and not isinstance(a, type)):
+        return a
+    changes = {}
+    for f in fields(a):
+        v = getattr(a, f.name)
+        if isinstance(v, np.ndarray) and _is_bias(f.name):
+            changes[f.name] = np.zeros_like(v)
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+            changes[f.name] = zero_biases(v)
+    return replace(a, **changes) if changes else a
+
+
+@st.composite
+def with_biases(draw, params):
+    """``params`` as drawn, or with every bias zero (:func:`zero_biases`), per the followed implementation's
+    ``biases`` (drawn between the two where it declares both)."""
+    have = tuple(variants()["biases"])
+    keep = draw(st.sampled_from(have)) if len(have) > 1 else have[0]
+    if keep:
+        return params
+    note("biases: all zero (the implementation declares bias-free projections and norms)")
+    return zero_biases(params)
+
+
+def fixed_eps() -> float | None:
+    """The ε the followed implementation's norms use whatever they are passed (``fixed_eps``), or None."""
+    return variants()["fixed_eps"]
 
 
 def _dtype() -> np.dtype:

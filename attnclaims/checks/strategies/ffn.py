@@ -1,30 +1,50 @@
-"""Strategies of the position-wise feed-forward networks: the ReLU FFN's parameters and the gated
-FFN's (SwiGLU, GeGLU), with the activations the followed implementation declares in ``block_ffn``.
+"""Strategies of the position-wise feed-forward networks: the non-gated FFN's parameters, with the activations
+the followed implementation declares in ``ffn_activation`` (ReLU by default; exact or tanh GELU, SiLU), and
+the gated FFN's (SwiGLU, GeGLU exact or tanh), with those it declares in ``block_ffn``; biases zero for an
+implementation that declares ``biases=(False,)``.
 """
 from __future__ import annotations
 
 from hypothesis import note
 from hypothesis import strategies as st
 
-from attnclaims.checks.strategies.common import _dtype, _not_applicable, flush_subnormals, seeds, variants
-from attnclaims.reference.params import (
-    FeedForwardParams, GatedFeedForwardParams, init_feed_forward, init_gated_feed_forward,
+from attnclaims.checks.strategies.common import (
+    _dtype, _not_applicable, flush_subnormals, model_cases, scales, seeds, variants, with_biases,
 )
-from attnclaims.checks.strategies.common import model_cases, scales
+from attnclaims.reference.params import (
+    GATED_ACTIVATION_CHOICES, FeedForwardParams, GatedFeedForwardParams, init_feed_forward, init_gated_feed_forward,
+)
 
-__all__ = ["feed_forward_params", "gated_activations", "gated_feed_forward_params"]
+__all__ = ["feed_forward_params", "ffn_activations", "gated_activations", "gated_feed_forward_params"]
+
+
+def ffn_activations() -> st.SearchStrategy[str]:
+    """The non-gated FFN's activations the followed implementation declares (``ffn_activation``; "relu" by
+    default)."""
+    return st.sampled_from(tuple(variants()["ffn_activation"]))
+
+
+def feed_forward_params(d_model: int, d_ff: int, *, activation: str | None = None) -> st.SearchStrategy:
+    """Seeded FFN weights with an activation the followed implementation declares (``activation`` fixed: that
+    one, or not applicable, raised here, where it is not declared), biases per ``biases``."""
+    if activation is not None and activation not in variants()["ffn_activation"]:
+        raise _not_applicable("ffn_activation", activation)
+    return _feed_forward_params(d_model, d_ff, activation)
+
 
 @st.composite
-def feed_forward_params(draw, d_model: int, d_ff: int) -> FeedForwardParams:
+def _feed_forward_params(draw, d_model: int, d_ff: int, activation: str | None) -> FeedForwardParams:
+    act = draw(ffn_activations()) if activation is None else activation
     seed = draw(seeds())
-    note(f"feed_forward_params(seed={seed}, d_model={d_model}, d_ff={d_ff})")
-    return flush_subnormals(init_feed_forward(seed, d_model, d_ff, dtype=_dtype()))
-
+    note(f"feed_forward_params(seed={seed}, d_model={d_model}, d_ff={d_ff}, activation={act!r})")
+    return draw(with_biases(flush_subnormals(init_feed_forward(seed, d_model, d_ff, activation=act,
+                                                               dtype=_dtype()))))
 
 
 def gated_activations() -> st.SearchStrategy[str]:
-    """The gated activations the followed implementation supports: "silu" (SwiGLU), "gelu" (GeGLU)."""
-    have = [a for a in ("silu", "gelu") if a in variants()["block_ffn"]]
+    """The gated activations the followed implementation supports: those of "silu" (SwiGLU), "gelu" (GeGLU) and
+    "gelu_tanh" (GeGLU with the tanh GELU) it declares in ``block_ffn``."""
+    have = [a for a in GATED_ACTIVATION_CHOICES if a in variants()["block_ffn"]]
     if not have:
         raise _not_applicable("block_ffn", "silu")
     return st.sampled_from(have)
@@ -35,7 +55,8 @@ def gated_feed_forward_params(draw, d_model: int, d_ff: int, *, activation: str 
     act = draw(gated_activations()) if activation is None else activation
     seed = draw(seeds())
     note(f"gated_feed_forward_params(seed={seed}, d_model={d_model}, d_ff={d_ff}, activation={act!r})")
-    return flush_subnormals(init_gated_feed_forward(seed, d_model, d_ff, activation=act, dtype=_dtype()))
+    return draw(with_biases(flush_subnormals(init_gated_feed_forward(seed, d_model, d_ff, activation=act,
+                                                                     dtype=_dtype()))))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,8 +12,8 @@ from hypothesis import note
 from hypothesis import strategies as st
 
 from attnclaims.checks.strategies.common import (
-    LAYER_MAX_SEQ, _dtype, _not_applicable, arrays, flush_subnormals, norm_firsts, random_arrays, require_variant,
-    scales, seeds, seq_lengths, variants,
+    LAYER_MAX_SEQ, _dtype, _not_applicable, arrays, fixed_eps, flush_subnormals, norm_firsts, random_arrays,
+    require_variant, scales, seeds, seq_lengths, variants, with_biases,
 )
 from attnclaims.checks.strategies.multihead import kv_head_counts
 from attnclaims.checks.strategies.positional import rope_bases, rope_layouts
@@ -25,7 +25,8 @@ from attnclaims.reference.params import (
 from attnclaims.checks.strategies.attention import mask_forms, padding_masks
 from attnclaims.checks.strategies.common import model_cases
 
-__all__ = ["encoder_layer_params", "decoder_layer_params", "BlockCase", "block_cases", "decode_schedules"]
+__all__ = ["encoder_layer_params", "decoder_layer_params", "BlockCase", "block_cases", "block_masks",
+           "decode_schedules"]
 
 @st.composite
 def encoder_layer_params(draw, d_model: int, num_heads: int, d_ff: int, *, norm_first=None) -> EncoderLayerParams:
@@ -48,10 +49,31 @@ def _layer_params(draw, init, what: str, d_model: int, num_heads: int, d_ff: int
     nf = draw(norm_firsts()) if norm_first is None else norm_first
     require_variant("norm_first", nf)
     require_variant("head_dim", d_model // num_heads)
-    eps = draw(st.sampled_from([1e-5, 1e-6]))
+    eps = _layer_eps(draw)
     note(f"{what}(seed={seed}, d_model={d_model}, num_heads={num_heads}, d_ff={d_ff}, norm_first={nf}, eps={eps})")
-    return flush_subnormals(init(seed, d_model, num_heads, d_ff, norm_first=nf, eps=eps, norm_spread=0.3,
-                                 dtype=_dtype()))
+    return draw(with_biases(flush_subnormals(init(seed, d_model, num_heads, d_ff, norm_first=nf, eps=eps,
+                                                  norm_spread=0.3, dtype=_dtype()))))
+
+
+def _layer_eps(draw) -> float:
+    """A layer's ε: 1e-5 or 1e-6, or the implementation's ``fixed_eps``."""
+    fixed = fixed_eps()
+    return fixed if fixed is not None else draw(st.sampled_from([1e-5, 1e-6]))
+
+
+def _block_ffns(draw) -> tuple[str, str]:
+    """(init_decoder_block's ffn, the non-gated FFN's activation) among the declared ``block_ffn``: "relu" a
+    ReLU FFN; "mlp" a non-gated FFN with an activation of ``ffn_activation``; a gated activation a gated FFN."""
+    have = variants()
+    kinds = []
+    for kind in have["block_ffn"]:
+        if kind == "mlp":
+            kinds += [("mlp", a) for a in have["ffn_activation"]]
+        elif kind == "relu":
+            kinds.append(("mlp", "relu"))
+        else:
+            kinds.append((kind, "relu"))
+    return draw(st.sampled_from(list(dict.fromkeys(kinds))))
 
 
 @dataclass(frozen=True)
@@ -79,7 +101,8 @@ def _choose(draw, key: str, fixed=None):
 @st.composite
 def block_cases(draw, *, min_seq: int = 1, max_seq: int | None = None, rope: bool | None = None,
                 generic: bool = False, norm_first=None, min_d_model: int = 1) -> BlockCase:
-    """A decoder-only block and its input: the norm ("layer"/"rms"), FFN ("relu"/"silu"/"gelu"), RoPE
+    """A decoder-only block and its input: the norm ("layer"/"rms"), FFN (ReLU or another non-gated activation,
+    or gated), RoPE
     (None or a :class:`RotaryParams` with a declared layout), the norm placement and the K/V head count,
     each drawn from what the followed implementation declares; the head dimension is even when the
     block has RoPE. n ≤ :data:`~attnclaims.checks.strategies.LAYER_MAX_SEQ`; entries U[−1, 1]·2^e (or
@@ -87,7 +110,7 @@ def block_cases(draw, *, min_seq: int = 1, max_seq: int | None = None, rope: boo
     lim = limits()
     top = min(LAYER_MAX_SEQ, lim.max_seq if max_seq is None else max_seq)
     norm = _choose(draw, "block_norm")
-    ffn = _choose(draw, "block_ffn")
+    ffn, activation = _block_ffns(draw)
     use_rope = _choose(draw, "block_rope", rope)
     nf = _choose(draw, "block_norm_first", norm_first)
     heads = draw(st.integers(1, max(1, min(4, lim.max_dim // 2))))
@@ -101,19 +124,27 @@ def block_cases(draw, *, min_seq: int = 1, max_seq: int | None = None, rope: boo
     kv = draw(kv_head_counts(heads))
     d_ff = draw(st.integers(1, 2 * lim.max_dim))
     rope_params = RotaryParams(base=draw(rope_bases()), layout=draw(rope_layouts())) if use_rope else None
-    eps = draw(st.sampled_from([1e-5, 1e-6]))
+    eps = _layer_eps(draw)
     seed = draw(seeds())
     params = init_decoder_block(seed, d_model, heads, d_ff, num_kv_heads=kv, ffn=ffn, norm=norm, norm_first=nf,
-                                eps=eps, rope=rope_params, norm_spread=0.3, dtype=_dtype())
-    params = flush_subnormals(params)
+                                eps=eps, rope=rope_params, norm_spread=0.3, activation=activation, dtype=_dtype())
+    params = draw(with_biases(flush_subnormals(params)))
     batch = draw(st.integers(1, lim.max_batch))
     n = draw(seq_lengths(min_seq, max(top, min_seq)))
     s = draw(scales(-1, 1))
     make = random_arrays if generic else arrays
     x = draw(make((batch, n, d_model), scale=s))
     note(f"block case: batch={batch}, n={n}, d_model={d_model}, heads={heads}, kv_heads={kv}, d_ff={d_ff}, "
-         f"norm={norm}, ffn={ffn}, rope={rope_params}, norm_first={nf}, eps={eps}, seed={seed}, scale={s}")
+         f"norm={norm}, ffn={ffn}, activation={activation}, rope={rope_params}, norm_first={nf}, eps={eps}, seed={seed}, scale={s}")
     return BlockCase(x, params)
+
+
+def block_masks(batch: int, n: int) -> st.SearchStrategy:
+    """The ``mask`` a decoder block is called with: None or a padding mask (batch, n, n) on top of its causal one;
+    None only for an implementation that declares ``block_padding_mask=False``."""
+    if not variants()["block_padding_mask"]:
+        return st.none()
+    return st.none() | padding_masks(batch, n)
 
 
 @st.composite

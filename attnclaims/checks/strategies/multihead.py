@@ -9,7 +9,7 @@ from hypothesis import note
 from hypothesis import strategies as st
 
 from attnclaims.checks.strategies.common import (
-    _dtype, _not_applicable, flush_subnormals, model_cases, require_variant, seeds, variants,
+    _dtype, _not_applicable, flush_subnormals, model_cases, require_variant, seeds, variants, with_biases,
 )
 from attnclaims.reference.params import MultiHeadParams, init_multi_head
 from attnclaims.checks.strategies.attention import mask_forms
@@ -29,7 +29,7 @@ def multi_head_params(draw, d_model: int, num_heads: int, *, bias_scale: float |
     note(f"multi_head_params(seed={seed}, d_model={d_model}, num_heads={num_heads}, bias_scale={b})")
     if d_model % num_heads == 0:
         require_variant("head_dim", d_model // num_heads)
-    return flush_subnormals(init_multi_head(seed, d_model, num_heads, bias_scale=b, dtype=_dtype()))
+    return draw(with_biases(flush_subnormals(init_multi_head(seed, d_model, num_heads, bias_scale=b, dtype=_dtype()))))
 
 
 

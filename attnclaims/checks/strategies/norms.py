@@ -8,7 +8,7 @@ from hypothesis import note
 from hypothesis import strategies as st
 
 from attnclaims.checks.strategies.common import _dtype, arrays, batch_shapes, finfo, flush_subnormals, seeds, seq_lengths
-from attnclaims.checks.strategies.common import random_arrays, scales
+from attnclaims.checks.strategies.common import fixed_eps, random_arrays, scales, with_biases
 from attnclaims.profiles import limits
 from attnclaims.reference.params import LayerNormParams, init_layer_norm
 
@@ -19,16 +19,20 @@ def epsilons(draw) -> float:
     """Layer-norm ε: torch's 1e-5, flax's 1e-6, and values that matter (0.1) or nearly don't (1e-12) — those
     whose 1/√ε (a constant row's scale, and its Jacobian's size) the followed dtype can hold: float16
     (max 65504) does not get 1e-12. Decided when drawn (``@given(eps=epsilons())`` is built at import,
-    before any implementation is followed)."""
+    before any implementation is followed). An implementation that declares ``fixed_eps`` gets that ε only."""
+    fixed = fixed_eps()
+    if fixed is not None:
+        return fixed
     top = float(finfo(_dtype()).max) / 16.0
     return draw(st.sampled_from([e for e in (1e-5, 1e-6, 1e-12, 0.1) if e ** -0.5 <= top]))
 
 
 @st.composite
 def layer_norm_params(draw, d_model: int) -> LayerNormParams:
-    """γ = 1, β = 0 (the usual initialisation), or both perturbed so that γ and β can be told apart."""
+    """γ = 1, β = 0 (the usual initialisation), or both perturbed so that γ and β can be told apart; β = 0 for
+    an implementation that declares ``biases=(False,)``."""
     spread = draw(st.sampled_from([0.5, 0.0]))
-    return flush_subnormals(init_layer_norm(d_model, draw(seeds()), spread=spread, dtype=_dtype()))
+    return draw(with_biases(flush_subnormals(init_layer_norm(d_model, draw(seeds()), spread=spread, dtype=_dtype()))))
 
 
 @st.composite

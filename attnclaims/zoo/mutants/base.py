@@ -49,10 +49,14 @@ class ModernComposition:
 
     # -- gated FFN -------------------------------------------------------------------------------
     def _gate(self, a, activation: str) -> np.ndarray:
-        """SiLU a/(1 + e^(−a)) or exact GELU a(1 + erf(a/√2))/2."""
+        """SiLU a/(1 + e^(−a)), exact GELU a(1 + erf(a/√2))/2 or its tanh approximation
+        a(1 + tanh(√(2/π)(a + 0.044715a³)))/2."""
         if activation == "silu":
             with np.errstate(over="ignore"):
                 return a / (1.0 + np.exp(-a))
+        if activation == "gelu_tanh":
+            with np.errstate(over="ignore", invalid="ignore"):
+                return 0.5 * a * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (a + 0.044715 * a ** 3)))
         return 0.5 * a * (1.0 + erf(a / np.sqrt(2.0)))
 
     def _gated_hidden(self, x, p) -> np.ndarray:
@@ -309,10 +313,14 @@ class Composed(ModernComposition, Reference):
     def _activation(self, h):
         return np.maximum(0.0, h)
 
+    def _ffn_activation(self, h, activation: str):
+        """The non-gated FFN's activation: ``_activation`` (the ReLU) or the smooth ones of ``_gate``."""
+        return self._activation(h) if activation == "relu" else self._gate(h, activation)
+
     def feed_forward(self, x, params):
-        """max(0, x W_1 + b_1) W_2 + b_2 at every position (§6.4)."""
+        """act(x W_1 + b_1) W_2 + b_2 at every position (§6.4; act the ReLU unless params.activation says)."""
         x = np.asarray(x, dtype=np.float64)
-        return self._activation(x @ params.w1 + params.b1) @ params.w2 + params.b2
+        return self._ffn_activation(x @ params.w1 + params.b1, params.activation) @ params.w2 + params.b2
 
     # -- layers -----------------------------------------------------------------------------------
     def _ln(self, x, norm, eps):

@@ -68,3 +68,45 @@ class _GatedTanhGelu(Composed):
         if activation == "gelu":
             return 0.5 * a * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (a + 0.044715 * a**3)))
         return super()._gate(a, activation)
+
+
+@mutant("gated_exact_gelu", "gated_feed_forward", ["position-wise-ffn"],
+        "GeGLU with the exact (erf) GELU where the tanh approximation is declared (block_ffn 'gelu_tanh')")
+class _GatedExactGelu(Composed):
+    variants = {**Composed.variants, "block_ffn": ("gelu_tanh",)}
+
+    def _gate(self, a, activation):
+        return super()._gate(a, "gelu" if activation == "gelu_tanh" else activation)
+
+
+# ---------------------------------------------------------------------------------------------
+# Non-gated FFNs with the activations of code as shipped (variant ffn_activation)
+# ---------------------------------------------------------------------------------------------
+
+@mutant("ffn_tanh_gelu", "feed_forward", ["position-wise-ffn"],
+        "an MLP with the tanh approximation of GELU (GPT-2's gelu_new) where the exact GELU (nn.GELU()) is "
+        "declared: off by up to 4.7e-4 per hidden unit")
+class _FfnTanhGelu(Composed):
+    variants = {**Composed.variants, "ffn_activation": ("gelu",), "block_ffn": ("mlp",)}
+
+    def _ffn_activation(self, h, activation):
+        return super()._ffn_activation(h, "gelu_tanh" if activation == "gelu" else activation)
+
+
+@mutant("ffn_exact_gelu", "feed_forward", ["position-wise-ffn"],
+        "GPT-2's MLP with the exact GELU where its tanh approximation (gelu_new) is declared")
+class _FfnExactGelu(Composed):
+    variants = {**Composed.variants, "ffn_activation": ("gelu_tanh",), "block_ffn": ("mlp",)}
+
+    def _ffn_activation(self, h, activation):
+        return super()._ffn_activation(h, "gelu" if activation == "gelu_tanh" else activation)
+
+
+@mutant("ffn_bias_dropped", "feed_forward", ["position-wise-ffn"],
+        "the MLP's first bias b₁ is never added (a bias=False layer loaded with weights that have one)")
+class _FfnBiasDropped(Composed):
+    variants = {**Composed.variants, "biases": (True, False)}
+
+    def feed_forward(self, x, params):
+        x = np.asarray(x, dtype=np.float64)
+        return self._ffn_activation(x @ params.w1, params.activation) @ params.w2 + params.b2
