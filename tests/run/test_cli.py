@@ -440,3 +440,40 @@ def test_the_verdict_table_flags_no_disagreement_for_a_missing_backward_pass():
     assert cell.plain == "not applicable: no backward pass exposed", cell.plain
     assert cli._cell({"verdict": "refuted", "category": "refuted"}, "proven").plain == "refuted ≠"
     assert cli._cell({"verdict": "proven", "category": "proven"}, "proven").plain == "proven"
+
+
+def test_problem_lines_are_cut_at_a_word():
+    line = "suite/test_x.py::test_y failed (and 5 more): out is 3.1 % off the reference at index (0, 1): " + \
+        "out = -1.294, ref = -1.335, allowed |diff| <= 9.66e-15 [layer_norm(x(2, 4), eps=1e-05) vs reference]"
+    cut = cli.cut_at_word(line, 120)
+    assert cut.endswith(" …") and len(cut) <= 121 and line.startswith(cut[:-2]), cut
+    assert line[len(cut) - 2] == " " or line[len(cut) - 2] in ",;:", cut  # the word after the cut is whole
+    assert cli.cut_at_word("short line\nsecond line", 120) == "short line"
+    assert cli.cut_at_word("x" * 300, 100) == "x" * 99 + " …"  # no space in reach: cut at the limit
+
+
+def _report_with_a_long_problem(reason: str) -> dict:
+    detail = {"verdict": "refuted", "category": "refuted", "reason": reason, "problem": True}
+    return {"implementations": [{"name": "mine", "available": True}],
+            "claims": [{"id": "layer-norm", "section": "6.3", "expected_verdict": "proven",
+                        "verdict_details": {"mine": detail}}],
+            "summary": {"verdicts": {"mine": {"refuted": 1}}}}
+
+
+def test_check_prints_problem_lines_whole_with_full(capsys, monkeypatch):
+    """Default: the reason's first line cut at a word, with a note that --full prints it whole; --full (-v):
+    every character and every line of it. Breaks if the cut falls mid-word or --full still cuts."""
+    monkeypatch.setenv("COLUMNS", "400")
+    tail = "the smallest tol that passes: 0.000944 " * 8
+    reason = f"test_layer_norm_matches_reference failed: out is 3.1 % off the reference at index (0, 1); {tail}\nline two"
+    cli.print_verdicts(_report_with_a_long_problem(reason))
+    out = capsys.readouterr().out
+    shown = next(line for line in out.splitlines() if "layer-norm [mine] refuted:" in line)
+    assert shown.endswith(" …") and "line two" not in out and "--full prints them whole" in out, out
+    kept = shown[:-2].split("refuted: ", 1)[1]
+    assert reason.startswith(kept) and reason[len(kept)] in " ,;:", shown  # ends with a whole word
+    cli.print_verdicts(_report_with_a_long_problem(reason), full=True)
+    out = capsys.readouterr().out
+    assert reason.splitlines()[0].strip() in out.replace("\n", " ") or reason.splitlines()[0] in out, out
+    assert "line two" in out and "--full prints" not in out
+    assert cli.build_parser().parse_args(["check", "-v"]).full and cli.build_parser().parse_args(["report", "--full"]).full
