@@ -7,7 +7,8 @@ message instead of a crash or a hang:
 * an exception                      -> ``attention raised ZeroDivisionError: ...``
 * a result that is not an ndarray   -> ``attention returned list, but should be numpy.ndarray``
 * a wrong shape or dtype            -> ``out.shape=(2, 3), but should be (2, 4)``
-* NaN or inf where finite is needed -> ``out has 3 non-finite values (first at index (0, 1))``
+* NaN or inf where finite is needed -> ``out has 3 non-finite values (first at index (0, 1): nan) for inputs
+  of shapes (1, 3, 1), (1,), (1,)``
 * an input modified in place        -> ``modified its input 'q' in place``
   (every array and every field of every params object: the implementation is handed private
   copies, so the test's own inputs, and the expected values computed from them, cannot change)
@@ -384,6 +385,11 @@ def _difference(original, given, path: str = "") -> str | None:
     return None if same else f"{where} was {_short(original)}, is {_short(given)}"
 
 
+def _input_shapes(args: tuple, kwargs: dict) -> str:
+    """The shapes of a call's array arguments, in order: ``(1, 3, 1), (1,), (1,)``."""
+    return ", ".join(str(tuple(a.shape)) for a in (*args, *kwargs.values()) if isinstance(a, np.ndarray))
+
+
 def format_call(capability: str, args: tuple, kwargs: dict) -> str:
     """Python source that makes this call on ``impl``: exact floats (shortest round-trip repr)."""
     with np.printoptions(precision=17, floatmode="unique", threshold=sys.maxsize, linewidth=120):
@@ -533,7 +539,14 @@ class GuardedImplementation:
                             {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}))
 
         out = self._handed(capability, fn, args, kwargs)
-        self._check_output(capability, out, args, kwargs, finite)
+        try:
+            self._check_output(capability, out, args, kwargs, finite)
+        except CheckFailure as exc:
+            shapes = _input_shapes(args, kwargs)
+            if "non-finite values" not in str(exc) or not shapes:
+                raise
+            # NaN or inf is often the side effect of a degenerate draw (one feature, one key): say which
+            raise CheckFailure(cap_text(f"{exc} for inputs of shapes {shapes}"), capability=exc.capability) from None
 
         if count <= 2 or count % DETERMINISM_EVERY == 0:
             again = self._handed(capability, fn, args, kwargs)

@@ -159,7 +159,8 @@ def test_the_guard_names_a_non_finite_value_as_a_number():
     x = np.ones((2, 3))
     with pytest.raises(CheckFailure) as info:
         guard.layer_norm(x, np.ones(3), np.zeros(3), 1e-5)
-    assert str(info.value) == "nan-row · layer_norm: out has 1 non-finite values (first at index (0, 0): nan)"
+    assert str(info.value) == ("nan-row · layer_norm: out has 1 non-finite values (first at index (0, 0): nan) "
+                               "for inputs of shapes (2, 3), (3,), (3,)")
 
 
 def test_a_conformance_failure_leads_with_the_relative_error_then_the_scaled_figure():
