@@ -126,3 +126,33 @@ def test_tiled_mutant_differs_only_where_its_bug_bites(name):
     assert _same(bites(correct), bites(EINSUM)) and _same(spared(correct), spared(EINSUM))
     assert not _same(bites(mutant), bites(correct))
     assert _same(spared(mutant), spared(correct))
+
+
+def test_split_kv_weights_tied_maxima_by_their_count_at_huge_scores():
+    """Three keys tie at the maximum score, two in one split and one in the next; with scale 1e300 a combine by
+    the log-sum-exps m_i + log l_i (which round to m_i) would give the two splits equal weight, 1/4, 1/4, 1/2."""
+    q = np.array([[1.0, 0.0]])
+    k = np.array([[-1.0, 0.0], [0.5, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
+    v = np.eye(6)
+    out = tiled_split_kv().attention(q, k, v, scale=1e300)
+    assert _same(out, EINSUM.attention(q, k, v, scale=1e300))
+    assert np.allclose(out, [[0, 0, 1 / 3, 1 / 3, 0, 1 / 3]], rtol=1e-15, atol=0)
+
+
+@pytest.mark.parametrize("style", sorted(STYLES))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_weights_the_inputs_prove_positive_are_positive(style, dtype):
+    """``reachable_weights`` marks only weights a correct implementation computes as positive (its no-false-alarm
+    promise), at sizes that cross tiles, and marks most of them on generic inputs."""
+    from attnclaims.checks.strategies.attention import reachable_weights, weights_probe
+
+    impl = STYLES[style]()
+    for n_q, n_k, d_k in SIZES:
+        rng = np.random.default_rng(n_q * 1000 + n_k)
+        q, k = (rng.uniform(-2, 2, size=(n, d_k)).astype(dtype) for n in (n_q, n_k))
+        mask = np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + (n_k - n_q if n_k > n_q else 0)
+        qp, kp, eye, s = weights_probe(q, k)
+        a = impl.attention(qp, kp, eye, mask, s)[..., :n_k]
+        reach = reachable_weights(q, k, mask, None, dtype)
+        assert (a[reach] > 0).all()
+        assert reach.sum() >= 0.5 * mask.sum(), (n_q, n_k, d_k)
