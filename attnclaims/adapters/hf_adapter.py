@@ -15,8 +15,9 @@ Which library code each implementation runs (``responsible`` names it in every f
   encoder layer; with ``is_decoder=True, add_cross_attention=True`` the Post-LN decoder layer).
 * ``hf-gpt2`` / ``hf-gpt2-sdpa``: ``modeling_gpt2.eager_attention_forward`` or transformers'
   ``sdpa_attention_forward``, ``GPT2Attention`` (self, and ``is_cross_attention=True``),
-  ``GPT2MLP`` (``activation_function="relu"``), ``GPT2Block`` (Pre-LN encoder layer; with
-  ``add_cross_attention=True`` the Pre-LN decoder layer).
+  ``GPT2MLP`` (its own ``activation_function="gelu_new"``, the tanh GELU, declared as ``ffn_activation``;
+  ``"relu"`` inside the article's layers), ``GPT2Block`` (Pre-LN encoder layer; with
+  ``add_cross_attention=True`` the Pre-LN decoder layer; as a decoder-only block, with ``gelu_new``).
 * ``hf-llama`` / ``hf-llama-sdpa``: ``modeling_llama.eager_attention_forward`` or
   ``sdpa_attention_forward``. Llama's attention module needs rotary embeddings, its FFN is gated
   and its layer is decoder-only with RMSNorm: they are mapped onto the protocol's capabilities
@@ -286,7 +287,7 @@ class _HFBase:
         p = params
         if p.rope is not None or not isinstance(p.ffn, FeedForwardParams) or not isinstance(p.norm1, LayerNormParams) \
                 or p.norm_first != norm_first or p.self_attn.num_kv_heads != p.self_attn.num_heads:
-            raise NotImplementedError(f"{name} has LayerNorm ({'Pre' if norm_first else 'Post'}-LN), a ReLU FFN, "
+            raise NotImplementedError(f"{name} has LayerNorm ({'Pre' if norm_first else 'Post'}-LN), a non-gated FFN, "
                                       f"no rotary embeddings and no grouped-query attention")
 
     def decoder_block(self, x, params, mask=None):
@@ -665,12 +666,19 @@ def _conv1d(torch, name: str, w, b) -> dict:
     return {f"{name}.weight": t(w), f"{name}.bias": t(b)}  # Conv1D: x @ weight + bias, weight (in, out)
 
 
+#: params.activation -> transformers' ACT2FN name: GPT-2's own ``gelu_new`` is the tanh GELU
+_HF_ACTIVATION = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "silu": "silu"}
+
+
 class HFGPT2(_HFBase):
     """transformers' GPT-2 (``attn_implementation="eager"``), float64: Pre-LN only (``GPT2Block``)."""
 
     name = "hf-gpt2"
-    variants = {"norm_first": (True,), "block_norm": ("layer",), "block_ffn": ("relu",), "block_rope": (False,),
-                "block_norm_first": (True,)}
+    #: GPT-2 as shipped: GPT2MLP with its own activation, ``gelu_new`` (the tanh GELU), in blocks too; the
+    #: article's encoder and decoder layers (GPT2Block as such a layer) keep their ReLU FFN, which the adapter
+    #: builds with ``activation_function="relu"`` (docs/adapters.md, "Variants for code as shipped")
+    variants = {"norm_first": (True,), "block_norm": ("layer",), "block_ffn": ("mlp",), "block_rope": (False,),
+                "block_norm_first": (True,), "ffn_activation": ("gelu_tanh",)}
     responsible = {
         "attention": "transformers.models.gpt2.modeling_gpt2.eager_attention_forward",
         "attention_vjp": "torch.autograd through transformers.models.gpt2.modeling_gpt2.eager_attention_forward",
@@ -679,7 +687,7 @@ class HFGPT2(_HFBase):
         "encoder_layer_vjp": "torch.autograd through transformers GPT2Block",
         "decoder_layer_vjp": "torch.autograd through transformers GPT2Block (add_cross_attention=True)",
         "multi_head_attention": "transformers GPT2Attention (self; is_cross_attention=True for cross-attention)",
-        "feed_forward": "transformers GPT2MLP (Conv1D, activation_function='relu')",
+        "feed_forward": "transformers GPT2MLP (Conv1D, its own activation_function='gelu_new')",
         "encoder_layer": "transformers GPT2Block",
         "decoder_layer": "transformers GPT2Block (add_cross_attention=True)",
         "causal_attention": "transformers.models.gpt2.modeling_gpt2.eager_attention_forward + "
@@ -697,10 +705,13 @@ class HFGPT2(_HFBase):
         "fully masked rows": "uniform weights: the mean of the values",
     }
 
-    def _config(self, d_model, num_heads, d_ff=1, eps=1e-5, cross=False):
+    def _config(self, d_model, num_heads, d_ff=1, eps=1e-5, cross=False, activation="relu"):
+        """A small GPT2Config; ``activation`` the FFN's (params.activation) as transformers names it: "gelu_tanh"
+        is GPT-2's own ``gelu_new``, "gelu" the exact ``gelu``, "relu" and "silu" the same names."""
         from transformers import GPT2Config
 
-        c = GPT2Config(n_embd=d_model, n_head=num_heads, n_inner=d_ff, activation_function="relu", resid_pdrop=0.0,
+        c = GPT2Config(n_embd=d_model, n_head=num_heads, n_inner=d_ff, activation_function=_HF_ACTIVATION[activation],
+                       resid_pdrop=0.0,
                        embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=eps, vocab_size=4, n_positions=4,
                        bos_token_id=None, eos_token_id=None, add_cross_attention=cross)
         c._attn_implementation = self.attn_implementation
@@ -722,7 +733,7 @@ class HFGPT2(_HFBase):
         from attnclaims.reference.params import FeedForwardParams
 
         torch, p = self._torch, params
-        c = self._config(p.d_model, 1, p.d_ff)
+        c = self._config(p.d_model, 1, p.d_ff, activation=p.activation)
         mlp = self._module(mg.GPT2MLP, {**_conv1d(torch, "c_fc", p.w1, p.b1), **_conv1d(torch, "c_proj", p.w2, p.b2)},
                            p.d_ff, c)
         tx = self._leaf(x)
@@ -730,7 +741,7 @@ class HFGPT2(_HFBase):
             out = mlp(tx)
             dx, w1, b1, w2, b2 = self._grads(out, [tx, mlp.c_fc.weight, mlp.c_fc.bias, mlp.c_proj.weight,
                                                    mlp.c_proj.bias], d_out)
-        return dx, FeedForwardParams(w1=w1, b1=b1, w2=w2, b2=b2)
+        return dx, FeedForwardParams(w1=w1, b1=b1, w2=w2, b2=b2, activation=p.activation)
 
     def causal_attention(self, q, k, v, alignment="top-left", window=None, scale=None):
         """GPT-2's attention function with ``masking_utils``' causal mask (and sliding window)."""
@@ -742,7 +753,7 @@ class HFGPT2(_HFBase):
 
         self._plain_block(params, True, "GPT2Block")
         p = params
-        c = self._config(p.d_model, p.self_attn.num_heads, p.ffn.d_ff, p.eps)
+        c = self._config(p.d_model, p.self_attn.num_heads, p.ffn.d_ff, p.eps, activation=p.ffn.activation)
         block = self._module(mg.GPT2Block, self._block_state(p), c, layer_idx=0)
         return lambda h, m, cache: block(h, attention_mask=m, past_key_values=cache, use_cache=cache is not None)
 
@@ -806,11 +817,12 @@ class HFGPT2(_HFBase):
                 dparams)
 
     def feed_forward(self, x, params):
-        """``GPT2MLP(d_ff, config)``: ``c_proj(relu(c_fc(x)))`` with ``Conv1D``."""
+        """``GPT2MLP(d_ff, config)``: ``c_proj(act(c_fc(x)))`` with ``Conv1D``, act GPT-2's ``gelu_new`` (or the
+        activation params.activation names: :data:`_HF_ACTIVATION`)."""
         from transformers.models.gpt2 import modeling_gpt2 as mg
 
         torch, p = self._torch, params
-        c = self._config(p.d_model, 1, p.d_ff)
+        c = self._config(p.d_model, 1, p.d_ff, activation=p.activation)
         mlp = self._module(mg.GPT2MLP, {**_conv1d(torch, "c_fc", p.w1, p.b1), **_conv1d(torch, "c_proj", p.w2, p.b2)},
                            p.d_ff, c)
         with torch.no_grad():
@@ -834,7 +846,7 @@ class HFGPT2(_HFBase):
 
         torch, p = self._torch, params
         batch, n = _batch(np.shape(x)), np.shape(x)[-2]
-        c = self._config(p.d_model, p.self_attn.num_heads, p.ffn.d_ff, p.eps)
+        c = self._config(p.d_model, p.self_attn.num_heads, p.ffn.d_ff, p.eps, activation=p.ffn.activation)
         self._placement(p)
         block = self._module(mg.GPT2Block, self._block_state(p), c)
         with torch.no_grad():
@@ -851,7 +863,7 @@ class HFGPT2(_HFBase):
 
         torch, p = self._torch, params
         batch, n, d = _batch(np.shape(x)), np.shape(x)[-2], p.d_model
-        c = self._config(d, p.self_attn.num_heads, p.ffn.d_ff, p.eps)
+        c = self._config(d, p.self_attn.num_heads, p.ffn.d_ff, p.eps, activation=p.ffn.activation)
         self._placement(p)
         block = self._module(mg.GPT2Block, self._block_state(p), c)
         tx = self._leaf(_flat(x, batch))
@@ -867,7 +879,7 @@ class HFGPT2(_HFBase):
                                       b_q=bqkv[:d], b_k=bqkv[d:2 * d], b_v=bqkv[2 * d:], b_o=g["attn.c_proj.bias"],
                                       num_heads=p.self_attn.num_heads, num_kv_heads=p.self_attn.num_kv_heads),
             ffn=FeedForwardParams(w1=g["mlp.c_fc.weight"], b1=g["mlp.c_fc.bias"], w2=g["mlp.c_proj.weight"],
-                                  b2=g["mlp.c_proj.bias"]),
+                                  b2=g["mlp.c_proj.bias"], activation=p.ffn.activation),
             norm1=LayerNormParams(g["ln_1.weight"], g["ln_1.bias"]), norm2=LayerNormParams(g["ln_2.weight"], g["ln_2.bias"]),
             norm_first=p.norm_first, eps=p.eps)
 
@@ -880,7 +892,7 @@ class HFGPT2(_HFBase):
         self._placement(p)
         from transformers.models.gpt2 import modeling_gpt2 as mg
 
-        c = self._config(p.d_model, p.self_attn.num_heads, p.ffn.d_ff, p.eps, cross=True)
+        c = self._config(p.d_model, p.self_attn.num_heads, p.ffn.d_ff, p.eps, cross=True, activation=p.ffn.activation)
         return self._module(mg.GPT2Block, self._block_state(p, cross=True), c)
 
     def decoder_layer(self, y, memory, params, self_mask=None, memory_mask=None):
@@ -926,7 +938,8 @@ class HFGPT2(_HFBase):
         return (sum_to(dy.reshape(batch + (n_t, d)), np.shape(y)), sum_to(dm.reshape(batch + (n_s, d)), np.shape(memory)),
                 DecoderLayerParams(self_attn=self_attn, cross_attn=cross_attn,
                                    ffn=FeedForwardParams(w1=g["mlp.c_fc.weight"], b1=g["mlp.c_fc.bias"],
-                                                         w2=g["mlp.c_proj.weight"], b2=g["mlp.c_proj.bias"]),
+                                                         w2=g["mlp.c_proj.weight"], b2=g["mlp.c_proj.bias"],
+                                                         activation=p.ffn.activation),
                                    norm1=ln("ln_1"), norm2=ln("ln_cross_attn"), norm3=ln("ln_2"),
                                    norm_first=p.norm_first, eps=p.eps))
 
@@ -945,7 +958,7 @@ class HFGPT2(_HFBase):
 
         self._plain_block(params, True, "GPT2Block")
         p, d = params, params.d_model
-        c = self._config(d, p.self_attn.num_heads, p.ffn.d_ff, p.eps)
+        c = self._config(d, p.self_attn.num_heads, p.ffn.d_ff, p.eps, activation=p.ffn.activation)
         block = self._module(mg.GPT2Block, self._block_state(p), c, layer_idx=0)
         dx, g = self._module_vjp(block, lambda h, m: block(h, attention_mask=m, past_key_values=None, use_cache=False),
                                  x, d_out, mask)
@@ -957,7 +970,7 @@ class HFGPT2(_HFBase):
                                          b_v=bqkv[2 * d:], b_o=g["attn.c_proj.bias"], num_heads=p.self_attn.num_heads,
                                          num_kv_heads=p.self_attn.num_kv_heads),
             ffn=FeedForwardParams(w1=g["mlp.c_fc.weight"], b1=g["mlp.c_fc.bias"], w2=g["mlp.c_proj.weight"],
-                                  b2=g["mlp.c_proj.bias"]),
+                                  b2=g["mlp.c_proj.bias"], activation=p.ffn.activation),
             norm1=LayerNormParams(g["ln_1.weight"], g["ln_1.bias"]), norm2=LayerNormParams(g["ln_2.weight"], g["ln_2.bias"]))
 
     def __repr__(self) -> str:

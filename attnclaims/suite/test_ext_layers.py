@@ -118,12 +118,13 @@ def test_rms_norm_does_not_remove_a_constant_offset(impl, d, offset, seed):
     rng = np.random.default_rng(seed)
     x = S.cast(offset + 0.1 * rng.uniform(-1, 1, (3, d)), impl.dtype)
     ones = np.ones(d, dtype=impl.dtype)
-    y = impl.rms_norm(x, ones, 1e-6).astype(np.float64)
-    err = MT.rms_norm_error(x, ones, 1e-6, u=_u(impl))
+    eps = S.fixed_eps() or 1e-6
+    y = impl.rms_norm(x, ones, eps).astype(np.float64)
+    err = MT.rms_norm_error(x, ones, eps, u=_u(impl))
     row_mean = y.mean(axis=-1)
     bound = T.Bound(err.mean(axis=-1) + d * T.U64 * np.abs(y).max(axis=-1), _u(impl))
     ax = np.abs(x.astype(np.float64))
-    floor = ax.min(axis=-1) / np.sqrt((ax * ax).max(axis=-1) + 1e-6) * (1 - 8 * T.U64)  # 8 u_64: the floor's own rounding
+    floor = ax.min(axis=-1) / np.sqrt((ax * ax).max(axis=-1) + eps) * (1 - 8 * T.U64)  # 8 u_64: the floor's own rounding
     T.assert_within(np.sign(offset) * row_mean, floor, np.inf, bound,
                     f"sign(offset)·row means of rms_norm(offset {offset} + small noise) >= min|x| / sqrt(max x² + eps)",
                     name="sign(offset)·row mean")

@@ -439,3 +439,30 @@ def test_layers_refuse_the_placement_they_do_not_have(impls, name):
     for call in calls:
         with pytest.raises(NotApplicable, match=f"variant norm_first={not have}"):
             call()
+
+
+def test_gpt2_runs_its_own_mlp_activation_unswapped(impls):
+    """hf-gpt2 declares GPT-2's own activation (``gelu_new``, the tanh GELU: variant ffn_activation) and runs
+    GPT2MLP and GPT2Block with it: they equal the reference's tanh-GELU FFN and block, and the exact GELU's
+    FFN is far outside the bound — the adapter does not swap the activation either way."""
+    from attnclaims.reference.ffn import feed_forward_vjp
+
+    impl = impls("hf-gpt2")
+    v = declared_variants(impl)
+    assert v["ffn_activation"] == ("gelu_tanh",) and v["block_ffn"] == ("mlp",)
+    rng = _rng(11)
+    x = rng.normal(size=(B, NQ, D)) * 2.0
+    ffn = P.init_feed_forward(rng, D, DFF, activation="gelu_tanh")
+    out = impl.feed_forward(x, ffn)
+    _check("hf-gpt2", "feed_forward", out, REF.feed_forward(x, ffn), feed_forward_error, x, ffn)
+    exact = P.FeedForwardParams(ffn.w1, ffn.b1, ffn.w2, ffn.b2, activation="gelu")
+    bound = conformance(feed_forward_error, x, exact, dtype=np.float64)
+    assert np.max(np.abs(out - REF.feed_forward(x, exact)) / bound.abs) > 100
+    d = rng.normal(size=x.shape)
+    dx, dp = impl.feed_forward_vjp(x, ffn, d)
+    want_dx, want = feed_forward_vjp(x, ffn, d)
+    assert dp.activation == "gelu_tanh"
+    np.testing.assert_allclose(dx, want_dx, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(dp.w1, want.w1, rtol=1e-10, atol=1e-12)
+    block = P.init_decoder_block(rng, D, H, DFF, ffn="mlp", activation="gelu_tanh", norm_spread=0.3)
+    np.testing.assert_allclose(impl.decoder_block(x, block), REF.decoder_block(x, block), rtol=1e-10, atol=1e-12)
