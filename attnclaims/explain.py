@@ -21,6 +21,14 @@ the listing is cached (with its date, keyed by the suite's files); with no
 fresh cache, the last report's evidence names them; only without both does
 explain collect now (and caches the listing). ``--no-tests`` skips them.
 
+**Shipped with the package** (:data:`SHIPPED`, ``attnclaims/explain_data.json.gz``): the renderings
+of every derivation and pytest's collection of the claim suite, built before a release by
+``python -m attnclaims.explain`` (:func:`build_shipped`), so that the first ``explain`` on a fresh
+machine neither builds derivations nor collects (well under 2 s). Each part is keyed by the SHA-256
+of what produced it — the proof modules' contents and the sympy version for the renderings, every
+source file of the package (:func:`attnclaims.cache.source_hash`) for the collection — and is used only
+while its key matches; a stale part is skipped (the caches below take over), never shown.
+
 Caches live in ``$ATTNCLAIMS_CACHE_DIR`` (default ``$XDG_CACHE_HOME/attnclaims``
 or ``~/.cache/attnclaims``). No string from a file is ever evaluated; every
 text printed goes through :func:`attnclaims.terminal.safe_text`.
@@ -43,6 +51,11 @@ from attnclaims.terminal import safe_text
 
 PROOFS_CACHE = "explain-proofs.json"
 TESTS_CACHE = "collected-tests.json"
+#: The renderings and the collection shipped with the package (a ``.gz``: not a source file of the
+#: package, so not part of the key it is checked against).
+SHIPPED = Path(__file__).resolve().parent / "explain_data.json.gz"
+SHIPPED_FORMAT = "attnclaims-explain-data/1"
+_SHIPPED_LIMIT = 64 * 1024 * 1024
 
 
 class ExplainError(Exception):
@@ -98,6 +111,109 @@ def _fingerprint(package: str) -> str:
                 continue
             h.update(f"{path.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}".encode())
     return h.hexdigest()[:20]
+
+
+# ---------------------------------------------------------------------------------------------
+# What ships with the package
+# ---------------------------------------------------------------------------------------------
+
+def renderings_key() -> str:
+    """SHA-256 of what the renderings are made from: the proof modules (their renderer included) and sympy."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        h = hashlib.sha256(f"sympy {version('sympy')}".encode())
+    except PackageNotFoundError:
+        h = hashlib.sha256(b"sympy ?")
+    root = Path(__file__).resolve().parent / "proofs"
+    for path in sorted(root.glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def tests_key() -> str | None:
+    """SHA-256 of what the collection of the shipped claim suite is made from (every source file of the
+    package, the registry, the attnclaims version); None when another suite or registry is in use."""
+    from attnclaims import __version__
+    from attnclaims.cache import source_hash
+    from attnclaims.run.process import TESTS_ENV, TESTS_PACKAGE
+
+    if os.environ.get(TESTS_ENV, TESTS_PACKAGE) != TESTS_PACKAGE or os.environ.get("ATTNCLAIMS_REGISTRY"):
+        return None
+    return hashlib.sha256(f"{__version__} {source_hash(TESTS_PACKAGE)}".encode()).hexdigest()
+
+
+_shipped: dict | None = None
+
+
+def _shipped_data() -> dict:
+    """The shipped file, read once ({} when absent or unreadable: then nothing is shipped)."""
+    global _shipped
+    if _shipped is None:
+        import gzip
+
+        try:
+            with gzip.open(SHIPPED, "rb") as fh:
+                raw = fh.read(_SHIPPED_LIMIT + 1)
+            data = json.loads(raw) if len(raw) <= _SHIPPED_LIMIT else {}
+        except (OSError, ValueError, EOFError, RecursionError):
+            data = {}
+        _shipped = data if isinstance(data, dict) and data.get("format") == SHIPPED_FORMAT else {}
+    return _shipped
+
+
+def shipped_renderings(claim_id: str) -> list[dict] | None:
+    """The shipped renderings of ``claim_id``'s derivations; None when not shipped or stale."""
+    part = _shipped_data().get("renderings")
+    if not isinstance(part, dict) or part.get("key") != renderings_key():
+        return None
+    got = (part.get("claims") or {}).get(claim_id)
+    return got if isinstance(got, list) and all(isinstance(d, dict) for d in got) else None
+
+
+def shipped_tests() -> tuple[list[dict], str] | None:
+    """(the shipped collection of the claim suite, its date); None when not shipped or stale."""
+    part = _shipped_data().get("tests")
+    if not isinstance(part, dict) or not isinstance(part.get("items"), list):
+        return None
+    key = tests_key()
+    if key is None or part.get("key") != key:
+        return None
+    return [i for i in part["items"] if isinstance(i, dict)], str(part.get("date", "?"))
+
+
+def build_shipped(path: Path = SHIPPED) -> dict:
+    """Render every derivation and collect the claim suite now, and write both (with their keys) to
+    ``path``; returns what it wrote's sizes. Run before a release: ``python -m attnclaims.explain``."""
+    import gzip
+
+    from attnclaims.proofs import MODULES, derivations_for
+    from attnclaims.proofs.render import render_derivation
+
+    claims = {}
+    for module in MODULES:
+        claim_id = _claim_of(module)
+        claims[claim_id] = [render_derivation(d) for d in derivations_for(claim_id)]
+    items = _collect_all()
+    data = {"format": SHIPPED_FORMAT,
+            "renderings": {"key": renderings_key(), "claims": claims},
+            "tests": {"key": tests_key(), "date": _now(), "items": items}}
+    text = json.dumps(data, ensure_ascii=False, sort_keys=True, default=str)
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=9) as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+    global _shipped
+    _shipped = None
+    return {"claims": len(claims), "tests": len(items), "bytes": path.stat().st_size}
+
+
+def _claim_of(module: str) -> str:
+    """The claim id a proof module checks (its ``CLAIM``)."""
+    import importlib
+
+    return importlib.import_module(f"attnclaims.proofs.{module}").CLAIM
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,7 +294,8 @@ def derivation_lines(claim_id: str, check: bool, last: Mapping | None, report_pa
         if check:
             derivations = derivations_for(claim_id)
         built = derivations if check else (lambda: derivations_for(claim_id))
-        statics = renderings_for(claim_id, built)  # cached: the steps are not even built
+        # shipped or cached: the steps are not even built
+        statics = shipped_renderings(claim_id) or renderings_for(claim_id, built)
     except KeyError:
         return ["  (none: this claim has no sympy derivation)"]
     except Exception as exc:
@@ -239,6 +356,11 @@ def _collect_all() -> list[dict]:
 def tests_for(claim_id: str, last: Mapping | None, report_path: Path | None, collect: bool = True
               ) -> tuple[list[dict], str]:
     """(the tests that back ``claim_id``, where the listing comes from and its date)."""
+    shipped = shipped_tests()
+    if shipped is not None:
+        items, date = shipped
+        return [i for i in items if claim_id in i.get("claims", ())], \
+            f"pytest's collection of {date}, shipped with attnclaims"
     key = _fingerprint("attnclaims.suite")
     cached = _read_json(cache_dir() / TESTS_CACHE)
     if isinstance(cached, dict) and cached.get("key") == key and isinstance(cached.get("items"), list):
@@ -383,4 +505,8 @@ def run(registry, claim, args) -> int:
 
 
 __all__ = ["configure", "run", "render", "derivation_lines", "tests_for", "stored_results", "check_now",
-           "cache_dir", "ExplainError"]
+           "cache_dir", "ExplainError", "SHIPPED", "build_shipped", "shipped_renderings", "shipped_tests"]
+
+
+if __name__ == "__main__":  # python -m attnclaims.explain: rebuild the shipped renderings and collection
+    print(f"{SHIPPED}: {build_shipped()}")

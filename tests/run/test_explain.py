@@ -29,6 +29,9 @@ def cache(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no report/ folder here unless a test passes --report
     calls = []
     monkeypatch.setattr(explain, "_collect_all", lambda: calls.append(1) or [dict(t) for t in FAKE_TESTS])
+    # nothing shipped: these tests are about the caches and the report (tests/run/test_cache_shipped.py: the shipped file)
+    monkeypatch.setattr(explain, "SHIPPED", tmp_path / "nothing-shipped.json.gz")
+    monkeypatch.setattr(explain, "_shipped", None)
     return calls
 
 
