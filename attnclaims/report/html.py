@@ -654,7 +654,7 @@ def _claim(c: Mapping, report: Mapping, out_dir: Path | None, fig_index: list[in
     p.append(f"<h4>{esc(T('evidence'))}</h4>")
     p.append(_evidence(c, lang))
 
-    for e in claim_evidence(c):
+    for e in by_severity(claim_evidence(c)):  # the most informative failure first (evidence.failure_rank)
         if e["outcome"] in ("failed", "error"):
             p.append(_failure(e, env, lang))
 

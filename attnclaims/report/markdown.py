@@ -472,7 +472,7 @@ def _claim(c: Mapping, report: Mapping, lang: str = "en") -> list[str]:
             out.append(f"*{text(counted)}*")
             out.append("")
 
-    for e in ev:
+    for e in by_severity(ev):  # the most informative failure first (attnclaims.evidence.failure_rank)
         if e["outcome"] not in ("failed", "error"):
             continue
         out.append(f"#### {T('failure') if e['outcome'] == 'failed' else T('error')}: `{e['name']}` "

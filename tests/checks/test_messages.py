@@ -106,6 +106,19 @@ def test_the_side_effect_ran_first_and_is_shown_last(mutant_runs):
     shown = by_severity([e.to_dict() for e in evidence])
     assert shown[0]["outcome"] == "failed" and failure_rank(shown[0]) == 0, shown[0]["message"]
     assert [e["name"] for e in shown if e["outcome"] == "failed"][-1] == failed[0].name
+    # the report's failure sections, Markdown and HTML: the counterexample's section comes first
+    from attnclaims.report import html, markdown
+    from attnclaims.report.model import build_report
+
+    impl = next(e.implementation for e in evidence if e.implementation)
+    report = build_report(load_registry(), evidence, [{"name": impl}], {"python": "3", "platform": "linux",
+                          "suite_version": "0", "profile": "ci", "seed": None}, claims=["layer-norm"])
+    md = markdown.render(report)
+    sections = re.findall(r"^#### Failure: `([^`]+)`", md, re.M)
+    assert sections and sections[0] != failed[0].name and sections[-1] == failed[0].name, sections
+    page = html.render(report)
+    boxes = re.findall(r'<div class="fail"><h4>[^<]*<code>([^<]+)</code>', page)
+    assert boxes == sections, (boxes, sections)  # the HTML's failure boxes in the same order
 
 
 # ------------------------------------------------------------------------------------------- ranking
