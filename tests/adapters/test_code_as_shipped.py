@@ -1,0 +1,78 @@
+"""nanoGPT's ``Block``, picoGPT's ``transformer_block`` and GPT-2's ``GPT2MLP``, as shipped (numpy
+transcriptions in ``tests/adapters/shipped_code.py``), pass the claim suite through adapters that change
+neither their activation, nor their ε, nor their scale — only declare them (docs/adapters.md, "Variants for
+code as shipped"); the same adapters without the declarations fail, so the declarations are what makes
+the difference, not a suite that checks nothing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+HERE = Path(__file__).resolve().parent
+MODULES = ["test_s64_ffn", "test_ext_layers", "test_s63_layer_norm"]
+SELECT = "feed_forward or ffn or block or layer_norm or position or permutation or additive or convolution"
+
+
+def _suite(tmp_path: Path, adapter: str) -> list[dict]:
+    results = tmp_path / f"{adapter}.json"
+    env = dict(os.environ, PYTHONPATH=str(HERE), PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTEST_ADDOPTS", None)
+    env.pop("PYTEST_XDIST_WORKER", None)
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-c", os.devnull,
+           "--rootdir", str(tmp_path), "-m", "impl_test", "--attn-impl", f"shipped_code:{adapter}",
+           "--attn-results", str(results), "--hypothesis-profile", "ci", "-k", SELECT,
+           "--pyargs", *[f"attnclaims.suite.{m}" for m in MODULES]]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=540)
+    assert results.exists(), f"no results from {adapter}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+    return json.loads(results.read_text())["evidence"]
+
+
+def _name(e: dict) -> str:
+    return str(e.get("name") or e.get("test") or "")
+
+
+def _failures(evidence) -> list[str]:
+    return [f"{_name(e)}: {e['message'][:300]}" for e in evidence if e["outcome"] in ("failed", "error")]
+
+
+@pytest.mark.parametrize("adapter, passed, names", [
+    ("NanoGPTBlock", 12, ("test_decoder_block_matches_reference", "test_feed_forward_matches_reference",
+                          "test_layer_norm_matches_reference")),
+    ("PicoGPTBlock", 10, ("test_decoder_block_matches_reference", "test_feed_forward_matches_reference")),
+    ("GPT2MLPAdapter", 6, ("test_feed_forward_matches_reference",)),
+])
+def test_shipped_code_passes_unedited_when_declared(adapter, passed, names, tmp_path):
+    evidence = _suite(tmp_path, adapter)
+    assert not _failures(evidence), "\n".join(_failures(evidence))
+    ran = [_name(e) for e in evidence if e["outcome"] == "passed"]
+    assert len(ran) >= passed, ran
+    for name in names:
+        assert any(name in r for r in ran), (name, ran)
+
+
+@pytest.mark.parametrize("adapter", ["NanoGPTBlockUndeclared", "PicoGPTBlockUndeclared", "GPT2MLPAdapterUndeclared"])
+def test_the_same_code_fails_without_its_declarations(adapter, monkeypatch):
+    """Handed the suite's default draws (a ReLU FFN, non-zero biases, other ε, padding masks), the shipped code
+    computes something else: checked here in-process on one such draw each, against the reference."""
+    monkeypatch.syspath_prepend(str(HERE))
+    import shipped_code as sc
+
+    from attnclaims.reference import decoder_block, feed_forward
+    from attnclaims.reference import params as P
+
+    impl = getattr(sc, adapter)()
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 5, 8))
+    ffn = P.init_feed_forward(1, 8, 12)  # ReLU, biases: the default draw
+    assert np.max(np.abs(impl.feed_forward(x, ffn) - feed_forward(x, ffn))) > 1e-3
+    if hasattr(impl, "decoder_block"):
+        block = P.init_decoder_block(2, 8, 2, 12, eps=1e-6, norm_spread=0.3)
+        assert np.max(np.abs(impl.decoder_block(x, block) - decoder_block(x, block))) > 1e-3
+
