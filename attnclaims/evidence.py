@@ -16,7 +16,7 @@ The failures of one claim are shown most informative first (:func:`failure_rank`
 reason, ``attnclaims check``'s problem lines, the report's evidence tables and ``explain``): a finite
 counterexample with its measured error and bound before any other failure, and side effects — non-finite
 outputs from a degenerate draw (a layer norm with ``var(ddof=1)`` gives 0/0 for d_model = 1), a call that
-did not return — last.
+did not return — last; a check of the claim as stated before a check of an extension.
 """
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ from typing import Any, Mapping
 
 from attnclaims.vocab import KINDS, OUTCOMES, ROLES
 
-__all__ = ["Evidence", "cap_text", "plain", "plain_numbers", "failure_rank", "informative_first", "MESSAGE_CAP",
+__all__ = ["Evidence", "cap_text", "plain", "plain_numbers", "failure_rank", "failure_key", "informative_first",
+           "MESSAGE_CAP",
            "LONG_TEXT_CAP", "OUTCOMES", "KINDS", "ROLES"]
 
 #: The most characters of a message stored in evidence (4 kB of ASCII).
@@ -109,9 +110,15 @@ def failure_rank(e: Any) -> int:
     return 1
 
 
+def failure_key(e: Any) -> tuple[int, int]:
+    """The order failures are shown in: :func:`failure_rank`, then a check of the claim as the article states
+    it before a check of an extension (a variant such as grouped-query attention), then the run's order."""
+    return failure_rank(e), 0 if _get(e, "extension") is None else 1
+
+
 def informative_first(items: list) -> list:
-    """``items`` (Evidence or their dicts) in :func:`failure_rank` order, stable within each rank."""
-    return sorted(items, key=failure_rank)
+    """``items`` (Evidence or their dicts) in :func:`failure_key` order, stable within each rank."""
+    return sorted(items, key=failure_key)
 
 
 @dataclass

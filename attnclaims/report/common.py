@@ -245,10 +245,10 @@ _SEVERITY = {"failed": 0, "error": 1, "not-applicable": 2, "passed": 3}
 
 def by_severity(evidence: list) -> list:
     """Evidence ordered failed, error, not applicable, passed; the failures most informative first
-    (:func:`attnclaims.evidence.failure_rank`), stable within each."""
-    from attnclaims.evidence import failure_rank
+    (:func:`attnclaims.evidence.failure_key`), stable within each."""
+    from attnclaims.evidence import failure_key
 
-    return sorted(evidence, key=lambda e: (_SEVERITY.get(e.get("outcome"), 4), failure_rank(e)))
+    return sorted(evidence, key=lambda e: (_SEVERITY.get(e.get("outcome"), 4), failure_key(e)))
 
 
 def outcome_counts(evidence: list) -> str:

@@ -12,6 +12,7 @@ the first line of each verdict's reason must name the wrong quantity in plain nu
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -39,6 +40,7 @@ RUNS = {
         "test_contract.py::test_batch_elements_are_independent[layer_norm]",  # NaN from a d_model = 1 draw
         "test_s63_layer_norm.py::test_layer_norm_matches_reference"]),
     "heads_split_strided": ("multihead-structure", [
+        "test_ext_attention.py::test_grouped_query_attention_matches_reference",  # an extension's, run first
         "test_s61_multihead.py::test_multi_head_attention_matches_reference"]),
     "scale_one_over_dk": ("softmax-saturation", [
         "test_s31_attention.py::test_default_scale_is_one_over_sqrt_dk"]),
@@ -95,6 +97,8 @@ def test_each_refuted_claim_leads_with_the_wrong_quantity_in_plain_numbers(mutan
         assert float(lead["pct"].replace(",", "")) == pytest.approx(100 * abs(x - y) / abs(y), rel=0.06), first
     # the scaled figure follows, with the smallest tol that would pass
     assert re.search(r"max \|.+\| / scale = \S+ > \S+ \(the smallest tol that passes: \S+\)", first), first
+    # a check of the claim as stated is quoted before an extension's (grouped-query attention, run first)
+    assert not first.startswith("suite/test_ext_"), first
 
 
 def test_the_side_effect_ran_first_and_is_shown_last(mutant_runs):
@@ -142,9 +146,13 @@ def test_failures_rank_a_finite_counterexample_before_other_failures_and_side_ef
     registry = load_registry()
     reason = compute_verdicts(registry, [nan, shape, finite], ["mine"], claims=["layer-norm"])["layer-norm"]["mine"].reason
     assert reason.startswith("conformance failed (and 2 more): out is 3.1 % off the reference"), reason
-    # within a rank the run's order stays
+    # within a rank the claim as stated before an extension, then the run's order
     later = _item("conformance-2", "out is 9 % off the reference …", measured=1e-3, bound=2e-16)
-    assert [e.name for e in informative_first([nan, finite, later])] == ["conformance", "conformance-2", "contract"]
+    gqa = dataclasses.replace(later, name="gqa", extension="grouped-query attention")
+    assert [e.name for e in informative_first([nan, gqa, finite, later])] == \
+        ["conformance", "conformance-2", "gqa", "contract"]
+    assert [e["name"] for e in by_severity([x.to_dict() for x in (gqa, nan, passed, later)])] == \
+        ["conformance-2", "gqa", "contract", "ok"]
 
 
 # ------------------------------------------------------------------------------------------- numbers
