@@ -35,6 +35,7 @@ from typing import Callable
 
 import numpy as np
 
+from attnclaims.evidence import plain_numbers
 from attnclaims.protocol import CAPABILITIES, VJP_CAPABILITIES, declared_variants
 
 __all__ = ["SMOKE", "CONTRACT", "smoke", "configure", "run"]
@@ -673,7 +674,8 @@ def smoke(spec: str, *, timeout: float = 20.0, out=None, strict_contract: bool =
         except CheckFailure as exc:
             failed += 1
             where = f" [responsible: {responsible[cap]}]" if cap in responsible and "responsible" not in str(exc) else ""
-            print(f"  FAILED   {cap:<{_WIDTH}} {safe_text(str(exc).splitlines()[0])}{safe_text(where)}", file=out)
+            line = plain_numbers(str(exc).splitlines()[0])  # numbers as numbers, never np.float64(…)
+            print(f"  FAILED   {cap:<{_WIDTH}} {safe_text(line)}{safe_text(where)}", file=out)
             continue
         except NotApplicable as exc:  # the method raised NotImplementedError or NotApplicable: as in the claim suite
             declined.append(cap)
