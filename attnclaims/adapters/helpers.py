@@ -23,7 +23,7 @@ import numpy as np
 
 __all__ = [
     "batch_shape", "flatten_batch", "unflatten_batch", "broadcast_mask", "masked", "attend",
-    "additive_mask", "split_heads", "merge_heads",
+    "additive_mask", "split_heads", "merge_heads", "require_no_bias",
 ]
 
 
@@ -131,3 +131,32 @@ def merge_heads(x) -> np.ndarray:
         raise ValueError(f"x.ndim={x.ndim} (x.shape={x.shape}), but should be >= 3: (..., h, n, d_k)")
     x = np.swapaxes(x, -2, -3)  # (..., n, h, d_k)
     return x.reshape(x.shape[:-2] + (x.shape[-2] * x.shape[-1],))
+
+
+def _bias_fields(params, prefix: str = "") -> list[tuple[str, np.ndarray]]:
+    import dataclasses
+
+    out = []
+    for f in dataclasses.fields(params):
+        v = getattr(params, f.name)
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            out += _bias_fields(v, f"{prefix}{f.name}.")
+        elif isinstance(v, np.ndarray) and (f.name in ("b1", "b2", "beta") or f.name.startswith("b_")):
+            out.append((prefix + f.name, v))
+    return out
+
+
+def require_no_bias(params) -> None:
+    """For an adapter of bias-free code (declared ``biases=(False,)``, docs/adapters.md "Variants for code as
+    shipped"): raise ``NotImplementedError`` — the call is declined, never computed without a bias it was
+    given — naming the first bias (b_q … b_o, b1, b2, b_gate, b_up, b_down, LayerNorm beta, in nested params
+    too) that is not exactly zero. The suite draws every bias zero for such an adapter; a test that builds its
+    own parameters with biases is then not applicable for it instead of failing."""
+    import dataclasses
+
+    if not (dataclasses.is_dataclass(params) and not isinstance(params, type)):
+        raise ValueError(f"params is {type(params).__name__}, but should be a parameter dataclass")
+    for name, b in _bias_fields(params):
+        if np.any(b):
+            raise NotImplementedError(f"bias-free code: {name} is not zero (max |{name}| = "
+                                      f"{float(np.max(np.abs(b.astype(np.float64)))):.3g})")

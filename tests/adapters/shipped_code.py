@@ -24,6 +24,8 @@ import math
 import numpy as np
 from scipy.special import erf
 
+from attnclaims.adapters import helpers as H
+
 # ---------------------------------------------------------------------------------------------
 # nanoGPT (model.py), bias=False, transcribed to numpy
 # ---------------------------------------------------------------------------------------------
@@ -80,6 +82,7 @@ class NanoGPTBlock:
                 "block_padding_mask": False}
 
     def decoder_block(self, x, params, mask=None):
+        H.require_no_bias(params)  # declared bias-free: a bias it would drop is declined, never ignored
         p, a = params, params.self_attn
         state = {"ln_1.weight": p.norm1.gamma, "ln_2.weight": p.norm2.gamma,
                  "attn.c_attn.weight": np.concatenate([a.w_q, a.w_k, a.w_v], axis=1).T,  # nn.Linear: (out, in)
@@ -90,9 +93,12 @@ class NanoGPTBlock:
         return out.reshape(batch + out.shape[-2:])
 
     def feed_forward(self, x, params):
+        H.require_no_bias(params)
         return nanogpt_mlp(np.asarray(x, dtype=np.float64), params.w1.T, params.w2.T)
 
     def layer_norm(self, x, gamma, beta, eps):
+        if np.any(beta):
+            raise NotImplementedError("bias-free LayerNorm: beta is not zero")
         return nanogpt_layer_norm(np.asarray(x, dtype=np.float64), gamma)
 
 

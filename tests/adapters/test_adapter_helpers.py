@@ -93,3 +93,21 @@ def test_head_errors():
         H.split_heads(np.zeros((2, 6)), 4)
     with pytest.raises(ValueError, match=r"^x.ndim=2"):
         H.merge_heads(np.zeros((2, 6)))
+
+
+def test_require_no_bias_declines_a_bias_it_would_drop():
+    """Bias-free code's adapter declines (NotImplementedError, a declined example) rather than computing
+    without a bias it was handed; zero biases, in nested params too, pass."""
+    from attnclaims.checks.strategies import zero_biases
+    from attnclaims.reference import params as P
+
+    block = P.init_decoder_block(0, 4, 2, 6, norm_spread=0.3)
+    with pytest.raises(NotImplementedError, match=r"bias-free code: self_attn\.b_q is not zero"):
+        H.require_no_bias(block)
+    H.require_no_bias(zero_biases(block))
+    ffn = zero_biases(P.init_feed_forward(0, 4, 6))
+    H.require_no_bias(ffn)
+    with pytest.raises(NotImplementedError, match=r"b2 is not zero"):
+        H.require_no_bias(P.FeedForwardParams(ffn.w1, ffn.b1, ffn.w2, ffn.b2 + 1e-300))
+    with pytest.raises(ValueError, match="should be a parameter dataclass"):
+        H.require_no_bias(np.zeros(3))

@@ -64,6 +64,7 @@ def test_the_same_code_fails_without_its_declarations(adapter, monkeypatch):
     monkeypatch.syspath_prepend(str(HERE))
     import shipped_code as sc
 
+    from attnclaims.checks import strategies as S
     from attnclaims.reference import decoder_block, feed_forward
     from attnclaims.reference import params as P
 
@@ -71,8 +72,12 @@ def test_the_same_code_fails_without_its_declarations(adapter, monkeypatch):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(2, 5, 8))
     ffn = P.init_feed_forward(1, 8, 12)  # ReLU, biases: the default draw
+    block = P.init_decoder_block(2, 8, 2, 12, eps=1e-6, norm_spread=0.3)
+    if adapter.startswith("NanoGPT"):  # bias-free: it declines the biases (H.require_no_bias) …
+        with pytest.raises(NotImplementedError, match="bias-free"):
+            impl.feed_forward(x, ffn)
+        ffn, block = S.zero_biases(ffn), S.zero_biases(block)  # … and without them gets the rest wrong
     assert np.max(np.abs(impl.feed_forward(x, ffn) - feed_forward(x, ffn))) > 1e-3
     if hasattr(impl, "decoder_block"):
-        block = P.init_decoder_block(2, 8, 2, 12, eps=1e-6, norm_spread=0.3)
         assert np.max(np.abs(impl.decoder_block(x, block) - decoder_block(x, block))) > 1e-3
 
