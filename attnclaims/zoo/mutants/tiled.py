@@ -93,7 +93,7 @@ class _TiledWindowSkipOffByOne(TiledImplementation):
 
 
 @mutant("tiled_split_combine_unweighted", "attention", ["softmax-distribution"],
-        "split-KV kernel: the partial outputs are averaged instead of weighted by exp(lse_i − max lse)")
+        "split-KV kernel: the partial outputs are averaged instead of weighted by l_i·exp(m_i − max m)")
 class _TiledSplitCombineUnweighted(TiledImplementation):
     def __init__(self):
         super().__init__(16, splits=3)
