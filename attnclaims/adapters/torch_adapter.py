@@ -926,8 +926,9 @@ class TorchSDPABackend(TorchImplementation):
     With a single backend allowed torch never falls back to another: a call the kernel cannot run raises
     ``RuntimeError: No available kernel`` (its warnings say why). The fused kernels take 4-D inputs of one
     batch size, so :meth:`_sdpa` broadcasts the batch axes and flattens them into (B, 1, n, d) (autograd sums
-    the broadcast gradients back); an input the kernel refuses even so (d_v != d_k for the flash kernel)
-    is declined (``NotImplementedError``, with torch's reason), never computed on another backend.
+    the broadcast gradients back), and pads the head widths to one for the flash kernel; an input the kernel
+    refuses even so is declined (``NotImplementedError``, with torch's reason), never computed on another
+    backend (:meth:`_sdpa`).
     Construction runs one small call on the backend and device: a backend this torch lacks there makes
     the implementation unavailable (:class:`BackendUnavailable`). Capabilities that do not call SDPA are
     left out (:data:`SDPA_CAPABILITIES`): the ``torch`` run tests them.
@@ -975,17 +976,28 @@ class TorchSDPABackend(TorchImplementation):
         return self._torch.tensor(np.asarray(a, dtype=np.float64)).to(device=self.device, dtype=self._dt)
 
     def _sdpa(self, q, k, v, attn_mask=None, **kwargs):
-        """``scaled_dot_product_attention`` under ``sdpa_kernel([backend])`` on 4-D inputs of one batch size:
-        q (..., n_q, d), k, v (..., n_k, d) with other than 4 axes, or batch axes that broadcast, are broadcast
-        and flattened to (B, 1, n, d), a bool mask likewise to (B, 1, n_q, n_k) (a ``causal_lower_right``
-        bias stays as it is); the output is reshaped back. Grouped-query calls (``enable_gqa``, from
-        ``_sdpa_heads``: (B, h, n, d) and (B, h_kv, n, d)) are 4-D already. A refusal is a decline (NotImplementedError)."""
+        """``scaled_dot_product_attention`` under ``sdpa_kernel([backend])``, its inputs made what the fused
+        kernels take (as users make them):
+
+        * 4-D of one batch size: q (..., n_q, d), k, v (..., n_k, d) with other than 4 axes, or batch axes
+          that broadcast, are broadcast and flattened to (B, 1, n, d), a bool mask likewise to
+          (B, 1, n_q, n_k) (a ``causal_lower_right`` bias stays as it is); the output is reshaped back.
+          Grouped-query calls (``enable_gqa``, from ``_sdpa_heads``) are 4-D already.
+        * unit stride in the last axis (a broadcast numpy array can arrive with stride 0);
+        * for ``flash``, one head width: d_v != d_k is zero-padded to max(d_k, d_v) — zero columns of q and k
+          add exact zeros to every score, zero columns of v give output columns that are dropped — with the
+          scale 1/√d_k passed explicitly, so the kernel computes the same scores (padding head widths is what
+          torch's own ``CausalBias`` does for the CUDA flash kernel's alignment).
+
+        A refusal of the kernel ("No available kernel") is re-checked on the math backend, whose result is
+        not used: an input math rejects as well raises math's error (an invalid input); one math accepts is
+        declined (NotImplementedError with torch's reason), never computed on another backend."""
         import re
         import warnings
 
         from torch.nn.attention.bias import CausalBias
 
-        torch = self._torch
+        torch, F = self._torch, self._torch.nn.functional
         shape = None
         if not kwargs.get("enable_gqa") and (q.dim() != 4 or not q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
             batch = tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
@@ -995,18 +1007,36 @@ class TorchSDPABackend(TorchImplementation):
             q, k, v = flat(q), flat(k), flat(v)
             if isinstance(attn_mask, torch.Tensor) and not isinstance(attn_mask, CausalBias):
                 attn_mask = flat(attn_mask.expand(batch + tuple(attn_mask.shape[-2:])))
+        unit = lambda t: t if t.stride(-1) == 1 else t.clone(memory_format=torch.contiguous_format)
+        q, k, v = unit(q), unit(k), unit(v)
+        if isinstance(attn_mask, torch.Tensor) and not isinstance(attn_mask, CausalBias):
+            attn_mask = unit(attn_mask)
+        d_k, d_v = q.shape[-1], v.shape[-1]
+        call = (q, k, v)
+        if self.backend == "flash" and d_k == k.shape[-1] != d_v:
+            width = max(d_k, d_v)
+            call = tuple(F.pad(t, (0, width - t.shape[-1])) for t in call)
+            if kwargs.get("scale") is None:
+                kwargs = {**kwargs, "scale": 1.0 / math.sqrt(d_k)}
         with warnings.catch_warnings(record=True) as caught, torch.nn.attention.sdpa_kernel([self._backend]):
             warnings.simplefilter("always")
             try:
-                out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, **kwargs)
+                out = F.scaled_dot_product_attention(*call, attn_mask=attn_mask, **kwargs)
             except RuntimeError as exc:
                 if "No available kernel" not in str(exc) and "No viable backend" not in str(exc):
                     raise
                 said = (re.sub(r"\s*\(Triggered internally at [^)]*\)\.?", "", " ".join(str(w.message).split()))
                         for w in caught)
                 why = " ".join(dict.fromkeys(w for w in said if w)) or " ".join(str(exc).split())
-                raise NotImplementedError(f"torch's SDPBackend.{SDPA_BACKENDS[self.backend]} declines this "
-                                          f"input on {self.device}: {why}") from None
+                refused = exc
+            else:
+                refused = None
+        if refused is not None:
+            with torch.no_grad(), torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.MATH]):
+                F.scaled_dot_product_attention(q.detach(), k.detach(), v.detach(), attn_mask=attn_mask, **kwargs)
+            raise NotImplementedError(f"torch's SDPBackend.{SDPA_BACKENDS[self.backend]} declines this input on "
+                                      f"{self.device}: {why}") from None
+        out = out[..., :d_v]
         return out if shape is None else out.reshape(shape)
 
     def _on_device(self, method: str, *args, **kwargs):

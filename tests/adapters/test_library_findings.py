@@ -1,4 +1,4 @@
-"""Plain-library repros of the findings in docs/findings.md (HuggingFace transformers, Keras 3, ONNX).
+"""Plain-library repros of the findings in docs/findings.md (HuggingFace transformers, Keras 3, ONNX, PyTorch).
 
 Each test is the finding's minimal reproduction — a few lines that import only that library (its
 own tensor type: torch for transformers and Keras on torch) and numpy, not attnclaims — and asserts
@@ -334,3 +334,26 @@ def test_onnx_attention_scale_is_a_float32_attribute():
         None, {"q": q, "k": k, "v": v})[0]
     assert np.isnan(out).all()
     np.testing.assert_array_equal(_softmax64(np.array([1e300, -1e300])) @ v[0, 0], [2.0])  # float64: exactly v_0
+
+
+# -- PyTorch ---------------------------------------------------------------------------------------
+def test_torch_cpu_flash_causal_attention_is_nan_for_a_negative_scale():
+    """torch's CPU flash kernel (``_scaled_dot_product_flash_attention_for_cpu``, the backend SDPA picks by
+    default for 4-D CPU inputs) applies ``is_causal`` by writing −inf into the raw scores and then multiplies
+    by ``scale``: with scale < 0 the hidden keys become +inf and every query that has one gets NaN. One query,
+    keys k = (1, 2), v = (1, 2), top-left causal: the query sees key 0 only, so the exact output is v₀ = 1
+    (softmax of one score), which the math backend and the flash kernel with the same mask as a bool
+    ``attn_mask`` return."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = torch.ones(1, 1, 1, 1, dtype=torch.float64)
+    k = torch.tensor([1.0, 2.0], dtype=torch.float64).view(1, 1, 2, 1)
+    assert torch.isnan(F.scaled_dot_product_attention(q, k, k, is_causal=True, scale=-1.0)).all()  # the default
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        assert torch.isnan(F.scaled_dot_product_attention(q, k, k, is_causal=True, scale=-1.0)).all()
+        assert F.scaled_dot_product_attention(q, k, k, attn_mask=torch.tensor([[True, False]]), scale=-1.0).item() == 1.0
+        assert F.scaled_dot_product_attention(q, k, k, is_causal=True, scale=1.0).item() == 1.0  # positive: right
+    with sdpa_kernel([SDPBackend.MATH]):
+        assert F.scaled_dot_product_attention(q, k, k, is_causal=True, scale=-1.0).item() == 1.0

@@ -102,13 +102,31 @@ def test_capabilities_are_those_that_call_sdpa(flash):
     assert getattr(resolve("torch-sdpa-math"), "tile_sizes", None) is None  # math is not tiled: default draws
 
 
-def test_a_refused_input_is_declined_not_computed_elsewhere(flash, math_backend):
-    """The flash kernel needs d_v = d_k: the flash adapter declines (NotImplementedError naming torch's
-    reason), where the math backend computes it."""
+def test_head_widths_are_padded_for_flash_and_refusals_declined(flash, math_backend):
+    """d_v != d_k: the flash kernel takes one head width, so the adapter zero-pads (exact: the scores and the
+    kept columns are unchanged) and the flash kernel runs, forward and backward. An input the kernel refuses
+    and math accepts (non-zero dropout) is declined, naming torch's reason; one math rejects too (d_q != d_k)
+    raises math's error, as torch's default dispatch would."""
     rng = _rng(2)
-    q, k, v = rng.standard_normal((1, 4, 8)), rng.standard_normal((1, 6, 8)), rng.standard_normal((1, 6, 5))
-    with pytest.raises(NotImplementedError, match="FLASH_ATTENTION declines.*same last dimension"):
-        flash.attention(q, k, v)
+    q, k = rng.standard_normal((2, 4, 8)), rng.standard_normal((2, 6, 8))
+    for d_v in (5, 11):
+        v, d = rng.standard_normal((2, 6, d_v)), rng.standard_normal((2, 4, d_v))
+        for scale in (None, -0.5):
+            ops = _ops(lambda: flash.attention(q, k, v, scale=scale))
+            assert CPU_OPS["flash"][0] in ops and CPU_OPS["math"][0] not in ops
+            np.testing.assert_allclose(flash.attention(q, k, v, scale=scale), REF.attention(q, k, v, scale=scale),
+                                       rtol=0, atol=1e-14)
+        for got, want in zip(flash.attention_vjp(q, k, v, d), REF.attention_vjp(q, k, v, d)):
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-13)
+    t = lambda *shape: torch.zeros(*shape, dtype=torch.float64)
+    # a last axis of stride 0 (a view of width 1 can have one), which the fused kernels refuse: copied, not declined
+    v0 = torch.ones(5, dtype=torch.float64).as_strided((1, 1, 5, 1), (5, 5, 1, 0))
+    ops = _ops(lambda: flash._sdpa(t(1, 1, 3, 1), t(1, 1, 5, 1), v0))
+    assert CPU_OPS["flash"][0] in ops
+    with pytest.raises(NotImplementedError, match="FLASH_ATTENTION declines.*dropout"):
+        flash._sdpa(t(1, 1, 3, 4), t(1, 1, 5, 4), t(1, 1, 5, 4), dropout_p=0.5)
+    with pytest.raises(RuntimeError):
+        flash._sdpa(t(1, 1, 3, 4), t(1, 1, 5, 3), t(1, 1, 5, 3))
     np.testing.assert_allclose(math_backend.attention(q, k, v), REF.attention(q, k, v), rtol=0, atol=1e-14)
 
 
