@@ -57,7 +57,9 @@ passing item.
 The rules, applied in this order — the first that matches decides:
 
 1. **refuted** — some check *failed* (a counterexample, a violated bound, a
-   failed derivation step). If a claim this one depends on (``depends_on``,
+   failed derivation step); the reason quotes the most informative failure
+   (:func:`attnclaims.evidence.failure_key`: a finite counterexample before a
+   side effect such as a NaN from a degenerate draw). If a claim this one depends on (``depends_on``,
    transitively, nearest first) is itself refuted in the same column (or, for
    a dependency with an independent column, there), the verdict is
    **blocked by <id>** instead (category ``blocked``, :attr:`Verdict.blocked_by`
