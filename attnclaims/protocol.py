@@ -186,9 +186,10 @@ VARIANTS: dict[str, Variant] = {
                                "self-attention only; it is called with x_kv is x_q)", choices=(True, False)),
     "head_dim": Variant("any", "head dimensions d_model / num_heads of multi_head_attention and the layers: "
                         "'any', or 'even' only", choices=("any", "even")),
-    "scale": Variant("any", "explicit attention scales it accepts: 'any' (0, negative and 1e300 included) or "
-                     "'positive' only (e.g. an operator that multiplies q and k by sqrt(scale) each)",
-                     choices=("any", "positive")),
+    "scale": Variant("any", "explicit attention scales it accepts: 'any' (0, negative and 1e300 included), "
+                     "'positive' only (e.g. an operator that multiplies q and k by sqrt(scale) each) or 'none' "
+                     "(code without a scale argument, 1/sqrt(d_k) built in: called with scale=None only)",
+                     choices=("any", "positive", "none")),
     "flush_to_zero": Variant(False, "True: subnormal intermediate results may be flushed to zero (XLA on CPU, "
                              "most GPU kernels); the tolerances then allow the smallest normal number of the "
                              "dtype times the problem's conditioning", choices=(False, True)),
@@ -277,8 +278,10 @@ def supports(impl, key: str, value: Any) -> bool:
         return value in have
     if key == "head_dim" and isinstance(value, int) and not isinstance(value, bool):
         return have == "any" or value % 2 == 0
+    if key == "scale" and value is None:  # the default 1/sqrt(d_k): every implementation takes it
+        return True
     if key == "scale" and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return have == "any" or value > 0
+        return have == "any" or (have == "positive" and value > 0)
     if isinstance(VARIANTS[key].default, bool):  # a capability flag: True is what the test needs
         return have or not value
     return have == value or have == VARIANTS[key].default

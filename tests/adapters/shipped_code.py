@@ -160,12 +160,24 @@ def transformer_block(x, mlp, attn, ln_1, ln_2, n_head):
 
 
 class PicoGPTBlock:
-    """picoGPT's transformer_block and ffn as shipped; one sequence per call, so the batch is a loop."""
+    """picoGPT's transformer_block, ffn and attention as shipped; one sequence per call, so the batch is a loop.
+    Its attention has no scale argument (1/√d_k built in): declared ``scale="none"``, and an explicit scale
+    (the suite's edge-case examples pass some) is declined."""
 
     name, dtype = "picogpt-block", np.dtype(np.float64)
     variants = {"block_norm": ("layer",), "block_ffn": ("mlp",), "ffn_activation": ("gelu_tanh",),
                 "block_rope": (False,), "block_norm_first": (True,), "fixed_eps": 1e-5,
-                "block_padding_mask": False}
+                "block_padding_mask": False, "scale": "none"}
+
+    def attention(self, q, k, v, mask=None, scale=None):
+        if scale is not None:
+            raise NotImplementedError("picoGPT's attention has no scale argument")
+        batch = H.batch_shape(q, k, v)
+        q3, k3, v3 = (H.flatten_batch(np.asarray(a, dtype=np.float64), batch) for a in (q, k, v))
+        m3 = (np.zeros((q3.shape[0], q3.shape[1], k3.shape[1])) if mask is None
+              else H.flatten_batch(H.additive_mask(H.broadcast_mask(mask, q, k)), batch))
+        out = np.stack([attention(qb, kb, vb, mb) for qb, kb, vb, mb in zip(q3, k3, v3, m3)])
+        return H.unflatten_batch(out, batch)
 
     def decoder_block(self, x, params, mask=None):
         p, a = params, params.self_attn

@@ -20,15 +20,15 @@ MODULES = ["test_s64_ffn", "test_ext_layers", "test_s63_layer_norm"]
 SELECT = "feed_forward or ffn or block or layer_norm or position or permutation or additive or convolution"
 
 
-def _suite(tmp_path: Path, adapter: str) -> list[dict]:
+def _suite(tmp_path: Path, adapter: str, modules=MODULES, select=SELECT) -> list[dict]:
     results = tmp_path / f"{adapter}.json"
     env = dict(os.environ, PYTHONPATH=str(HERE), PYTHONDONTWRITEBYTECODE="1")
     env.pop("PYTEST_ADDOPTS", None)
     env.pop("PYTEST_XDIST_WORKER", None)
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-c", os.devnull,
            "--rootdir", str(tmp_path), "-m", "impl_test", "--attn-impl", f"shipped_code:{adapter}",
-           "--attn-results", str(results), "--hypothesis-profile", "ci", "-k", SELECT,
-           "--pyargs", *[f"attnclaims.suite.{m}" for m in MODULES]]
+           "--attn-results", str(results), "--hypothesis-profile", "ci", "-k", select,
+           "--pyargs", *[f"attnclaims.suite.{m}" for m in modules]]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=540)
     assert results.exists(), f"no results from {adapter}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
     return json.loads(results.read_text())["evidence"]
@@ -55,6 +55,17 @@ def test_shipped_code_passes_unedited_when_declared(adapter, passed, names, tmp_
     assert len(ran) >= passed, ran
     for name in names:
         assert any(name in r for r in ran), (name, ran)
+
+
+def test_attention_without_a_scale_argument_passes_unedited(tmp_path):
+    """picoGPT's attention (1/√d_k built in, no scale argument) declares scale='none': the attention claims run
+    with scale=None, the tests that need an explicit scale are not applicable by that variant's name."""
+    evidence = _suite(tmp_path, "PicoGPTBlock", ["test_s31_attention", "test_s2_origin"], "attention or scale or first")
+    assert not _failures(evidence), "\n".join(_failures(evidence))
+    ran = [_name(e) for e in evidence if e["outcome"] == "passed"]
+    assert any("test_default_scale_is_one_over_sqrt_dk" in r for r in ran) and len(ran) >= 5, ran
+    skipped = [e["message"] for e in evidence if e["outcome"] == "not-applicable"]
+    assert any("variant scale=1.0" in m for m in skipped), skipped
 
 
 @pytest.mark.parametrize("adapter", ["NanoGPTBlockUndeclared", "PicoGPTBlockUndeclared", "GPT2MLPAdapterUndeclared"])

@@ -171,7 +171,7 @@ def test_declared_variants_and_their_messages():
     ({"norm_first": (None,)}, "variants['norm_first']=(None,), but should be a non-empty tuple of (False, True)"),
     ({"norm_first": ()}, "variants['norm_first']=(), but should be a non-empty tuple of (False, True)"),
     ({"head_dim": "odd"}, "variants['head_dim']='odd', but should be one of ('any', 'even')"),
-    ({"scale": "negative"}, "variants['scale']='negative', but should be one of ('any', 'positive')"),
+    ({"scale": "negative"}, "variants['scale']='negative', but should be one of ('any', 'positive', 'none')"),
     ({"colour": 1}, "variants has unknown key(s) ['colour']"),
     ([("norm_first", (False,))], "variants=[('norm_first', (False,))], but should be a dict"),
 ])

@@ -37,7 +37,9 @@ EXPLICIT_SCALES = (1.0, 0.5, 0.125, 2.0, -1.0, 0.0, 1e6, 1e300, 1e-300)
 
 def explicit_scales() -> st.SearchStrategy[float]:
     """One of :data:`EXPLICIT_SCALES`; only the positive ones for an implementation that declares
-    ``scale='positive'``."""
+    ``scale='positive'``; not applicable for one that declares ``scale='none'`` (called with scale=None only)."""
+    if variants()["scale"] == "none":
+        raise _not_applicable("scale", 1.0)
     values = EXPLICIT_SCALES if variants()["scale"] == "any" else tuple(s for s in EXPLICIT_SCALES if s > 0)
     return st.sampled_from(values)
 
@@ -197,7 +199,7 @@ def attention_cases(draw, *, mask: bool | None = None, explicit_scale: bool | No
         if tiles is not None:
             m = draw(tile_padding(m))
     s = None
-    if explicit_scale or (explicit_scale is None and draw(st.booleans())):
+    if explicit_scale or (explicit_scale is None and variants()["scale"] != "none" and draw(st.booleans())):
         s = draw(explicit_scales())
     case = AttentionCase(q, k, v, m, s)
     note(case.describe())
@@ -358,7 +360,7 @@ def causal_cases(draw, *, alignment: str | None = None, window: bool | None = No
         w = draw(st.sampled_from(tuple(x for x in (1, 2, 3, t - 1, t, t + 1) if 1 <= x <= n_k + 1)))
     if w is not None and al == "top-left" and n_q > n_k:  # queries i >= n_k + w - 1 would see no key at all
         w = max(w, n_q - n_k + 1)
-    scale = draw(st.none() | explicit_scales().filter(lambda s: 0 < abs(s) <= 2))
+    scale = None if variants()["scale"] == "none" else draw(st.none() | explicit_scales().filter(lambda s: 0 < abs(s) <= 2))
     case = CausalCase(q, k, v, al, w, scale)
     note(case.describe())
     return case
