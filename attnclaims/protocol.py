@@ -244,6 +244,9 @@ VARIANTS.update({
     "fixed_eps": Variant(None, "None (the ε passed is used), or the one ε > 0 every norm of the implementation "
                          "uses whatever it is passed (nanoGPT's LayerNorm: 1e-5): the suite then passes only "
                          "that ε", check=_fixed_eps),
+    "value_width": Variant("any", "value widths attention takes: 'any' (d_v drawn apart from d_k), or 'd_k' "
+                           "only (jax's dot_product_attention, Keras on jax): the drawn cases then have d_v = d_k",
+                           choices=("any", "d_k")),
     "block_padding_mask": Variant(True, "decoder_block (and its vjp) accepts mask= (a padding mask beside the "
                                   "causal one); False: it is called with mask=None only (nanoGPT, picoGPT)",
                                   choices=(True, False)),

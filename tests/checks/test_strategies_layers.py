@@ -287,3 +287,28 @@ def test_a_bad_shipped_variant_is_one_clear_line(variants, message):
     with pytest.raises(ValueError, match=message) as info:
         declared_variants(_Declares(**variants))
     assert "\n" not in str(info.value)
+
+
+@settings(max_examples=120, deadline=None, database=None)
+@given(data=st.data())
+def test_value_width_d_k_draws_values_as_wide_as_keys(data):
+    """value_width='d_k' (jax's dot_product_attention): every attention and causal case the strategies draw
+    has d_v = d_k, tile-crossing sizes included; undeclared, d_v ≠ d_k is drawn too (the next test)."""
+    with S.following(_Declares(value_width="d_k")):
+        a = data.draw(M.attention_cases())
+        c = data.draw(M.causal_cases())
+    assert a.v.shape[-1] == a.q.shape[-1] and c.v.shape[-1] == c.q.shape[-1]
+
+
+def test_without_value_width_values_of_other_widths_are_drawn():
+    seen = set()
+
+    @settings(max_examples=60, deadline=None, database=None)
+    @given(data=st.data())
+    def draw(data):
+        with S.following(_Declares()):
+            a = data.draw(M.attention_cases())
+        seen.add(a.v.shape[-1] == a.q.shape[-1])
+
+    draw()
+    assert False in seen

@@ -187,7 +187,8 @@ def attention_cases(draw, *, mask: bool | None = None, explicit_scale: bool | No
     tiles = draw(tile_crossing()) if max_seq is None and max_dim is None else None
     if tiles is not None:
         n_q, n_k, d_k = tiles
-        d = replace(d, batch=d.batch[:1], n_q=max(n_k if square else n_q, min_seq), n_k=max(n_k, min_seq), d_k=d_k)
+        d = replace(d, batch=d.batch[:1], n_q=max(n_k if square else n_q, min_seq), n_k=max(n_k, min_seq), d_k=d_k,
+                    d_v=d_k if variants()["value_width"] == "d_k" else d.d_v)
     qk = draw(scales(-4, 1)) if score_scale is None else score_scale
     q = draw(arrays(d.batch + (d.n_q, d.d_k), scale=qk))
     kb = draw(st.sampled_from([d.batch, d.batch[1:], ()])) if d.batch else ()
@@ -346,7 +347,8 @@ def causal_cases(draw, *, alignment: str | None = None, window: bool | None = No
     d = draw(dims())
     tiles = draw(tile_crossing())
     if tiles is not None:
-        d = replace(d, batch=d.batch[:1], n_q=tiles[0], n_k=tiles[1], d_k=tiles[2])
+        d = replace(d, batch=d.batch[:1], n_q=tiles[0], n_k=tiles[1], d_k=tiles[2],
+                    d_v=tiles[2] if variants()["value_width"] == "d_k" else d.d_v)
     n_q, n_k = d.n_q, d.n_k if rectangular else d.n_q
     if al == "bottom-right" and n_q > n_k:
         n_q, n_k = n_k, n_q

@@ -354,7 +354,8 @@ def dims(draw, *, min_seq: int = 1, max_seq: int | None = None, square: bool = F
          max_dim: int | None = None, min_d_k: int = 1, max_heads: int = 4, min_d_model: int = 1,
          even_d_model: bool = False, min_heads: int = 1) -> Dims:
     """Dimensions first (docs/design.md, "How we write"): batch axes (``batch_ndim`` = (min, max) count), n_q, n_k (= n_q when
-    ``square``), d_k, d_v (independent, so d_v ≠ d_k is common), num_heads (min(min_heads, top) … top,
+    ``square``), d_k, d_v (independent, so d_v ≠ d_k is common; d_v = d_k where ``value_width='d_k'`` is
+    declared), num_heads (min(min_heads, top) … top,
     top = min(max_heads, max_dim)) dividing d_model ≤ max_dim, d_ff in 1 … 2·max_dim. From the
     implementation's shape menu when it declares one (module docstring)."""
     lim = limits()
@@ -370,13 +371,14 @@ def dims(draw, *, min_seq: int = 1, max_seq: int | None = None, square: bool = F
         heads = entry["num_heads"] if d_model % entry["num_heads"] == 0 else 1
         if variants()["head_dim"] == "even" and (d_model // heads) % 2:
             d_model += heads  # one more column per head: d_model / heads becomes even
-        return Dims(batch=batch, n_q=n_q, n_k=n_q if square else n_k, d_k=max(entry["d_k"], min_d_k),
-                    d_v=entry["d_v"], d_model=d_model, num_heads=heads, d_ff=entry["d_ff"])
+        d_k = max(entry["d_k"], min_d_k)
+        return Dims(batch=batch, n_q=n_q, n_k=n_q if square else n_k, d_k=d_k,
+                    d_v=d_k if variants()["value_width"] == "d_k" else entry["d_v"], d_model=d_model, num_heads=heads, d_ff=entry["d_ff"])
     batch = draw(batch_shapes(batch_ndim[0], batch_ndim[1]))
     n_q = draw(seq_lengths(min_seq, max_seq))
     n_k = n_q if square else draw(seq_lengths(min_seq, max_seq))
     d_k = draw(st.integers(min_d_k, max(top_dim, min_d_k)))
-    d_v = draw(st.integers(1, top_dim))
+    d_v = d_k if variants()["value_width"] == "d_k" else draw(st.integers(1, top_dim))  # declared d_v = d_k
     top_heads = max(1, min(max_heads, top_dim))  # at most max_dim heads: d_model ≤ max_dim
     num_heads = draw(st.integers(max(1, min(min_heads, top_heads)), top_heads))
     d_head = draw(st.integers(1, max(1, top_dim // num_heads)))
