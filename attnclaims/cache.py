@@ -8,8 +8,9 @@ figures; a later run whose key matches reuses them and runs only the tests that 
 implementation (a run of some claims also reuses the entry of a run of every claim, filtered).
 The key is a SHA-256 of the claims selected (or "every claim") and
 
-* the attnclaims version and the hypothesis profile (only ``ci`` is cached: the other profiles
-  draw new examples every run);
+* the attnclaims version and the hypothesis profile (only ``ci`` is cached; ``dev`` uses ``ci``'s entry
+  — :data:`SHARED_PROFILES`: its independent checks are computed under ``ci`` when the entry is missing —
+  and ``thorough`` draws new examples every run);
 * the versions of the libraries the checks compute with (numpy, scipy, sympy, mpmath,
   hypothesis, matplotlib, pytest) and the Python version;
 * the contents of every source file of the package — the harness, the reference, the proofs, the

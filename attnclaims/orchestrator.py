@@ -481,8 +481,9 @@ def plan(specs: list[str], options: RunOptions, cached: bool, independent_profil
         return jobs
     processes = options.workers or usable_cpus()
     at_once = max(1, min(len(jobs), processes))
+    each = processes // at_once if processes // at_once >= 2 and xdist_available() else 0
     for job in jobs:
-        job.workers = processes // at_once if processes // at_once >= 2 else 0
+        job.workers = each
         job.shared = at_once > 1
     return jobs
 

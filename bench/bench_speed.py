@@ -34,6 +34,22 @@ tree's, and a last table gives each command's wall and CPU seconds for both and 
 Run: ``.venv/bin/python bench/bench_speed.py [--quick] [--skip-profile] [--baseline PYTHON]``;
 the table goes to the terminal and ``bench/results/speed.json``. ``--quick``
 checks one claim on the reference only (a smoke run of the script itself).
+
+``--targets`` measures, instead of the above, the figures the README quotes, each beside the
+``--baseline`` tree's in the same run (so the two see the same load):
+
+* **several implementations at once**: ``report --impl X`` alone for each X (the cache off: every
+  check computed), then ``report --impl <all of them>`` one session after another (``-n 1``) and
+  concurrently (default ``-n``: the sessions share the usable CPUs), and the baseline's
+  ``report --impl <all>``; it prints concurrent / slowest single (target ≤ 1.2) and concurrent /
+  sequential;
+* **a warm check**: ``check --impl reference`` with the independent evidence cached (a fresh cache
+  folder, filled by a cold ``report``, whose time is the cold-cache report's: target ≤ 90 s), in
+  one process (``-n 0``; target ≤ 20 s);
+* **collection**: ``pytest --collect-only`` of what a warm check runs (the implementation's own
+  tests; target ≤ 2 s) and of the whole suite, wall and CPU seconds;
+* **where the time goes** in a cold run of every claim test on the reference (start-up and
+  collection, proofs, measurements, implementation tests, the rest).
 """
 from __future__ import annotations
 
@@ -72,7 +88,7 @@ def load() -> float:
 
 # --------------------------------------------------------------------------- timed CLI runs
 
-PHASE = re.compile(r"attnclaims: (?P<impl>\S+): (?P<tests>\d+) tests in (?P<secs>[\d.]+) s")
+PHASE = re.compile(r"attnclaims: (?P<impl>[^\n:]+): (?P<tests>\d+) tests in (?P<secs>[\d.]+) s")
 
 
 def timed(cmd: list[str], cwd: Path, timeout: float = TIMEOUT_S, env: dict | None = None) -> dict:
@@ -194,6 +210,144 @@ def phases(session, per_test: dict[str, float], wall: float) -> list[dict]:
             sums[phase] += seconds
     sums["rest"] = max(0.0, wall - sum(sums.values()))
     return [{"phase": k, "seconds": v, "pct": 100 * v / wall if wall else 0.0} for k, v in sums.items()]
+
+
+# --------------------------------------------------------------------------- the README's figures (--targets)
+
+#: targets of --targets: concurrent / slowest single, a warm check, collection of a warm check, a cold report
+CONCURRENT_TARGET = 1.2
+COLD_REPORT_TARGET_S = 90.0
+COLLECTION_TARGET_S = 2.0
+
+
+def _packages(python: str) -> tuple[str, list[str]]:
+    """The claim suite's package in the tree of ``python`` and the modules its warm check does not import."""
+    code = ("import importlib.util, json\n"
+            "pkg = 'attnclaims.tests' if importlib.util.find_spec('attnclaims.tests') else 'attnclaims.suite'\n"
+            "try:\n    from attnclaims.orchestrator import INDEPENDENT_MODULES, _package_dir\n"
+            "    ignore = [str(_package_dir(pkg) / m) for m in INDEPENDENT_MODULES]\n"
+            "except ImportError:\n    ignore = []\n"
+            "print(json.dumps([pkg, ignore]))")
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    pkg, ignore = json.loads(out.stdout.strip().splitlines()[-1])
+    return pkg, ignore
+
+
+def collection(python: str, tree: str, impl_only: bool) -> dict:
+    """One ``pytest --collect-only`` of the claim suite as a run collects it (all claim tests, or the
+    implementation's own as a warm check does: in this tree without importing the independent modules)."""
+    pkg, ignore = _packages(python)
+    with tempfile.TemporaryDirectory(prefix="bench-collect-") as tmp:
+        Path(tmp, "pytest.ini").write_text("[pytest]\n")
+        cmd = [python, "-m", "pytest", "--pyargs", pkg, "-q", "-p", "no:cacheprovider", "-c", "pytest.ini",
+               "--import-mode=importlib", "--collect-only", "--attn-impl", "reference",
+               "-m", "claim and impl_test" if impl_only else "claim"]
+        if impl_only:
+            cmd += [f"--ignore={m}" for m in ignore]
+        r = timed(cmd, Path(tmp))
+    m = re.search(r"(\d+)(?:/\d+)? tests? collected.* in ([\d.]+)s", r["tail"])
+    return {"kind": "collect-impl" if impl_only else "collect-all", "tree": tree, "impl": "reference", "workers": 0,
+            **r, "tests": int(m.group(1)) if m else None, "pytest_collect_s": float(m.group(2)) if m else None}
+
+
+def target_runs(impls: list[str], baseline: str | None, quick: bool) -> list[dict]:
+    trees = [(THIS_TREE, sys.executable)] + ([("baseline", baseline)] if baseline else [])
+    claim = ["--claim", QUICK_CLAIM] if quick else []
+    runs = []
+
+    def report(python: str, tree: str, kind: str, names: list[str], extra: list[str], env=None) -> None:
+        with tempfile.TemporaryDirectory(prefix="bench-speed-") as tmp:
+            r = timed([python, *CLI[1:], "report", "--impl", *names, "--profile", "ci", "--format", "json",
+                       "--out", str(Path(tmp) / "report"), *extra, *claim], Path(tmp), env=env)
+            runs.append({"kind": kind, "tree": tree, "impl": " ".join(names), "workers": extra[-1] if extra else "",
+                         **r, "verdicts": _verdicts(Path(tmp) / "report" / "report.json")})
+
+    # several implementations at once: each alone, then all of them, one after another and concurrently
+    for impl in impls:
+        report(sys.executable, THIS_TREE, "single", [impl], [])
+    if len(impls) > 1:
+        report(sys.executable, THIS_TREE, "sequential", impls, ["-n", "1"])
+        report(sys.executable, THIS_TREE, "concurrent", impls, [])
+        if baseline:
+            report(baseline, "baseline", "concurrent", impls, [])
+    # a cold-cache report of the reference (fills a fresh cache), then a warm check, in each tree
+    for tree, python in trees:
+        with tempfile.TemporaryDirectory(prefix="bench-cache-") as cache_dir:
+            env = {"ATTNCLAIMS_CACHE": "on", "ATTNCLAIMS_CACHE_DIR": cache_dir}
+            report(python, tree, "report-cold-cache", ["reference"], [], env=env)
+            with tempfile.TemporaryDirectory(prefix="bench-speed-") as tmp:
+                r = timed([python, *CLI[1:], "check", "--impl", "reference", "--profile", "ci", "-n", "0", *claim],
+                          Path(tmp), env=env)
+                runs.append({"kind": "check-warm", "tree": tree, "impl": "reference", "workers": 0, **r})
+    for tree, python in trees:
+        runs += [collection(python, tree, True), collection(python, tree, False)]
+    return runs
+
+
+def _verdicts(path: Path) -> dict:
+    """claim -> column -> verdict of a report.json ({} when there is none)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {c["id"]: {k: str(v.get("verdict")) for k, v in (c.get("verdict_details") or {}).items()}
+            for c in data.get("claims", ())}
+
+
+def target_summary(runs: list[dict], impls: list[str]) -> dict:
+    mine = {(r["kind"], r["impl"]): r for r in runs if r["tree"] == THIS_TREE}
+    base = {(r["kind"], r["impl"]): r for r in runs if r["tree"] == "baseline"}
+    out: dict = {"met": {}}
+    singles = [mine[("single", i)] for i in impls if ("single", i) in mine]
+    together = mine.get(("concurrent", " ".join(impls)))
+    apart = mine.get(("sequential", " ".join(impls)))
+    if singles and together:
+        slowest = max(r["wall_s"] for r in singles)
+        out["concurrent_over_slowest_single"] = together["wall_s"] / slowest
+        out["concurrent_over_sum_of_singles"] = together["wall_s"] / sum(r["wall_s"] for r in singles)
+        if apart:
+            out["concurrent_over_sequential"] = together["wall_s"] / apart["wall_s"]
+        old = base.get(("concurrent", " ".join(impls)))
+        if old:
+            out["concurrent_over_baseline"] = together["wall_s"] / old["wall_s"]
+        out["met"][f"report --impl {' '.join(impls)} ≤ {CONCURRENT_TARGET}× the slowest single"] = (
+            together["completed"] and out["concurrent_over_slowest_single"] <= CONCURRENT_TARGET)
+        # the same verdicts: concurrent = one after another, and each column = that implementation alone
+        if apart:
+            out["met"]["concurrent verdicts = sequential verdicts"] = bool(together["verdicts"]) and \
+                together["verdicts"] == apart["verdicts"]
+        alone = {cid: {k: v for r in singles for k, v in r["verdicts"].get(cid, {}).items()}
+                 for cid in together["verdicts"]}
+        out["met"]["concurrent verdicts = each implementation's alone"] = bool(together["verdicts"]) and \
+            together["verdicts"] == alone
+    for kind, target, what in (("check-warm", WARM_TARGET_S, "warm check --impl reference (one process)"),
+                               ("report-cold-cache", COLD_REPORT_TARGET_S, "report --impl reference, cold cache")):
+        r = mine.get((kind, "reference"))
+        if r:
+            out["met"][f"{what} ≤ {target:g} s"] = r["completed"] and r["wall_s"] <= target
+            if (kind, "reference") in base:
+                out[f"{kind}_over_baseline"] = r["wall_s"] / base[(kind, "reference")]["wall_s"]
+    r = mine.get(("collect-impl", "reference"))
+    if r:
+        out["met"][f"collection of a warm check ≤ {COLLECTION_TARGET_S:g} s"] = r["wall_s"] <= COLLECTION_TARGET_S
+    return out
+
+
+def print_targets(results: dict, console: Console) -> None:
+    t = Table(title="the README's figures, side by side (ci profile; wall and CPU seconds of the process tree)")
+    for col in ("kind", "implementations", "tree", "wall s", "CPU s", "exit", "load avg before→after"):
+        t.add_column(col, justify="left" if col in ("kind", "implementations", "tree") else "right")
+    for r in results["target_runs"]:
+        exit_cell = str(r["exit_status"]) if r["completed"] else f"[red]{r['exit_status']}[/red]"
+        t.add_row(r["kind"], escape(str(r["impl"])), r["tree"], f"{r['wall_s']:.1f}", f"{r['cpu_s']:.1f}",
+                  exit_cell, f"{r['load_before']:.1f}→{r['load_after']:.1f}")
+    console.print(t)
+    summary = results["target_summary"]
+    for k, v in summary.items():
+        if k != "met":
+            console.print(f"{k}: {v:.2f}")
+    for target, ok in summary["met"].items():
+        console.print(f"{target}: {'[green]met[/green]' if ok else '[red]missed[/red]'}")
 
 
 # --------------------------------------------------------------------------- run
@@ -332,8 +486,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS, help=f"JSON output (default {RESULTS})")
     ap.add_argument("--baseline", metavar="PYTHON", default=None,
                     help="also run every timed command with this interpreter (another tree's), side by side")
+    ap.add_argument("--targets", action="store_true",
+                    help="the README's figures instead: several implementations at once, warm check, "
+                         "collection, cold-cache report, where the time goes (see the module's docstring)")
     args = ap.parse_args(argv)
     start = time.perf_counter()
+    if args.targets:
+        impls = args.impl or (["reference"] if args.quick else ["reference", "torch", "jax"])
+        runs = target_runs(impls, args.baseline, args.quick)
+        results = {"impls": impls, "baseline": args.baseline, "target_runs": runs,
+                   "target_summary": target_summary(runs, impls),
+                   "profiles": [] if args.skip_profile else [profile("reference", args.quick)]}
+        doc = {"benchmark": "speed-targets", "quick": args.quick, "machine": machine(), "results": results,
+               "elapsed_s": round(time.perf_counter() - start, 2)}
+        print_targets(results, Console(width=200))
+        for p in results["profiles"]:
+            t = Table(title=f"where the time goes, by phase: {p['impl']} (one process, wall {p['wall_s']:.1f} s)")
+            for col in ("phase", "s", "%"):
+                t.add_column(col, justify="left" if col == "phase" else "right")
+            for r in p["phases"]:
+                t.add_row(r["phase"], f"{r['seconds']:.2f}", f"{r['pct']:.0f}")
+            Console(width=200).print(t)
+        out = args.out if args.out != RESULTS else RESULTS.with_name("speed_targets.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(jsonable(doc), indent=2, allow_nan=False) + "\n")
+        print(f"wrote {out} ({doc['elapsed_s']} s)")
+        return 0
     results = run(quick=args.quick, skip_profile=args.skip_profile, impls=args.impl, baseline=args.baseline)
     summary = verdicts(results, quick=args.quick)
     doc = {"benchmark": "speed", "quick": args.quick, "machine": machine(), "results": results,
