@@ -59,7 +59,8 @@ def test_shipped_code_passes_unedited_when_declared(adapter, passed, names, tmp_
 
 def test_attention_without_a_scale_argument_passes_unedited(tmp_path):
     """picoGPT's attention (1/√d_k built in, no scale argument) declares scale='none': the attention claims run
-    with scale=None, the tests that need an explicit scale are not applicable by that variant's name."""
+    with scale=None, the tests that need an explicit scale are not applicable by that variant's name. (Its
+    block and MLP are checked above; this run takes the attention modules only.)"""
     evidence = _suite(tmp_path, "PicoGPTBlock", ["test_s31_attention", "test_s2_origin"], "attention or scale or first")
     assert not _failures(evidence), "\n".join(_failures(evidence))
     ran = [_name(e) for e in evidence if e["outcome"] == "passed"]
