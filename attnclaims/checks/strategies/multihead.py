@@ -1,9 +1,12 @@
 """Strategies of multi-head attention: its parameters (:func:`multi_head_params`) and grouped-query
 attention's, with the K/V head counts drawn among what the followed implementation declares
 (``grouped_query``) and weighted towards configurations where tiled and grouped K/V heads differ
-(:data:`DISTINCT_SHARE`).
+(:data:`DISTINCT_SHARE`); the cases of multi-head, grouped-query and self-attention cross tiles in one draw
+in ``TILE_ODDS`` (:func:`tile_model_case`).
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 from hypothesis import note
 from hypothesis import strategies as st
@@ -12,12 +15,13 @@ from attnclaims.checks.strategies.common import (
     _dtype, _not_applicable, flush_subnormals, model_cases, require_variant, seeds, variants, with_biases,
 )
 from attnclaims.reference.params import MultiHeadParams, init_multi_head
-from attnclaims.checks.strategies.attention import mask_forms
+from attnclaims.checks.strategies.attention import mask_forms, tile_padding
+from attnclaims.checks.strategies.common import ModelCase, arrays, scales, tile_crossing
 from attnclaims.checks.strategies.common import cross_or_self
 
 __all__ = [
     "multi_head_params", "kv_head_counts", "grouped_query_params", "grouped_query_model_cases", "distinct_groupings",
-    "tiling_differs", "MIN_DISTINCT_HEADS", "DISTINCT_SHARE",
+    "tiling_differs", "MIN_DISTINCT_HEADS", "DISTINCT_SHARE", "tile_model_case",
 ]
 
 @st.composite
@@ -110,12 +114,41 @@ def grouped_query_params(draw, d_model: int, num_heads: int, *, grouped: bool | 
 # ---------------------------------------------------------------------------------------------
 
 @st.composite
+def tile_model_case(draw, case: ModelCase, *, square: bool) -> ModelCase:
+    """``case``, or in one draw in ``TILE_ODDS`` the same heads with sequence lengths and a head width that
+    cross tiles (:func:`~attnclaims.checks.strategies.common.tile_crossing`: n_q, n_k around the declared tile
+    sizes, n_q = 1 against a long memory, head widths 7, 23, 37, 17, 64, so d_model = num_heads · d_head is
+    rarely a power of two): x and memory drawn again at those sizes, entries as :func:`model_cases` draws
+    them (U[−1, 1]·2^e, e in −1 … 1)."""
+    tiles = draw(tile_crossing())
+    if tiles is None:
+        return case
+    n_q, n_k, d_head = tiles
+    d = case.dims
+    n_k = n_q if square else n_k
+    d_model = d.num_heads * d_head
+    d = replace(d, n_q=n_q, n_k=n_k, d_k=d_head, d_v=d_head, d_model=d_model)
+    s = draw(scales(-1, 1))
+    x = draw(arrays(d.batch + (n_q, d_model), scale=s))
+    memory = draw(arrays(d.batch + (n_k, d_model), scale=s))
+    note(f"tile-crossing model case: batch={d.batch}, n_q={n_q}, n_k={n_k}, d_model={d_model}, heads={d.num_heads}")
+    return ModelCase(x, memory, d)
+
+
+@st.composite
 def gqa_cases(draw, *, grouped: bool | None = True):
     is_cross = draw(cross_or_self())
     case, params = draw(grouped_query_model_cases(square=not is_cross, grouped=grouped))  # 3/4 where tiling ≠ grouping
+    crossed = draw(tile_model_case(case, square=not is_cross))
+    tiled = crossed is not case
+    if tiled:  # the same head count at the new width: parameters drawn again for it
+        case = crossed
+        params = draw(grouped_query_params(case.dims.d_model, case.dims.num_heads, grouped=grouped))
     d = case.dims
     n_k = d.n_k if is_cross else d.n_q
     mask = draw(st.none() | mask_forms(d.batch, d.n_q, n_k))
+    if tiled and mask is not None:  # whole key blocks hidden from some queries
+        mask = draw(tile_padding(mask))
     return case, params, mask, is_cross
 
 
@@ -128,7 +161,7 @@ __all__ += ["gqa_cases"]
 
 @st.composite
 def self_attention_cases(draw, *, cross: bool, mask: bool | None = None):
-    case = draw(model_cases(square=not cross))
+    case = draw(tile_model_case(draw(model_cases(square=not cross)), square=not cross))
     d = case.dims
     params = draw(multi_head_params(d.d_model, 1))
     m = None
@@ -140,7 +173,7 @@ def self_attention_cases(draw, *, cross: bool, mask: bool | None = None):
 @st.composite
 def multi_head_cases(draw, *, heads=None, cross=None):
     is_cross = draw(cross_or_self()) if cross is None else cross  # only self for a self-attention-only impl
-    case = draw(model_cases(square=not is_cross))
+    case = draw(tile_model_case(draw(model_cases(square=not is_cross)), square=not is_cross))
     d = case.dims
     h = d.num_heads if heads is None else heads
     params = draw(multi_head_params(d.d_model, h))
