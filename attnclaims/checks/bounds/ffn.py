@@ -53,13 +53,24 @@ def sixteen_bit_feed_forward_error(x, params, *, u: float, ex=None) -> np.ndarra
     is :func:`sixteen_bit_linear_error` of H with ΔH, whose float32 term is charged on |H| + ΔH (a unit at
     the kink may come out as large as ΔP where the exact one is 0). x (..., d_model) -> (..., d_model).
 
-    A smooth activation (GELU, SiLU) takes the general model at the 16-bit unit roundoff
-    (:func:`feed_forward_error`: every operation rounded to the 16-bit format, which bounds a float32
-    accumulation too), as the gated FFNs do.
+    A smooth activation (GELU exact or tanh, SiLU) is evaluated, under the same model, in float32 on the stored
+    P̂ and its result stored: ΔH ≤ e + u(|act(P)| + e) with e = L·ΔP + u₃₂(6(|act(P)| + L·ΔP) + 2(|P| + ΔP)),
+    L = :data:`ACT_LIPSCHITZ` (:func:`_activation_error`'s terms at P̂, whose size is at most |P| + ΔP); the
+    output as for the ReLU with that ΔH. (An activation evaluated in 16-bit arithmetic itself is outside the
+    16-bit model, as a 16-bit accumulation is.)
     """
     p = params
     if getattr(p, "activation", "relu") != "relu":
-        return feed_forward_error(x, p, u=u, ex=ex)
+        x = _f64(x)
+        w2 = _f64(p.w2)
+        pre = x @ _f64(p.w1) + _f64(p.b1)
+        e_pre = sixteen_bit_linear_error(x, p.w1, p.b1, u=u, ex=ex)
+        hidden = ffn_activation(pre, p.activation)
+        act = np.abs(hidden)
+        e = ACT_LIPSCHITZ * e_pre + U32 * (6.0 * (act + ACT_LIPSCHITZ * e_pre) + 2.0 * (np.abs(pre) + e_pre))
+        e_hidden = e + u * (act + e)
+        return (sixteen_bit_linear_error(hidden, w2, p.b2, u=u, ex=e_hidden)
+                + U32 * (w2.shape[0] + 1) * (1.0 + u) ** 2 * (e_hidden @ np.abs(w2)))
     x = _f64(x)
     w2 = _f64(p.w2)
     pre = x @ _f64(p.w1) + _f64(p.b1)
