@@ -351,8 +351,8 @@ def _close_to_reference(got, want, bound, what):
     assert err <= bound * scale, f"{what}: max |adapter - reference| = {err:.3g} > {bound:g} × {scale:.3g}"
 
 
-@pytest.mark.parametrize("name", ["torch", "torch-float32", "hf-llama", "hf-llama-sdpa", "hf-gpt2", "hf-gpt2-sdpa",
-                                  "hf-bert"])
+@pytest.mark.parametrize("name", ["torch", "torch-float32", "torch-sdpa-flash", "torch-sdpa-math", "hf-llama",
+                                  "hf-llama-sdpa", "hf-gpt2", "hf-gpt2-sdpa", "hf-bert"])
 def test_modern_vjps_match_the_reference(hf, name):
     """Every modern vjp the adapter has, on the configurations it declares, against the reference's exact one."""
     from attnclaims.protocol import declared_variants
