@@ -1,6 +1,6 @@
 """The PyTorch adapter: the protocol's capabilities mapped onto the torch functions users call.
 
-Two implementations, because torch has two code paths that can differ:
+Implementations of torch's code paths, which can differ:
 
 * :class:`TorchImplementation` (``torch``) — the ordinary path. ``nn.MultiheadAttention`` and
   ``nn.TransformerEncoderLayer`` are called with gradients enabled and their parameters requiring
@@ -13,6 +13,10 @@ Two implementations, because torch has two code paths that can differ:
   ``torch._transformer_encoder_layer_fwd`` — what inference code gets. Torch takes these only
   for batched self-attention with an even number of heads; for other calls it falls back to
   the ordinary path by itself, as it would for a user.
+* :class:`TorchSDPABackend` (``torch-sdpa-<backend>[-<dtype>]``, ``torch-cuda-sdpa-…``) — the capabilities
+  that call ``F.scaled_dot_product_attention``, every call on one backend chosen with
+  ``torch.nn.attention.sdpa_kernel`` (math, flash, efficient, cudnn): on CPU, flash is torch's own tiled
+  kernel, whose block sizes it declares as ``tile_sizes`` (docs/adapters.md, "SDPA's backends by name").
 
 Modules are built per call from the protocol's numpy parameters and loaded with
 ``load_state_dict(strict=True)``, so every parameter is set and none is left at its random
