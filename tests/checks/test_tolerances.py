@@ -1203,3 +1203,21 @@ def test_modern_16_bit_bounds_are_the_model_bounds_of_their_parts():
     # top-left: the first query sees one key, so its bound is the output's rounding alone
     first = MT.sixteen_bit_causal_attention_error(q, k, v, "top-left", u=u)[0]
     check(first, ((1 + u) * U32 * 8 + u) * np.abs(v[0]))
+
+
+def test_a_difference_from_an_exact_zero_is_not_swallowed_by_the_underflow_allowance():
+    """assert_differs under a 16-bit followed implementation: the underflow allowance's κ is taken from the
+    larger side, so 0.1 vs an exact 0 (a bias-free draw's output) differs. Breaks if κ is taken from the zero
+    side alone (κ = scale/λ: the allowance is then the whole difference)."""
+    import numpy as np
+
+    from attnclaims.checks import strategies
+    from attnclaims.checks.bounds import Bound, assert_differs, unit_roundoff
+    from attnclaims.zoo.reduced_precision import einsum_bfloat16
+
+    impl = einsum_bfloat16()
+    u = unit_roundoff(impl.dtype)
+    bound = Bound(np.full(3, 1e-3), u)  # |diff| above it means a real difference
+    with strategies.following(impl):
+        assert assert_differs(np.array([0.1, 0.0, 0.0]), np.zeros(3), bound, "one side exactly 0") > u
+        assert assert_differs(np.zeros(3), np.array([0.1, 0.0, 0.0]), bound, "the other side exactly 0") > u

@@ -479,7 +479,9 @@ def assert_differs(a, b, bound: Bound, what: str) -> float:
     """Fail unless a and b differ somewhere by more than the rounding bound, i.e. by more than rounding
     alone can explain (used for "a permutation changes the output", "the output depends on memory")."""
     a, b = _f64(a), _f64(b)
-    bound = flush_to_zero_allowance(bound, b)
+    # the allowance's κ is relative to the results' magnitude: the larger of the two sides (one side
+    # exactly 0, as a bias-free draw gives, would otherwise make κ = scale/λ and the allowance everything)
+    bound = flush_to_zero_allowance(bound, np.maximum(np.abs(a), np.abs(b)) if a.shape == b.shape else b)
     scale = np.broadcast_to(bound.scale, a.shape)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.where(scale > 0, np.abs(a - b) / np.where(scale > 0, scale, 1.0),
