@@ -177,3 +177,55 @@ def test_dev_builds_and_reuses_the_cache_of_ci(synthetic, monkeypatch):
     ci = one("ci", "ci")
     assert ci.environment["cache"]["used"] is True and ci.runs[0].tests == 2
     assert outcomes(warm) == outcomes(cold) == outcomes(ci)
+
+
+def _pytest_children(pid: int) -> list[int]:
+    """The pytest children of ``pid`` (any of its threads started them)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in children:
+            try:
+                if b"pytest" in Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0"):
+                    out.append(int(child))
+            except OSError:
+                continue
+    return out
+
+
+def test_sigterm_stops_every_concurrent_session_and_writes_what_finished(synthetic):
+    """SIGTERM while two sessions run at once (each watched by a thread of the CLI): the CLI exits 143
+    within seconds, neither pytest child outlives it, and the partial report is written — the sessions
+    that were stopped are errors naming the termination, never passes."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ATTN_SLOW_INDEPENDENT": "60"}
+    out = synthetic / "out"
+    cli = subprocess.Popen([sys.executable, "-m", "attnclaims.cli", "report", "--impl", "reference", f"{MIS}:Raises",
+                            "--format", "json", "-n", "2", "--out", str(out)], env=env, cwd=synthetic,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, children = time.monotonic() + 90, []
+        while time.monotonic() < deadline and len(children) < 2:
+            children = _pytest_children(cli.pid)
+            time.sleep(0.2)
+        assert len(children) >= 2, "two sessions should run at once"
+        time.sleep(3)
+        cli.send_signal(signal.SIGTERM)
+        _, err = cli.communicate(timeout=30)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 128 + signal.SIGTERM, err
+    assert not [c for c in children if Path(f"/proc/{c}").exists()], "a pytest child outlived the CLI"
+    data = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    (row,) = [c for c in data["claims"] if c["id"] == "scaling-variance"]
+    assert all(v["verdict"] != "verified" for v in row["verdict_details"].values()), row["verdict_details"]
+    assert any("terminated (SIGTERM)" in e["message"] and e["outcome"] == "error" for e in row["evidence"]), \
+        row["evidence"]
