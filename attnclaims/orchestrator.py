@@ -6,9 +6,13 @@ One pytest child per implementation::
     python -m pytest --pyargs attnclaims.suite -m claim --attn-impl X --attn-events <tmp>/X.events.jsonl
            --attn-artifacts <figures> --hypothesis-profile <profile> -q -p no:cacheprovider [-n N]
 
-The first implementation runs every claim test; the others only the tests that exercise the
-implementation (``-m "claim and impl_test"``): the implementation-independent evidence (proofs,
-measurements: ``implementation`` is null) does not change.
+The implementation-independent evidence (proofs, measurements: ``implementation`` is null) does not
+change with the implementation, so it is computed once (:func:`plan`): one implementation runs every
+claim test in one session; several run one session of the independent tests
+(``-m "claim and not impl_test"``) and one per implementation of its own tests
+(``-m "claim and impl_test"``, without importing :data:`INDEPENDENT_MODULES`), at the same time within
+``-n`` processes (:func:`_run_jobs`: one thread of this process watches each running child), and their
+evidence is put together in the order of the implementations, as one after another.
 
 **Events.** The plugin (:mod:`attnclaims.plugin`) appends one JSON line per event, the process side reads
 them (:func:`attnclaims.run.process.run_session`): the collected tests with their claim tags, each test's
@@ -35,8 +39,10 @@ started cannot keep it alive.
 
 **Cache.** The implementation-independent evidence of a complete ``ci`` run is stored on disk
 (:mod:`attnclaims.cache`) and reused by later runs with the same key (version, profile,
-libraries, a hash of the sources): the first implementation then runs only its own tests too;
-``--fresh`` recomputes. Reused items say so (``data["cache"]``), and so does the environment.
+libraries, a hash of the sources): every implementation then runs only its own tests;
+``--fresh`` recomputes. A ``dev`` run uses ``ci``'s entry, and on a miss computes the independent
+checks under ``ci`` beside its own session and stores them. Reused items say so (``data["cache"]``),
+and so does the environment (``cache``, ``independent_profile``, ``sessions``: when each session ran).
 
 **Partial runs.** When the child dies, is killed or stops early (``KeyboardInterrupt``,
 ``pytest.exit``, ``os._exit`` in a method), the evidence of the finished tests stands, the test(s)
