@@ -910,9 +910,10 @@ SDPA_CAPABILITIES = ("attention", "causal_attention", "multi_head_attention", "d
                      "decoder_block_vjp")
 #: The block sizes of torch's CPU flash kernel (``aten/src/ATen/native/cpu/FlashAttentionKernel.cpp``,
 #: ``flash_attention_kernel_impl`` and its backward): queries in blocks of 32 (n_q < 192), 64
-#: (192 <= n_q < 768) or 256 (n_q >= 768), keys in blocks of 512. 256 is left out: the strategies' lengths
-#: stop at the longest tile + 1 = 513, below the 768 queries that select it.
-CPU_FLASH_TILE_SIZES = (32, 64, 512)
+#: (192 <= n_q < 768) or 256 (n_q >= 768), keys in blocks of 512. All of them are declared; the strategies'
+#: lengths stop at the longest tile + 1 = 513, so 255, 256, 257 meet the blocks of 64 (256 = 4·64), not the
+#: 768 queries that select blocks of 256.
+CPU_FLASH_TILE_SIZES = (32, 64, 256, 512)
 
 
 class BackendUnavailable(ImportError):

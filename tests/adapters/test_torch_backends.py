@@ -96,7 +96,7 @@ def test_capabilities_are_those_that_call_sdpa(flash):
 
     have = {c for c in CAPABILITIES if callable(getattr(flash, c, None))}
     assert have == set(SDPA_CAPABILITIES)
-    assert flash.tile_sizes == CPU_FLASH_TILE_SIZES == (32, 64, 512)
+    assert flash.tile_sizes == CPU_FLASH_TILE_SIZES == (32, 64, 256, 512)
     assert flash.name == "torch-sdpa-flash" and flash.dtype == np.float64
     assert "SDPBackend.FLASH_ATTENTION" in flash.responsible["attention"]
     assert getattr(resolve("torch-sdpa-math"), "tile_sizes", None) is None  # math is not tiled: default draws
@@ -184,9 +184,9 @@ def test_flash_equals_the_reference_past_its_first_blocks(flash, n_q, n_k):
 
 def test_strategies_cross_the_declared_blocks(flash):
     """The strategies centre on the declared tiles: key lengths 511, 512, 513 reach the kernel's second key
-    block; query lengths 31…74 its second and third query blocks."""
+    block; query lengths 31…74 its second and third query blocks of 32, 255…257 and 511…513 blocks of 64."""
     from attnclaims.checks.strategies.common import following, tile_lengths
 
     with following(flash):
         lengths = tile_lengths()
-    assert {31, 32, 33, 74, 63, 64, 65, 511, 512, 513} <= set(lengths) and max(lengths) == 513
+    assert {31, 32, 33, 74, 63, 64, 65, 255, 256, 257, 511, 512, 513} <= set(lengths) and max(lengths) == 513
