@@ -271,7 +271,7 @@ def test_keys_a_query_may_not_see_do_not_change_its_output(impl, case, more):
 
 @pytest.mark.claim("decoder-masking", extension="causal alignment")
 @pytest.mark.requires("causal_attention")
-@given(case=M.causal_cases())
+@given(case=M.causal_cases().filter(lambda c: c.scale is None or 0.1 <= c.scale <= 2.0))
 @example(case=KernelEdge("decode-bottom-right"))
 @example(case=KernelEdge("bottom-right-long-cache"))
 @example(case=KernelEdge("short-window"))
@@ -283,12 +283,16 @@ def test_every_key_a_query_may_see_changes_its_output(impl, case):
     allows wherever the inputs alone prove the weight cannot underflow
     (:func:`~attnclaims.checks.strategies.attention.reachable_weights`: a correct implementation cannot fail
     it, whatever the draw). No reference is involved: this catches over-masking (a query denied keys it
-    may see, e.g. a key block skipped for a whole query block) that only conformance caught before."""
+    may see, e.g. a key block skipped for a whole query block) that only conformance caught before. Scales are
+    the default or 1/8 … 2 here: a negative, zero or underflowing scale changes preferences, not visibility, and
+    the conformance tests above draw those (torch's CPU flash kernel writes −∞ into hidden scores before it
+    scales them, so a negative scale, or 1e-300 rounded to 0 in float32, gives NaN: docs/findings.md, a scale
+    bug, not a masking one)."""
     c = case.cast(impl.dtype)
-    a = causal_weights_probe(impl, c.q, c.k, c.alignment, c.window, c.scale)
+    a, (qp, kp, s) = causal_weights_probe(impl, c.q, c.k, c.alignment, c.window, c.scale)
     mask = sliding_window_mask(c.q.shape[-2], c.k.shape[-2], c.window, c.alignment)
     T.assert_exactly_zero(np.where(mask, 0.0, a), c.describe() + ": weights of the keys a query may not see")
-    reachable = np.broadcast_to(reachable_weights(c.q, c.k, mask, c.scale, impl.dtype), a.shape)
+    reachable = np.broadcast_to(reachable_weights(qp, kp, mask, s, impl.dtype), a.shape)
     missing = reachable & ~(np.asarray(a, dtype=np.float64) > 0)
     if missing.any():
         where = tuple(int(i) for i in np.argwhere(missing)[0])

@@ -390,10 +390,12 @@ def kernel_edge_case(name: str):
     """The named kernel edge case (:data:`KERNEL_EDGE`) for the followed implementation's smallest tile T
     (:func:`~attnclaims.checks.strategies.common.tile_sizes`): an :class:`AttentionCase` or a
     :class:`CausalCase` in float64 (q and k entries U[−1, 1]·2, so that a later key block raises a query's
-    running maximum; v entries U[−1, 1]; d_k = 7 and d_v = 5, neither a power of two). A causal case whose
+    running maximum; v entries U[−1, 1]; d_k = 7 and d_v = 5, neither a power of two, or d_v = 7 where the
+    implementation declares ``value_width='d_k'``). A causal case whose
     alignment or window the implementation does not declare declines the example
     (:func:`~attnclaims.checks.strategies.common.require_variant`)."""
     t = min(tile_sizes())
+    d_v = 7 if variants()["value_width"] == "d_k" else 5  # d_v = d_k where the implementation declares so
     rng = np.random.default_rng(sum(map(ord, name)))
     u = lambda *shape, s=1.0: rng.uniform(-1.0, 1.0, size=shape) * s
 
@@ -401,21 +403,21 @@ def kernel_edge_case(name: str):
         require_variant("causal_alignment", alignment)
         if window is not None:
             require_variant("sliding_window", True)
-        return CausalCase(u(n_q, 7, s=2.0), u(n_k, 7, s=2.0), u(n_k, 5), alignment, window, None)
+        return CausalCase(u(n_q, 7, s=2.0), u(n_k, 7, s=2.0), u(n_k, d_v), alignment, window, None)
 
     if name == "partial-last-block":
         n_k = 2 * t + 5
-        return AttentionCase(u(3, 7, s=2.0), u(n_k, 7, s=2.0), u(n_k, 5), label=name)
+        return AttentionCase(u(3, 7, s=2.0), u(n_k, 7, s=2.0), u(n_k, d_v), label=name)
     if name == "padded-blocks":
         n_q, n_k = 4, 3 * t + 5
         mask = np.ones((2, n_q, n_k), dtype=bool)
         mask[0, ::2, : t + 1] = False  # queries 0 and 2 of sequence 0: leading and trailing blocks hidden
         mask[0, ::2, n_k - t - 1:] = False
         mask[1, :, : t + 1] = False  # sequence 1: left padding longer than a tile, for every query
-        return AttentionCase(u(2, n_q, 7, s=2.0), u(2, n_k, 7, s=2.0), u(2, n_k, 5), mask=mask, label=name)
+        return AttentionCase(u(2, n_q, 7, s=2.0), u(2, n_k, 7, s=2.0), u(2, n_k, d_v), mask=mask, label=name)
     if name == "two-blocks":
         n = t + 5
-        return AttentionCase(u(n, 7, s=2.0), u(n, 7, s=2.0), u(n, 5), label=name)
+        return AttentionCase(u(n, 7, s=2.0), u(n, 7, s=2.0), u(n, d_v), label=name)
     if name == "decode-top-left":
         return causal(1, 2 * t + 5, "top-left")
     if name == "decode-bottom-right":
@@ -449,14 +451,20 @@ class KernelEdge:
         return f"kernel edge case {self.name!r}" + (" with the causal mask" if self.causal else "")
 
 
-def causal_weights_probe(impl, q, k, alignment, window, scale) -> np.ndarray:
+def causal_weights_probe(impl, q, k, alignment, window, scale):
     """The weights of ``impl.causal_attention`` (…, n_q, n_k), read with V = I as :func:`weights_probe` does
     for attention: the output is linear in V, so its column j is the weight of key j, and ``out(V + t e_j e_cᵀ)
-    − out(V) = t·a_·j``: key j changes a query's output exactly where its weight is not 0."""
+    − out(V) = t·a_·j``: key j changes a query's output exactly where its weight is not 0. Returns (weights,
+    (q', k', scale')), the inputs of the call. Where the probe widens q and k (n_k > d_k) for an implementation
+    that takes no scale argument (``scale='none'``), q is multiplied by √(width/d_k) instead, so that its
+    built-in 1/√width gives the same scores up to one rounding."""
     qp, kp, eye, s = weights_probe(q, k, scale)
+    if s is not None and scale is None and variants()["scale"] == "none":
+        qp, s = qp * np.asarray(math.sqrt(qp.shape[-1] / q.shape[-1]), dtype=qp.dtype), None
     batch = tuple(np.broadcast_shapes(qp.shape[:-2], kp.shape[:-2]))
     v = np.ascontiguousarray(np.broadcast_to(eye, batch + eye.shape))
-    return np.asarray(impl.causal_attention(qp, kp, v, alignment, window, s))[..., : k.shape[-2]]
+    out = np.asarray(impl.causal_attention(qp, kp, v, alignment, window, s))[..., : k.shape[-2]]
+    return out, (qp, kp, s)
 
 
 def reachable_weights(q, k, mask, scale, dtype) -> np.ndarray:
