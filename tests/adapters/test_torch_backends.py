@@ -15,15 +15,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from attnclaims.adapters.torch_adapter import (  # noqa: E402
+from attnclaims.adapters.torch_adapter import (  # noqa: E402 - after importorskip("torch"), which skips the module without torch
     CPU_FLASH_TILE_SIZES,
     SDPA_CAPABILITIES,
     TorchSDPABackend,
 )
-from attnclaims.impls import NOT_IN_ALL, SDPA_BUILTINS, ImplementationError, availability, expand, resolve  # noqa: E402
-from attnclaims.reference import Reference  # noqa: E402
-from attnclaims.reference.layers import KVCache  # noqa: E402
-from attnclaims.reference.params import init_decoder_block, init_multi_head  # noqa: E402
+from attnclaims.impls import NOT_IN_ALL, SDPA_BUILTINS, ImplementationError, availability, expand, resolve  # noqa: E402 - after importorskip("torch"), which skips the module without torch
+from attnclaims.reference import Reference  # noqa: E402 - after importorskip("torch"), which skips the module without torch
+from attnclaims.reference.layers import KVCache  # noqa: E402 - after importorskip("torch"), which skips the module without torch
+from attnclaims.reference.params import init_decoder_block, init_multi_head  # noqa: E402 - after importorskip("torch"), which skips the module without torch
 
 #: the aten ops each CPU backend runs (forward, backward)
 CPU_OPS = {"flash": ("aten::_scaled_dot_product_flash_attention_for_cpu",
