@@ -216,6 +216,7 @@ def phases(session, per_test: dict[str, float], wall: float) -> list[dict]:
 
 #: targets of --targets: concurrent / slowest single, a warm check, collection of a warm check, a cold report
 CONCURRENT_TARGET = 1.2
+PARTIAL = RESULTS.with_name("speed_targets.partial.json")
 COLD_REPORT_TARGET_S = 90.0
 COLLECTION_TARGET_S = 2.0
 
@@ -261,6 +262,9 @@ def target_runs(impls: list[str], baseline: str | None, quick: bool) -> list[dic
                        "--out", str(Path(tmp) / "report"), *extra, *claim], Path(tmp), env=env)
             runs.append({"kind": kind, "tree": tree, "impl": " ".join(names), "workers": extra[-1] if extra else "",
                          **r, "verdicts": _verdicts(Path(tmp) / "report" / "report.json")})
+        # what was measured so far, in case a later stage is cut short (a long run on a shared machine)
+        PARTIAL.parent.mkdir(parents=True, exist_ok=True)
+        PARTIAL.write_text(json.dumps(jsonable({"target_runs": runs}), indent=1, allow_nan=False) + "\n")
 
     # several implementations at once: each alone, then all of them, one after another and concurrently
     for impl in impls:
