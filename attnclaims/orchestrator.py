@@ -534,7 +534,15 @@ def _run_jobs(jobs: list[_Job], at_once: int, options: RunOptions, work: Path, a
     def stop() -> BaseException | None:
         return _fresh(stopped[0]) if stopped else None
 
-    def worker() -> None:
+    finished = [threading.Event() for _ in range(at_once)]
+
+    def worker(i: int) -> None:
+        try:
+            work_through()
+        finally:
+            finished[i].set()
+
+    def work_through() -> None:
         while True:
             with lock:
                 if stopped or not pending:
@@ -550,13 +558,21 @@ def _run_jobs(jobs: list[_Job], at_once: int, options: RunOptions, work: Path, a
                     stopped.append(exc)  # the other sessions stop as if interrupted; the bug is raised
                 return
 
-    threads = [threading.Thread(target=worker, name=f"attnclaims-run-{i}", daemon=True) for i in range(at_once)]
-    for t in threads:
-        t.start()
-    while any(t.is_alive() for t in threads):
+    threads = [threading.Thread(target=worker, args=(i,), name=f"attnclaims-run-{i}", daemon=True)
+               for i in range(at_once)]
+    # Waited for with events and sleeps, never Thread.join: a signal that interrupts join() can mark a
+    # thread that is still running as ended (CPython 3.11's bpo-45274 handling), and its session is lost.
+    while True:  # a signal may arrive at any point of this loop (the main thread's): every session stops
         try:
-            for t in threads:
-                t.join(0.1)
+            for i, t in enumerate(threads):
+                if t.ident is None:
+                    if stopped:
+                        finished[i].set()
+                    else:
+                        t.start()
+            while not all(e.is_set() for e in finished):
+                time.sleep(0.05)
+            break
         except (KeyboardInterrupt, Terminated) as exc:  # the main thread was interrupted: stop every session
             with lock:
                 if not stopped:
