@@ -58,6 +58,9 @@ CORRECT: dict[str, str] = {
     "composed": f"{ZOO_MODULE}:composed",
     # the base of the backward mutants (attnclaims/zoo/mutants/backward.py): Composed plus vjps composed through self
     "composed-backward": "attnclaims.zoo.mutants.backward:backward_composed",
+    # the block-tiled online-softmax kernel (key blocks of 16) under the einsum style's other capabilities:
+    # the base of the tiled mutants (attnclaims/zoo/mutants/tiled.py), held to every implementation test
+    "tiled16": "attnclaims.zoo.tiled_style:tiled16",
 }
 #: Per-mutant limit, seconds: a run that takes longer is reported as an error, not waited for (one guarded
 #: call's limit is :data:`attnclaims.guard.CALL_TIMEOUT_S`).

@@ -36,8 +36,8 @@ from attnclaims.reference.multihead import (
     multi_head_attention, repeat_kv, split_heads,
 )
 from attnclaims.reference.norms import (
-    DEFAULT_EPS, _ln_backward, _ln_forward, _ln_output_error, _norm, _norm_output_error, _norm_pieces, _norm_tuple,
-    layer_norm,
+    DEFAULT_EPS, _ln_backward, _ln_forward, _ln_output_error, _norm, _norm_input_error, _norm_output_error, _norm_pieces,
+    _norm_tuple, layer_norm,
 )
 from attnclaims.reference.params import (
     DecoderBlockParams, DecoderLayerParams, EncoderLayerParams, FeedForwardParams, GatedFeedForwardParams,
@@ -620,6 +620,17 @@ def _attention_pieces(a: MultiHeadParams, rope, mask, dtype):
             dx = dx + gm @ w["w_" + name].T
         return dx, grads
 
+    def output_error(e_x, u):
+        """First-order bound of the error of the sub-layer's output Concat(A V) W_O + b_O for an input error e_x
+        (whatever correct algorithm): |merged|'s widening by :func:`_widened_block_attention`, through |W_O|,
+        plus the output projection's u(H + 1)(|merged||W_O| + |b_O|)."""
+        s = state
+        merged = np.abs(s["merged"])
+        widened = _widened_block_attention(s["x"], e_x, w, s, h, kv, r, c, rope is not None, u)[-1]
+        w_o = np.abs(w["w_o"])
+        return (widened - merged) @ w_o + u * (merged.shape[-1] + 1) * (merged @ w_o + np.abs(w["b_o"]))
+
+    forward.output_error = output_error
     return forward, backward
 
 
@@ -644,15 +655,32 @@ def _decoder_block_backward(x, params: DecoderBlockParams, mask, d, dtype):
             y = norm(z)
     grads: dict = {}
     g = d
+    u_fwd = _forward_u(d)
+    # the error of the FFN sub-layer's input stream (Pre-LN: y = x + Attn(N1 x), the second norm's input; Post-LN:
+    # z = x + Attn(x), the first norm's input): the attention's output error for its input's error, plus the
+    # residual add's rounding. The block's input x is exact; N1's output error is its own rounding.
+    e_stream = None
+    if u_fwd:
+        attn_forward = subs[0][2][0]
+        e_attn_in = _norm_output_error(x, p.norm1, p.eps, u_fwd) if p.norm_first else np.zeros(np.shape(x))
+        stream = saved[1][0] if p.norm_first else saved[0][1]
+        e_stream = attn_forward.output_error(e_attn_in, u_fwd) + u_fwd * np.abs(np.asarray(stream, dtype=np.float64))
     for (f_name, n_name, (_, f_back), (_, n_back)), (inp, mid) in zip(reversed(subs), reversed(saved)):
-        u_fwd = _forward_u(d)
         if p.norm_first:  # dx = d + N'(x)ᵀ F'(N x)ᵀ d
-            ex = _norm_output_error(inp, getattr(p, n_name), p.eps, u_fwd) if u_fwd else None
+            ex = None
+            if u_fwd:
+                norm = getattr(p, n_name)
+                ex = _norm_output_error(inp, norm, p.eps, u_fwd)
+                if f_name == "ffn":  # its norm's input carries the attention sub-layer's error
+                    ex = ex + _norm_input_error(inp, norm, p.eps, e_stream)
             dh, grads[f_name] = f_back(mid, g, ex)
             dn, grads[n_name] = n_back(inp, dh)
             g = g + dn
         else:  # dz = N'(z)ᵀ d, dx = dz + F'(x)ᵀ dz; F's input is the block's (exact) or the first norm's output
-            ex = _norm_output_error(saved[0][1], p.norm1, p.eps, u_fwd) if u_fwd and f_name == "ffn" else None
+            ex = None
+            if u_fwd and f_name == "ffn":
+                ex = (_norm_output_error(saved[0][1], p.norm1, p.eps, u_fwd)
+                      + _norm_input_error(saved[0][1], p.norm1, p.eps, e_stream))
             dz, grads[n_name] = n_back(mid, g)
             df, grads[f_name] = f_back(inp, dz, ex)
             g = dz + df

@@ -299,6 +299,21 @@ def _norm_output_error(x, norm, eps, u: float) -> np.ndarray:
     return np.abs(gamma) * e_xhat + u * (np.abs(gamma * xhat) + np.abs(gamma * xhat + beta))
 
 
+def _norm_input_error(x, norm, eps, e) -> np.ndarray:
+    """First-order bound of what an error e of a norm's input x changes its output y = γ x̂ (+ β) by (the
+    norm's own rounding is :func:`_norm_output_error`'s). LayerNorm: x̂ = (x − μ) r, dx̂ = r(dx − mean dx) −
+    x̂ r mean(x̂ dx), so |dx̂| ≤ r(|e| + mean|e| + |x̂| mean(|x̂| e)); RMSNorm: x̂ = x r, |dx̂| ≤ r(|e| + |x̂| mean(|x̂| e)).
+    Times |γ|. r is 1/σ, up to 1/√ε: a near-constant row amplifies its input's error that much."""
+    e = np.asarray(e, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float64)
+    layer = isinstance(norm, LayerNormParams)
+    xhat, r = (_normalized if layer else _rms_normalized)(x, eps)
+    with np.errstate(over="ignore", invalid="ignore"):
+        coupled = np.abs(xhat) * np.mean(np.abs(xhat) * e, axis=-1, keepdims=True)
+        e_xhat = r * (e + (np.mean(e, axis=-1, keepdims=True) if layer else 0.0) + coupled)
+    return np.abs(np.asarray(norm.gamma, dtype=np.float64)) * e_xhat
+
+
 def _norm_pieces(norm, eps, dtype):
     """(forward, backward(x, d) -> (dx, grads tuple)) of the block's LayerNorm or RMSNorm in ``dtype``."""
     if isinstance(norm, LayerNormParams):

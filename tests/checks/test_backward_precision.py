@@ -136,3 +136,26 @@ def test_the_bound_still_catches_a_float32_sized_error(norm_first):
             rel = float(np.max(bounds[name].abs)) / float(np.max(np.abs(w)))
             assert rel < 1e-8, f"seed {seed}, norm_first={norm_first}: the bound of {name} is {rel:.3g} of its " \
                                f"largest entry, should be < 1e-8"
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+@pytest.mark.parametrize("seed", range(6))
+def test_the_decoder_block_bound_carries_the_attention_error_into_the_ffn_norm(seed, norm_first):
+    """Constant input rows (x̂ = 0 exactly in the reference, ~u·r·|x| in a style whose mean rounds otherwise):
+    the first norm's error goes through the attention into the FFN's norm, which amplifies it by up to 1/√ε, and
+    the FFN's weight gradients carry it. The measured bound of decoder_block_vjp must cover the correct styles
+    there (the kill matrix once refuted einsum and logsumexp on gradient ffn.w_down by 1.0000x): it fails if
+    the block's backward evaluation treats the FFN norm's input as exact."""
+    from attnclaims.reference.params import RotaryParams, init_decoder_block
+
+    rng = np.random.default_rng(seed)
+    params = init_decoder_block(rng, 10, 1, 2, ffn="gelu", norm_first=norm_first, eps=1e-6,
+                                rope=RotaryParams(base=500000.0, layout="half"))
+    x = np.repeat(rng.normal(size=(1, 5, 1)), 10, axis=-1)  # every row constant across its features
+    d = rng.normal(size=x.shape)
+    want = RB.decoder_block_vjp(x, params, d)
+    bounds = BP.measured_bounds("decoder_block_vjp", want, (x, params, d, None), np.float64)
+    for impl in (einsum_impl, logsumexp_impl):
+        got = impl.decoder_block_vjp(x, params, d)
+        for (name, g), (_, w) in zip(BP.leaves(got), BP.leaves(want)):
+            BP.assert_close(g, w, bounds[name], f"{type(impl).__name__} seed {seed}: gradient {name}")

@@ -169,7 +169,7 @@ def test_explain_prints_the_full_entry(capsys, tmp_path):
     # the derivation steps (this report has no proof results: shown unchecked, `--check` checks them now)
     assert "not checked in this run" in out and "[softmax-jacobian-index]" in out
     # the tests: from a dated cache of pytest's collection, else the checks of the report given ("t")
-    assert "tests/" in out or "  t  [property, support, runs on the implementation]" in out
+    assert "suite/test_" in out or "  t  [property, support, runs on the implementation]" in out
     # the last verdicts, from the report folder given
     # one property check, of one part: the column names the parts that never ran (a verdict covers every part)
     assert "reference:partial:defaultscalenevercalled" in flat

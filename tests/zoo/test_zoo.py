@@ -29,9 +29,9 @@ from attnclaims.registry import load_registry
 from attnclaims.zoo.mutants import MUTANTS, Composed
 from attnclaims.zoo.tiled_style import TiledImplementation
 
-#: the correct implementations in three styles that must pass every implementation test, and the base of the
+#: the correct styles (three, and the tiled kernel) that must pass every implementation test, and the base of the
 #: backward mutants (a bug in it would make their kills meaningless)
-REQUIRED_CONTROLS = {"einsum", "loops", "logsumexp", "composed-backward"}
+REQUIRED_CONTROLS = {"einsum", "loops", "logsumexp", "composed-backward", "tiled16"}
 BACKWARD_MODULE = "attnclaims.zoo.mutants.backward"
 TILED_MODULE = "attnclaims.zoo.mutants.tiled"
 #: per mutant, the test that caught it last time: its kill-matrix run starts there (an order only; see
