@@ -157,3 +157,47 @@ def suite_run(tmp_path_factory):
         return run
 
     return get
+
+
+#: One child run of :func:`suite_children` may take this long (seconds).
+CHILD_LIMIT_S = 300
+
+
+@pytest.fixture(scope="session")
+def suite_children():
+    """``suite_children(folder, runs, pythonpath=())``: each of ``runs`` (name -> (implementation spec, the
+    claim suite's tests it runs: module or module::test)) in its own pytest child, under the derandomized
+    ``ci`` profile, all started at once; name -> its complete results file, parsed. A child that runs past
+    :data:`CHILD_LIMIT_S` is killed, and a run that left no results or stopped early fails the asking test."""
+    import attnclaims
+
+    suite = Path(attnclaims.__file__).parent / "suite"
+
+    def run(folder: Path, runs: dict, pythonpath=()) -> dict[str, dict]:
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        if pythonpath:
+            env["PYTHONPATH"] = os.pathsep.join(str(p) for p in pythonpath)
+        for key in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER"):
+            env.pop(key, None)
+        started = {}
+        for name, (spec, tests) in runs.items():
+            results = folder / f"{name}.json"
+            cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-c",
+                   os.devnull, "--rootdir", str(folder), "--hypothesis-profile", "ci", "--attn-impl", spec,
+                   "--attn-results", str(results), *(str(suite / t) for t in tests)]
+            started[name] = (results, subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.PIPE,
+                                                       stderr=subprocess.STDOUT, text=True))
+        done = {}
+        for name, (results, proc) in started.items():
+            try:
+                out, _ = proc.communicate(timeout=CHILD_LIMIT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, _ = proc.communicate()
+            assert results.exists(), f"{name}: no results file\n{out[-3000:]}"
+            data = json.loads(results.read_text(encoding="utf-8"))
+            assert data["complete"], f"{name}: the run stopped after {data['tests_run']} tests\n{out[-3000:]}"
+            done[name] = data
+        return done
+
+    return run

@@ -36,7 +36,7 @@ from attnclaims.reference.multihead import (
     multi_head_attention, repeat_kv, split_heads,
 )
 from attnclaims.reference.norms import (
-    DEFAULT_EPS, _ln_backward, _ln_forward, _ln_output_error, _norm, _norm_input_error, _norm_output_error, _norm_pieces,
+    DEFAULT_EPS, _ln_backward, _ln_forward, _ln_output_error, _norm, _norm_output_error, _norm_pieces,
     _norm_tuple, layer_norm,
 )
 from attnclaims.reference.params import (
@@ -670,17 +670,15 @@ def _decoder_block_backward(x, params: DecoderBlockParams, mask, d, dtype):
             ex = None
             if u_fwd:
                 norm = getattr(p, n_name)
-                ex = _norm_output_error(inp, norm, p.eps, u_fwd)
-                if f_name == "ffn":  # its norm's input carries the attention sub-layer's error
-                    ex = ex + _norm_input_error(inp, norm, p.eps, e_stream)
+                # the FFN's norm's input carries the attention sub-layer's error; the attention's is exact
+                ex = _norm_output_error(inp, norm, p.eps, u_fwd, e_stream if f_name == "ffn" else None)
             dh, grads[f_name] = f_back(mid, g, ex)
             dn, grads[n_name] = n_back(inp, dh)
             g = g + dn
         else:  # dz = N'(z)ᵀ d, dx = dz + F'(x)ᵀ dz; F's input is the block's (exact) or the first norm's output
             ex = None
             if u_fwd and f_name == "ffn":
-                ex = (_norm_output_error(saved[0][1], p.norm1, p.eps, u_fwd)
-                      + _norm_input_error(saved[0][1], p.norm1, p.eps, e_stream))
+                ex = _norm_output_error(saved[0][1], p.norm1, p.eps, u_fwd, e_stream)
             dz, grads[n_name] = n_back(mid, g)
             df, grads[f_name] = f_back(inp, dz, ex)
             g = dz + df

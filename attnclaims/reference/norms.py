@@ -276,42 +276,24 @@ def rms_norm_vjp(x, gamma, eps, d_out):
 # Either norm inside a decoder-only block (attnclaims.reference.layers.decoder_block_vjp)
 # ---------------------------------------------------------------------------------------------
 
-def _norm_output_error(x, norm, eps, u: float) -> np.ndarray:
-    """First-order bound of the error of a norm's output y = γ x̂ (+ β), for any stable algorithm, from its exact
-    input x (a |·|-evaluation's widening of the next sub-layer's input). LayerNorm (as :func:`_ln_forward_error`
-    for an exact input): the centred values' Δc = u(|c| + (2(n + 1) + 4 ln n + 4)·max|x|) — the mean's rounding is
-    not relative to c, so a constant row, x̂ = 0 exactly in the reference, has x̂ ~ u·r·max|x| elsewhere —, r's
-    relative ρ = u mean(x̂²) + (3(n + 2)/2 + 4)u, Δx̂ = rΔc + |x̂|ρ. RMSNorm: no centring, Δx̂ = (n/2 + 4)u|x̂|
-    (the mean of squares, root, division). Then |γ|Δx̂ + u(|γ x̂| + |y|)."""
-    n = x.shape[-1]
-    if isinstance(norm, LayerNormParams):
-        xhat, r = _normalized(np.asarray(x, dtype=np.float64), eps)
-        with np.errstate(over="ignore", invalid="ignore"):
-            dc = u * (np.abs(xhat) / r + (2.0 * (n + 1) + 4.0 * math.log(n) + 4.0) * np.max(np.abs(x), axis=-1,
-                                                                                             keepdims=True))
-            rho = u * np.mean(xhat * xhat, axis=-1, keepdims=True) + (1.5 * (n + 2) + 4.0) * u
-            e_xhat = r * dc + np.abs(xhat) * rho
-        beta = np.asarray(norm.beta, dtype=np.float64)
-    else:
-        xhat, _ = _rms_normalized(np.asarray(x, dtype=np.float64), eps)
-        e_xhat, beta = (n / 2 + 4) * u * np.abs(xhat), 0.0
-    gamma = np.asarray(norm.gamma, dtype=np.float64)
-    return np.abs(gamma) * e_xhat + u * (np.abs(gamma * xhat) + np.abs(gamma * xhat + beta))
-
-
-def _norm_input_error(x, norm, eps, e) -> np.ndarray:
-    """First-order bound of what an error e of a norm's input x changes its output y = γ x̂ (+ β) by (the
-    norm's own rounding is :func:`_norm_output_error`'s). LayerNorm: x̂ = (x − μ) r, dx̂ = r(dx − mean dx) −
-    x̂ r mean(x̂ dx), so |dx̂| ≤ r(|e| + mean|e| + |x̂| mean(|x̂| e)); RMSNorm: x̂ = x r, |dx̂| ≤ r(|e| + |x̂| mean(|x̂| e)).
-    Times |γ|. r is 1/σ, up to 1/√ε: a near-constant row amplifies its input's error that much."""
-    e = np.asarray(e, dtype=np.float64)
+def _norm_output_error(x, norm, eps, u: float, ex=None) -> np.ndarray:
+    """First-order bound of the error of a norm's output y = γ x̂ (+ β), for any stable algorithm, from its input
+    x carrying the error ex (None: exact; a |·|-evaluation's widening of the next sub-layer's input). LayerNorm:
+    :func:`_ln_output_error` (the mean's rounding is not relative to c, so a constant row, x̂ = 0 exactly in the
+    reference, has x̂ ~ u·r·max|x| elsewhere; an input error moves x̂ by r(ex + mean ex) + |x̂| r mean(|x̂| ex), up
+    to 1/√ε times ex on a near-constant row). RMSNorm: no centring, Δx̂ = (n/2 + 4)u|x̂| (the mean of squares,
+    root, division) + r(ex + |x̂| mean(|x̂| ex)); then |γ|Δx̂ + u(|γ x̂| + |y|)."""
     x = np.asarray(x, dtype=np.float64)
-    layer = isinstance(norm, LayerNormParams)
-    xhat, r = (_normalized if layer else _rms_normalized)(x, eps)
-    with np.errstate(over="ignore", invalid="ignore"):
-        coupled = np.abs(xhat) * np.mean(np.abs(xhat) * e, axis=-1, keepdims=True)
-        e_xhat = r * (e + (np.mean(e, axis=-1, keepdims=True) if layer else 0.0) + coupled)
-    return np.abs(np.asarray(norm.gamma, dtype=np.float64)) * e_xhat
+    gamma = np.asarray(norm.gamma, dtype=np.float64)
+    if isinstance(norm, LayerNormParams):
+        return _ln_output_error(x, (gamma, np.asarray(norm.beta, dtype=np.float64)), eps, ex, u)
+    n = x.shape[-1]
+    xhat, r = _rms_normalized(x, eps)
+    e_xhat = (n / 2 + 4) * u * np.abs(xhat)
+    if ex is not None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            e_xhat = e_xhat + r * (ex + np.abs(xhat) * np.mean(np.abs(xhat) * ex, axis=-1, keepdims=True))
+    return np.abs(gamma) * e_xhat + u * 2 * np.abs(gamma * xhat)
 
 
 def _norm_pieces(norm, eps, dtype):

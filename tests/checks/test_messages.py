@@ -13,17 +13,11 @@ the first line of each verdict's reason must name the wrong quantity in plain nu
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-import attnclaims
 from attnclaims.evidence import Evidence, failure_rank, informative_first, plain, plain_numbers
 from attnclaims.guard import CheckFailure, GuardedImplementation
 from attnclaims.registry import load_registry
@@ -31,8 +25,6 @@ from attnclaims.report.common import by_severity
 from attnclaims.verdicts import compute_verdicts
 from attnclaims.zoo.mutants import MUTANTS
 
-SUITE = Path(attnclaims.__file__).parent / "suite"
-RUN_LIMIT_S = 300
 
 #: mutant -> (claim, the suite tests run against it, in this order: a side effect first where there is one)
 RUNS = {
@@ -53,31 +45,11 @@ _LEAD = re.compile(rf"(?P<a>[^:;]+?) is (?:(?P<pct>[\d,.]+) % off|off) (?P<b>.+?
 
 
 @pytest.fixture(scope="module")
-def mutant_runs(tmp_path_factory) -> dict[str, list[Evidence]]:
+def mutant_runs(tmp_path_factory, suite_children) -> dict[str, list[Evidence]]:
     """Each mutant of :data:`RUNS` through its tests (ci profile, all children at once): name -> evidence."""
-    folder = tmp_path_factory.mktemp("messages")
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    for key in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER"):
-        env.pop(key, None)
-    started = {}
-    for name, (_, tests) in RUNS.items():
-        results = folder / f"{name}.json"
-        cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-c", os.devnull,
-               "--rootdir", str(folder), "--hypothesis-profile", "ci", "--attn-impl", MUTANTS[name].spec,
-               "--attn-results", str(results), *(str(SUITE / t) for t in tests)]
-        started[name] = (results, subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.PIPE,
-                                                   stderr=subprocess.STDOUT, text=True))
-    done = {}
-    for name, (results, proc) in started.items():
-        try:
-            out, _ = proc.communicate(timeout=RUN_LIMIT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
-        assert results.exists(), f"{name}: no results file\n{out[-3000:]}"
-        data = json.loads(results.read_text(encoding="utf-8"))
-        done[name] = [Evidence.from_dict(e) for e in data["evidence"]]
-    return done
+    runs = {name: (MUTANTS[name].spec, tests) for name, (_, tests) in RUNS.items()}
+    done = suite_children(tmp_path_factory.mktemp("messages"), runs)
+    return {name: [Evidence.from_dict(e) for e in data["evidence"]] for name, data in done.items()}
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))

@@ -21,10 +21,6 @@ from __future__ import annotations
 
 import ast
 import copy
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +36,6 @@ from attnclaims.zoo.misbehaving import BUYS_A_VERDICT, ChangesItsParams, Changes
 
 HERE = Path(__file__).resolve().parent
 SUITE = Path(attnclaims.__file__).parent / "suite"
-RUN_LIMIT_S = 300
 
 RNG = np.random.default_rng(7)
 X = RNG.normal(size=(2, 4, 8))
@@ -251,33 +246,11 @@ RUNS = {
 
 
 @pytest.fixture(scope="module")
-def suite_runs(tmp_path_factory) -> dict[str, list[dict]]:
+def suite_runs(tmp_path_factory, suite_children) -> dict[str, list[dict]]:
     """Each child of :data:`RUNS` — the named tests of the claim suite against its implementation, under the
     derandomized ``ci`` profile, all started at once: name -> the evidence of its results file."""
-    folder = tmp_path_factory.mktemp("hostile")
-    env = dict(os.environ, PYTHONPATH=str(HERE), PYTHONDONTWRITEBYTECODE="1")
-    for key in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER"):
-        env.pop(key, None)
-    started = {}
-    for name, (spec, tests) in RUNS.items():
-        results = folder / f"{name}.json"
-        cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-c", os.devnull,
-               "--rootdir", str(folder), "--hypothesis-profile", "ci", "--attn-impl", spec,
-               "--attn-results", str(results), *(str(SUITE / t) for t in tests)]
-        started[name] = (results, subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.PIPE,
-                                                   stderr=subprocess.STDOUT, text=True))
-    done = {}
-    for name, (results, proc) in started.items():
-        try:
-            out, _ = proc.communicate(timeout=RUN_LIMIT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
-        assert results.exists(), f"{name}: no results file\n{out[-3000:]}"
-        data = json.loads(results.read_text(encoding="utf-8"))
-        assert data["complete"], f"{name}: the run stopped after {data['tests_run']} tests\n{out[-3000:]}"
-        done[name] = data["evidence"]
-    return done
+    done = suite_children(tmp_path_factory.mktemp("hostile"), RUNS, pythonpath=[HERE])
+    return {name: data["evidence"] for name, data in done.items()}
 
 
 def _entries(evidence: list[dict], test: str) -> list[dict]:

@@ -481,7 +481,7 @@ def assert_differs(a, b, bound: Bound, what: str) -> float:
     a, b = _f64(a), _f64(b)
     # the allowance's κ is relative to the results' magnitude: the larger of the two sides (one side
     # exactly 0, as a bias-free draw gives, would otherwise make κ = scale/λ and the allowance everything)
-    bound = flush_to_zero_allowance(bound, np.maximum(np.abs(a), np.abs(b)) if a.shape == b.shape else b)
+    bound = flush_to_zero_allowance(bound, np.maximum(np.abs(a), np.abs(b)))
     scale = np.broadcast_to(bound.scale, a.shape)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.where(scale > 0, np.abs(a - b) / np.where(scale > 0, scale, 1.0),
