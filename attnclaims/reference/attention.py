@@ -24,6 +24,10 @@ implementation):
 (:func:`attnclaims.reference.masks.sliding_window_mask`). The backward passes (vector-Jacobian products,
 conventions in :mod:`attnclaims.reference._vjp`): :func:`softmax_vjp`, :func:`attention_vjp`,
 :func:`causal_attention_vjp`.
+
+Kernel features (each an optional capability of the protocol): :func:`attention_lse` (the output and the
+log-sum-exp a FlashAttention-style kernel returns), :func:`softcap_attention` (logit soft-capping),
+:func:`alibi_attention` (linear biases per head, causal), :func:`softmax_axes` (softmax over a tuple of axes).
 """
 from __future__ import annotations
 
@@ -40,6 +44,8 @@ __all__ = [
     "softmax", "dot_product_scores", "additive_scores",
     "attention_weights", "attention_from_scores", "attention", "causal_attention",
     "softmax_vjp", "attention_vjp", "causal_attention_vjp",
+    "FULLY_MASKED_LSE", "softmax_axes", "softmax_axes_vjp", "attention_lse", "softcap_scores", "softcap_attention",
+    "alibi_slopes", "alibi_bias", "alibi_attention",
 ]
 
 #: Output row (and weight row) of a query none of whose keys may be attended.
@@ -96,7 +102,7 @@ def _softmax(x: np.ndarray, axis: int, allowed: np.ndarray | None, name: str) ->
 def softmax(x, axis: int = -1, mask=None) -> np.ndarray:
     """softmax(x)_i = exp(x_i) / Σ_j exp(x_j) along ``axis`` (article §3.1 ③; Vaswani §3.2.1).
 
-    x (...) -> same shape, float64. ``mask`` (bool, broadcastable to x.shape,
+    x (...) -> same shape, float64; ``axis`` a tuple of axes is :func:`softmax_axes`. ``mask`` (bool, broadcastable to x.shape,
     True = take part) gives masked entries weight exactly 0; a slice with no
     allowed entry is all zeros (:data:`FULLY_MASKED_ROW`).
 
@@ -106,6 +112,8 @@ def softmax(x, axis: int = -1, mask=None) -> np.ndarray:
     get weight 0 like masked ones; NaN or +inf at an allowed position is an
     error (the softmax of such a row is not defined).
     """
+    if isinstance(axis, (tuple, list)):  # several axes at once (the declared variant softmax_axes)
+        return softmax_axes(x, axis, mask)
     x = as_float64("x", x, min_ndim=1)
     if not -x.ndim <= axis < x.ndim:
         raise ValueError(f"axis={axis} is out of range for x.ndim={x.ndim}")
@@ -299,6 +307,8 @@ def softmax_vjp(x, d_out, axis: int = -1) -> np.ndarray:
     (Jᵀ1 = 0: a gradient along the scores has no component along 1, softmax-distribution).
     x (...), d_out (same shape) -> dx (same shape).
     """
+    if isinstance(axis, (tuple, list)):
+        return softmax_axes_vjp(x, d_out, axis)
     x = as_float64("x", x, min_ndim=1)
     d = as_float64("d_out", d_out)
     if d.shape != x.shape:
@@ -381,3 +391,172 @@ def _weight_relative_error(t, n: int) -> np.ndarray:
     (``weight_relative_error``); this copy lets the backward's |·|-evaluation widen the weights without the
     reference importing the checks, and ``tests/reference/test_reference_backward.py`` pins the two equal."""
     return 2.0 * np.abs(np.asarray(t, dtype=np.float64)) + 8.0 * (n + 1) + 4.0 * math.log(max(n, 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel features: the returned log-sum-exp, logit soft-capping, ALiBi, softmax over several axes
+# ---------------------------------------------------------------------------------------------
+
+def _axes(axis, ndim: int) -> tuple[int, ...]:
+    """``axis`` (an int or a tuple of ints) as sorted non-negative axes of an array of ``ndim`` axes."""
+    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    if not axes:
+        raise ValueError("axis=(), but should name at least one axis")
+    out = []
+    for a in axes:
+        if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)):
+            raise ValueError(f"axis={axis!r}, but should be an int or a tuple of ints")
+        if not -ndim <= a < ndim:
+            raise ValueError(f"axis={axis!r} is out of range for x.ndim={ndim}")
+        out.append(int(a) % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError(f"axis={axis!r} names an axis twice")
+    return tuple(sorted(out))
+
+
+def _over_axes(f, x: np.ndarray, axes: tuple[int, ...], *others: np.ndarray) -> np.ndarray:
+    """f applied over the last axis of x (and of ``others``, same shape) with ``axes`` moved to the end and
+    flattened into one: softmax over a tuple of axes is the softmax of the flattened slice."""
+    rest = tuple(a for a in range(x.ndim) if a not in axes)
+    order = rest + axes
+    moved = [np.transpose(a, order) for a in (x,) + others]
+    inner = moved[0].shape[len(rest):]
+    flat = [m.reshape(m.shape[:len(rest)] + (-1,)) for m in moved]  # (rest..., prod(axes))
+    out = f(*flat).reshape(moved[0].shape[:len(rest)] + inner)
+    return np.transpose(out, np.argsort(order))
+
+
+def softmax_axes(x, axis=(-2, -1), mask=None) -> np.ndarray:
+    """softmax over several axes at once (a 2-D attention map, as axial and 2-D attention use it):
+    y = exp(x) / Σ_{axes} exp(x), the sum over every entry of the slice the other axes fix — the softmax of
+    that slice flattened. ``axis`` is an int (then it is :func:`softmax`) or a tuple of distinct axes.
+    x (...) -> same shape, float64; ``mask`` as in :func:`softmax`. Softmax over one axis and then the
+    other is not this: its slices sum to the length of the first axis, not to 1."""
+    x = as_float64("x", x, min_ndim=1)
+    axes = _axes(axis, x.ndim)
+    allowed = as_mask("mask", mask, x.shape)
+    if allowed is None:
+        return _over_axes(lambda a: _softmax(a, -1, None, "x"), x, axes)
+    return _over_axes(lambda a, m: _softmax(a, -1, m, "x"), x, axes, np.ascontiguousarray(allowed))
+
+
+def softmax_axes_vjp(x, d_out, axis=(-2, -1)) -> np.ndarray:
+    """dx = p ⊙ (d − ⟨p, d⟩) with p = :func:`softmax_axes` (x, axis) and the inner product over the same
+    axes: the softmax Jacobian of the flattened slice (:func:`softmax_vjp`)."""
+    x = as_float64("x", x, min_ndim=1)
+    d = as_float64("d_out", d_out)
+    if d.shape != x.shape:
+        raise ValueError(f"d_out.shape={d.shape}, but should be x.shape={x.shape}")
+    axes = _axes(axis, x.ndim)
+    return _over_axes(lambda a, g: _softmax_backward(_softmax(a, -1, None, "x"), g), x, axes, d)
+
+
+#: Log-sum-exp of a query none of whose keys may be attended: log of the empty sum.
+FULLY_MASKED_LSE = -math.inf
+
+
+def attention_lse(q, k, v, mask=None, scale=None) -> tuple[np.ndarray, np.ndarray]:
+    """(out, lse): :func:`attention` and the natural log-sum-exp of each query's scaled scores over the keys
+    it may see, lse_i = log Σ_{j allowed} exp(S_ij), S = scale·Q Kᵀ — what FlashAttention-style kernels
+    return for their backward pass and for split-KV combination (``softmax_lse`` of flash_attn_func with
+    ``return_attn_probs``, torch's ``logsumexp``). The weights are A_ij = exp(S_ij − lse_i).
+
+    q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v) -> out (..., n_q, d_v), lse (..., n_q) at
+    the broadcast batch shape. A query with no allowed key has lse = −inf (:data:`FULLY_MASKED_LSE`, the
+    log of the empty sum; FlashAttention writes +inf there, a convention, not a value) and out's zero row.
+    Computed as m_i + log Σ_j exp(S_ij − m_i), m_i the row's largest allowed score."""
+    out = attention(q, k, v, mask=mask, scale=scale)
+    q = as_float64("q", q, min_ndim=2)
+    k = as_float64("k", k, min_ndim=2)
+    v = as_float64("v", v, min_ndim=2)
+    batch = batch_shape(q=q, k=k, v=v)
+    target = batch + (q.shape[-2], k.shape[-2])
+    allowed = as_mask("mask", mask, target)
+    s = np.broadcast_to(dot_product_scores(q, k, scale), target)
+    return out, _row_lse(s, allowed)
+
+
+def _row_lse(s: np.ndarray, allowed) -> np.ndarray:
+    """log Σ_j exp(s_ij) over the allowed j of each row (last axis), max shifted; −inf for an empty row."""
+    full = np.ones(s.shape, dtype=bool) if allowed is None else np.asarray(allowed, dtype=bool)
+    m = np.max(s, axis=-1, initial=-np.inf, where=full)
+    m0 = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(under="ignore"):
+        total = np.sum(np.exp(np.where(full, s - m0[..., None], -np.inf)), axis=-1)
+    with np.errstate(divide="ignore"):
+        return np.where(total > 0, m0 + np.log(total), FULLY_MASKED_LSE)
+
+
+def _positive(name: str, value) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.floating, np.integer)) \
+            or not (math.isfinite(float(value)) and float(value) > 0):
+        raise ValueError(f"{name}={value!r}, but should be a finite number > 0")
+    return float(value)
+
+
+def softcap_scores(q, k, softcap, scale=None) -> np.ndarray:
+    """S' = c·tanh(S/c), S = scale·Q Kᵀ: logit soft-capping (Gemma 2, Team Gemma 2024 §2; FlashAttention's
+    ``softcap``). The scale comes first, the cap after: every score lies in (−c, c), and S' = S − S³/(3c²) +
+    O(S⁵/c⁴), so a cap far above the scores leaves attention as it was. c > 0 finite.
+    q (..., n_q, d_k), k (..., n_k, d_k) -> (..., n_q, n_k)."""
+    c = _positive("softcap", softcap)
+    s = dot_product_scores(q, k, scale)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return c * np.tanh(s / c)
+
+
+def softcap_attention(q, k, v, softcap, mask=None, scale=None) -> np.ndarray:
+    """softmax(c·tanh(scale·Q Kᵀ/c)) V (:func:`softcap_scores`), masked as :func:`attention`.
+    Shapes and conventions as :func:`attention`; with the cap, the weights of a row lie within a factor
+    e^{2c} of each other, however large the scores."""
+    s = softcap_scores(q, k, softcap, scale)
+    return attention_from_scores(s, v, mask)
+
+
+def alibi_slopes(num_heads: int) -> np.ndarray:
+    """The ALiBi slopes of Press et al. 2022 (§3): for h heads a power of two, m_i = 2^(−8(i + 1)/h),
+    i = 0 … h − 1 (h = 8: 1/2, 1/4, …, 1/256); otherwise those of the largest power of two below h, then every
+    other slope of twice that many (the authors' and Bloom's ``get_slopes``). -> (h,), decreasing."""
+    h = int(num_heads)
+    if h < 1:
+        raise ValueError(f"num_heads={num_heads!r}, but should be >= 1")
+    p = 2 ** int(math.floor(math.log2(h)))
+    base = [2.0 ** (-8.0 * (i + 1) / p) for i in range(p)]
+    extra = [2.0 ** (-4.0 * (i + 1) / p) for i in range(0, 2 * (h - p), 2)]  # every other slope of 2p heads
+    return np.asarray(base + extra, dtype=np.float64)
+
+
+def alibi_bias(n_q: int, n_k: int, slopes) -> np.ndarray:
+    """B_hij = −m_h·(p_i − j), p_i = i + n_k − n_q the position of query i among the keys (bottom-right: the
+    queries are the last n_q positions, as in decoding against a cache; FlashAttention's ``alibi_slopes``).
+    slopes (h,) -> (h, n_q, n_k); entries with j > p_i (future keys) are positive and masked by the caller."""
+    m = as_float64("slopes", slopes)
+    if m.ndim != 1:
+        raise ValueError(f"slopes.shape={m.shape}, but should be (num_heads,)")
+    p = np.arange(n_q)[:, None] + (n_k - n_q)
+    distance = (p - np.arange(n_k)[None, :]).astype(np.float64)  # (n_q, n_k), exact integers
+    return -m[:, None, None] * distance[None, :, :]
+
+
+def alibi_attention(q, k, v, slopes, mask=None, scale=None) -> np.ndarray:
+    """Causal attention with linear biases (ALiBi, Press et al. 2022): softmax(scale·Q Kᵀ + B) V with
+    B_hij = −m_h·(p_i − j) (:func:`alibi_bias`), head h the third axis from the end, keys j ≤ p_i only
+    (bottom-right causal: query i sees keys 0 … i + n_k − n_q), and ``mask`` (a padding mask, broadcastable
+    to (..., h, n_q, n_k)) on top. q (..., h, n_q, d_k), k (..., h, n_k, d_k), v (..., h, n_k, d_v),
+    slopes (h,) -> (..., h, n_q, d_v). Without the causal mask the bias would reward future keys; a query
+    that sees no key (n_q > n_k) gets the zero row."""
+    q = as_float64("q", q, min_ndim=3)
+    k = as_float64("k", k, min_ndim=3)
+    v = as_float64("v", v, min_ndim=3)
+    m = as_float64("slopes", slopes)
+    heads = np.broadcast_shapes(q.shape[-3:-2], k.shape[-3:-2], v.shape[-3:-2])[0]
+    if m.shape != (heads,):
+        raise ValueError(f"slopes.shape={m.shape}, but should be ({heads},) (one slope per head, axis -3)")
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    s = dot_product_scores(q, k, scale) + alibi_bias(n_q, n_k, m)  # (..., h, n_q, n_k)
+    causal = sliding_window_mask(n_q, n_k, None, "bottom-right")
+    target = _check_values("s", s, v)
+    allowed = np.broadcast_to(causal, target)
+    if mask is not None:
+        allowed = allowed & as_mask("mask", mask, target)
+    return attention_from_scores(np.broadcast_to(s, target), v, allowed)
