@@ -33,6 +33,13 @@ CAPABILITIES: dict[str, str] = {
     # cache None (empty) or an attnclaims.reference.KVCache of length position, keys after RoPE
     "decoder_block_step": "decoder_block_step(x_t, cache, params, position) -> (y_t (batch, n_t, d_model), "
                           "KVCache of length position + n_t)",
+    # packed and paged attention (docs/adapters.md, "Packed sequences and a paged KV cache"): sequences of
+    # different lengths packed along one axis (cu_seqlens, FlashAttention's varlen), and a KV cache in pages
+    # read through a block table (vLLM's paged attention); causal is bottom-right per sequence
+    "varlen_attention": "varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, scale=None) "
+                        "-> (total_q, heads, d_v)",
+    "paged_attention": "paged_attention(q, k_cache, v_cache, block_table, seq_lens, scale=None) "
+                       "-> (batch, n_q, heads, d_v)",
 }
 
 
@@ -124,6 +131,12 @@ def expected_shape(capability: str, args: tuple, kwargs: dict) -> tuple[int, ...
         return _shape(_arg(args, kwargs, 0, "x"))
     if capability == "causal_attention":
         return expected_shape("attention", args[:3], {k: v for k, v in kwargs.items() if k in ("q", "k", "v")})
+    if capability == "varlen_attention":  # (total_q, heads, d_v)
+        q, v = _shape(_arg(args, kwargs, 0, "q")), _shape(_arg(args, kwargs, 2, "v"))
+        return q[:2] + v[-1:] if len(q) == 3 and len(v) == 3 else None
+    if capability == "paged_attention":  # (batch, n_q, heads, d_v)
+        q, v = _shape(_arg(args, kwargs, 0, "q")), _shape(_arg(args, kwargs, 2, "v_cache"))
+        return q[:3] + v[-1:] if len(q) == 4 and len(v) == 4 else None
     if capability in ("softmax", "layer_norm", "feed_forward"):
         return _shape(_arg(args, kwargs, 0, "x"))
     if capability == "attention":
@@ -251,6 +264,10 @@ VARIANTS.update({
                                   "causal one); False: it is called with mask=None only (nanoGPT, picoGPT)",
                                   choices=(True, False)),
 })
+VARIANTS["varlen_causal"] = Variant(
+    (False, True), "varlen_attention's causal settings it supports: False (each query sees every key of its own "
+    "sequence) and/or True (bottom-right causal within each sequence, FlashAttention >= 2.1); torch's nested "
+    "tensors through SDPA have no causal mask", choices=(False, True), multi=True)
 VARIANTS["block_ffn"] = Variant(
     ("relu", "silu", "gelu"), "FFNs decoder blocks support: FeedForwardParams with the ReLU ('relu') or with "
     "each activation of ffn_activation ('mlp'); GatedFeedForwardParams with activation 'silu' (SwiGLU), 'gelu' "

@@ -537,6 +537,34 @@ def _block_vjp(g, dt):
     return f"decoder_block_vjp ({what})"
 
 
+def _varlen(g, dt):
+    from attnclaims.checks import bounds as T
+    from attnclaims.reference import varlen_attention
+
+    d_v = 4 if _variants(g)["value_width"] == "d_k" else 3
+    q, k, v = _inputs(dt, 63, (7, 2, 4), (9, 2, 4), (9, 2, d_v))
+    cu_q, cu_k = np.array([0, 3, 3, 7], dtype=np.int32), np.array([0, 4, 5, 9], dtype=np.int32)  # one query-less
+    for causal in _variants(g)["varlen_causal"]:
+        T.assert_close(g.varlen_attention(q, k, v, cu_q, cu_k, causal), varlen_attention(q, k, v, cu_q, cu_k, causal),
+                       T.conformance(T.varlen_attention_error, q, k, v, cu_q, cu_k, causal, dtype=dt),
+                       f"varlen_attention(cu_seqlens_q={cu_q.tolist()}, cu_seqlens_k={cu_k.tolist()}, causal={causal})")
+    return "varlen_attention 3 sequences, causal " + " and ".join(map(str, _variants(g)["varlen_causal"]))
+
+
+def _paged(g, dt):
+    from attnclaims.checks import bounds as T
+    from attnclaims.reference import paged_attention
+
+    d_v = 4 if _variants(g)["value_width"] == "d_k" else 3
+    q, k_cache, v_cache = _inputs(dt, 64, (2, 1, 2, 4), (5, 4, 2, 4), (5, 4, 2, d_v))
+    table, lens = np.array([[3, 0, 4], [1, 2, 0]], dtype=np.int32), np.array([10, 5], dtype=np.int32)
+    T.assert_close(g.paged_attention(q, k_cache, v_cache, table, lens),
+                   paged_attention(q, k_cache, v_cache, table, lens),
+                   T.conformance(T.paged_attention_error, q, k_cache, v_cache, table, lens, dtype=dt),
+                   f"paged_attention(block_table={table.tolist()}, seq_lens={lens.tolist()})")
+    return "paged_attention pages of 4 in a shuffled order, partial last pages"
+
+
 #: capability -> its smoke check: every capability of the protocol, forward and backward
 SMOKE: dict[str, Callable] = {
     "softmax": _softmax, "attention": _attention, "multi_head_attention": _mha, "positional_encoding": _positional,
@@ -547,6 +575,7 @@ SMOKE: dict[str, Callable] = {
     "multi_head_attention_vjp": _mha_vjp, "feed_forward_vjp": _ffn_vjp, "encoder_layer_vjp": _encoder_vjp,
     "decoder_layer_vjp": _decoder_vjp, "rms_norm_vjp": _rms_vjp, "gated_feed_forward_vjp": _gated_vjp,
     "rotary_embedding_vjp": _rotary_vjp, "causal_attention_vjp": _causal_vjp, "decoder_block_vjp": _block_vjp,
+    "varlen_attention": _varlen, "paged_attention": _paged,
 }
 assert set(SMOKE) == set(CAPABILITIES), "every capability of the protocol has a smoke check"
 

@@ -13,6 +13,7 @@ product), functions first, read top to bottom:
   layouts); rotary_embedding_vjp
 * :mod:`.layers` — encoder and decoder layers and stacks, decoder-only blocks, KV-cache decoding;
   encoder_layer_vjp, decoder_layer_vjp, decoder_block_vjp
+* :mod:`.packed` — packed variable-length sequences (cu_seqlens) and a paged KV cache (block table)
 
 and beside them:
 
@@ -43,6 +44,7 @@ from attnclaims.reference.multihead import (
     multi_head_attention_vjp, repeat_kv, self_attention, split_heads,
 )
 from attnclaims.reference.norms import layer_norm, layer_norm_vjp, rms_norm, rms_norm_vjp
+from attnclaims.reference.packed import gather_pages, paged_attention, varlen_attention, varlen_mask
 from attnclaims.reference.params import (
     DecoderBlockParams, DecoderLayerParams, EncoderLayerParams, FeedForwardParams, GatedFeedForwardParams,
     LayerNormParams, MultiHeadParams, RMSNormParams, RotaryParams, init_decoder_block, init_decoder_layer,
@@ -78,4 +80,6 @@ __all__ = [
     # the backward passes of the article's components, what they share, and grouped-query attention's fold
     "softmax_vjp", "attention_vjp", "layer_norm_vjp", "feed_forward_vjp", "multi_head_attention_vjp",
     "encoder_layer_vjp", "decoder_layer_vjp", "sum_to", "fold_kv",
+    # packed sequences (cu_seqlens) and a paged KV cache
+    "varlen_attention", "varlen_mask", "paged_attention", "gather_pages",
 ]

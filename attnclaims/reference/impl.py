@@ -21,6 +21,7 @@ from attnclaims.reference.layers import (
 )
 from attnclaims.reference.multihead import multi_head_attention, multi_head_attention_vjp
 from attnclaims.reference.norms import layer_norm, layer_norm_vjp, rms_norm, rms_norm_vjp
+from attnclaims.reference.packed import paged_attention, varlen_attention
 from attnclaims.reference.positional import rotary_embedding, rotary_embedding_vjp, sinusoidal_encoding
 
 __all__ = ["Reference", "reference"]
@@ -130,6 +131,13 @@ class Reference:
 
     def decoder_block_step(self, x_t, cache, params, position):
         return decoder_block_step(x_t, cache, params, position)
+
+    # -- packed sequences (cu_seqlens) and a paged KV cache (attnclaims/reference/packed.py)
+    def varlen_attention(self, q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, scale=None):
+        return varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=causal, scale=scale)
+
+    def paged_attention(self, q, k_cache, v_cache, block_table, seq_lens, scale=None):
+        return paged_attention(q, k_cache, v_cache, block_table, seq_lens, scale=scale)
 
     def __repr__(self) -> str:
         return "Reference()"

@@ -11,7 +11,9 @@
 * :mod:`~attnclaims.checks.bounds.ffn` — the FFN and the gated FFNs;
 * :mod:`~attnclaims.checks.bounds.positional` — sinusoidal encodings and rotary embeddings;
 * :mod:`~attnclaims.checks.bounds.layers` — encoder and decoder layers and stacks, decoder-only blocks,
-  KV-cache steps, and the layers' measured bounds.
+  KV-cache steps, and the layers' measured bounds;
+* :mod:`~attnclaims.checks.bounds.packed` — packed (varlen) and paged attention, attention's models on the
+  inputs rearranged.
 
 Each module holds its component's forward bounds (float64, float32, the 16-bit model), backward bounds
 and same-precision evaluations. Every public name of the modules is importable from this package, which
@@ -47,6 +49,9 @@ from attnclaims.checks.bounds.multihead import (
 from attnclaims.checks.bounds.layers import (
     decoder_block_error, decoder_layer, decoder_layer_bound, decoder_layer_error, encoder_layer, encoder_layer_bound,
     encoder_layer_error, encoder_stack, encoder_stack_bound, encoder_stack_error, kv_cache_error
+)
+from attnclaims.checks.bounds.packed import (
+    paged_attention_error, sixteen_bit_paged_attention_error, sixteen_bit_varlen_attention_error, varlen_attention_error
 )
 from attnclaims.guard import CheckFailure as CheckFailure  # re-exported as tolerances did: the suite raises T.CheckFailure
 
@@ -131,4 +136,6 @@ __all__ = [
     "encoder_layer_bound",
     "encoder_stack_bound",
     "decoder_layer_bound",
+    "varlen_attention_error", "paged_attention_error", "sixteen_bit_varlen_attention_error",
+    "sixteen_bit_paged_attention_error",
 ]
