@@ -456,3 +456,165 @@ SIXTEEN_BIT.update({
     attention_error: sixteen_bit_attention_error,
     causal_attention_error: sixteen_bit_causal_attention_error,
 })
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel features: the returned log-sum-exp, logit soft-capping, ALiBi
+# ---------------------------------------------------------------------------------------------
+
+def _allowed_scores(s, mask):
+    """The float64 scores broadcast with the mask, the allowed pattern, the row maxima m (…, n_q, 1, finite:
+    0 for an empty row) and the weights A."""
+    s = _f64(s)
+    shape = s.shape if mask is None else np.broadcast_shapes(np.shape(mask), s.shape)
+    s = np.broadcast_to(s, shape)
+    allowed = np.ones(shape, dtype=bool) if mask is None else np.broadcast_to(np.asarray(mask, bool), shape)
+    with np.errstate(over="ignore", invalid="ignore"):
+        m = np.max(np.where(allowed, s, -np.inf), axis=-1, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0.0)
+        e = np.where(allowed, np.exp(np.where(allowed, s - m, 0.0)), 0.0)
+        total = e.sum(axis=-1, keepdims=True)
+        a = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+    return s, allowed, m, a
+
+
+def scored_attention_error(s, ds, v, mask=None, *, u: float, ev=None) -> np.ndarray:
+    """:func:`attention_error` for scores S of any score function, given exactly (float64) with ``ds`` a
+    bound on the computed scores' errors (…, n_q, n_k): the same four terms — the score errors through the
+    exact softmax (Σ_j A_ij expm1(|ΔS_ij| + E_i)(|v_jc| + |out_ic|)), the softmax's rounding u·η_ij on |v|,
+    the value errors through the weights, and the n_k-term weighted sum with a final division — with
+    :func:`attention_error`'s derivation, which uses nothing of S = scale·Q Kᵀ but |ΔS|.
+    s (…, n_q, n_k), v (…, n_k, d_v) -> (…, n_q, d_v)."""
+    v = _f64(v)
+    s, allowed, m, a = _allowed_scores(s, mask)
+    t = np.where(allowed, s - m, 0.0)
+    ds = np.where(allowed, np.broadcast_to(_f64(ds), a.shape), 0.0)
+    e_row = np.max(ds, axis=-1, keepdims=True)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r_score = np.where(a > 0, np.expm1(ds + e_row), 0.0)
+    r_round = np.where(a > 0, u * weight_relative_error(t, a.shape[-1]), 0.0)
+    av, dv = np.abs(v), _zeros_like(v, ev)
+    out = np.abs(a @ v)
+    with np.errstate(over="ignore", invalid="ignore"):
+        w_score = np.where(a > 0, np.minimum(a * r_score, 1.0), 0.0)
+        w_round = np.where(a > 0, np.minimum(a * (1.0 + np.minimum(r_score, 1.0)) * r_round, 1.0), 0.0)
+        da = np.minimum(w_score + w_round, 1.0)
+    n_k = a.shape[-1]
+    return (w_score @ av + w_score.sum(axis=-1, keepdims=True) * out + w_round @ av
+            + (a + da) @ dv + u * (n_k + 2) * (a @ av))
+
+
+def scored_weights_error(s, ds, mask=None, *, u: float) -> np.ndarray:
+    """:func:`attention_weights_error` for given scores S and score errors ``ds``: A_ij·((1 + expm1(|ΔS_ij| +
+    E_i))(1 + u η_ij) − 1), capped at 1; read through V = I (:func:`attnclaims.checks.strategies.
+    weights_probe`) the weighted sum adds exact zeros and one rounding of each weight, u·A_ij, included here.
+    s (…, n_q, n_k) -> (…, n_q, n_k)."""
+    s, allowed, m, a = _allowed_scores(s, mask)
+    t = np.where(allowed, s - m, 0.0)
+    ds = np.where(allowed, np.broadcast_to(_f64(ds), a.shape), 0.0)
+    e_row = np.max(ds, axis=-1, keepdims=True)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = (1.0 + np.expm1(ds + e_row)) * (1.0 + u * (weight_relative_error(t, a.shape[-1]) + 1.0)) - 1.0
+        return np.where(a > 0, np.minimum(a * r, 1.0), 0.0)
+
+
+def _lse_parts(q, k, mask, scale, u, eq, ek, score):
+    s = (_f64(q) @ np.swapaxes(_f64(k), -1, -2)) * _default_scale(np.shape(q)[-1], scale)
+    s, allowed, m, _ = _allowed_scores(s, mask)
+    ds = np.where(allowed, np.broadcast_to(score(q, k, scale, u=u, eq=eq, ek=ek), s.shape), 0.0)
+    n = s.shape[-1]
+    return np.max(ds, axis=-1), np.abs(m[..., 0]), n, math.log(max(n, 1))
+
+
+def lse_error(q, k, mask=None, scale=None, *, u: float, eq=None, ek=None) -> np.ndarray:
+    """Absolute error bound of lse_i = log Σ_{j allowed} exp(S_ij), S = scale·Q Kᵀ, as a kernel returns it.
+
+    * Score errors: log-sum-exp is 1-Lipschitz in the max norm (its gradient is the weight row, which sums
+      to 1), so the exact lse of the computed scores is within E_i = max_{j allowed} |ΔS_ij|
+      (:func:`score_error`) of the exact one.
+    * Evaluation as m + log L, L = Σ_j exp(S_ij − m) ∈ [1, n], in any of the three softmax styles: L's
+      relative error is at most ρ = u(8(n + 1) + 4 ln n) (:func:`weight_relative_error` at t = 0 bounds the
+      normaliser's error in the direct, online and log-domain derivations), which moves log L by at most
+      ρ/(1 − ρ); the log itself 2u·ln n (|log L| ≤ ln n); the add m + log L u(|m| + ln n); a kernel that
+      works in base 2 (exp2, log2; FlashAttention) scales by log₂e and back by ln 2, 2u(|m| + ln n) more.
+      The running max m is one of the computed scores, exact.
+
+    |Δlse_i| ≤ E_i + ρ/(1 − ρ) + u(3|m_i| + 5 ln n + 2). q (…, n_q, d_k), k (…, n_k, d_k) -> (…, n_q).
+    Every LSE bug that changes lse by a fixed fraction of |lse| or by the max (base 2, the max not added
+    back) exceeds it wherever |m_i| ≫ u·n."""
+    e, am, n, ln = _lse_parts(q, k, mask, scale, u, eq, ek, score_error)
+    rho = u * (8.0 * (n + 1) + 4.0 * ln)
+    return e + rho / (1.0 - rho) + u * (3.0 * am + 5.0 * ln + 2.0)
+
+
+def sixteen_bit_lse_error(q, k, mask=None, scale=None, *, u: float, eq=None, ek=None) -> np.ndarray:
+    """:func:`lse_error` under the 16-bit model: the scores' errors of :func:`sixteen_bit_score_error`, the
+    log-sum-exp evaluated in float32 (u₃₂ in every other term), and the result stored once in the 16-bit
+    dtype: + u·(|lse| + the bound so far), |lse| ≤ |m| + ln n."""
+    e, am, n, ln = _lse_parts(q, k, mask, scale, u, eq, ek, sixteen_bit_score_error)
+    rho = U32 * (8.0 * (n + 1) + 4.0 * ln)
+    base = e + rho / (1.0 - rho) + U32 * (3.0 * am + 5.0 * ln + 2.0)
+    return base + u * (am + ln + base)
+
+
+def softcap_score_error(q, k, softcap, scale=None, *, u: float, eq=None, ek=None) -> np.ndarray:
+    """|ΔS'| for S' = c·tanh(S/c), S = scale·Q Kᵀ: the input error |ΔS| (:func:`score_error`) passes with
+    factor sech² ≤ 1; the division by c moves S/c by u|S/c|, which the factor c·sech² ≤ c turns into u|S|;
+    tanh rounds by 2u|tanh| and the multiplication by c by u: 3u|S'| (4u|S'| for a cap formed as 1/c first).
+    -> (…, n_q, n_k)."""
+    s = (_f64(q) @ np.swapaxes(_f64(k), -1, -2)) * _default_scale(np.shape(q)[-1], scale)
+    capped = float(softcap) * np.tanh(s / float(softcap))
+    return score_error(q, k, scale, u=u, eq=eq, ek=ek) + u * (np.abs(s) + 4.0 * np.abs(capped))
+
+
+def softcap_attention_error(q, k, v, softcap, mask=None, scale=None, *, u: float, eq=None, ek=None,
+                            ev=None) -> np.ndarray:
+    """Absolute error bound of softmax(c·tanh(scale·Q Kᵀ/c)) V: :func:`scored_attention_error` with the capped
+    scores and :func:`softcap_score_error`. q (…, n_q, d_k), k (…, n_k, d_k), v (…, n_k, d_v) -> (…, n_q, d_v)."""
+    s = (_f64(q) @ np.swapaxes(_f64(k), -1, -2)) * _default_scale(np.shape(q)[-1], scale)
+    capped = float(softcap) * np.tanh(s / float(softcap))
+    ds = softcap_score_error(q, k, softcap, scale, u=u, eq=eq, ek=ek)
+    return scored_attention_error(capped, ds, v, mask, u=u, ev=ev)
+
+
+def alibi_scores(q, k, slopes, scale=None) -> np.ndarray:
+    """scale·Q Kᵀ + B in float64, B_hij = −m_h(p_i − j), p_i = i + n_k − n_q (head h the axis −3)."""
+    n_q, n_k = np.shape(q)[-2], np.shape(k)[-2]
+    distance = (np.arange(n_q)[:, None] + (n_k - n_q) - np.arange(n_k)[None, :]).astype(np.float64)
+    bias = -_f64(slopes)[:, None, None] * distance
+    return (_f64(q) @ np.swapaxes(_f64(k), -1, -2)) * _default_scale(np.shape(q)[-1], scale) + bias
+
+
+def alibi_score_error(q, k, slopes, scale=None, *, u: float, eq=None, ek=None) -> np.ndarray:
+    """|ΔS| for S = scale·Q Kᵀ + B: :func:`score_error`, plus 3u(|scale·Q Kᵀ| + |m_h|(n_q + n_k)) for the bias
+    and the add, in whichever form an implementation builds the bias: −m_h(p_i − j) (one product of an exact
+    integer), FlashAttention's −m_h|p_i − j|, or Bloom's and MPT's m_h·j (equal under the softmax, the row
+    constant m_h·p_i dropped): each term is at most |m_h|·(n_q + n_k) in size, rounded at most twice, and the
+    biased score once more. -> (…, h, n_q, n_k)."""
+    n_q, n_k = np.shape(q)[-2], np.shape(k)[-2]
+    dot = np.abs((_f64(q) @ np.swapaxes(_f64(k), -1, -2)) * _default_scale(np.shape(q)[-1], scale))
+    reach = np.abs(_f64(slopes))[:, None, None] * float(n_q + n_k)
+    return score_error(q, k, scale, u=u, eq=eq, ek=ek) + 3.0 * u * (dot + reach)
+
+
+def alibi_mask(n_q: int, n_k: int, mask=None):
+    """The keys ALiBi attention lets query i see: j ≤ i + n_k − n_q (bottom-right causal), ∧ ``mask``."""
+    causal = sliding_window_mask(n_q, n_k, None, "bottom-right")
+    return causal if mask is None else causal & np.asarray(mask, dtype=bool)
+
+
+def alibi_attention_error(q, k, v, slopes, mask=None, scale=None, *, u: float, eq=None, ek=None,
+                          ev=None) -> np.ndarray:
+    """Absolute error bound of ALiBi attention (:func:`attnclaims.reference.attention.alibi_attention`):
+    :func:`scored_attention_error` with the biased scores (:func:`alibi_scores`), :func:`alibi_score_error`
+    and the bottom-right causal mask ∧ ``mask``. q (…, h, n_q, d_k), k (…, h, n_k, d_k),
+    v (…, h, n_k, d_v) -> (…, h, n_q, d_v)."""
+    s = alibi_scores(q, k, slopes, scale)
+    ds = alibi_score_error(q, k, slopes, scale, u=u, eq=eq, ek=ek)
+    return scored_attention_error(s, ds, v, alibi_mask(np.shape(q)[-2], np.shape(k)[-2], mask), u=u, ev=ev)
+
+
+SIXTEEN_BIT[lse_error] = sixteen_bit_lse_error
+__all__ += ["scored_attention_error", "scored_weights_error", "lse_error", "sixteen_bit_lse_error",
+            "softcap_score_error", "softcap_attention_error", "alibi_scores", "alibi_score_error", "alibi_mask",
+            "alibi_attention_error"]
