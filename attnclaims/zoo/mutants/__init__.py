@@ -25,6 +25,8 @@ The package is built in one direction, with no module importing another to regis
   :mod:`~attnclaims.zoo.mutants.ffn` (ReLU FFN, gated FFNs), :mod:`~attnclaims.zoo.mutants.positional`
   (sinusoidal encoding, RoPE), :mod:`~attnclaims.zoo.mutants.layers` (encoder and decoder layers,
   decoder-only blocks, KV-cache decoding);
+* :mod:`~attnclaims.zoo.mutants.packed`: packed (varlen) and paged attention's mutants (sequence boundaries,
+  cu_seqlens, the causal alignment inside a sequence; the block table, partial last pages);
 * :mod:`~attnclaims.zoo.mutants.tiled`: the block-tiled kernel's mutants, whose correct base is the tiled
   style :class:`attnclaims.zoo.tiled_style.TiledImplementation` instead of :class:`Composed` (it imports the
   catalogue and that style only);
@@ -46,11 +48,14 @@ from __future__ import annotations
 from attnclaims.zoo.mutants.base import Composed, composed
 from attnclaims.zoo.mutants.catalogue import MUTANTS, Mutant, mutant
 from attnclaims.zoo.mutants import attention, multihead, norms, ffn, positional, layers, tiled, precision, backward
+from attnclaims.zoo.mutants import packed
 
 __all__ = ["Mutant", "MUTANTS", "Composed", "composed", "mutant", "COMPONENTS"]
 
 #: the modules that fill ``MUTANTS``, in the catalogue's order
 COMPONENTS = (attention, multihead, norms, ffn, positional, layers, tiled, precision, backward)
+
+COMPONENTS += (packed,)  # packed (varlen) and paged attention
 
 _clashes = sorted(set(MUTANTS) & set(globals()))
 if _clashes:

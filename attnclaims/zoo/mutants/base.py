@@ -26,7 +26,7 @@ from attnclaims.reference.multihead import merge_heads, split_heads
 from attnclaims.reference.positional import sinusoidal_encoding
 from attnclaims.reference.wiring import residual_sublayer
 
-__all__ = ["Composed", "ModernComposition", "composed"]
+__all__ = ["Composed", "ModernComposition", "PackedComposition", "composed"]
 
 
 class ModernComposition:
@@ -208,11 +208,78 @@ class ModernComposition:
 
 
 
-class Composed(ModernComposition, Reference):
+class PackedComposition:
+    """Mixin: packed (varlen) and paged attention, composed through ``self``: each sequence is ``self.attention``
+    of its queries against its keys (``_varlen_sequences``, ``_varlen_keys``, ``_varlen_mask``; pages gathered
+    by ``_physical_page`` and ``_visible_length``), so that a mutant changes one small method."""
+
+    def _heads_first(self, x, r: int = 1) -> np.ndarray:
+        """(n, heads, d) -> (heads·r, n, d), each (K/V) head repeated r times consecutively."""
+        x = np.moveaxis(np.asarray(x, dtype=np.float64), 1, 0)
+        return x if r == 1 else np.repeat(x, r, axis=0)
+
+    def _varlen_sequences(self, cu_q, cu_k) -> list:
+        """[((q0, q1), (k0, k1))] per packed sequence: consecutive offsets of cu_seqlens."""
+        cu_q, cu_k = np.asarray(cu_q), np.asarray(cu_k)
+        return list(zip(zip(cu_q[:-1], cu_q[1:]), zip(cu_k[:-1], cu_k[1:])))
+
+    def _varlen_keys(self, k0: int, k1: int) -> tuple[int, int]:
+        """The packed keys a sequence's queries see: its own, k0 … k1 − 1."""
+        return k0, k1
+
+    def _varlen_mask(self, n_q: int, n_k: int):
+        """Causal within a sequence: bottom-right (the queries are its last n_q positions)."""
+        return self._causal_mask(n_q, n_k, "bottom-right")
+
+    def varlen_attention(self, q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, scale=None):
+        q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+        r = q.shape[1] // k.shape[1]
+        out = np.zeros((q.shape[0], q.shape[1], v.shape[-1]))
+        for (q0, q1), (k0, k1) in self._varlen_sequences(cu_seqlens_q, cu_seqlens_k):
+            k0, k1 = self._varlen_keys(int(k0), int(k1))
+            ks, vs = k[k0:k1], v[k0:k1]
+            if q1 == q0 or ks.shape[0] == 0:
+                continue  # no query, or queries that see no key (zero rows)
+            mask = self._varlen_mask(int(q1 - q0), ks.shape[0]) if causal else None
+            heads = self.attention(self._heads_first(q[q0:q1]), self._heads_first(ks, r), self._heads_first(vs, r),
+                                   mask=mask, scale=scale)
+            out[q0:q1] = np.moveaxis(heads, 0, 1)
+        return out
+
+    def _physical_page(self, table_row, p: int) -> int:
+        """The physical page that holds logical page p of a sequence."""
+        return int(table_row[p])
+
+    def _visible_length(self, seq_len: int, block_size: int) -> int:
+        """The positions of a sequence that exist: seq_len (its last page may be partial)."""
+        return seq_len
+
+    def _gather(self, cache, table_row, seq_len: int) -> np.ndarray:
+        """The sequence's keys or values (seq_len, heads_kv, d), page by page through its table row."""
+        block_size = cache.shape[1]
+        pages = [cache[self._physical_page(table_row, p)] for p in range(-(-seq_len // block_size))]
+        return np.concatenate(pages, axis=0)[: self._visible_length(seq_len, block_size)]
+
+    def paged_attention(self, q, k_cache, v_cache, block_table, seq_lens, scale=None):
+        q, k_cache, v_cache = (np.asarray(a, dtype=np.float64) for a in (q, k_cache, v_cache))
+        r = q.shape[2] // k_cache.shape[2]
+        out = np.zeros(q.shape[:3] + (v_cache.shape[-1],))
+        for b, n in enumerate(np.asarray(seq_lens)):
+            k = self._gather(k_cache, np.asarray(block_table)[b], int(n))
+            v = self._gather(v_cache, np.asarray(block_table)[b], int(n))
+            mask = self._causal_mask(q.shape[1], k.shape[0], "bottom-right")  # the last n_q positions
+            heads = self.attention(self._heads_first(q[b]), self._heads_first(k, r), self._heads_first(v, r),
+                                   mask=mask, scale=scale)
+            out[b] = np.moveaxis(heads, 0, 1)
+        return out
+
+
+class Composed(PackedComposition, ModernComposition, Reference):
     """The reference's mathematics, every capability built from the lower ones of ``self``.
 
     The modern components (RMSNorm, gated FFNs, RoPE, causal alignment, decoder-only blocks, KV-cache
-    decoding) come composed the same way from :class:`ModernComposition`.
+    decoding) come composed the same way from :class:`ModernComposition`, packed and paged attention from
+    :class:`PackedComposition`.
 
     It is itself a correct implementation (the zoo test checks that it passes every
     implementation test), so whatever a mutant fails is due to its one change.
