@@ -642,6 +642,21 @@ class GuardedImplementation:
         self._check_array(capability, "cache.k", cache.k, kv_shape, finite, why)
         self._check_array(capability, "cache.v", cache.v, kv_shape, finite, why)
 
+    def _check_lse_output(self, capability, out, args, kwargs, finite):
+        """The output of ``attention_lse(q, k, v, ...)`` (protocol.lse_expected): a tuple (out, lse), out of
+        attention's shape, lse (batch..., n_q); both ndarrays of the declared dtype and finite."""
+        from attnclaims.protocol import lse_expected
+
+        if not (isinstance(out, tuple) and len(out) == 2):
+            got = f"a tuple of {len(out)}" if isinstance(out, tuple) else f"{type(out).__module__}.{type(out).__qualname__}"
+            raise self._fail(capability, f"returned {got}, but should be a tuple (out, lse)")
+        try:
+            out_shape, lse_shape = lse_expected(args, kwargs)
+        except (TypeError, ValueError, IndexError):  # a malformed call the implementation accepted
+            out_shape = lse_shape = None
+        self._check_array(capability, "out", out[0], out_shape, finite, "attention's output")
+        self._check_array(capability, "lse", out[1], lse_shape, finite, "one per query: the batch axes and n_q")
+
     def _check_array(self, capability, name, got, shape, finite, why=None, *, returned=False):
         """``got`` is an ndarray of the declared dtype, of ``shape`` (unless None; a function is called once
         the dtype is right; ``why`` says where the shape comes from) and, when ``finite``, without NaN or
@@ -671,6 +686,8 @@ class GuardedImplementation:
             return self._check_vjp_output(capability, out, args, kwargs, finite)
         if capability == "decoder_block_step":
             return self._check_step_output(capability, out, args, kwargs, finite)
+        if capability == "attention_lse":
+            return self._check_lse_output(capability, out, args, kwargs, finite)
         def want():
             try:
                 return expected_shape(capability, args, kwargs)

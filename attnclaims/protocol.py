@@ -29,6 +29,11 @@ CAPABILITIES: dict[str, str] = {
     "causal_attention": "causal_attention(q, k, v, alignment='top-left', window=None, scale=None) -> (..., n_q, d_v)",
     "decoder_block": "decoder_block(x, params, mask=None) -> (batch, n, d_model)",
     "decoder_block_decode": "decoder_block_decode(x, params, prompt_length, chunk=1) -> (batch, n, d_model)",
+    # kernel features (docs/adapters.md, "Kernel features"): the log-sum-exp a flash kernel returns, logit
+    # soft-capping, ALiBi (causal, bottom-right, head axis -3); softmax over several axes is the variant softmax_axes
+    "attention_lse": "attention_lse(q, k, v, mask=None, scale=None) -> (out (..., n_q, d_v), lse (..., n_q))",
+    "softcap_attention": "softcap_attention(q, k, v, softcap, mask=None, scale=None) -> (..., n_q, d_v)",
+    "alibi_attention": "alibi_attention(q, k, v, slopes, mask=None, scale=None) -> (..., h, n_q, d_v)",
     # one decoding step against a KV cache (preferred to decoder_block_decode where an implementation has it):
     # cache None (empty) or an attnclaims.reference.KVCache of length position, keys after RoPE
     "decoder_block_step": "decoder_block_step(x_t, cache, params, position) -> (y_t (batch, n_t, d_model), "
@@ -96,7 +101,14 @@ def vjp_expected(capability: str, args: tuple, kwargs: dict) -> list[tuple[str, 
 
 #: capabilities that return a tuple (``*_vjp``, decoder_block_step): the guard compares two calls'
 #: outputs element by element (arrays bit for bit, dataclasses field by field)
-STRUCTURED_OUTPUTS = frozenset(VJP_OUTPUTS) | {"decoder_block_step"}
+STRUCTURED_OUTPUTS = frozenset(VJP_OUTPUTS) | {"decoder_block_step", "attention_lse"}
+
+
+def lse_expected(args: tuple, kwargs: dict) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(out shape, lse shape) an ``attention_lse(q, k, v, ...)`` call must return: out as ``attention``'s,
+    lse (batch..., n_q), the broadcast batch axes of q, k and v."""
+    out = expected_shape("attention", args[:3], {k: v for k, v in kwargs.items() if k in ("q", "k", "v")})
+    return out, out[:-1]
 
 
 def step_expected(args: tuple, kwargs: dict) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -129,7 +141,7 @@ def expected_shape(capability: str, args: tuple, kwargs: dict) -> tuple[int, ...
     """The output shape the protocol requires for this call, or None when it cannot be stated."""
     if capability in ("rms_norm", "gated_feed_forward", "rotary_embedding", "decoder_block", "decoder_block_decode"):
         return _shape(_arg(args, kwargs, 0, "x"))
-    if capability == "causal_attention":
+    if capability in ("causal_attention", "softcap_attention", "alibi_attention"):
         return expected_shape("attention", args[:3], {k: v for k, v in kwargs.items() if k in ("q", "k", "v")})
     if capability == "varlen_attention":  # (total_q, heads, d_v)
         q, v = _shape(_arg(args, kwargs, 0, "q")), _shape(_arg(args, kwargs, 2, "v"))
@@ -268,6 +280,10 @@ VARIANTS["varlen_causal"] = Variant(
     (False, True), "varlen_attention's causal settings it supports: False (each query sees every key of its own "
     "sequence) and/or True (bottom-right causal within each sequence, FlashAttention >= 2.1); torch's nested "
     "tensors through SDPA have no causal mask", choices=(False, True), multi=True)
+# kernel features: an adapter written before the key existed is never handed a tuple of axes
+VARIANTS["softmax_axes"] = Variant(False, "softmax (and softmax_vjp) accept a tuple of axes and normalise over all "
+                                   "of them at once (2-D attention maps; jax.nn.softmax(x, axis=(-2, -1)))",
+                                   choices=(False, True))
 VARIANTS["block_ffn"] = Variant(
     ("relu", "silu", "gelu"), "FFNs decoder blocks support: FeedForwardParams with the ReLU ('relu') or with "
     "each activation of ffn_activation ('mlp'); GatedFeedForwardParams with activation 'silu' (SwiGLU), 'gelu' "

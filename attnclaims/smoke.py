@@ -565,6 +565,47 @@ def _paged(g, dt):
     return "paged_attention pages of 4 in a shuffled order, partial last pages"
 
 
+def _attention_lse(g, dt):
+    from attnclaims.checks import bounds as T
+    from attnclaims.checks.bounds.attention import lse_error
+    from attnclaims.reference.attention import attention_lse
+
+    q, k, v = _inputs(dt, 63, (2, _N_Q, 4), (2, _N_K, 4), (2, _N_K, 3))
+    mask = _mask()
+    out, lse = attention_lse(q, k, v, mask=mask)
+    got = g.attention_lse(q, k, v, mask)
+    T.assert_close(got[0], out, T.conformance(T.attention_error, q, k, v, mask, dtype=dt), "attention_lse: out vs reference")
+    T.assert_close(got[1], lse, T.conformance(lse_error, q, k, mask, dtype=dt), "attention_lse: lse vs reference",
+                   names=("lse", "ref"))
+    return "attention_lse with a mask: out and lse"
+
+
+def _softcap(g, dt):
+    from attnclaims.checks import bounds as T
+    from attnclaims.checks.bounds.attention import softcap_attention_error
+    from attnclaims.reference.attention import softcap_attention
+
+    q, k, v = _inputs(dt, 64, (2, _N_Q, 4), (2, _N_K, 4), (2, _N_K, 3))
+    q = q * np.asarray(4.0, dtype=dt)
+    T.assert_close(g.softcap_attention(q, k, v, 1.0, _mask()), softcap_attention(q, k, v, 1.0, mask=_mask()),
+                   T.conformance(softcap_attention_error, q, k, v, 1.0, _mask(), dtype=dt),
+                   "softcap_attention(softcap=1) vs reference")
+    return "softcap_attention with a cap of 1 and a mask"
+
+
+def _alibi(g, dt):
+    from attnclaims.checks import bounds as T
+    from attnclaims.checks.bounds.attention import alibi_attention_error
+    from attnclaims.reference.attention import alibi_attention, alibi_slopes
+
+    q, k, v = _inputs(dt, 65, (2, _HEADS, _N_Q, 4), (2, _HEADS, _N_K, 4), (2, _HEADS, _N_K, 3))
+    slopes = alibi_slopes(_HEADS).astype(dt)
+    T.assert_close(g.alibi_attention(q, k, v, slopes), alibi_attention(q, k, v, slopes),
+                   T.conformance(alibi_attention_error, q, k, v, slopes, dtype=dt),
+                   f"alibi_attention({_HEADS} heads, n_q={_N_Q}, n_k={_N_K}) vs reference")
+    return f"alibi_attention {_HEADS} heads, n_q < n_k"
+
+
 #: capability -> its smoke check: every capability of the protocol, forward and backward
 SMOKE: dict[str, Callable] = {
     "softmax": _softmax, "attention": _attention, "multi_head_attention": _mha, "positional_encoding": _positional,
@@ -576,6 +617,7 @@ SMOKE: dict[str, Callable] = {
     "decoder_layer_vjp": _decoder_vjp, "rms_norm_vjp": _rms_vjp, "gated_feed_forward_vjp": _gated_vjp,
     "rotary_embedding_vjp": _rotary_vjp, "causal_attention_vjp": _causal_vjp, "decoder_block_vjp": _block_vjp,
     "varlen_attention": _varlen, "paged_attention": _paged,
+    "attention_lse": _attention_lse, "softcap_attention": _softcap, "alibi_attention": _alibi,
 }
 assert set(SMOKE) == set(CAPABILITIES), "every capability of the protocol has a smoke check"
 

@@ -11,8 +11,8 @@ import numpy as np
 # Functions are imported by name: the package re-exports the function ``attention``, which shadows the
 # submodule of the same name as an attribute of ``attnclaims.reference``.
 from attnclaims.reference.attention import (
-    FULLY_MASKED_ROW, MASKED_VALUES_LEAK, attention, attention_vjp, causal_attention, causal_attention_vjp, softmax,
-    softmax_vjp,
+    FULLY_MASKED_ROW, MASKED_VALUES_LEAK, alibi_attention, attention, attention_lse, attention_vjp, causal_attention,
+    causal_attention_vjp, softcap_attention, softmax, softmax_vjp,
 )
 from attnclaims.reference.ffn import feed_forward, feed_forward_vjp, gated_feed_forward, gated_feed_forward_vjp
 from attnclaims.reference.layers import (
@@ -109,7 +109,8 @@ class Reference:
     # is opt-in).
     #: every variant of code as shipped (docs/adapters.md, "Variants for code as shipped") too
     variants = {"grouped_query": True, "ffn_activation": ("relu", "gelu", "gelu_tanh", "silu"),
-                "block_ffn": ("relu", "silu", "gelu", "gelu_tanh", "mlp"), "biases": (True, False)}
+                "block_ffn": ("relu", "silu", "gelu", "gelu_tanh", "mlp"), "biases": (True, False),
+                "softmax_axes": True}
 
     def rms_norm(self, x, gamma, eps):
         return rms_norm(x, gamma, eps)
@@ -131,6 +132,17 @@ class Reference:
 
     def decoder_block_step(self, x_t, cache, params, position):
         return decoder_block_step(x_t, cache, params, position)
+
+    # -- kernel features: the returned log-sum-exp, logit soft-capping, ALiBi (softmax over a tuple of axes is
+    # softmax itself, the declared variant softmax_axes)
+    def attention_lse(self, q, k, v, mask=None, scale=None):
+        return attention_lse(q, k, v, mask=mask, scale=scale)
+
+    def softcap_attention(self, q, k, v, softcap, mask=None, scale=None):
+        return softcap_attention(q, k, v, softcap, mask=mask, scale=scale)
+
+    def alibi_attention(self, q, k, v, slopes, mask=None, scale=None):
+        return alibi_attention(q, k, v, slopes, mask=mask, scale=scale)
 
     # -- packed sequences (cu_seqlens) and a paged KV cache (attnclaims/reference/packed.py)
     def varlen_attention(self, q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, scale=None):

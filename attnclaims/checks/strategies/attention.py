@@ -573,3 +573,137 @@ def bad_mask_shapes(draw, batch: tuple[int, ...], n_q: int, n_k: int):
 
 
 __all__ += ["single_key_cases", "scored_cases", "bad_mask_shapes"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel features: the returned log-sum-exp (split KV), soft-capping, ALiBi, softmax over several axes
+# ---------------------------------------------------------------------------------------------
+
+@st.composite
+def split_kv_cases(draw):
+    """(case, split): attention inputs with n_k ≥ 2 (sizes that cross tiles among them) and a split point
+    1 ≤ split < n_k — a smallest tile T − 1, T or T + 1 where it fits, n_k // 2, or any — where a split-KV
+    kernel cuts the keys. A drawn mask keeps keys 0 and ``split`` for every query, so that both halves see a
+    key (a query with no key in a half has no log-sum-exp to merge: −inf by the reference's convention, NaN
+    or +inf in kernels)."""
+    c = draw(attention_cases(mask=None, explicit_scale=None, min_seq=2))
+    n_k, t = c.n_k, min(tile_sizes())
+    near = tuple(sorted({x for x in (t - 1, t, t + 1, n_k // 2) if 1 <= x < n_k}))
+    split = draw(st.sampled_from(near) | st.integers(1, n_k - 1)) if near else draw(st.integers(1, n_k - 1))
+    if c.mask is not None:
+        m = np.array(c.mask, dtype=bool, copy=True)
+        m[..., 0] = True
+        m[..., split] = True
+        c = replace(c, mask=m)
+    note(f"split the keys at {split} of {n_k}")
+    return c, split
+
+
+#: the caps the soft-capping tests pass: Gemma 2's 50 (attention) and 30 (final logits), and caps of the
+#: scores' own size, where tanh bends them
+SOFTCAPS = (50.0, 30.0, 5.0, 1.0, 0.5)
+
+
+def softcaps() -> st.SearchStrategy[float]:
+    return st.sampled_from(SOFTCAPS)
+
+
+@st.composite
+def softcap_cases(draw, *, huge: bool = False):
+    """(case, softcap): attention inputs (:func:`attention_cases`, any mask and scale) and a cap of
+    :data:`SOFTCAPS`; with ``huge`` an explicit scale of 10⁶ and a cap of 0.5 … 2, where uncapped scores
+    would make every row one-hot and the capped ones keep every weight within e^{2c} of the others."""
+    if huge:
+        if variants()["scale"] == "none":
+            raise _not_applicable("scale", 1e6)
+        c = draw(attention_cases(mask=None, explicit_scale=False, score_scale=1.0))
+        return replace(c, scale=1e6), draw(st.sampled_from((0.5, 1.0, 2.0)))
+    return draw(attention_cases(mask=None, explicit_scale=None)), draw(softcaps())
+
+
+@dataclass(frozen=True)
+class AlibiCase:
+    """q (…, h, n_q, d_k), k (…, h, n_k, d_k), v (…, h, n_k, d_v), slopes (h,), an optional key-padding mask
+    (…, 1, 1, n_k), an optional scale; n_q ≤ n_k, so that every query sees key 0."""
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    slopes: np.ndarray
+    mask: np.ndarray | None
+    scale: float | None
+
+    def cast(self, dtype) -> "AlibiCase":
+        return replace(self, q=self.q.astype(dtype), k=self.k.astype(dtype), v=self.v.astype(dtype),
+                       slopes=self.slopes.astype(dtype))
+
+    def describe(self) -> str:
+        mask = "none" if self.mask is None else f"{self.mask.shape}"
+        return (f"alibi_attention(q{self.q.shape}, k{self.k.shape}, v{self.v.shape}, slopes={self.slopes.tolist()}, "
+                f"mask={mask}, scale={self.scale})")
+
+
+@st.composite
+def alibi_slope_sets(draw, heads: int) -> np.ndarray:
+    """Slopes for ``heads`` heads: Press et al.'s geometric ones (:func:`attnclaims.reference.attention.
+    alibi_slopes`, decreasing) or distinct powers of two 2^−8 … 2^0 in a drawn order (exact in every dtype)."""
+    from attnclaims.reference.attention import alibi_slopes
+
+    if draw(st.booleans()):
+        return alibi_slopes(heads)
+    exps = draw(st.lists(st.integers(0, 8), min_size=heads, max_size=heads, unique=heads <= 9))
+    return np.asarray([2.0 ** -e for e in exps])
+
+
+@st.composite
+def alibi_cases(draw, *, mask: bool | None = None):
+    """Inputs of ``alibi_attention``: dims as for attention (sizes that cross tiles among them), 1–4 heads (two
+    or more in three draws of four: slopes that differ), n_q ≤ n_k, slopes (:func:`alibi_slope_sets`), a
+    key-padding mask sometimes (every sequence keeps its first L ≥ 1 keys), the default scale or one of
+    1/8 … 2."""
+    d = draw(dims())
+    tiles = draw(tile_crossing())
+    if tiles is not None:
+        d = replace(d, batch=d.batch[:1], n_q=tiles[0], n_k=tiles[1], d_k=tiles[2],
+                    d_v=tiles[2] if variants()["value_width"] == "d_k" else d.d_v)
+    n_q, n_k = min(d.n_q, d.n_k), max(d.n_q, d.n_k)
+    h = draw(st.sampled_from((1, 2, 3, 4, 2, 4, 3, 2)))
+    qk = draw(scales(-4, 1))
+    batch = d.batch[:1]
+    q = draw(arrays(batch + (h, n_q, d.d_k), scale=qk))
+    k = draw(arrays(batch + (h, n_k, d.d_k), scale=qk))
+    v = draw(arrays(batch + (h, n_k, d.d_v), scale=draw(scales(-2, 2))))
+    slopes = draw(alibi_slope_sets(h))
+    m = None
+    if mask or (mask is None and draw(st.booleans())):
+        lengths = draw(st.lists(st.integers(1, n_k), min_size=max(1, math.prod(batch)),
+                                max_size=max(1, math.prod(batch))))
+        m = (np.arange(n_k) < np.asarray(lengths)[:, None]).reshape(batch + (1, 1, n_k))
+    scale = None if variants()["scale"] == "none" else draw(st.none() | st.sampled_from((1.0, 0.5, 0.125, 2.0)))
+    case = AlibiCase(q, k, v, slopes, m, scale)
+    note(case.describe())
+    return case
+
+
+@st.composite
+def softmax_axes_inputs(draw):
+    """(x, axes): x of 2–4 axes, entries U[−1, 1]·2^e (e in −4 … 6), and a tuple of two or more distinct axes —
+    the last two (a 2-D attention map), two that are not adjacent, or every axis — given as non-negative or
+    negative indices."""
+    ndim = draw(st.integers(2, 4))
+    shape = tuple(draw(st.lists(st.integers(1, 6), min_size=ndim, max_size=ndim)))
+    x = draw(arrays(shape, scale=draw(scales(-4, 6))))
+    choices = [(ndim - 2, ndim - 1), tuple(range(ndim))]
+    if ndim >= 3:
+        choices.append((0, ndim - 1))
+    axes = draw(st.sampled_from(choices))
+    if draw(st.booleans()):
+        axes = tuple(a - ndim for a in axes)
+    if draw(st.booleans()):
+        axes = axes[::-1]
+    note(f"softmax x.shape={x.shape}, axis={axes}")
+    return x, axes
+
+
+__all__ += ["split_kv_cases", "SOFTCAPS", "softcaps", "softcap_cases", "AlibiCase", "alibi_slope_sets", "alibi_cases",
+            "softmax_axes_inputs"]

@@ -24,7 +24,8 @@ The package is built in one direction, with no module importing another to regis
   projections, grouped-query attention), :mod:`~attnclaims.zoo.mutants.norms` (layer norm, RMSNorm),
   :mod:`~attnclaims.zoo.mutants.ffn` (ReLU FFN, gated FFNs), :mod:`~attnclaims.zoo.mutants.positional`
   (sinusoidal encoding, RoPE), :mod:`~attnclaims.zoo.mutants.layers` (encoder and decoder layers,
-  decoder-only blocks, KV-cache decoding);
+  decoder-only blocks, KV-cache decoding), :mod:`~attnclaims.zoo.mutants.scores` (the kernel features: the
+  returned log-sum-exp, logit soft-capping, ALiBi, softmax over several axes);
 * :mod:`~attnclaims.zoo.mutants.packed`: packed (varlen) and paged attention's mutants (sequence boundaries,
   cu_seqlens, the causal alignment inside a sequence; the block table, partial last pages);
 * :mod:`~attnclaims.zoo.mutants.tiled`: the block-tiled kernel's mutants, whose correct base is the tiled
@@ -49,11 +50,12 @@ from attnclaims.zoo.mutants.base import Composed, composed
 from attnclaims.zoo.mutants.catalogue import MUTANTS, Mutant, mutant
 from attnclaims.zoo.mutants import attention, multihead, norms, ffn, positional, layers, tiled, precision, backward
 from attnclaims.zoo.mutants import packed
+from attnclaims.zoo.mutants import scores
 
 __all__ = ["Mutant", "MUTANTS", "Composed", "composed", "mutant", "COMPONENTS"]
 
 #: the modules that fill ``MUTANTS``, in the catalogue's order
-COMPONENTS = (attention, multihead, norms, ffn, positional, layers, tiled, precision, backward)
+COMPONENTS = (attention, multihead, norms, ffn, positional, layers, tiled, precision, backward, scores)
 
 COMPONENTS += (packed,)  # packed (varlen) and paged attention
 

@@ -32,8 +32,9 @@ __all__ = ["Composed", "ModernComposition", "PackedComposition", "composed"]
 class ModernComposition:
     """Mixin: the modern capabilities of the protocol, composed through ``self``."""
 
-    #: every declared variant is supported (grouped-query attention is opt-in in the protocol)
-    variants = {"grouped_query": True}
+    #: every declared variant is supported (grouped-query attention and a tuple softmax axis are opt-in in the
+    #: protocol)
+    variants = {"grouped_query": True, "softmax_axes": True}
 
     # -- RMSNorm ---------------------------------------------------------------------------------
     def _mean_square(self, x) -> np.ndarray:
@@ -329,6 +330,61 @@ class Composed(PackedComposition, ModernComposition, Reference):
         s = np.broadcast_to(s, target)
         a = self._weights(s, self._allowed(mask, target))  # (..., n_q, n_k)
         return self._weighted_sum(a, v)
+
+    # -- kernel features: the returned log-sum-exp, logit soft-capping, ALiBi ------------------------
+    def _prepared(self, q, k, v, scale):
+        """q, k, v in float64 and the scale (the default one when None)."""
+        q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+        return q, k, v, float(self._default_scale(q, k, v) if scale is None else scale)
+
+    def _attend(self, s, v, mask, extra=None):
+        """Σ_j softmax(s)_ij v_j with the mask (and ``extra``, a bool mask of the scores' last two axes) applied."""
+        target = np.broadcast_shapes(s.shape, v.shape[:-2] + (1, 1))
+        s = np.broadcast_to(s, target)
+        allowed = self._allowed(mask, target)
+        if extra is not None:
+            allowed = np.broadcast_to(extra, target) if allowed is None else allowed & extra
+        return self._weighted_sum(self._weights(s, allowed), v), s, allowed
+
+    def _lse(self, s, allowed) -> np.ndarray:
+        """log Σ_j exp(s_ij) over the allowed keys of each row: m_i + log Σ_j exp(s_ij − m_i). -> (..., n_q)"""
+        full = np.ones(s.shape, dtype=bool) if allowed is None else allowed
+        m = np.max(s, axis=-1, keepdims=True, initial=-np.inf, where=full)
+        m = np.where(np.isfinite(m), m, 0.0)
+        total = np.sum(np.where(full, np.exp(np.where(full, s - m, 0.0)), 0.0), axis=-1, keepdims=True)
+        with np.errstate(divide="ignore"):
+            return (m + np.log(total))[..., 0]
+
+    def attention_lse(self, q, k, v, mask=None, scale=None):
+        """(softmax(S) V, log Σ_j exp(S_ij)), S = scale·Q Kᵀ, from one set of scores."""
+        q, k, v, scale = self._prepared(q, k, v, scale)
+        out, s, allowed = self._attend(self._scores(q, k, scale), v, mask)
+        return out, self._lse(s, allowed)
+
+    def _softcap(self, s, softcap: float) -> np.ndarray:
+        return softcap * np.tanh(s / softcap)
+
+    def _capped_scores(self, q, k, scale: float, softcap: float) -> np.ndarray:
+        """c·tanh(S/c) of the scaled scores S = scale·Q Kᵀ (the scale first, the cap after)."""
+        return self._softcap(self._scores(q, k, scale), softcap)
+
+    def softcap_attention(self, q, k, v, softcap, mask=None, scale=None):
+        q, k, v, scale = self._prepared(q, k, v, scale)
+        return self._attend(self._capped_scores(q, k, scale, float(softcap)), v, mask)[0]
+
+    def _alibi_bias(self, n_q: int, n_k: int, slopes) -> np.ndarray:
+        """−m_h (p_i − j), p_i = i + n_k − n_q: (h, n_q, n_k)."""
+        distance = np.arange(n_q)[:, None] + (n_k - n_q) - np.arange(n_k)[None, :]
+        return -np.asarray(slopes, dtype=np.float64)[:, None, None] * distance
+
+    def _biased_scores(self, q, k, scale: float, slopes) -> np.ndarray:
+        return self._scores(q, k, scale) + self._alibi_bias(q.shape[-2], k.shape[-2], slopes)
+
+    def alibi_attention(self, q, k, v, slopes, mask=None, scale=None):
+        """softmax(scale·Q Kᵀ + B) V, B the ALiBi bias, keys up to each query's bottom-right causal position."""
+        q, k, v, scale = self._prepared(q, k, v, scale)
+        causal = self._causal_mask(q.shape[-2], k.shape[-2], "bottom-right")
+        return self._attend(self._biased_scores(q, k, scale, slopes), v, mask, causal)[0]
 
     # -- multi-head attention ---------------------------------------------------------------------
     def _project(self, x, w, b) -> np.ndarray:
