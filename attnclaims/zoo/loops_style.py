@@ -577,6 +577,49 @@ class LoopsImplementation(LoopsModernBackward, LoopsBackward):
 
         return np.concatenate(out, axis=-2), KVCache(stacked("k"), stacked("v"))
 
+    # -- packed sequences (cu_seqlens) and a paged KV cache: one sequence and one head at a time, the keys
+    # gathered position by position, attention by the online softmax above
+    def _bottom_right(self, n_q: int, n_k: int) -> np.ndarray:
+        """Query i (of the last n_q positions) sees keys 0 … i + n_k − n_q."""
+        allowed = np.zeros((n_q, n_k), dtype=bool)
+        for i in range(n_q):
+            stop = i + n_k - n_q + 1
+            if stop > 0:
+                allowed[i, :stop] = True
+        return allowed
+
+    def _sequence(self, out, q, k, v, allowed, scale):
+        """out[:, head] = attention of head ``head`` with K/V head head // r, for every head."""
+        r = q.shape[1] // k.shape[1]
+        for head in range(q.shape[1]):
+            out[:, head] = _online_attention(q[:, head], k[:, head // r], v[:, head // r], allowed, scale)
+
+    def varlen_attention(self, q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, scale=None):
+        q, k, v = _f64(q), _f64(k), _f64(v)
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+        cu_q, cu_k = [int(c) for c in cu_seqlens_q], [int(c) for c in cu_seqlens_k]
+        out = np.zeros((q.shape[0], q.shape[1], v.shape[-1]))
+        for b in range(len(cu_q) - 1):
+            q0, q1, k0, k1 = cu_q[b], cu_q[b + 1], cu_k[b], cu_k[b + 1]
+            if q1 > q0 and k1 > k0:  # queries with no key keep their zero rows
+                allowed = self._bottom_right(q1 - q0, k1 - k0) if causal else None
+                self._sequence(out[q0:q1], q[q0:q1], k[k0:k1], v[k0:k1], allowed, scale)
+        return out
+
+    def paged_attention(self, q, k_cache, v_cache, block_table, seq_lens, scale=None):
+        q, k_cache, v_cache = _f64(q), _f64(k_cache), _f64(v_cache)
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+        block_size = k_cache.shape[1]
+        out = np.zeros(q.shape[:3] + (v_cache.shape[-1],))
+        for b, n in enumerate(int(x) for x in seq_lens):
+            keys = np.empty((n,) + k_cache.shape[2:])
+            values = np.empty((n,) + v_cache.shape[2:])
+            for t in range(n):  # position t: slot t mod block_size of the page the table names for it
+                page = int(block_table[b][t // block_size])
+                keys[t], values[t] = k_cache[page, t % block_size], v_cache[page, t % block_size]
+            self._sequence(out[b], q[b], keys, values, self._bottom_right(q.shape[1], n), scale)
+        return out
+
     def __repr__(self) -> str:
         return "LoopsImplementation()"
 

@@ -187,6 +187,57 @@ class TiledImplementation(EinsumImplementation):
         out = np.moveaxis(out, -3, -2)
         return _linear(out.reshape(out.shape[:-2] + (h * d_k,)), p.w_o, p.b_o)
 
+    # -- packed sequences and a paged KV cache -------------------------------------------------------
+    def varlen_attention(self, q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, scale=None):
+        """The kernel on each packed sequence, as FlashAttention's varlen kernel tiles each sequence apart (its
+        heads a batch axis; bottom-right causal blocks skipped as in :meth:`causal_attention`)."""
+        q, k, v = _f64(q), _f64(k), _f64(v)
+        scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+        r = q.shape[1] // k.shape[1]
+        heads = lambda a, rep=1: np.repeat(np.moveaxis(a, 1, 0), rep, axis=0)  # (n, h, d) -> (h·rep, n, d)
+        out = np.zeros((q.shape[0], q.shape[1], v.shape[-1]))
+        cu_q, cu_k = np.asarray(cu_seqlens_q, dtype=np.int64), np.asarray(cu_seqlens_k, dtype=np.int64)
+        for q0, q1, k0, k1 in zip(cu_q[:-1], cu_q[1:], cu_k[:-1], cu_k[1:]):
+            n_q, n_k = int(q1 - q0), int(k1 - k0)
+            if n_q == 0 or n_k == 0:
+                continue
+            mask, tiles = None, None
+            if causal:
+                offset = n_k - n_q
+                lag = np.arange(n_q)[:, None] + offset - np.arange(n_k)[None, :]
+                mask = np.broadcast_to(self._allowed(lag, None), (q.shape[1], n_q, n_k))
+                tiles = (offset, None) if self.splits == 1 else None
+            o = self._kernel(heads(q[q0:q1]), heads(k[k0:k1], r), heads(v[k0:k1], r), mask, scale, tiles)
+            out[q0:q1] = np.moveaxis(o, 0, 1)
+        return out
+
+    def paged_attention(self, q, k_cache, v_cache, block_table, seq_lens, scale=None):
+        """A key block per page, in table order (vLLM's paged kernel): each page read whole, its slots past the
+        sequence's length and past each query's bottom-right causal position masked to −∞, the online softmax
+        of :meth:`_block_update` across pages."""
+        q, k_cache, v_cache = _f64(q), _f64(k_cache), _f64(v_cache)
+        scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+        h, n_q = q.shape[2], q.shape[1]
+        r = h // k_cache.shape[2]
+        block_size = k_cache.shape[1]
+        out = np.zeros(q.shape[:3] + (v_cache.shape[-1],))
+        for b, n in enumerate(np.asarray(seq_lens, dtype=np.int64)):
+            qh = np.moveaxis(q[b], 1, 0)  # (h, n_q, d_k)
+            position = np.arange(n_q) + int(n) - n_q  # the queries are the last n_q positions
+            m, l = np.full((h, n_q), -np.inf), np.zeros((h, n_q))
+            acc = np.zeros((h, n_q, v_cache.shape[-1]))
+            with np.errstate(invalid="ignore", over="ignore"):
+                for p in range(-(-int(n) // block_size)):
+                    page = int(np.asarray(block_table)[b, p])
+                    kb = np.repeat(np.moveaxis(k_cache[page], 1, 0), r, axis=0)  # (h, block_size, d_k)
+                    vb = np.repeat(np.moveaxis(v_cache[page], 1, 0), r, axis=0)
+                    t = p * block_size + np.arange(block_size)
+                    seen = (t[None, :] < n) & (t[None, :] <= position[:, None])  # (n_q, block_size)
+                    s_b = np.where(seen, np.einsum("hqd,hkd->hqk", qh, kb) * scale, -np.inf)
+                    m, l, acc = self._block_update(m, l, acc, s_b, np.where(seen.any(axis=0)[:, None], vb, 0.0))
+                out[b] = np.moveaxis(acc / l[..., None], 0, 1)
+        return out
+
     def __repr__(self) -> str:
         return f"TiledImplementation(block={self.block}, splits={self.splits})"
 
