@@ -105,8 +105,31 @@ def _grouped(params) -> bool:
 # backward passes
 # ---------------------------------------------------------------------------------------------
 
+def _sum_axes(e: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """Σ of e over ``axes`` (non-negative) as one einsum, the summed axes kept with length 1."""
+    letters = "abcdefghijklmnop"[: e.ndim]
+    kept = "".join(c for i, c in enumerate(letters) if i not in axes)
+    return np.expand_dims(np.einsum(f"{letters}->{kept}", e), axes)
+
+
+def _softmax_axes(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """exp(x − max) / Σ exp(x − max) over several axes at once (the max over the same axes)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp(x - np.max(x, axis=axes, keepdims=True))
+        return e / _sum_axes(e, axes)
+
+
+def _tuple_axes(axis, ndim: int):
+    """A tuple or list of axes as non-negative ints, or None for a single axis."""
+    return tuple(sorted(a % ndim for a in axis)) if isinstance(axis, (tuple, list)) else None
+
+
 class EinsumBackward(LayerBackward):
     def softmax_vjp(self, x, d_out, axis=-1):
+        axes = _tuple_axes(axis, np.ndim(x))
+        if axes is not None:  # p ⊙ d − p ⟨p, d⟩, the inner product over every named axis
+            p, d = self.softmax(x, axis=axes), _f64(d_out)
+            return p * d - p * _sum_axes(p * d, axes)
         p = np.moveaxis(self.softmax(x, axis=axis), axis, -1)
         d = np.moveaxis(_f64(d_out), axis, -1)
         c = np.einsum("...k,...k->...", p, d)[..., None]
@@ -285,6 +308,9 @@ class EinsumImplementation(EinsumModernBackward, EinsumBackward):
     conventions = {"fully-masked-row": "nan", "masked-values-leak": True}
 
     def softmax(self, x, axis=-1):
+        axes = _tuple_axes(axis, np.ndim(x))
+        if axes is not None:
+            return _softmax_axes(_f64(x), axes)
         x = np.moveaxis(_f64(x), axis, -1)
         return np.moveaxis(_softmax_last(x), -1, axis)
 
@@ -375,7 +401,7 @@ class EinsumImplementation(EinsumModernBackward, EinsumBackward):
         return self._sublayer(y, lambda h: self.feed_forward(h, p.ffn), p.norm3, p.eps, p.norm_first)
 
     # -- modern components, in the same style (einsum contractions; RoPE as complex multiplication) --
-    variants = {"grouped_query": True, **_SHIPPED}
+    variants = {"grouped_query": True, "softmax_axes": True, **_SHIPPED}
 
     def _gqa_core(self, q, k, v, h_kv: int, mask):
         """q (..., n_q, h·d_k), k, v (..., n_k, h_kv·d_k) -> (..., n_q, h·d_k): query head g·r + j contracts
@@ -424,6 +450,45 @@ class EinsumImplementation(EinsumModernBackward, EinsumBackward):
         lag = (np.arange(n_q)[:, None] + (n_k - n_q if alignment == "bottom-right" else 0)) - np.arange(n_k)[None, :]
         allowed = (lag >= 0) if window is None else (lag >= 0) & (lag < window)  # lag = query position − key
         return self.attention(q, k, v, allowed, scale)
+
+    # -- kernel features, in the same style ----------------------------------------------------------
+    def _scaled_scores(self, q, k, scale):
+        q, k = _f64(q), _f64(k)
+        return np.einsum("...qd,...kd->...qk", q, k) * (1.0 / np.sqrt(q.shape[-1]) if scale is None else scale)
+
+    def attention_lse(self, q, k, v, mask=None, scale=None):
+        """Unnormalised: E = exp(S − m), out = (E V) / l, lse = m + log l with l = Σ_j E_ij (masked: −inf scores)."""
+        v = _f64(v)
+        s = _masked_scores(self._scaled_scores(q, k, scale), mask)
+        batch = np.broadcast_shapes(s.shape[:-2], v.shape[:-2])
+        s = np.broadcast_to(s, batch + s.shape[-2:])
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            m = np.max(s, axis=-1)  # (..., n_q)
+            e = np.exp(s - m[..., None])
+            total = np.einsum("...qk->...q", e)
+            out = np.einsum("...qk,...kv->...qv", e, np.broadcast_to(v, batch + v.shape[-2:])) / total[..., None]
+            return out, m + np.log(total)
+
+    def softcap_attention(self, q, k, v, softcap, mask=None, scale=None):
+        s = float(softcap) * np.tanh(self._scaled_scores(q, k, scale) / float(softcap))
+        a = _softmax_last(_masked_scores(s, mask))
+        v = _f64(v)
+        batch = np.broadcast_shapes(a.shape[:-2], v.shape[:-2])
+        return np.einsum("...qk,...kv->...qv", np.broadcast_to(a, batch + a.shape[-2:]), v)
+
+    def alibi_attention(self, q, k, v, slopes, mask=None, scale=None):
+        """Bloom's form of the bias, m_h·j (the row constant −m_h·p_i dropped: softmax ignores it), the keys
+        j ≤ i + n_k − n_q."""
+        n_q, n_k = np.shape(q)[-2], np.shape(k)[-2]
+        j = np.arange(n_k, dtype=np.float64)
+        s = self._scaled_scores(q, k, scale) + np.einsum("h,k->hk", _f64(slopes), j)[:, None, :]
+        allowed = np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + (n_k - n_q)
+        if mask is not None:
+            allowed = allowed & np.asarray(mask, dtype=bool)
+        a = _softmax_last(_masked_scores(s, allowed))
+        v = _f64(v)
+        batch = np.broadcast_shapes(a.shape[:-2], v.shape[:-2])
+        return np.einsum("...qk,...kv->...qv", np.broadcast_to(a, batch + a.shape[-2:]), v)
 
     def _norm(self, x, norm, eps):
         if hasattr(norm, "beta"):

@@ -117,11 +117,11 @@ def log_rsqrt(s: np.ndarray) -> np.ndarray:
 
 class LogSumExpBackward(LayerBackward):
     def softmax_vjp(self, x, d_out, axis=-1):
-        x = np.moveaxis(_f64(x), axis, -1)
-        d = np.moveaxis(_f64(d_out), axis, -1)
-        log_p = x - scipy.special.logsumexp(x, axis=-1, keepdims=True)
+        axis = tuple(axis) if isinstance(axis, (tuple, list)) else axis  # one axis or several (softmax_axes)
+        x, d = _f64(x), _f64(d_out)
+        log_p = x - scipy.special.logsumexp(x, axis=axis, keepdims=True)
         p = np.exp(log_p)
-        return np.moveaxis(p * (d - np.sum(p * d, axis=-1, keepdims=True)), -1, axis)
+        return p * (d - np.sum(p * d, axis=axis, keepdims=True))
 
     def _log_attention_backward(self, q, k, v, d, mask, scale):
         s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
@@ -285,6 +285,7 @@ class LogSumExpImplementation(LogSumExpModernBackward, LogSumExpBackward):
     conventions = {"fully-masked-row": "mean_v", "masked-values-leak": True}
 
     def softmax(self, x, axis=-1):
+        axis = tuple(axis) if isinstance(axis, (tuple, list)) else axis  # log_softmax takes a tuple of axes
         with np.errstate(over="ignore", invalid="ignore"):
             return np.exp(scipy.special.log_softmax(_f64(x), axis=axis))
 
@@ -360,7 +361,7 @@ class LogSumExpImplementation(LogSumExpModernBackward, LogSumExpBackward):
         return self._residual(y, lambda h: self.feed_forward(h, p.ffn), p.norm3, p.eps, p.norm_first)
 
     # -- modern components, in the same style (log domain, BLAS products, RoPE as rotation matrices) --
-    variants = {"grouped_query": True, **_SHIPPED}
+    variants = {"grouped_query": True, "softmax_axes": True, **_SHIPPED}
 
     def _heads(self, y, heads: int):  # (..., n, heads·d_k) -> (..., heads, n, d_k)
         return np.swapaxes(y.reshape(y.shape[:-1] + (heads, y.shape[-1] // heads)), -2, -3)
@@ -421,6 +422,48 @@ class LogSumExpImplementation(LogSumExpModernBackward, LogSumExpBackward):
         if window is not None:
             allowed = allowed & ~np.tri(n_q, n_k, shift - window, dtype=bool)  # and j > i + shift − window
         return self.attention(q, k, v, allowed, scale)
+
+    # -- kernel features, in the same style (log domain) ------------------------------------------------
+    def _log_scores(self, q, k, scale, mask):
+        """Scaled scores with −inf at masked keys (broadcast with the mask)."""
+        q, k = _f64(q), _f64(k)
+        s = np.matmul(q, np.swapaxes(k, -1, -2))
+        s = s / math.sqrt(q.shape[-1]) if scale is None else s * scale
+        if mask is None:
+            return s
+        allowed = np.asarray(mask, dtype=bool)
+        return np.where(allowed, s, -np.inf)
+
+    def attention_lse(self, q, k, v, mask=None, scale=None):
+        """lse = logsumexp of the scores (scipy), out = exp(S − lse) V."""
+        v = _f64(v)
+        s = self._log_scores(q, k, scale, mask)
+        batch = np.broadcast_shapes(s.shape[:-2], v.shape[:-2])
+        s = np.broadcast_to(s, batch + s.shape[-2:])
+        lse = scipy.special.logsumexp(s, axis=-1)
+        with np.errstate(invalid="ignore"):
+            return np.matmul(np.exp(s - lse[..., None]), v), lse
+
+    def softcap_attention(self, q, k, v, softcap, mask=None, scale=None):
+        c = float(softcap)
+        s = self._log_scores(q, k, scale, None)
+        s = c * np.tanh(s / c)
+        v = _f64(v)
+        batch = np.broadcast_shapes(s.shape[:-2], v.shape[:-2])
+        return np.matmul(_weights(np.broadcast_to(s, batch + s.shape[-2:]), mask), v)
+
+    def alibi_attention(self, q, k, v, slopes, mask=None, scale=None):
+        """FlashAttention's form of the bias, −m_h·|p_i − j|, the keys j ≤ p_i = i + n_k − n_q."""
+        n_q, n_k = np.shape(q)[-2], np.shape(k)[-2]
+        shift = n_k - n_q
+        distance = np.abs(np.arange(n_q)[:, None] + shift - np.arange(n_k)[None, :])
+        s = self._log_scores(q, k, scale, None) - _f64(slopes)[:, None, None] * distance
+        allowed = np.tri(n_q, n_k, shift, dtype=bool)
+        if mask is not None:
+            allowed = allowed & np.asarray(mask, dtype=bool)
+        v = _f64(v)
+        batch = np.broadcast_shapes(s.shape[:-2], v.shape[:-2], allowed.shape[:-2])
+        return np.matmul(_weights(np.broadcast_to(s, batch + s.shape[-2:]), allowed), v)
 
     def _block_residual(self, x, sub, norm, eps, norm_first):
         if hasattr(norm, "beta"):
