@@ -31,10 +31,13 @@ MODULES = (
 
 #: Modules whose derivations extend an existing claim to a component the article predates (their
 #: ``CLAIM`` is that claim's id, their name the extension's): grouped-query attention
-#: (multihead-structure) and rotary position embeddings (positional-encoding).
+#: (multihead-structure), rotary position embeddings and ALiBi (positional-encoding), and the split-KV
+#: combine by the returned log-sum-exp (softmax-distribution).
 EXTENSION_MODULES = (
     "gqa",
     "rope",
+    "alibi",
+    "split_kv",
 )
 
 
