@@ -38,8 +38,10 @@ Torch is imported when an implementation is constructed, not when this module is
 """
 from __future__ import annotations
 
+import logging
 import math
 import types
+import warnings
 
 import numpy as np
 
@@ -465,7 +467,7 @@ class TorchImplementation(_TorchBase):
     # rotary embeddings, no sliding-window option of scaled_dot_product_attention and no KV cache object, so
     # rotary_embedding and decoder_block_decode are absent (decoder_block_step keeps the protocol's KVCache and
     # concatenates with torch.cat) and the variants say the rest.
-    variants = {"grouped_query": True, "sliding_window": False, "block_rope": (False,)}
+    variants = {"grouped_query": True, "sliding_window": False, "block_rope": (False,), "varlen_causal": (False,)}
     responsible = {
         **responsible,
         "rms_norm": "torch.nn.RMSNorm",
@@ -477,6 +479,8 @@ class TorchImplementation(_TorchBase):
         "decoder_block_step": "torch.cat (K/V cache) + torch.nn.functional.scaled_dot_product_attention "
                               "(torch.nn.attention.bias.causal_lower_right, enable_gqa) + torch.nn.LayerNorm / "
                               "torch.nn.RMSNorm + torch.nn.functional.linear",
+        "varlen_attention": "torch.nested.nested_tensor_from_jagged + "
+                            "torch.nn.functional.scaled_dot_product_attention",
         # the backward passes are torch.autograd through the same calls: a failure names the forward's functions
         "softmax_vjp": "torch.autograd through torch.softmax",
         "attention_vjp": "torch.autograd through torch.nn.functional.scaled_dot_product_attention",
@@ -566,6 +570,43 @@ class TorchImplementation(_TorchBase):
             return _numpy(self._sdpa(tq, tk, tv, attn_mask=causal_lower_right(tq.shape[-2], tk.shape[-2]),
                                      scale=scale))
         return _numpy(self._sdpa(tq, tk, tv, is_causal=True, scale=scale))
+
+    def varlen_attention(self, q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, scale=None):
+        """Nested jagged tensors through SDPA, as torch's own tutorials pack sequences: q, k, v become
+        ``torch.nested.nested_tensor_from_jagged(values, offsets=cu_seqlens)`` (B, j, heads, d), transposed to
+        (B, heads, j, d) for ``scaled_dot_product_attention``; the output's ``values()`` are the packed rows.
+        torch 2.13 has no causal mask for nested queries and keys (``is_causal=True`` finds no backend:
+        variant ``varlen_causal=(False,)``) and no ``enable_gqa`` for them, so fewer K/V heads are repeated with
+        ``repeat_interleave`` (what enable_gqa does). ``torch.nn.attention.varlen.varlen_attn`` (cu_seqlens,
+        causal through its window, block tables) runs only on CUDA: on CPU it raises NotImplementedError."""
+        if causal:
+            raise NotImplementedError("torch's nested tensors through scaled_dot_product_attention have no causal "
+                                      "mask (is_causal=True finds no backend)")
+        torch = self._torch
+        tq, tk, tv = self._t(q), self._t(k), self._t(v)
+        r = tq.shape[1] // tk.shape[1]
+        if r > 1:
+            tk, tv = tk.repeat_interleave(r, dim=1), tv.repeat_interleave(r, dim=1)
+
+        def nested(t, cu):
+            offsets = torch.tensor(np.asarray(cu, dtype=np.int64))
+            return torch.nested.nested_tensor_from_jagged(t, offsets).transpose(1, 2)
+
+        # torch logs a warning per call for each fused kernel it passes over on nested inputs (then runs the math
+        # one), and warns that nested tensors are a prototype: expected here, silenced for the call
+        logs = [logging.getLogger(name) for name in ("torch.nested._internal.sdpa", "torch.fx._symbolic_trace")]
+        levels = [log.level for log in logs]
+        for log in logs:
+            log.setLevel(logging.ERROR)
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")
+                out = self._sdpa(nested(tq, cu_seqlens_q), nested(tk, cu_seqlens_k), nested(tv, cu_seqlens_k),
+                                 scale=scale)
+        finally:
+            for log, level in zip(logs, levels):
+                log.setLevel(level)
+        return _numpy(out.transpose(1, 2).values())
 
     def decoder_block(self, x, params, mask=None):
         """A decoder-only block from torch's parts: ``nn.LayerNorm`` or ``nn.RMSNorm``, causal
