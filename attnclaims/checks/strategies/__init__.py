@@ -11,6 +11,7 @@
 * :mod:`~attnclaims.checks.strategies.ffn` — the FFN's and the gated FFN's parameters;
 * :mod:`~attnclaims.checks.strategies.positional` — RoPE layouts, θ bases, positions;
 * :mod:`~attnclaims.checks.strategies.layers` — encoder/decoder layers, decoder blocks, KV-cache schedules.
+* :mod:`~attnclaims.checks.strategies.packed` — packed (varlen) sequences and a paged KV cache.
 * :mod:`~attnclaims.checks.strategies.contract` — the contract tests' calls of any capability (draws from
   every module above, so it is not re-exported here).
 
@@ -45,6 +46,7 @@ from attnclaims.checks.strategies.multihead import (
     kv_head_counts, multi_head_params, tiling_differs,
 )
 from attnclaims.checks.strategies.norms import epsilons, gammas, layer_norm_inputs, layer_norm_params
+from attnclaims.checks.strategies.packed import PACKED_EDGE, PackedEdge, PagedCase, VarlenCase, paged_cases, varlen_cases
 from attnclaims.checks.strategies.positional import positions, rope_bases, rope_layouts
 from attnclaims.profiles import limits
 
@@ -63,5 +65,6 @@ __all__ = [
     "rope_layouts", "rope_bases", "positions", "alignments", "windows", "CausalCase", "causal_cases",
     "BlockCase", "block_cases", "decode_schedules", "block_masks", "ffn_activations", "with_biases", "zero_biases",
     "fixed_eps",
+    "VarlenCase", "varlen_cases", "PagedCase", "paged_cases", "PackedEdge", "PACKED_EDGE",
 ]
 
