@@ -161,6 +161,14 @@ def _numpy(out) -> np.ndarray:
     return np.array(out)
 
 
+def _static_axis(axis, ndim: int):
+    """A softmax axis as jit's static argument: an int, or a sorted tuple of non-negative ints (one compilation
+    per set of axes, whatever order or sign it was given in)."""
+    if isinstance(axis, (tuple, list)):
+        return tuple(sorted(int(a) + ndim if int(a) < 0 else int(a) for a in axis))
+    return int(axis)
+
+
 def _heads_layout(a, batch: tuple[int, ...], dtype) -> np.ndarray:
     """Our (..., n, d) broadcast to batch + (n, d) -> jax's (B, n, N, d): the last batch axis is
     the head axis N (1 if there is none), the ones before it are flattened into B."""
@@ -212,9 +220,12 @@ class JaxImplementation:
             pass
         self._fn = _functions(self.dtype.name)
 
+    #: jax.nn.softmax takes a tuple of axes (2-D attention maps): the variant softmax_axes
+    variants = {"softmax_axes": True}
+
     def softmax(self, x, axis=-1):
-        """``jax.nn.softmax(x, axis=axis)``."""
-        return _numpy(self._fn["softmax"](_cast(x, self.dtype), axis=int(axis)))
+        """``jax.nn.softmax(x, axis=axis)``, axis an int or a tuple of axes."""
+        return _numpy(self._fn["softmax"](_cast(x, self.dtype), axis=_static_axis(axis, np.ndim(x))))
 
     def attention(self, q, k, v, mask=None, scale=None):
         """``jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale)`` in layout (B, T, N, H).
@@ -278,7 +289,7 @@ class JaxImplementation:
     def softmax_vjp(self, x, d_out, axis=-1):
         """``jax.vjp(lambda x: jax.nn.softmax(x, axis=axis), x)[1](d_out)``."""
         fn = _vjp_functions(self.dtype.name)["softmax"]
-        return _numpy(fn(_cast(x, self.dtype), _cast(d_out, self.dtype), axis=int(axis)))
+        return _numpy(fn(_cast(x, self.dtype), _cast(d_out, self.dtype), axis=_static_axis(axis, np.ndim(x))))
 
     def attention_vjp(self, q, k, v, d_out, mask=None, scale=None):
         """``jax.vjp`` of :meth:`attention`'s call of ``jax.nn.dot_product_attention``, its layout mapped

@@ -481,6 +481,9 @@ class TorchImplementation(_TorchBase):
                               "torch.nn.RMSNorm + torch.nn.functional.linear",
         "varlen_attention": "torch.nested.nested_tensor_from_jagged + "
                             "torch.nn.functional.scaled_dot_product_attention",
+        "attention_lse": "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu (output, logsumexp)",
+        "softcap_attention": "torch.nn.attention.flex_attention.flex_attention (score_mod c·tanh(s/c), eager)",
+        "alibi_attention": "torch.nn.functional.scaled_dot_product_attention (float attn_mask: the ALiBi bias)",
         # the backward passes are torch.autograd through the same calls: a failure names the forward's functions
         "softmax_vjp": "torch.autograd through torch.softmax",
         "attention_vjp": "torch.autograd through torch.nn.functional.scaled_dot_product_attention",
@@ -570,6 +573,77 @@ class TorchImplementation(_TorchBase):
             return _numpy(self._sdpa(tq, tk, tv, attn_mask=causal_lower_right(tq.shape[-2], tk.shape[-2]),
                                      scale=scale))
         return _numpy(self._sdpa(tq, tk, tv, is_causal=True, scale=scale))
+
+    # -- kernel features (docs/adapters.md "Kernel features"): torch's own kernels where it has them
+    def _heads4(self, arrays, batch):
+        """Arrays (..., n, d) broadcast to batch + (n, d) as tensors (B, 1, n, d): what torch's fused kernels and
+        flex_attention take (4-D, one batch size)."""
+        return [self._t(_flat(a, batch))[:, None] for a in arrays]
+
+    def _additive_mask(self, mask, batch, n_q, n_k):
+        """Our bool mask (True = may attend) as a float (B, 1, n_q, n_k) tensor of the dtype: 0 or −inf."""
+        torch = self._torch
+        m = torch.tensor(np.ascontiguousarray(np.broadcast_to(np.asarray(mask, dtype=bool), batch + (n_q, n_k))))
+        return torch.zeros(m.shape, dtype=self._dt).masked_fill(~m, -math.inf).reshape(-1, 1, n_q, n_k)
+
+    def attention_lse(self, q, k, v, mask=None, scale=None):
+        """torch's CPU flash kernel, ``torch.ops.aten._scaled_dot_product_flash_attention_for_cpu``, which returns
+        (output, logsumexp) — the kernel's own log-sum-exp, natural log, (B, H, L), in float32 for 16-bit inputs
+        (cast here to the declared dtype). It takes 4-D inputs of one head width and a mask of the query's dtype:
+        batch axes are flattened into (B, 1, n, d), d_v != d_k is zero-padded to one width with the scale
+        1/√d_k passed explicitly (zero columns add exact zeros to the scores; the padded output columns are
+        dropped), and the mask becomes an additive 0 / −inf one."""
+        torch = self._torch
+        batch = _batch(np.shape(q), np.shape(k), np.shape(v))
+        n_q, n_k, d_k, d_v = np.shape(q)[-2], np.shape(k)[-2], np.shape(q)[-1], np.shape(v)[-1]
+        tq, tk, tv = self._heads4((q, k, v), batch)
+        width = max(d_k, d_v)
+        pad = lambda t: torch.nn.functional.pad(t, (0, width - t.shape[-1]))
+        attn_mask = None if mask is None else self._additive_mask(mask, batch, n_q, n_k)
+        with torch.no_grad():
+            out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                pad(tq), pad(tk), pad(tv), 0.0, False, attn_mask=attn_mask,
+                scale=1.0 / math.sqrt(d_k) if scale is None else float(scale))
+        return (_numpy(out[:, 0, :, :d_v].reshape(batch + (n_q, d_v))),
+                _numpy(lse[:, 0].to(self._dt).reshape(batch + (n_q,))))
+
+    def softcap_attention(self, q, k, v, softcap, mask=None, scale=None):
+        """``torch.nn.attention.flex_attention.flex_attention`` (eager, its unfused path on CPU) with the
+        ``score_mod`` of its documentation's soft-capping example, c·tanh(score/c) of the scaled score, and the
+        mask applied in the same ``score_mod`` (−inf where a query may not see a key)."""
+        import warnings
+
+        from torch.nn.attention.flex_attention import flex_attention
+
+        torch = self._torch
+        batch = _batch(np.shape(q), np.shape(k), np.shape(v))
+        n_q, n_k, d_v = np.shape(q)[-2], np.shape(k)[-2], np.shape(v)[-1]
+        tq, tk, tv = self._heads4((q, k, v), batch)
+        c = float(softcap)
+        allowed = None if mask is None else self._additive_mask(mask, batch, n_q, n_k) == 0
+
+        def capped(score, b, h, q_idx, kv_idx):
+            score = c * torch.tanh(score / c)
+            return score if allowed is None else torch.where(allowed[b, 0, q_idx, kv_idx], score, -math.inf)
+
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "flex_attention called without torch.compile()": eager on purpose
+            out = flex_attention(tq, tk, tv, score_mod=capped, scale=scale)
+        return _numpy(out[:, 0].reshape(batch + (n_q, d_v)))
+
+    def alibi_attention(self, q, k, v, slopes, mask=None, scale=None):
+        """``F.scaled_dot_product_attention`` with a float ``attn_mask``: the bias m_h·j (Bloom's form; softmax
+        drops the row constant −m_h·p_i) and −inf at the keys a query may not see (j > i + n_k − n_q, padding)."""
+        torch = self._torch
+        n_q, n_k = np.shape(q)[-2], np.shape(k)[-2]
+        tq, tk, tv = self._t(q), self._t(k), self._t(v)
+        bias = self._t(slopes)[:, None, None] * torch.arange(n_k, dtype=self._dt)[None, None, :]  # (h, 1, n_k)
+        allowed = np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + (n_k - n_q)
+        if mask is not None:
+            allowed = allowed & np.asarray(mask, dtype=bool)
+        attn_mask = bias.masked_fill(~torch.tensor(np.ascontiguousarray(allowed)), -math.inf)
+        with torch.no_grad():
+            return _numpy(self._sdpa(tq, tk, tv, attn_mask=attn_mask, scale=scale))
 
     def varlen_attention(self, q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, scale=None):
         """Nested jagged tensors through SDPA, as torch's own tutorials pack sequences: q, k, v become
