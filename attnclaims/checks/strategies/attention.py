@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from attnclaims.checks.strategies.common import (
-    ELEMENTWISE_LIMIT, _cast_fields, _dtype, _not_applicable, arrays, batch_shapes, dims, finfo, require_variant,
+    ELEMENTWISE_LIMIT, _cast_fields, _dtype, _not_applicable, _shape_menu, arrays, batch_shapes, dims, finfo, require_variant,
     scales, seeds, seq_lengths, tile_crossing, tile_sizes, variants,
 )
 from attnclaims.profiles import limits
@@ -687,11 +687,18 @@ def alibi_cases(draw, *, mask: bool | None = None):
 
 @st.composite
 def softmax_axes_inputs(draw):
-    """(x, axes): x of 2–4 axes, entries U[−1, 1]·2^e (e in −4 … 6), and a tuple of two or more distinct axes —
-    the last two (a 2-D attention map), two that are not adjacent, or every axis — given as non-negative or
-    negative indices."""
-    ndim = draw(st.integers(2, 4))
-    shape = tuple(draw(st.lists(st.integers(1, 6), min_size=ndim, max_size=ndim)))
+    """(x, axes): x of 2–4 axes of 1–6 entries (the shapes (batch, n_q, n_k) of the implementation's shape menu
+    where it has one), entries U[−1, 1]·2^e (e in −4 … 6), and a tuple of two or more distinct axes — the last
+    two (a 2-D attention map), two that are not adjacent, or every axis — given as non-negative or negative
+    indices, in either order."""
+    menu = _shape_menu()
+    if menu is not None:  # an implementation that compiles per shape: (batch, n_q, n_k) of its menu
+        entry = draw(st.sampled_from(menu))
+        shape = tuple(entry["batch"]) + (entry["n_q"], entry["n_k"])
+        ndim = len(shape)
+    else:
+        ndim = draw(st.integers(2, 4))
+        shape = tuple(draw(st.lists(st.integers(1, 6), min_size=ndim, max_size=ndim)))
     x = draw(arrays(shape, scale=draw(scales(-4, 6))))
     choices = [(ndim - 2, ndim - 1), tuple(range(ndim))]
     if ndim >= 3:
