@@ -466,7 +466,8 @@ def environment(options: RunOptions) -> dict:
 
 
 def plan(specs: list[str], options: RunOptions, cached: bool, independent_profile: str) -> list[_Job]:
-    """The sessions of a run, in the order they start. With the implementation-independent evidence
+    """The sessions of a run, in the order of their evidence (one at a time they also start in this
+    order; at once, in :func:`start_order`'s). With the implementation-independent evidence
     cached, one session per implementation runs only its own tests. Otherwise one implementation
     (one session, the ``ci`` profile) runs every claim test; when several implementations run, or when
     the independent checks run under another profile than the implementation's (``dev`` builds ``ci``'s
@@ -492,6 +493,21 @@ def plan(specs: list[str], options: RunOptions, cached: bool, independent_profil
         job.workers = each
         job.shared = at_once > 1
     return jobs
+
+
+def start_order(jobs: list[_Job]) -> list[_Job]:
+    """The order in which the sessions of a concurrent run are taken up, longest expected first (the
+    longest-processing-time rule: a long session started last would run alone at the end while the other
+    processes idle). Expected, from runs on 2 cores: an adapter of a library (torch, jax, anyone's own)
+    takes longer than the reference's own tests (framework overhead, compilation), which take about as long
+    as the implementation-independent checks or a little longer; so the other implementations first, in
+    their order, then the reference's, then the independent checks. Only the start changes: the evidence
+    is still put together in the order of ``--impl``."""
+    def rank(job: _Job) -> int:
+        if job.scope == "independent":
+            return 2
+        return 1 if job.spec == "reference" else 0
+    return sorted(jobs, key=rank)  # stable: ties keep the order of --impl
 
 
 def concurrency(jobs: list[_Job], options: RunOptions) -> int:
@@ -524,7 +540,7 @@ def _run_jobs(jobs: list[_Job], at_once: int, options: RunOptions, work: Path, a
     import threading
 
     lock = threading.Lock()
-    pending = list(jobs)
+    pending = start_order(jobs)
     stopped: list[BaseException] = []
 
     def locked_progress(ev: dict) -> None:
