@@ -201,7 +201,7 @@ def test_extension_derivations_pass_and_are_registered():
     from attnclaims.registry import load_registry
 
     registry = load_registry()
-    assert set(EXTENSION_MODULES) == {"gqa", "rope"}
+    assert set(EXTENSION_MODULES) == {"gqa", "rope", "alibi", "split_kv"}
     for mod in extension_modules():
         assert mod.CLAIM in registry
         names = [d.name for d in derivations_for(mod.CLAIM)]
