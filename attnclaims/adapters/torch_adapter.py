@@ -637,7 +637,8 @@ class TorchImplementation(_TorchBase):
         torch = self._torch
         n_q, n_k = np.shape(q)[-2], np.shape(k)[-2]
         tq, tk, tv = self._t(q), self._t(k), self._t(v)
-        bias = self._t(slopes)[:, None, None] * torch.arange(n_k, dtype=self._dt)[None, None, :]  # (h, 1, n_k)
+        # (h, 1, n_k), formed in float64 and rounded once to the dtype (Bloom builds it in float32 and casts)
+        bias = self._t(np.asarray(slopes, dtype=np.float64)[:, None, None] * np.arange(n_k)[None, None, :])
         allowed = np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + (n_k - n_q)
         if mask is not None:
             allowed = allowed & np.asarray(mask, dtype=bool)
