@@ -220,7 +220,9 @@ def test_torch_describes_itself(torch_impl, torch_fast):
                                     "layer_norm", "feed_forward", "encoder_layer", "decoder_layer",
                                     # modern components
                                     "rms_norm", "gated_feed_forward", "rotary_embedding", "causal_attention",
-                                    "decoder_block", "decoder_block_decode", "decoder_block_step")
+                                    "decoder_block", "decoder_block_decode", "decoder_block_step",
+                                    # packed sequences (nested jagged tensors through SDPA)
+                                    "varlen_attention", "paged_attention")
                         if callable(getattr(impl, c, None))}
         # every backward pass names the function behind it too (torch-fastpath has none)
         capabilities |= {f"{c}_vjp" for c in capabilities if callable(getattr(impl, f"{c}_vjp", None))}
