@@ -300,6 +300,8 @@ def test_labels_of_the_derivations():
     assert by["equivariance-general"].proof_status() == "instance+cited"
     assert by["equivariance-n3-all-permutations"].proof_status() == "instance"
     assert by["dot-product-variance"].proof_status() == "general"
-    for name in ("rope-pair-relative", "rope-interleaved-d4", "rope-half-d4", "gqa-h4-kv2"):
+    for name in ("rope-pair-relative", "rope-interleaved-d4", "rope-half-d4", "gqa-h4-kv2", "alibi-bias-forms-n3",
+                 "split-kv-2+2"):
         assert by[name].extension, name
-    assert not any(d.extension for d in all_derivations() if not d.name.startswith(("rope-", "gqa-")))
+    assert not any(d.extension for d in all_derivations()
+                   if not d.name.startswith(("rope-", "gqa-", "alibi-", "split-kv-")))
