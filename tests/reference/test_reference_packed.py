@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from attnclaims.checks.strategies.packed import (
+    PACKED_EDGE, PackedEdge, paged_cases, permute_pages, read_slots, refill_unread, replace_other_sequences,
+    varlen_cases,
+)
 from attnclaims.reference import attention, causal_mask
 from attnclaims.reference.packed import gather_pages, paged_attention, paged_mask, varlen_attention, varlen_mask
 
@@ -167,3 +173,65 @@ def test_malformed_tables_and_lengths_are_refused_with_one_line(table, lens, mes
     with pytest.raises(ValueError) as err:
         paged_attention(RNG.standard_normal((1, 1, 2, 3)), k_cache, v_cache, np.asarray(table), np.asarray(lens))
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The strategies' cases and rearrangements (attnclaims/checks/strategies/packed.py): what the property tests
+# compare must be equal for the reference, bit for bit, or the tests would raise false alarms
+# ---------------------------------------------------------------------------------------------
+
+@settings(max_examples=40, deadline=None)
+@given(case=varlen_cases())
+def test_varlen_cases_are_valid_and_keep_every_query_a_key(case):
+    """Offsets cumulative from 0 to the totals; every sequence with a query has a key, and under the causal mask
+    at least as many keys as queries (bottom-right: no query left without a key); at least one query."""
+    nq, nk = np.diff(case.cu_q), np.diff(case.cu_k)
+    assert case.cu_q[0] == case.cu_k[0] == 0 and case.cu_q[-1] == case.q.shape[0] and case.cu_k[-1] == case.k.shape[0]
+    assert (nq >= 0).all() and (nk >= 0).all() and nq.sum() > 0 and ((nq == 0) | (nk > 0)).all()
+    if case.causal:
+        assert (nk >= nq).all()
+    assert case.q.shape[1] % case.k.shape[1] == 0 and case.v.shape[:2] == case.k.shape[:2]
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=varlen_cases(), data=st.data())
+def test_replacing_other_sequences_leaves_the_chosen_one_for_the_reference(case, data):
+    b = data.draw(st.integers(0, len(case.bounds) - 1))
+    fresh_k, fresh_v = RNG.standard_normal(case.k.shape) * 4, RNG.standard_normal(case.v.shape) * 4
+    moved = replace_other_sequences(case, b, fresh_k, fresh_v)
+    q0, q1, k0, k1 = case.bounds[b]
+    np.testing.assert_array_equal(moved.k[k0:k1], case.k[k0:k1])
+    assert (moved.k[:k0] == fresh_k[:k0]).all() and (moved.k[k1:] == fresh_k[k1:]).all()
+    rows = varlen_attention(*moved.args())[q0:q1]
+    np.testing.assert_array_equal(rows, varlen_attention(*case.args())[q0:q1])
+    assert rows.shape[0] == q1 - q0
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=paged_cases(), data=st.data())
+def test_moving_pages_and_refilling_unread_slots_leave_the_reference_unchanged(case, data):
+    """Within a page the reference reads the same numbers in the same order, so both rearrangements are exact
+    for it: the property tests' bounds then hold for any correct implementation."""
+    out = paged_attention(*case.args())
+    perm = np.asarray(data.draw(st.permutations(list(range(case.k_cache.shape[0])))))
+    np.testing.assert_array_equal(paged_attention(*permute_pages(case, perm).args()), out)
+    unread = ~read_slots(case)
+    refilled = refill_unread(case, np.full(case.k_cache.shape, 50.0), np.full(case.v_cache.shape, -50.0))
+    assert (refilled.k_cache[unread] == 50.0).all() and (refilled.k_cache[~unread] == case.k_cache[~unread]).all()
+    np.testing.assert_array_equal(paged_attention(*refilled.args()), out)
+
+
+@pytest.mark.parametrize("name", PACKED_EDGE)
+def test_the_named_packed_edge_cases_run_on_the_reference(name):
+    """Each named case builds for the default tiles (T = 16) and has the sizes its documentation gives."""
+    case = PackedEdge(name).build()
+    if name.startswith("varlen"):
+        out = varlen_attention(*case.args())
+        assert out.shape == (case.q.shape[0], 2, case.v.shape[-1]) and np.isfinite(out).all()
+        if name == "varlen-tiles":
+            assert np.diff(case.cu_q).tolist() == [15, 17, 35]
+    else:
+        out = paged_attention(*case.args())
+        assert out.shape[:3] == case.q.shape[:3] and np.isfinite(out).all()
+        if name == "paged-tiles":
+            assert case.block_size == 16 and case.seq_lens.tolist() == [37, 15]
