@@ -10,7 +10,8 @@ vLLM's paged attention).
   sequence's keys and values, and gives every key of its own sequence it may see a positive weight.
 * ``decoder-masking``, extension "paged KV cache": decoding against pages read through a block table equals
   attention over the gathered contiguous cache (the queries are the last positions, bottom-right causal), is
-  invariant to where the pages lie physically, and never reads an unused page or the tail of a last page.
+  invariant to where the pages lie physically, and never reads an unused page or the tail of a last page; it
+  equals the implementation's own bottom-right causal attention over the gathered pages.
 
 Implementations declare what they support (``varlen_causal``; ``grouped_query`` for fewer K/V heads;
 ``value_width``, ``scale``); the strategies (:mod:`attnclaims.checks.strategies.packed`) draw only that. The
@@ -25,13 +26,14 @@ from hypothesis import strategies as st
 
 from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
-from attnclaims.checks.strategies import permutations
+from attnclaims.checks.strategies import needs_variant, permutations
 from attnclaims.checks.strategies.attention import reachable_weights
 from attnclaims.checks.strategies.packed import (
     PackedEdge, fresh_like, paged_cases, permute_pages, read_slots, refill_unread, replace_other_sequences,
     varlen_cases, varlen_weights_probe,
 )
 from attnclaims.reference.masks import causal_mask
+from attnclaims.reference.packed import gather_pages
 from attnclaims.reference.packed import paged_attention as ref_paged
 from attnclaims.reference.packed import varlen_attention as ref_varlen
 from attnclaims.reference.packed import varlen_mask
@@ -175,6 +177,28 @@ def test_paged_attention_matches_attention_over_the_gathered_cache(impl, case):
 
 
 @pytest.mark.claim("decoder-masking", extension=PAGED)
+@pytest.mark.requires("paged_attention", "causal_attention")
+@needs_variant(causal_alignment="bottom-right")
+@given(case=paged_cases())
+@example(case=PackedEdge("paged-tiles"))
+def test_paged_attention_equals_its_own_causal_attention_over_the_gathered_cache(impl, case):
+    """Sequence b's output equals the implementation's own ``causal_attention`` (bottom-right) of its queries
+    against its keys and values gathered here from the pages (an exact copy): reading through the block table
+    changes nothing. Both evaluations within the paged bound."""
+    c = case.cast(impl.dtype)
+    out = np.asarray(impl.paged_attention(*c.args()), dtype=np.float64)
+    bound = T.self_consistency(T.paged_attention_error, *c.args(), dtype=impl.dtype)
+    r = c.q.shape[2] // c.k_cache.shape[2]
+    heads = lambda a, rep=1: np.repeat(np.moveaxis(a, 1, 0), rep, axis=0)  # (n, h, d) -> (h·rep, n, d)
+    for b, n in enumerate(c.seq_lens):
+        k, v = gather_pages(c.k_cache, c.block_table[b], n), gather_pages(c.v_cache, c.block_table[b], n)
+        own = impl.causal_attention(heads(c.q[b]), heads(k, r), heads(v, r), "bottom-right", None, c.scale)
+        T.assert_close(out[b], np.moveaxis(np.asarray(own, dtype=np.float64), 0, 1), T.Bound(bound.abs[b], bound.tol),
+                       c.describe() + f": sequence {b} vs causal_attention over its {int(n)} gathered positions",
+                       names=("paged", "causal_attention(gathered)"))
+
+
+@pytest.mark.claim("decoder-masking", extension=PAGED)
 @pytest.mark.requires("paged_attention")
 @given(case=paged_cases(), more=st.data())
 def test_paged_attention_is_invariant_to_the_physical_page_order(impl, case, more):
@@ -216,6 +240,8 @@ CONTROLS = [
     (test_keys_of_other_sequences_do_not_change_a_sequences_output, {}, C.zoo("varlen_boundary_leak")),
     (test_every_key_of_its_own_sequence_a_query_may_see_changes_its_output, {}, C.zoo("varlen_causal_top_left")),
     (test_paged_attention_matches_attention_over_the_gathered_cache, {}, C.zoo("paged_block_index_off_by_one")),
+    (test_paged_attention_equals_its_own_causal_attention_over_the_gathered_cache, {},
+     C.zoo("paged_last_page_read_whole")),
     (test_paged_attention_is_invariant_to_the_physical_page_order, {}, C.zoo("paged_block_table_ignored")),
     (test_unused_pages_and_the_tail_of_the_last_page_change_nothing, {}, C.zoo("paged_last_page_read_whole")),
 ]
