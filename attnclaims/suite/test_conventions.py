@@ -10,6 +10,15 @@ or every call raised ``NotImplementedError``) records nothing and is not applica
 rows are from the reference is recorded alongside (in units of their derived
 bound), not judged: the claim tests do that. The probes are tagged with the
 claim they bear on, role ``illustration``.
+
+One exception: where the implementation *declares* a variant (``causal_alignment``, ``rope_layout``), the probe
+of that variant is a check. A probe that finds a declared variant applied as another one — bottom-right
+declared, top-left applied; interleaved pairs declared, rotate-half applied — records what it found and then
+fails (:func:`_declared_variants_hold`): the declaration is what the strategies draw from and what the report
+reads, so a contradiction is a failure, not a note. A declared variant the call declines or raises on is left to
+the claim tests. ``test_probe_fails_a_misdeclared_implementation`` (a negative control) shows each such probe
+failing an implementation that declares a variant it does not apply, and passing the correct composed
+reference.
 """
 from __future__ import annotations
 
@@ -18,11 +27,13 @@ import inspect
 import numpy as np
 import pytest
 
-from attnclaims.guard import CheckFailure, NotApplicable
+from attnclaims.guard import CheckFailure, GuardedImplementation, NotApplicable
 from attnclaims.reference import attention as ref_attention
 from attnclaims.reference import init_multi_head, multi_head_attention as ref_mha
 from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
+from attnclaims.checks import controls as C
+from attnclaims.zoo.mutants import Composed
 
 
 
@@ -181,8 +192,10 @@ def test_causal_attention_alignment_convention(impl, attn_record):
             continue
         observed[alignment] = next((name for name, m in shapes.items() if np.array_equal(out > 0, m)), "other")
     observed = _computed_something(impl, "causal_attention", observed)
-    attn_record(convention="causal-alignment (causal_attention)", value=observed,
-                declared=list(declared_variants(impl)["causal_alignment"]))
+    declared = list(declared_variants(impl)["causal_alignment"])
+    attn_record(convention="causal-alignment (causal_attention)", value=observed, declared=declared)
+    _declared_variants_hold(impl, "causal_alignment", declared, observed, "causal_attention(q (2, 2), k (3, 2), v = I, "
+                            "alignment)")
 
 
 @pytest.mark.claim("positional-encoding", role="illustration", extension="rotary position embeddings")
@@ -204,4 +217,48 @@ def test_rotary_pair_layout_convention(impl, attn_record):
         partner = int(np.argmax(np.abs(out[0, 1:]))) + 1
         observed[layout] = {1: "interleaved", 2: "half"}.get(partner, "other")
     observed = _computed_something(impl, "rotary_embedding", observed)
-    attn_record(convention="rope-layout", value=observed, declared=list(declared_variants(impl)["rope_layout"]))
+    declared = list(declared_variants(impl)["rope_layout"])
+    attn_record(convention="rope-layout", value=observed, declared=declared)
+    _declared_variants_hold(impl, "rope_layout", declared, observed, "rotary_embedding(e_0 (1, 4), positions [1], "
+                            "10000, layout)")
+
+
+def _declared_variants_hold(impl, key: str, declared, observed: dict, call: str) -> None:
+    """Fail when a declared variant was observed applied as another one (a variant name, or "other": neither
+    shape of the probe). Declined calls and calls that raised are not contradictions the probe can judge."""
+    wrong = {v: observed[v] for v in declared
+             if v in observed and isinstance(observed[v], str) and not observed[v].startswith(("raises", "not applicable"))
+             and observed[v] != v}
+    if wrong:
+        said = "; ".join(f"{key}={v!r} applied as {got!r}" for v, got in wrong.items())
+        raise CheckFailure(f"{impl.name} declares {key}={tuple(declared)!r}, but {call} shows {said}: the declared "
+                           f"variant is not the one computed (fix the declaration or the code)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Negative controls: a probe of a declared variant fails an implementation that applies another one
+# ---------------------------------------------------------------------------------------------
+
+#: (probe, claim, the zoo mutant that declares the variant and applies another one)
+PROBE_CONTROLS = [
+    (test_causal_attention_alignment_convention, "decoder-masking", "causal_bottom_right_as_top_left"),
+    (test_rotary_pair_layout_convention, "positional-encoding", "rope_wrong_layout"),
+]
+
+
+def _guarded(factory):
+    impl = factory()
+    return GuardedImplementation(impl, spec=type(impl).__name__, timeout=None)
+
+
+@pytest.mark.parametrize("probe, mutant", [
+    pytest.param(probe, mutant, id=f"{probe.__name__}--{mutant}", marks=pytest.mark.claim(claim, role="control"))
+    for probe, claim, mutant in PROBE_CONTROLS])
+def test_probe_fails_a_misdeclared_implementation(probe, mutant):
+    """The mutant keeps the default declaration (both alignments, both layouts) and applies one variant as the
+    other: the probe must fail it; the correct composed reference, declaring the same, must pass it."""
+    records = []
+    with pytest.raises(CheckFailure, match="is not the one computed"):
+        probe(impl=_guarded(C.zoo(mutant)), attn_record=lambda **kw: records.append(kw))
+    assert records, "the probe recorded nothing before failing"
+    probe(impl=_guarded(Composed), attn_record=lambda **kw: records.append(kw))

@@ -138,6 +138,24 @@ def test_rotary_embedding_matches_reference(impl, data):
                    f"rotary_embedding(x{x.shape}, base={base}, layout={layout!r}) vs reference")
 
 
+@pytest.mark.claim("positional-encoding", kind="conformance", extension=ROPE)
+@pytest.mark.requires("rotary_embedding")
+@given(data=rope_cases(), more=st.data())
+def test_rotary_embedding_at_two_offsets_matches_reference(impl, data, more):
+    """The same rows rotated at two runs of positions of the same length — the drawn ones and the same shifted
+    by s (1, the length, 1000 or 2¹⁵: a decoding step's offset) — in two calls one after the other: each equals
+    the reference's. A cos/sin table cached by the sequence length alone answers the second call with the first
+    call's angles; tests that compare calls only with each other (the offset property) cannot see that."""
+    x, pos, base, layout = data
+    x = S.cast(x, impl.dtype)
+    shift = int(more.draw(st.sampled_from((1, x.shape[-2], 1000, 2**15)), label="shift s"))
+    for i, (which, p) in enumerate((("positions", pos), (f"positions + {shift}", pos + shift))):
+        T.assert_close(impl.rotary_embedding(x, p, base, layout), ref_rotary(x, p, base, layout),
+                       T.conformance(MT.rotary_error, x, p, base, layout, dtype=impl.dtype),
+                       f"rotary_embedding(x{x.shape}, {which}, base={base}, layout={layout!r}), call {i + 1} of 2 "
+                       "at one length, vs reference")
+
+
 @pytest.mark.claim("positional-encoding", extension=ROPE)
 @pytest.mark.requires("rotary_embedding")
 @given(data=rope_cases())
@@ -272,6 +290,7 @@ def test_keys_a_query_may_not_see_do_not_change_its_output(impl, case, more):
 @pytest.mark.claim("decoder-masking", extension="causal alignment")
 @pytest.mark.requires("causal_attention")
 @given(case=M.causal_cases().filter(lambda c: c.scale is None or 0.1 <= c.scale <= 2.0))
+@example(case=KernelEdge("decode-top-left"))
 @example(case=KernelEdge("decode-bottom-right"))
 @example(case=KernelEdge("bottom-right-long-cache"))
 @example(case=KernelEdge("short-window"))
@@ -310,6 +329,7 @@ CONTROLS = [
     (test_grouped_query_equals_multi_head_with_repeated_kv_heads, {}, C.zoo("gqa_kv_heads_tiled")),
     (test_grouped_query_output_is_the_sum_of_head_terms, {}, C.zoo("gqa_first_kv_head_only")),
     (test_rotary_embedding_matches_reference, {}, C.zoo("rope_wrong_layout")),
+    (test_rotary_embedding_at_two_offsets_matches_reference, {}, C.zoo("rope_table_cached_by_length")),
     (test_rotary_embedding_preserves_norms, {}, C.zoo("rope_in_place_update")),
     (test_rotary_scores_depend_only_on_the_offset, {}, C.zoo("rope_in_place_update")),
     (test_rotary_embedding_breaks_permutation_equivariance, {}, C.zoo("rope_positions_ignored")),

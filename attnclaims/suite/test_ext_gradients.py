@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from attnclaims.checks import bounds as BP
@@ -43,6 +43,7 @@ from attnclaims.checks.strategies import needs_variant
 from attnclaims.checks import controls as C
 from attnclaims.checks.assertions import output_gradient as _d
 from attnclaims.checks.assertions import vjp_bound as _bound
+from attnclaims.checks.strategies.attention import KernelEdge
 from attnclaims.checks.strategies.ffn import gated_cases
 from attnclaims.checks.strategies.multihead import gqa_cases
 from attnclaims.checks.strategies.norms import rms_cases
@@ -138,9 +139,13 @@ def _causal_vjp_check(impl, case, seed):
 @pytest.mark.claim("decoder-masking", kind="conformance", extension=ALIGN)
 @pytest.mark.requires("causal_attention_vjp")
 @given(case=M.causal_cases(window=False), seed=S.seeds())
+@example(case=KernelEdge("decode-top-left"), seed=0)
+@example(case=KernelEdge("decode-bottom-right"), seed=0)
 def test_causal_attention_vjp_matches_reference(impl, case, seed):
     """(dq, dk, dv) of causal attention for each declared alignment (n_q ≠ n_k drawn): attention's backward
-    under the aligned causal mask; bounds :func:`~attnclaims.checks.bounds.attention_vjp_error`."""
+    under the aligned causal mask; bounds :func:`~attnclaims.checks.bounds.attention_vjp_error`. Also, for each
+    declared alignment, the decoding shape: one query against a cache of 2T + 5 keys (T the smallest declared
+    tile)."""
     _causal_vjp_check(impl, case, seed)
 
 
@@ -235,15 +240,18 @@ def test_sliding_window_vjp_gives_keys_outside_every_window_exactly_zero_gradien
 def test_decoder_block_gradient_does_not_reach_future_positions(impl, case, seed, pick):
     """Output i of the block depends on positions 0 … i only: with d_out zero at positions ≥ m, dx is exactly 0
     at positions ≥ m (through the causal attention with its GQA heads and RoPE, the norms, the FFN and the
-    residual paths)."""
+    residual paths) — also with a key-padding mask beside the causal one (half the draws, where the
+    implementation takes one)."""
     c = case.cast(impl.dtype)
     n = c.x.shape[-2]
+    mask = pick.draw(M.block_masks(c.x.shape[0], n), label="mask")
     m = pick.draw(st.integers(1, n - 1), label="m")
     d = _d(seed, c.x.shape, impl.dtype)
     d[..., m:, :] = 0
-    dx, _ = impl.decoder_block_vjp(c.x, c.params, d)
-    T.assert_exactly_zero(np.asarray(dx)[..., m:, :], f"decoder block dx at positions ≥ {m} (d_out zero there)",
-                          name="dx")
+    dx, _ = impl.decoder_block_vjp(c.x, c.params, d, mask=mask)
+    padded = "" if mask is None else " with a key-padding mask"
+    T.assert_exactly_zero(np.asarray(dx)[..., m:, :],
+                          f"decoder block dx at positions ≥ {m} (d_out zero there){padded}", name="dx")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -381,25 +389,29 @@ def test_grouped_query_kv_gradients_are_group_sums_of_the_repeated_heads(impl, d
 
 @pytest.mark.claim("parallel-training", extension=BLOCK)
 @pytest.mark.requires("decoder_block_vjp")
-@given(case=M.block_cases(max_seq=8), seed=S.seeds())
-def test_one_block_backward_equals_the_sum_of_per_position_backwards(impl, case, seed):
+@given(case=M.block_cases(max_seq=8, tiles=False), seed=S.seeds(), more=st.data())
+def test_one_block_backward_equals_the_sum_of_per_position_backwards(impl, case, seed, more):
     """Teacher forcing trains every position at once: the vjp is linear in d_out, so one backward with all of
     d_out equals the sum of n backwards with d_out restricted to one position each (the n sequential steps'
-    gradients), for dx and every parameter gradient. Bound: the n + 1 evaluations' measured bounds added,
-    plus the test's float64 sums."""
+    gradients), for dx and every parameter gradient; with a key-padding mask beside the causal one in half the
+    draws (where the implementation takes one). Bound: the n + 1 evaluations' measured bounds added, plus the
+    test's float64 sums. (n ≤ 8, no tile-crossing sizes: n + 1 backward passes and measured bounds per example.)"""
     c = case.cast(impl.dtype)
     x, p = c.x, c.params
     n = x.shape[-2]
+    mask = more.draw(M.block_masks(x.shape[0], n), label="mask")
     d = _d(seed, x.shape, impl.dtype)
-    whole = dict(BP.leaves(impl.decoder_block_vjp(x, p, d)))
-    bounds = MBP.measured_bounds("decoder_block_vjp", RB.decoder_block_vjp(x, p, d), (x, p, d, None), impl.dtype)
+    whole = dict(BP.leaves(impl.decoder_block_vjp(x, p, d, mask=mask)))
+    bounds = MBP.measured_bounds("decoder_block_vjp", RB.decoder_block_vjp(x, p, d, mask=mask), (x, p, d, mask),
+                                 impl.dtype)
     total = {name: np.zeros(np.shape(g)) for name, g in whole.items()}
     slack = {name: b.abs.copy() for name, b in bounds.items()}
     for i in range(n):
         di = np.zeros_like(d)
         di[..., i, :] = d[..., i, :]
-        part = dict(BP.leaves(impl.decoder_block_vjp(x, p, di)))
-        b_i = MBP.measured_bounds("decoder_block_vjp", RB.decoder_block_vjp(x, p, di), (x, p, di, None), impl.dtype)
+        part = dict(BP.leaves(impl.decoder_block_vjp(x, p, di, mask=mask)))
+        b_i = MBP.measured_bounds("decoder_block_vjp", RB.decoder_block_vjp(x, p, di, mask=mask), (x, p, di, mask),
+                                  impl.dtype)
         for name in total:
             total[name] = total[name] + np.asarray(part[name], dtype=np.float64)
             slack[name] = slack[name] + b_i[name].abs + T.U64 * np.abs(total[name])

@@ -206,10 +206,11 @@ def _block_bound(impl, x, p, mask=None) -> T.Bound:
 
 @pytest.mark.claim("decoder-masking", kind="conformance", extension=BLOCK)
 @pytest.mark.requires("decoder_block")
-@given(case=M.block_cases(), more=st.data())
+@given(case=M.block_cases(offset=True), more=st.data())
 def test_decoder_block_matches_reference(impl, case, more):
     """The block (its drawn norm, FFN, RoPE, placement, K/V heads; sometimes a padding mask on top of the
-    causal one) equals the reference's."""
+    causal one; in one draw in 3 a large common offset in the attention's output bias, which the norm after the
+    residual meets) equals the reference's."""
     c = case.cast(impl.dtype)
     batch, n = c.x.shape[0], c.x.shape[1]
     mask = more.draw(M.block_masks(batch, n), label="mask")
@@ -221,32 +222,55 @@ def test_decoder_block_matches_reference(impl, case, more):
 
 @pytest.mark.claim("decoder-masking", extension=BLOCK)
 @pytest.mark.requires("decoder_block")
+def _prefix_mask(mask, t: int):
+    """A block mask cut to positions 0 … t: its keys, and its queries where it has a query axis."""
+    if mask is None:
+        return None
+    mask = np.asarray(mask)[..., : t + 1]
+    return mask if mask.shape[-2] == 1 else np.ascontiguousarray(mask[..., : t + 1, :])
+
+
+def _masked(mask) -> str:
+    return "" if mask is None else f", with a padding mask of lengths {np.asarray(mask).sum(axis=-1).ravel().tolist()}"
+
+
+@pytest.mark.claim("decoder-masking", extension=BLOCK)
+@pytest.mark.requires("decoder_block")
 @given(case=M.block_cases(min_seq=2, generic=True), pick=st.data())
 def test_decoder_block_outputs_ignore_later_positions(impl, case, pick):
-    """Replace every position after t: the outputs at 0 … t do not change (the block is causal)."""
+    """Replace every position after t: the outputs at 0 … t do not change (the block is causal) — also when a
+    key-padding mask is passed with it (in half the draws where the implementation takes one): the causal mask
+    stays on beside the padding (a block that runs a given padding mask instead of its causal one, the bug
+    class of a padding fast path with is_causal left off, fails here)."""
     c = case.cast(impl.dtype)
     n = c.x.shape[-2]
+    mask = pick.draw(M.block_masks(c.x.shape[0], n), label="mask")
     t = pick.draw(st.integers(0, n - 2), label="t")
     x2 = c.x.copy()
     x2[..., t + 1 :, :] = pick.draw(S.random_arrays(x2[..., t + 1 :, :].shape), label="new later positions")
-    bound = _block_bound(impl, c.x, c.params) + _block_bound(impl, x2, c.params)
-    T.assert_close(impl.decoder_block(x2, c.params)[..., : t + 1, :], impl.decoder_block(c.x, c.params)[..., : t + 1, :],
-                   T.Bound(bound.abs[..., : t + 1, :], bound.tol), f"block outputs 0..{t} after changing positions > {t}",
+    bound = _block_bound(impl, c.x, c.params, mask) + _block_bound(impl, x2, c.params, mask)
+    T.assert_close(impl.decoder_block(x2, c.params, mask)[..., : t + 1, :],
+                   impl.decoder_block(c.x, c.params, mask)[..., : t + 1, :],
+                   T.Bound(bound.abs[..., : t + 1, :], bound.tol),
+                   f"block outputs 0..{t} after changing positions > {t}{_masked(mask)}",
                    names=("block(x')[:t+1]", "block(x)[:t+1]"))
 
 
 @pytest.mark.claim("parallel-training", extension=BLOCK)
 @pytest.mark.requires("decoder_block")
-@given(case=M.block_cases(max_seq=16))
-def test_decoder_block_parallel_pass_equals_running_on_prefixes(impl, case):
+@given(case=M.block_cases(max_seq=16), more=st.data())
+def test_decoder_block_parallel_pass_equals_running_on_prefixes(impl, case, more):
     """block(x[:t+1])[t] = block(x)[t] for every t: one parallel pass computes what generating position by
-    position would (without a cache)."""
+    position would (without a cache); with a key-padding mask (half the draws, where the implementation takes
+    one) each prefix gets the mask's first t + 1 keys."""
     c = case.cast(impl.dtype)
     n = c.x.shape[-2]
-    full = impl.decoder_block(c.x, c.params)
-    steps = np.stack([impl.decoder_block(np.ascontiguousarray(c.x[..., : t + 1, :]), c.params)[..., t, :]
-                      for t in range(n)], axis=-2)
-    T.assert_close(steps, full, 2 * _block_bound(impl, c.x, c.params), f"block on {n} growing prefixes vs one pass",
+    mask = more.draw(M.block_masks(c.x.shape[0], n), label="mask")
+    full = impl.decoder_block(c.x, c.params, mask)
+    steps = np.stack([impl.decoder_block(np.ascontiguousarray(c.x[..., : t + 1, :]), c.params,
+                                         _prefix_mask(mask, t))[..., t, :] for t in range(n)], axis=-2)
+    T.assert_close(steps, full, 2 * _block_bound(impl, c.x, c.params, mask),
+                   f"block on {n} growing prefixes vs one pass{_masked(mask)}",
                    names=("step t on x[:t+1]", "parallel pass"))
 
 
@@ -262,7 +286,7 @@ def test_cached_decoding_matches_the_reference_parallel_pass(impl, case, schedul
     the KV cache: every output equals the reference's parallel causal pass."""
     c = case.cast(impl.dtype)
     n = c.x.shape[-2]
-    prompt, chunk = schedule.draw(M.decode_schedules(n), label="(prompt_length, chunk)")
+    prompt, chunk = schedule.draw(M.decode_schedules(n, long_cache=c.tiled), label="(prompt_length, chunk)")
     out = impl.decoder_block_decode(c.x, c.params, prompt, chunk)
     T.assert_close(out, ref_block(c.x, c.params), T.conformance(MT.decoder_block_error, c.x, c.params, dtype=impl.dtype),
                    f"decoder_block_decode(n={n}, prompt_length={prompt}, chunk={chunk}) vs reference decoder_block",
@@ -277,7 +301,7 @@ def test_cached_decoding_equals_the_parallel_pass(impl, case, schedule):
     step size (the KV cache is an optimisation, never a different model)."""
     c = case.cast(impl.dtype)
     n = c.x.shape[-2]
-    prompt, chunk = schedule.draw(M.decode_schedules(n), label="(prompt_length, chunk)")
+    prompt, chunk = schedule.draw(M.decode_schedules(n, long_cache=c.tiled), label="(prompt_length, chunk)")
     T.assert_close(impl.decoder_block_decode(c.x, c.params, prompt, chunk), impl.decoder_block(c.x, c.params),
                    2 * _block_bound(impl, c.x, c.params),
                    f"decoder_block_decode(n={n}, prompt_length={prompt}, chunk={chunk}) vs decoder_block",
@@ -310,9 +334,10 @@ def test_step_decoding_matches_the_reference_parallel_pass(impl, case, schedule)
     m positions per step against the cache the previous step returned, for any number of steps (m ≤ n
     positions decoded): every output equals the reference's parallel causal pass."""
     c = case.cast(impl.dtype)
-    m = schedule.draw(st.integers(1, c.x.shape[-2]), label="positions decoded")
+    n = c.x.shape[-2]
+    m = n if c.tiled else schedule.draw(st.integers(1, n), label="positions decoded")
     x = np.ascontiguousarray(c.x[..., :m, :])
-    prompt, chunk = schedule.draw(M.decode_schedules(m), label="(prompt_length, chunk)")
+    prompt, chunk = schedule.draw(M.decode_schedules(m, long_cache=c.tiled), label="(prompt_length, chunk)")
     out, caches = _step_decode(impl, x, c.params, prompt, chunk)
     T.assert_close(out, ref_block(x, c.params), T.conformance(MT.decoder_block_error, x, c.params, dtype=impl.dtype),
                    f"{len(caches)} decoder_block_step calls (m={m}, prompt_length={prompt}, chunk={chunk}) vs "
@@ -328,7 +353,7 @@ def test_step_cache_matches_the_reference_cache(impl, case, schedule):
     rotated at the wrong positions fail at the first step that shows it, before any output does."""
     c = case.cast(impl.dtype)
     n = c.x.shape[-2]
-    prompt, chunk = schedule.draw(M.decode_schedules(n), label="(prompt_length, chunk)")
+    prompt, chunk = schedule.draw(M.decode_schedules(n, long_cache=c.tiled), label="(prompt_length, chunk)")
     _, caches = _step_decode(impl, c.x, c.params, prompt, chunk)
     _, want = ref_step(c.x, None, c.params, 0)
     bounds = {part: T.conformance(MT.kv_cache_error, c.x, c.params, part, dtype=impl.dtype) for part in "kv"}
@@ -351,7 +376,7 @@ def test_step_decoding_outputs_ignore_later_positions(impl, case, schedule):
     and nothing of a later step reaches an earlier one."""
     c = case.cast(impl.dtype)
     n = c.x.shape[-2]
-    prompt, chunk = schedule.draw(M.decode_schedules(n), label="(prompt_length, chunk)")
+    prompt, chunk = schedule.draw(M.decode_schedules(n, long_cache=c.tiled), label="(prompt_length, chunk)")
     t = schedule.draw(st.integers(0, n - 2), label="t")
     x2 = c.x.copy()
     x2[..., t + 1 :, :] = schedule.draw(S.random_arrays(x2[..., t + 1 :, :].shape), label="new later positions")
@@ -371,7 +396,7 @@ def test_step_decoding_equals_the_parallel_pass(impl, case, schedule):
     step size (the KV cache is an optimisation, never a different model)."""
     c = case.cast(impl.dtype)
     n = c.x.shape[-2]
-    prompt, chunk = schedule.draw(M.decode_schedules(n), label="(prompt_length, chunk)")
+    prompt, chunk = schedule.draw(M.decode_schedules(n, long_cache=c.tiled), label="(prompt_length, chunk)")
     out, caches = _step_decode(impl, c.x, c.params, prompt, chunk)
     T.assert_close(out, impl.decoder_block(c.x, c.params), 2 * _block_bound(impl, c.x, c.params),
                    f"{len(caches)} decoder_block_step calls (n={n}, prompt_length={prompt}, chunk={chunk}) vs "
@@ -460,6 +485,9 @@ CONTROLS = [
     (test_decoder_block_matches_reference, {}, C.zoo("rope_queries_only")),
     (test_decoder_block_outputs_ignore_later_positions, {}, C.zoo("block_not_causal")),
     (test_decoder_block_parallel_pass_equals_running_on_prefixes, {}, C.zoo("block_not_causal")),
+    # causal only without a padding mask: caught where the padding mask is drawn with the causal one
+    (test_decoder_block_outputs_ignore_later_positions, {}, C.zoo("block_causal_dropped_with_padding")),
+    (test_decoder_block_parallel_pass_equals_running_on_prefixes, {}, C.zoo("block_causal_dropped_with_padding")),
     (test_cached_decoding_matches_the_reference_parallel_pass, {}, C.zoo("cache_not_updated")),
     (test_cached_decoding_equals_the_parallel_pass, {}, C.zoo("cache_updated_twice")),
     (test_step_decoding_matches_the_reference_parallel_pass, {}, C.zoo("decode_chunk_top_left")),

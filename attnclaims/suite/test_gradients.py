@@ -33,7 +33,9 @@ from attnclaims.checks import controls as C
 from attnclaims.checks.assertions import output_gradient as _d
 from attnclaims.checks.assertions import read_weights
 from attnclaims.checks.assertions import vjp_bound as _bound
+from attnclaims.checks.strategies.attention import tile_padding
 from attnclaims.checks.strategies.layers import decoder_cases, encoder_cases
+from attnclaims.checks.strategies.multihead import tile_model_case
 from attnclaims.guard import GuardedImplementation
 from attnclaims.protocol import supports
 from attnclaims.reference import attention_weights as ref_weights
@@ -434,13 +436,19 @@ def _check_measured(capability, got, want, args, dtype, what):
 @given(case=S.model_cases(), data=st.data(), seed=S.seeds())
 def test_multi_head_attention_vjp_matches_reference(impl, case, data, seed):
     """(dx_q, dx_kv, dparams) of multi-head attention (self or cross, a mask shared by the heads) equal the
-    reference's within the per-case measured bound (:mod:`attnclaims.checks.bounds`)."""
-    c = case.cast(impl.dtype)
-    dd = c.dims
+    reference's within the per-case measured bound (:mod:`attnclaims.checks.bounds`); in one draw in
+    ``TILE_ODDS`` at sizes that cross tiles (:func:`~attnclaims.checks.strategies.multihead.tile_model_case`:
+    n_q, n_k around the declared tiles, one query against a long memory, head widths 7, 23, 37, 17, 64), a
+    mask there hiding whole key blocks from some queries."""
     cross = data.draw(S.cross_or_self(), label="cross")
+    crossed = data.draw(tile_model_case(case, square=not cross), label="tile-crossing sizes")
+    c = crossed.cast(impl.dtype)
+    dd = c.dims
     p = data.draw(S.multi_head_params(dd.d_model, dd.num_heads), label="params")
     x_kv = c.memory if cross else c.x
     mask = data.draw(st.none() | S.mask_forms(dd.batch, dd.n_q, x_kv.shape[-2]), label="mask")
+    if crossed is not case and mask is not None:
+        mask = data.draw(tile_padding(mask), label="mask with whole key blocks hidden")
     d = _d(seed, c.x.shape, impl.dtype)
     got = impl.multi_head_attention_vjp(c.x, x_kv, p, d, mask=mask)
     want = RB.multi_head_attention_vjp(c.x, x_kv, p, d, mask=mask)

@@ -70,9 +70,12 @@ def test_encoder_layer_matches_reference(impl, data):
 @pytest.mark.claim("encoder-structure", kind="conformance", extension="Pre-LN")
 @pytest.mark.requires("encoder_layer")
 @S.needs_variant(norm_first=True)
-@given(data=encoder_cases(norm_first=True))
+@given(data=encoder_cases(norm_first=True, offset=True))
 def test_pre_ln_encoder_layer_matches_reference(impl, data):
-    """The same layer with Pre-LN placement x + Sublayer(LN(x)): equal to the reference's Pre-LN layer."""
+    """The same layer with Pre-LN placement x + Sublayer(LN(x)): equal to the reference's Pre-LN layer. In one
+    draw in 3 (float32 and float64) the self-attention's output bias carries a large common offset, so that the
+    norm after the residual meets rows whose mean is far larger than their spread (a one-pass variance
+    E[x²] − E[x]² cancels there; the decoder layer's and the decoder block's conformance tests draw it too)."""
     check_encoder_layer(impl, data)
 
 
@@ -117,7 +120,7 @@ def test_a_stack_of_pre_ln_layers_composes(impl, data, more, n_layers):
 
 @pytest.mark.claim("decoder-masking", "cross-attention", kind="conformance")
 @pytest.mark.requires("decoder_layer")
-@given(data=decoder_cases())
+@given(data=decoder_cases(offset=True))
 def test_decoder_layer_matches_reference(impl, data):
     """Masked self-attention (causal ∧ self_mask), cross-attention to the memory (memory_mask), FFN, each
     in residual + LN: equal to the reference's decoder layer (evidence for both masked sub-layers)."""
@@ -389,6 +392,9 @@ CONTROLS = [
     (test_a_stack_of_pre_ln_layers_composes, {}, C.zoo("residual_missing")),
     (test_a_stack_of_layers_composes, {}, C.zoo("residual_missing")),
     (test_decoder_layer_matches_reference, {}, C.zoo("decoder_memory_mask_ignored")),
+    # the one-pass variance E[x²] − E[x]² met inside the layer (the self-attention's output bias offset)
+    (test_pre_ln_encoder_layer_matches_reference, {}, C.zoo("ln_naive_variance")),
+    (test_decoder_layer_matches_reference, {}, C.zoo("ln_naive_variance")),
     (test_decoder_outputs_ignore_later_targets, {}, C.zoo("decoder_self_mask_replaces_causal")),
     (test_causal_weights_on_future_positions_are_exactly_zero, {}, C.zoo("mask_additive_minus_1e4")),
     (test_causal_weights_on_future_positions_are_exactly_zero, {}, C.zoo("tiled_over_masking")),

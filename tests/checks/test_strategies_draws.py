@@ -620,7 +620,7 @@ def test_layer_norm_inputs_follow_their_note_and_cover_the_documented_sigmas_and
         # of the offset, 1e6·16 at most: 4e-9 absolute, far above σ·1e-12 when the offset is large)
         assert np.all(np.abs(x - ratio * sigma) <= sigma * (1 + 1e-12) + 4 * np.spacing(abs(ratio * sigma) + sigma))
         sigmas.add(sigma), ratios.add(ratio), shapes.add(x.shape)
-    assert sigmas == {1.0, 1e-2, 3e-3, 1e-4, 16.0} and ratios == {0.0, 1.0, 1e2, 1e4, 1e6}
+    assert sigmas == {1.0, 1e-2, 3e-3, 1e-4, 16.0, 512.0} and ratios == {0.0, 1.0, 1e2, 1e4, 1e6}
     assert {len(s) for s in shapes} == {2, 3, 4} and any(s[-2] == 1 for s in shapes) and any(s[-1] == 1 for s in shapes)
     assert any(s[-1] == CI.max_dim for s in shapes)
 

@@ -312,3 +312,113 @@ def test_without_value_width_values_of_other_widths_are_drawn():
 
     draw()
     assert False in seen
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocks and decoding at tile-crossing sizes; padding masks; a large common offset in a layer
+# ---------------------------------------------------------------------------------------------
+
+def _block_draws(examples: int, **kwargs) -> list:
+    out = []
+
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=True)
+    @given(data=st.data())
+    def draw(data):
+        with S.following(_Declares(grouped_query=True)):
+            out.append(data.draw(M.block_cases(**kwargs)))
+
+    draw()
+    return out
+
+
+def test_blocks_cross_tiles_in_some_draws_and_only_with_tiles_on():
+    """One block draw in TILE_ODDS has n among the block's tile-crossing lengths (up to 2T + r for the smallest
+    default tile, or 65) and is marked ``tiled``; RoPE blocks keep an even head width there; ``tiles=False``
+    never crosses (the per-position backward sum, n + 1 backward passes, stays at n ≤ 8)."""
+    from attnclaims.checks.strategies.layers import block_tile_lengths
+
+    lengths = block_tile_lengths()
+    assert {15, 16, 17, 37, 63, 64, 65} <= set(lengths) and max(lengths) <= 65
+    cases = _block_draws(200)
+    tiled = [c for c in cases if c.tiled]
+    assert tiled, "no tile-crossing block in 200 draws"
+    for c in tiled:
+        assert c.x.shape[-2] in lengths and c.x.shape[0] <= 2
+        a = c.params.self_attn
+        assert a.d_model // a.num_heads in (7, 23, 37, 17, 64, 6, 22, 36, 16)
+        if c.params.rope is not None:
+            assert (a.d_model // a.num_heads) % 2 == 0
+    untiled = _block_draws(60, max_seq=8, tiles=False)
+    assert not any(c.tiled for c in untiled) and all(c.x.shape[-2] <= 8 for c in untiled)
+
+
+def test_long_cache_schedules_decode_one_or_two_queries_against_nearly_the_whole_sequence():
+    seen = set()
+
+    @settings(max_examples=60, deadline=None, database=None, derandomize=True)
+    @given(s=M.decode_schedules(33, long_cache=True))
+    def draw(s):
+        seen.add(s)
+
+    draw()
+    assert {p for p, _ in seen} == {32, 31, 30} and {c for _, c in seen} == {1, 2}
+
+
+@settings(max_examples=80, deadline=None, database=None)
+@given(data=st.data())
+def test_block_padding_masks_keep_key_zero_and_reach_tile_edges(data):
+    from attnclaims.checks.strategies.layers import block_padding_masks
+
+    n = data.draw(st.integers(1, 40))
+    m = data.draw(block_padding_masks(3, n))
+    assert m.shape == (3, 1, n) and m[..., 0].all()
+    lengths = m.sum(axis=-1).ravel()
+    assert all(m[b, 0, :L].all() and not m[b, 0, L:].any() for b, L in enumerate(lengths))
+
+
+def test_block_padding_masks_draw_the_tile_edge_lengths():
+    from attnclaims.checks.strategies.layers import block_padding_masks
+
+    seen = set()
+
+    @settings(max_examples=150, deadline=None, database=None, derandomize=True)
+    @given(data=st.data())
+    def draw(data):
+        seen.update(data.draw(block_padding_masks(2, 40)).sum(axis=-1).ravel().tolist())
+
+    draw()
+    assert {15, 16, 23} <= seen  # T − 1, T and n − T − 1 for T = 16
+
+
+def test_residual_offsets_are_powers_of_two_near_the_cube_root_of_one_over_u():
+    from attnclaims.checks.strategies.layers import residual_offset
+
+    import ml_dtypes
+
+    assert residual_offset(np.float64) == 2.0**18 and residual_offset(np.float32) == 2.0**8
+    assert residual_offset(np.float16) == 2.0**4 and residual_offset(ml_dtypes.bfloat16) == 2.0**3
+
+
+def test_an_offset_lands_on_the_self_attention_output_bias_in_some_draws_and_never_without_biases():
+    from attnclaims.checks.strategies.layers import encoder_cases
+
+    offsets = []
+
+    @settings(max_examples=80, deadline=None, database=None, derandomize=True)
+    @given(data=st.data())
+    def draw(data):
+        with S.following(_Declares()):
+            _, p, _ = data.draw(encoder_cases(offset=True))
+        offsets.append(float(np.abs(p.self_attn.b_o).max()))
+
+    draw()
+    assert any(o >= 2.0**18 - 1 for o in offsets) and any(o < 10 for o in offsets)
+
+    @settings(max_examples=40, deadline=None, database=None, derandomize=True)
+    @given(data=st.data())
+    def bias_free(data):
+        with S.following(_Declares(biases=(False,))):
+            _, p, _ = data.draw(encoder_cases(offset=True))
+        assert not p.self_attn.b_o.any()
+
+    bias_free()

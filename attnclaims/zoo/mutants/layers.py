@@ -134,6 +134,16 @@ class _BlockNotCausal(Composed):
         return None if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool), np.shape(mask)[:-2] + (n, n))
 
 
+@mutant("block_causal_dropped_with_padding", "decoder_block", ["decoder-masking", "parallel-training"],
+        "the block runs a given key-padding mask instead of its causal mask (a padding fast path with is_causal "
+        "left off): causal without a padding mask, not with one")
+class _BlockCausalDroppedWithPadding(Composed):
+    def _block_mask(self, n, mask):
+        if mask is None:
+            return super()._block_mask(n, mask)
+        return np.broadcast_to(np.asarray(mask, dtype=bool), np.shape(mask)[:-2] + (n, n))
+
+
 # ---------------------------------------------------------------------------------------------
 # KV-cache decoding
 # ---------------------------------------------------------------------------------------------

@@ -108,3 +108,15 @@ class _RopeInPlaceUpdate(Composed):
 class _RopePositionsIgnored(Composed):
     def _rope_angles(self, positions, d, base):
         return 0.0 * super()._rope_angles(positions, d, base)
+
+
+@mutant("rope_table_cached_by_length", "rotary_embedding", ROPE,
+        "the cos/sin table is cached by the sequence length alone (as a module that builds its table once per "
+        "length): a later call of the same length at other positions is rotated by the first call's angles")
+class _RopeTableCachedByLength(Composed):
+    def _rope_angles(self, positions, d, base):
+        tables = self.__dict__.setdefault("_tables", {})
+        key = (len(positions), d, base)
+        if key not in tables:
+            tables[key] = super()._rope_angles(positions, d, base)
+        return tables[key]

@@ -1,4 +1,5 @@
-"""16-bit mutants: a bfloat16 softmax whose row sum is accumulated in bfloat16, and two whose one bug is a small
+"""16-bit mutants: a bfloat16 softmax whose row sum is accumulated in bfloat16, a float16 layer norm whose variance
+is accumulated in float16, and two whose one bug is a small
 loss of accuracy: outputs within the 16-bit bounds that charge
 n·u per sum, far outside the float32-accumulation model's (``attnclaims/checks/bounds/common.py``, "float16 and
 bfloat16: the float32-accumulation model").
@@ -53,6 +54,23 @@ class _SoftmaxBfloat16Denominator(Composed):
             acc = (acc.astype(np.float64) + terms[..., j].astype(np.float64)).astype(ml_dtypes.bfloat16)
         denom = np.expand_dims(acc.astype(np.float64), axis)
         return np.divide(e, denom, out=np.zeros_like(e), where=denom > 0)
+
+
+@mutant("layer_norm_float16_variance", "layer_norm", ["layer-norm"],
+        "float16 layer norm whose variance Σ(x − μ)²/d is accumulated and kept in float16 (a reduction without a "
+        "float32 accumulator): a row whose spread reaches the hundreds overflows it to inf and is normalised to β",
+        dtype="float16")
+class _LayerNormFloat16Variance(Composed):
+    def layer_norm(self, x, gamma, beta, eps):
+        x = np.asarray(x, dtype=np.float64)
+        mu = x.mean(axis=-1, keepdims=True)
+        with np.errstate(over="ignore"):
+            squares = ((x - mu) ** 2).astype(np.float16)  # the float16 tensor that is summed (inf above 65504)
+            acc = np.zeros(squares.shape[:-1], dtype=np.float16)
+            for j in range(squares.shape[-1]):  # the accumulator stays float16: one rounding per add
+                acc = (acc.astype(np.float64) + squares[..., j].astype(np.float64)).astype(np.float16)
+            var = (acc.astype(np.float64) / x.shape[-1]).astype(np.float16).astype(np.float64)[..., None]
+        return np.asarray(gamma, dtype=np.float64) * ((x - mu) / np.sqrt(var + eps)) + np.asarray(beta, dtype=np.float64)
 
 
 # ---------------------------------------------------------------------------------------------
