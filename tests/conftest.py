@@ -8,6 +8,12 @@ session and hands every test the same results: under pytest-xdist too, through a
 session's shared temporary folder (the first worker that asks runs it, the others wait for it and read
 its file). Each test still makes its own assertions on that evidence.
 
+**Runs forked from a server.** Every run of the suite these fixtures start (:func:`suite_run`, and
+:func:`suite_tests` for the meta tests that run some modules against an adapter of their own) is forked
+from a fork server of this worker (:class:`SuiteServers`, one per hypothesis profile) that imported the
+libraries and every suite module once, as the kill matrix's servers do: a run no longer pays an interpreter,
+the imports and the suite's collection (8-15 s of CPU each, for 20-odd runs), only its own tests.
+
 **The slow tests start first, on both workers.** A test that runs the suite in child processes for
 minutes (:data:`SLOW`) is moved to the front of the collection, longest first, and ``pytest -n 2`` schedules
 by work stealing (``--dist worksteal``, unless a ``--dist`` is given): a worker that runs out of tests takes
@@ -110,26 +116,107 @@ def _locked(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def run_suite(folder: Path, spec: str, *, pythonpath: list[str], profile: str | None = "ci") -> SuiteRun:
-    """Every implementation test of ``attnclaims.suite`` against ``spec`` in a fresh pytest process, run in
-    ``folder`` (its rootdir) with ``pythonpath`` (where ``spec``'s module is) in front of the import path."""
+class SuiteServers:
+    """Fork servers of this (worker) process, one per hypothesis profile, each having imported the claim suite
+    once (a collect-only session of every suite module under that profile, as the kill matrix's servers do,
+    :class:`attnclaims.run.process.ForkServer`): a run of the suite forked from one starts no interpreter,
+    imports no library and no test module; it only builds its items and runs them. The runs are the same as
+    in a fresh interpreter (the ``ci`` profile draws each test's examples from the test alone; ``dev`` runs
+    here pass ``--hypothesis-seed``); ``ATTNCLAIMS_TEST_FRESH=1`` starts a fresh interpreter per run instead."""
+
+    def __init__(self, work: Path):
+        self.work = work
+        self.servers: dict[str, object] = {}
+        self.fresh = os.environ.get("ATTNCLAIMS_TEST_FRESH") == "1"
+
+    def get(self, profile: str):
+        from attnclaims.mutants import PRELOAD
+        from attnclaims.run import process
+
+        if self.fresh:
+            return None
+        if profile not in self.servers or self.servers[profile].proc.poll() is not None:  # none yet, or it ended
+            folder = self.work / f"server-{profile}"
+            folder.mkdir(parents=True, exist_ok=True)
+            collect = suite_args(["attnclaims.suite"], folder, spec="reference", profile=profile)
+            self.servers[profile] = process.ForkServer(preload=PRELOAD, env=process.child_env(one_thread=True),
+                                                       collect=collect)
+        return self.servers[profile]
+
+    def close(self) -> None:
+        for server in self.servers.values():
+            server.close()
+
+
+def suite_args(targets: list[str], folder: Path, *, spec: str, profile: str | None, results: Path | None = None,
+               select: str | None = None, extra: tuple[str, ...] = ()) -> list[str]:
+    """The pytest arguments of one run of the implementation tests of ``targets`` (packages or modules of the
+    claim suite) against ``spec``: the run layer's (one rootdir, the importlib import mode), ``-m impl_test``."""
+    from attnclaims.run import process
+
+    rootdir = process.suite_rootdir("attnclaims.suite", folder)
+    args = process.base_args(targets, folder, rootdir=rootdir)
+    args += ["-p", "no:xdist", "-m", "impl_test", "--attn-impl", spec,
+             *(["--hypothesis-profile", profile] if profile else []), *extra]
+    if results is not None:
+        args += ["--attn-results", str(results)]
+    if select:
+        args += ["-k", select]
+    return args
+
+
+def run_suite(folder: Path, spec: str, *, pythonpath: list[str], profile: str | None = "ci",
+              modules: list[str] | None = None, select: str | None = None, extra: tuple[str, ...] = (),
+              servers: SuiteServers | None = None, complete: bool = True, limit: float = RUN_LIMIT_S) -> SuiteRun:
+    """The implementation tests of ``attnclaims.suite`` (or of its ``modules``; ``-k select``) against ``spec``
+    in a pytest child run in ``folder``, forked from ``servers``' fork server for ``profile`` (else a fresh
+    interpreter), with ``pythonpath`` (where ``spec``'s module is) in front of the import path. ``complete``:
+    the run must have finished every test it collected."""
+    from attnclaims.run import process
+
     results = folder / "results.json"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(pythonpath), PYTHONDONTWRITEBYTECODE="1")
-    env.pop("PYTEST_ADDOPTS", None)
-    env.pop("PYTEST_XDIST_WORKER", None)
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-c", os.devnull,
-           "--rootdir", str(folder), "-m", "impl_test", *(["--hypothesis-profile", profile] if profile else []),
-           "--attn-impl", spec, "--attn-results", str(results), "--pyargs", "attnclaims.suite"]
-    proc = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=RUN_LIMIT_S)
-    output = f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
-    assert results.exists(), f"no results from {spec}: {output}"
+    results.unlink(missing_ok=True)
+    targets = [f"attnclaims.suite.{m}" for m in modules] if modules else ["attnclaims.suite"]
+    args = suite_args(targets, folder, spec=spec, profile=profile, results=results, select=select, extra=extra)
+    server = servers.get(profile) if servers is not None and profile else None
+    session = process.run_session(args, work=folder, name="suite", server=server, cwd=folder,
+                                  env=process.child_env(one_thread=True), path=[str(p) for p in pythonpath],
+                                  deadlines=process.Deadlines(overall=limit))
+    output = session.log_tail[-4000:]
+    assert results.exists(), f"no results from {spec}: {session.stopped}\n{output}"
     data = json.loads(results.read_text())
-    assert data["complete"], f"{spec}: the run stopped after {data['tests_run']} of {data['tests_total']} tests"
-    return SuiteRun(spec=spec, results=data, returncode=proc.returncode, output=output)
+    if complete:
+        assert data["complete"], f"{spec}: the run stopped after {data['tests_run']} of {data['tests_total']} tests"
+    returncode = session.session.get("exitstatus") if session.session else session.returncode
+    return SuiteRun(spec=spec, results=data, returncode=returncode, output=output)
 
 
 @pytest.fixture(scope="session")
-def suite_run(tmp_path_factory):
+def suite_servers(tmp_path_factory):
+    """This worker's :class:`SuiteServers`, closed at the end of the session."""
+    servers = SuiteServers(tmp_path_factory.mktemp("fork-servers"))
+    yield servers
+    servers.close()
+
+
+@pytest.fixture
+def suite_tests(suite_servers, tmp_path):
+    """``suite_tests(spec, pythonpath=[...], modules=None, select=None, profile="ci", extra=())``: one run of
+    :func:`run_suite` in a fresh folder under this test's ``tmp_path``, forked from this worker's server."""
+    count = iter(range(1_000_000))
+
+    def run(spec: str, *, pythonpath=(), modules=None, select=None, profile: str | None = "ci", extra=(),
+            complete: bool = True, limit: float = RUN_LIMIT_S) -> SuiteRun:
+        folder = tmp_path / f"suite-{next(count)}"
+        folder.mkdir()
+        return run_suite(folder, spec, pythonpath=list(pythonpath), profile=profile, modules=modules, select=select,
+                         extra=tuple(extra), servers=suite_servers, complete=complete, limit=limit)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def suite_run(tmp_path_factory, suite_servers):
     """``suite_run(spec, pythonpath=[...], profile="ci", files={name: source})``: :func:`run_suite` once per
     session for those arguments (``files`` are written into the run's folder first, which is on its import
     path), shared by every test and every xdist worker that asks for the same ones."""
@@ -151,7 +238,8 @@ def suite_run(tmp_path_factory):
                 folder.mkdir(exist_ok=True)
                 for name, source in files.items():
                     (folder / name).write_text(source, encoding="utf-8")
-                run = run_suite(folder, spec, pythonpath=[str(folder), *pythonpath], profile=profile)
+                run = run_suite(folder, spec, pythonpath=[str(folder), *pythonpath], profile=profile,
+                                servers=suite_servers)
                 saved.write_text(json.dumps(run.__dict__))
         mine[key] = run
         return run

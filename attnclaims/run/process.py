@@ -303,13 +303,15 @@ def kill_group(pgid: int) -> None:
 
 def run_session(args: list[str], *, work: Path, name: str, env: dict | None = None, deadlines: Deadlines | None = None,
                 on_event: Callable[[dict, Session], None] | None = None, server: "ForkServer | None" = None,
-                cwd: Path | None = None, stop: Callable[[], BaseException | None] | None = None) -> Session:
+                cwd: Path | None = None, stop: Callable[[], BaseException | None] | None = None,
+                path: list[str] | tuple[str, ...] = ()) -> Session:
     """Run ``pytest ARGS --attn-events …`` in a child (or a child forked by ``server``) until it ends
     or a limit is reached; never raises for what the child does. On any exception here (an
     interrupt, :class:`Terminated`) the child's process group is killed before it propagates.
     ``stop``: polled with the events; when it returns an interrupt (the caller's main thread was
     interrupted while this session runs in another thread) that interrupt is raised here, as if it
-    had arrived in this thread."""
+    had arrived in this thread. ``path``: folders put in front of the child's import path (``PYTHONPATH``
+    of a fresh child, ``sys.path`` of a forked one), where the implementation's module is."""
     deadlines = deadlines or Deadlines()
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
     events, log = work / f"{safe}.events.jsonl", work / f"{safe}.log"
@@ -320,7 +322,13 @@ def run_session(args: list[str], *, work: Path, name: str, env: dict | None = No
     s = Session(name=name)
     t0 = time.monotonic()
     tail = _Tail(events)
-    child = server.start(full, log, cwd or work) if server else _Child(full, cwd or work, env or child_env(), log)
+    if server:
+        child = server.start(full, log, cwd or work, path=path)
+    else:
+        env = dict(env or child_env())
+        if path:
+            env["PYTHONPATH"] = os.pathsep.join([*map(str, path), *filter(None, [env.get("PYTHONPATH")])])
+        child = _Child(full, cwd or work, env, log)
     try:
         while True:
             code = child.poll()
@@ -403,10 +411,12 @@ class ForkServer:
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
                                      start_new_session=True)
 
-    def start(self, args: list[str], log: Path, cwd: Path) -> "_Forked":
+    def start(self, args: list[str], log: Path, cwd: Path, path: list[str] | tuple[str, ...] = ()) -> "_Forked":
+        """Fork one session (``path``: folders put in front of its ``sys.path``)."""
         if self.proc.poll() is not None:
             raise RunError(f"the fork server ended ({describe_exit(self.proc.returncode)})")
-        self.proc.stdin.write(json.dumps({"args": args, "log": str(log), "cwd": str(cwd)}) + "\n")
+        job = {"args": args, "log": str(log), "cwd": str(cwd), "path": [str(p) for p in path]}
+        self.proc.stdin.write(json.dumps(job) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
@@ -451,9 +461,10 @@ class _Forked:
         _live(self.pid, False)
 
 
-def fork_pytest(args: list[str], log: str, cwd: str | None = None) -> int:
+def fork_pytest(args: list[str], log: str, cwd: str | None = None, path: list[str] | tuple[str, ...] = ()) -> int:
     """In a process that has imported pytest: fork a child (its own session) that runs
-    ``pytest.main(args)`` with its output in ``log``; returns the child's pid."""
+    ``pytest.main(args)`` with its output in ``log`` and ``path`` in front of its ``sys.path``; returns
+    the child's pid."""
     pid = os.fork()
     if pid == 0:  # the child: one pytest session, then leave without running the parent's exit code
         code = 3
@@ -464,6 +475,11 @@ def fork_pytest(args: list[str], log: str, cwd: str | None = None) -> int:
             os.dup2(fd, 2)
             if cwd:
                 os.chdir(cwd)
+            if path:
+                import importlib
+
+                sys.path[:0] = [p for p in path if p not in sys.path]
+                importlib.invalidate_caches()  # folders written after the server started
             import pytest
 
             code = int(pytest.main(args))
@@ -527,7 +543,7 @@ def _serve() -> None:
     answer = sys.stdout
     for line in sys.stdin:
         job = json.loads(line)
-        pid = fork_pytest(job["args"], job["log"], job.get("cwd"))
+        pid = fork_pytest(job["args"], job["log"], job.get("cwd"), job.get("path", ()))
         answer.write(json.dumps({"pid": pid}) + "\n")
         answer.flush()
         answer.write(json.dumps({"code": wait_exit_code(pid)}) + "\n")

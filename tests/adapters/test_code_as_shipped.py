@@ -6,10 +6,6 @@ the difference, not a suite that checks nothing.
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,18 +16,11 @@ MODULES = ["test_s64_ffn", "test_ext_layers", "test_s63_layer_norm"]
 SELECT = "feed_forward or ffn or block or layer_norm or position or permutation or additive or convolution"
 
 
-def _suite(tmp_path: Path, adapter: str, modules=MODULES, select=SELECT) -> list[dict]:
-    results = tmp_path / f"{adapter}.json"
-    env = dict(os.environ, PYTHONPATH=str(HERE), PYTHONDONTWRITEBYTECODE="1")
-    env.pop("PYTEST_ADDOPTS", None)
-    env.pop("PYTEST_XDIST_WORKER", None)
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-c", os.devnull,
-           "--rootdir", str(tmp_path), "-m", "impl_test", "--attn-impl", f"shipped_code:{adapter}",
-           "--attn-results", str(results), "--hypothesis-profile", "ci", "-k", select,
-           "--pyargs", *[f"attnclaims.suite.{m}" for m in modules]]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=540)
-    assert results.exists(), f"no results from {adapter}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
-    return json.loads(results.read_text())["evidence"]
+def _suite(suite_tests, adapter: str, modules=MODULES, select=SELECT) -> list[dict]:
+    """The claim tests of ``modules`` (-k ``select``) against ``shipped_code:<adapter>`` in a pytest child
+    (``suite_tests`` in ``tests/conftest.py``: forked from a server that imported the suite once)."""
+    return suite_tests(f"shipped_code:{adapter}", pythonpath=[HERE], modules=modules, select=select,
+                       complete=False).evidence
 
 
 def _name(e: dict) -> str:
@@ -48,8 +37,8 @@ def _failures(evidence) -> list[str]:
     ("PicoGPTBlock", 10, ("test_decoder_block_matches_reference", "test_feed_forward_matches_reference")),
     ("GPT2MLPAdapter", 6, ("test_feed_forward_matches_reference",)),
 ])
-def test_shipped_code_passes_unedited_when_declared(adapter, passed, names, tmp_path):
-    evidence = _suite(tmp_path, adapter)
+def test_shipped_code_passes_unedited_when_declared(adapter, passed, names, suite_tests):
+    evidence = _suite(suite_tests, adapter)
     assert not _failures(evidence), "\n".join(_failures(evidence))
     ran = [_name(e) for e in evidence if e["outcome"] == "passed"]
     assert len(ran) >= passed, ran
@@ -57,11 +46,11 @@ def test_shipped_code_passes_unedited_when_declared(adapter, passed, names, tmp_
         assert any(name in r for r in ran), (name, ran)
 
 
-def test_attention_without_a_scale_argument_passes_unedited(tmp_path):
+def test_attention_without_a_scale_argument_passes_unedited(suite_tests):
     """picoGPT's attention (1/√d_k built in, no scale argument) declares scale='none': the attention claims run
     with scale=None, the tests that need an explicit scale are not applicable by that variant's name. (Its
     block and MLP are checked above; this run takes the attention modules only.)"""
-    evidence = _suite(tmp_path, "PicoGPTBlock", ["test_s31_attention", "test_s2_origin"], "attention or scale or first")
+    evidence = _suite(suite_tests, "PicoGPTBlock", ["test_s31_attention", "test_s2_origin"], "attention or scale or first")
     assert not _failures(evidence), "\n".join(_failures(evidence))
     ran = [_name(e) for e in evidence if e["outcome"] == "passed"]
     assert any("test_default_scale_is_one_over_sqrt_dk" in r for r in ran) and len(ran) >= 5, ran

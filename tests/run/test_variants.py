@@ -186,20 +186,11 @@ def test_a_bad_declaration_is_one_line(bad, message):
 # Through the claim suite
 # ---------------------------------------------------------------------------------------------
 
-def _suite(tmp_path: Path, adapter: str, modules: list[str], select: str | None = None) -> list[dict]:
-    """Run the claim tests of ``modules`` (-k ``select``) against ``test_variants:<adapter>``; the evidence."""
-    results = tmp_path / f"{adapter}.json"
-    env = dict(os.environ, PYTHONPATH=str(HERE), PYTHONDONTWRITEBYTECODE="1")
-    env.pop("PYTEST_ADDOPTS", None)
-    env.pop("PYTEST_XDIST_WORKER", None)
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-c", os.devnull,
-           "--rootdir", str(tmp_path), "-m", "impl_test", "--attn-impl", f"test_variants:{adapter}",
-           "--attn-results", str(results), "--pyargs", *[f"attnclaims.suite.{m}" for m in modules]]
-    if select:
-        cmd += ["-k", select]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=540)
-    assert results.exists(), f"no results from {adapter}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
-    return json.loads(results.read_text())["evidence"]
+def _suite(suite_tests, adapter: str, modules: list[str], select: str | None = None) -> list[dict]:
+    """Run the claim tests of ``modules`` (-k ``select``) against ``test_variants:<adapter>`` in a pytest child
+    (``suite_tests`` in ``tests/conftest.py``: forked from a server that imported the suite once); the evidence."""
+    return suite_tests(f"test_variants:{adapter}", pythonpath=[HERE], modules=modules, select=select,
+                       complete=False).evidence
 
 
 def _name(e: dict) -> str:
@@ -232,7 +223,7 @@ SHARED = ("post-ln", "pre-ln", "self-only", "even-head")
 
 
 @pytest.mark.parametrize("kind", list(CASES))
-def test_a_restricted_correct_adapter_passes_when_it_declares_its_restriction(kind, tmp_path, suite_run):
+def test_a_restricted_correct_adapter_passes_when_it_declares_its_restriction(kind, suite_tests, suite_run):
     """Declared: every check of the claims concerned passes or is not applicable by its variant's name."""
     declared, _, modules, select, not_applicable = CASES[kind]
     if kind.startswith("torch"):
@@ -242,7 +233,7 @@ def test_a_restricted_correct_adapter_passes_when_it_declares_its_restriction(ki
         evidence = [e for e in suite_run(f"test_variants:{declared}", pythonpath=[str(HERE)]).evidence
                     if Path(_name(e).partition("::")[0]).name in files]
     else:
-        evidence = _suite(tmp_path, declared, modules, select)
+        evidence = _suite(suite_tests, declared, modules, select)
     assert not _failures(evidence), "\n".join(_failures(evidence))
     assert sum(e["outcome"] == "passed" for e in evidence) >= 5, [_name(e) for e in evidence]
     skipped = [e for e in evidence if e["outcome"] == "not-applicable" and "variant" in e["message"]]
@@ -253,23 +244,23 @@ def test_a_restricted_correct_adapter_passes_when_it_declares_its_restriction(ki
 
 
 @pytest.mark.parametrize("kind", list(CASES))
-def test_the_same_adapter_fails_when_the_restriction_is_not_declared(kind, tmp_path):
+def test_the_same_adapter_fails_when_the_restriction_is_not_declared(kind, suite_tests):
     """Undeclared: the suite draws the configurations the adapter gets wrong or rejects, and checks fail."""
     _, undeclared, modules, select, _ = CASES[kind]
     if kind.startswith("torch"):
         pytest.importorskip("torch")
-    evidence = _suite(tmp_path, undeclared, modules, select)
+    evidence = _suite(suite_tests, undeclared, modules, select)
     assert _failures(evidence), "no check failed for an adapter that computes or rejects other variants"
 
 
 @pytest.mark.parametrize("factory", ["einsum_bfloat16", "einsum_float16"])
-def test_the_correct_16_bit_style_passes_the_softmax_and_attention_tests(factory, tmp_path):
+def test_the_correct_16_bit_style_passes_the_softmax_and_attention_tests(factory, suite_tests):
     """The einsum style rounded once to bfloat16 / float16 (every output within one rounding of the float64
     value of its 16-bit inputs: the best a 16-bit implementation can do) fails none of §3.1's tests, whose
     16-bit row-sum bound is float32 accumulation's (about 2u₁₆, ``row_sum_bound``), nor the grouped-query
     tests: a failure there is a false alarm of the suite. The zoo's ``softmax_bfloat16_denominator`` is this
     style with the denominator summed in bfloat16, and fails them (``tests/checks/test_tolerances.py``)."""
-    evidence = _suite(tmp_path, factory, ["test_s31_attention", "test_ext_attention"], "not rope and not causal")
+    evidence = _suite(suite_tests, factory, ["test_s31_attention", "test_ext_attention"], "not rope and not causal")
     assert not _failures(evidence), "\n".join(_failures(evidence))
     assert sum(e["outcome"] == "passed" for e in evidence) >= 15, [(_name(e), e["outcome"]) for e in evidence]
 

@@ -429,38 +429,27 @@ class FeedForwardOneToken:
         return Reference().feed_forward(x, params)
 
 
-def _suite(tmp_path: Path, spec: str, claims: str, modules: str) -> tuple[dict, list[Evidence]]:
+def _suite(suite_tests, spec: str, claims: str, modules: str) -> tuple[dict, list[Evidence]]:
     """The implementation tests of ``claims`` in the test ``modules`` (comma-separated, those that hold
-    every test of the parts concerned) against ``spec`` in a pytest child (dev profile): the verdicts of
-    its column (implementation evidence only) and its evidence."""
-    results = tmp_path / "results.json"
-    env = dict(os.environ, PYTHONPATH=str(HERE), PYTHONDONTWRITEBYTECODE="1")
-    env.pop("PYTEST_ADDOPTS", None)
-    env.pop("PYTEST_XDIST_WORKER", None)
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-c", os.devnull,
-           "--rootdir", str(tmp_path), "-m", "impl_test", "--hypothesis-profile", "dev", "--hypothesis-seed", "1",
-           "--attn-impl", spec, "--attn-claims", claims, "--attn-results", str(results), "--pyargs",
-           *(f"attnclaims.suite.{m}" for m in modules.split(","))]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert results.exists(), f"no results from {spec}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
-    data = json.loads(results.read_text())
-    assert data["complete"], (f"{spec}: the run stopped after {data['tests_run']} of {data['tests_total']} tests: "
-                              f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    every test of the parts concerned) against ``spec`` in a pytest child (dev profile, seed 1; ``suite_tests``
+    in ``tests/conftest.py``): the verdicts of its column (implementation evidence only) and its evidence."""
+    data = suite_tests(spec, pythonpath=[HERE], modules=modules.split(","), profile="dev",
+                       extra=("--hypothesis-seed", "1", "--attn-claims", claims), limit=300).results
     name = data["implementation"]["name"]
     evidence = [Evidence.from_dict(e) for e in data["evidence"]]
     verdicts = compute_verdicts(load_registry(), evidence, [name])
     return {cid: cols[name] for cid, cols in verdicts.items() if name in cols}, evidence
 
 
-def test_a_softmax_only_object_is_partial_on_saturation_its_default_scale_never_called(tmp_path):
-    verdicts, _ = _suite(tmp_path, "test_verdict_parts:SoftmaxOnly", "softmax-saturation",
+def test_a_softmax_only_object_is_partial_on_saturation_its_default_scale_never_called(suite_tests):
+    verdicts, _ = _suite(suite_tests, "test_verdict_parts:SoftmaxOnly", "softmax-saturation",
                          "test_s31_attention,test_gradients")
     v = verdicts["softmax-saturation"]
     assert v.verdict.startswith("partial: ") and "default scale never called" in v.verdict, v.verdict
 
 
-def test_a_multi_head_only_object_is_partial_on_the_sinusoidal_claim(tmp_path):
-    verdicts, _ = _suite(tmp_path, "test_verdict_parts:MultiHeadOnly", "positional-encoding,permutation-equivariance",
+def test_a_multi_head_only_object_is_partial_on_the_sinusoidal_claim(suite_tests):
+    verdicts, _ = _suite(suite_tests, "test_verdict_parts:MultiHeadOnly", "positional-encoding,permutation-equivariance",
                          "test_s62_positional")
     v = verdicts["positional-encoding"]
     assert v.category == PARTIAL and "sinusoidal encoding never called" in v.verdict, v.verdict
@@ -468,8 +457,8 @@ def test_a_multi_head_only_object_is_partial_on_the_sinusoidal_claim(tmp_path):
     assert w.category == PARTIAL and "causal decoder" in w.verdict, w.verdict
 
 
-def test_a_layer_norm_with_one_eps_is_judged_on_the_examples_it_ran(tmp_path):
-    verdicts, evidence = _suite(tmp_path, "test_verdict_parts:LayerNormOneEps", "layer-norm", "test_s63_layer_norm")
+def test_a_layer_norm_with_one_eps_is_judged_on_the_examples_it_ran(suite_tests):
+    verdicts, evidence = _suite(suite_tests, "test_verdict_parts:LayerNormOneEps", "layer-norm", "test_s63_layer_norm")
     v = verdicts["layer-norm"]
     assert v.category in ("verified", "proven"), (v.verdict, v.reason)
     ran = [e for e in evidence if e.name.endswith("test_layer_norm_matches_reference")]
@@ -480,8 +469,8 @@ def test_a_layer_norm_with_one_eps_is_judged_on_the_examples_it_ran(tmp_path):
     assert zero and zero[0].outcome == "not-applicable", zero
 
 
-def test_a_wrong_layer_norm_with_one_eps_is_refuted_on_the_examples_it_ran(tmp_path):
-    verdicts, _ = _suite(tmp_path, "test_verdict_parts:LayerNormOneEpsSampleVariance", "layer-norm",
+def test_a_wrong_layer_norm_with_one_eps_is_refuted_on_the_examples_it_ran(suite_tests):
+    verdicts, _ = _suite(suite_tests, "test_verdict_parts:LayerNormOneEpsSampleVariance", "layer-norm",
                          "test_s63_layer_norm")
     assert verdicts["layer-norm"].verdict == "refuted", verdicts["layer-norm"].reason
 
@@ -491,20 +480,20 @@ def test_a_wrong_layer_norm_with_one_eps_is_refuted_on_the_examples_it_ran(tmp_p
     ("test_verdict_parts:DecoderBlockOnly", "decoder-masking,parallel-training", "test_ext_layers",
      ("decoder-only block",)),
 ])
-def test_an_adapter_with_only_modern_capabilities_shows_its_extension_evidence(tmp_path, spec, claims, modules,
+def test_an_adapter_with_only_modern_capabilities_shows_its_extension_evidence(suite_tests, spec, claims, modules,
                                                                               labels):
-    verdicts, _ = _suite(tmp_path, spec, claims, modules)
+    verdicts, _ = _suite(suite_tests, spec, claims, modules)
     for cid in claims.split(","):
         v = verdicts[cid]
         assert v.category == EXTENSION and v.verdict.startswith("verified — extension: "), (cid, v.verdict)
         assert all(label in v.extensions for label in labels), (cid, v.extensions)
 
 
-def test_position_wise_checks_never_pass_on_one_position_inputs_alone(tmp_path):
+def test_position_wise_checks_never_pass_on_one_position_inputs_alone(suite_tests):
     """A one-position input makes FFN(X)[i] = FFN(X[i:i+1]), the block-diagonal Jacobian and FFN(PX) = P FFN(X)
     trivial (a call compared with itself, or nothing compared): an implementation that declines every longer
     input is not applicable on them, never passed on trivial examples."""
-    verdicts, evidence = _suite(tmp_path, "test_verdict_parts:FeedForwardOneToken", "position-wise-ffn",
+    verdicts, evidence = _suite(suite_tests, "test_verdict_parts:FeedForwardOneToken", "position-wise-ffn",
                                 "test_s64_ffn")
     trivial_at_one = ("test_each_position_is_transformed_alone", "test_jacobian_is_block_diagonal",
                       "test_commutes_with_permutations")
