@@ -643,6 +643,8 @@ class TorchImplementation(_TorchBase):
         if mask is not None:
             allowed = allowed & np.asarray(mask, dtype=bool)
         attn_mask = bias.masked_fill(~torch.tensor(np.ascontiguousarray(allowed)), -math.inf)
+        if attn_mask.dim() < tq.dim():  # as many axes as q, (1, h, n_q, n_k) for 4-D q: what fused kernels take
+            attn_mask = attn_mask.reshape((1,) * (tq.dim() - attn_mask.dim()) + tuple(attn_mask.shape))
         with torch.no_grad():
             return _numpy(self._sdpa(tq, tk, tv, attn_mask=attn_mask, scale=scale))
 
