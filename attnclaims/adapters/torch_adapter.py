@@ -576,9 +576,11 @@ class TorchImplementation(_TorchBase):
 
     # -- kernel features (docs/adapters.md "Kernel features"): torch's own kernels where it has them
     def _heads4(self, arrays, batch):
-        """Arrays (..., n, d) broadcast to batch + (n, d) as tensors (B, 1, n, d): what torch's fused kernels and
-        flex_attention take (4-D, one batch size)."""
-        return [self._t(_flat(a, batch))[:, None] for a in arrays]
+        """Arrays (..., n, d) broadcast to batch + (n, d) as contiguous tensors (B, 1, n, d): what torch's fused
+        kernels and flex_attention take (4-D, one batch size). Contiguous as ``scaled_dot_product_attention``
+        makes them before it calls the CPU flash kernel: called directly, that kernel reads a broadcast input
+        (a copy of a stride-0 array, whose last axis is not the innermost) wrongly — 10–200 % off."""
+        return [self._t(np.ascontiguousarray(_flat(a, batch)))[:, None].contiguous() for a in arrays]
 
     def _additive_mask(self, mask, batch, n_q, n_k):
         """Our bool mask (True = may attend) as a float (B, 1, n_q, n_k) tensor of the dtype: 0 or −inf."""
