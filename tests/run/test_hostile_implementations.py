@@ -300,3 +300,32 @@ def test_a_slotted_frozen_dataclass_is_copied_and_compared_too():
     assert _difference(original, given) is None
     object.__setattr__(given, "eps", 0.5)
     assert _difference(original, given) == "eps was 1e-05, is 0.5"
+
+
+def test_the_guards_comparison_answers_as_array_equal_with_nan_equal():
+    """The guard compares every input, params field and repeated output after a call with ``_equal``: identical
+    bytes first, else ``np.array_equal(equal_nan=True)``. Its answers are array_equal's on what the bytes alone
+    would get wrong (−0.0 and 0.0, NaNs of other payloads, other dtypes, strided views, strings, bfloat16) and
+    a changed entry still differs."""
+    from attnclaims.guard import _equal
+
+    a = np.array([0.0, 1.0, np.nan, 3.0])
+    other_nan = a.copy()
+    other_nan.view(np.uint64)[2] += 1  # still NaN, another payload
+    changed = a.copy()
+    changed[3] = np.nextafter(3.0, 4.0)
+    pairs = [(a, a.copy(), True), (a, np.array([-0.0, 1.0, np.nan, 3.0]), True), (a, other_nan, True),
+             (a, changed, False), (a, a[:3], False), (a, a.astype(np.float32), True),
+             (a[::2], a[::2].copy(), True), (np.array(["x", "y"]), np.array(["x", "y"]), True),
+             (np.array(["x", "y"]), np.array(["x", "z"]), False)]
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    b16 = a.astype(ml_dtypes.bfloat16)
+    pairs += [(b16, b16.copy(), True), (b16, changed.astype(ml_dtypes.bfloat16), True)]  # 3 + 1 ulp rounds to 3
+    for x, y, want in pairs:
+        assert _equal(x, y) is want, (x, y, want)
+        if x.shape == y.shape:
+            try:
+                same = bool(np.array_equal(x, y, equal_nan=True))
+            except TypeError:
+                same = bool(np.array_equal(x, y))
+            assert same is want, (x, y)

@@ -1,6 +1,6 @@
 """The start order of a concurrent run (:func:`attnclaims.orchestrator.start_order`): longest expected
 first, so that no long session is left to run alone at the end while the other processes idle
-(bench/README.md, "Several implementations at once"). Fails when the sessions are taken up in the order
+(bench/README.md, "Several implementations at once, and the timings the README quotes"). Fails when the sessions are taken up in the order
 of ``--impl`` (the independent checks and the reference first), or when the reordering leaks into the
 order of the evidence.
 """
