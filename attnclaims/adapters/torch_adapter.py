@@ -467,7 +467,7 @@ class TorchImplementation(_TorchBase):
     # rotary embeddings, no sliding-window option of scaled_dot_product_attention and no KV cache object, so
     # rotary_embedding and decoder_block_decode are absent (decoder_block_step keeps the protocol's KVCache and
     # concatenates with torch.cat) and the variants say the rest.
-    variants = {"grouped_query": True, "sliding_window": False, "block_rope": (False,), "varlen_causal": (False,)}
+    variants = {"grouped_query": True, "sliding_window": False, "block_rope": (False,)}
     responsible = {
         **responsible,
         "rms_norm": "torch.nn.RMSNorm",
@@ -658,12 +658,11 @@ class TorchImplementation(_TorchBase):
         variant ``varlen_causal=(False,)``) and no ``enable_gqa`` for them, so fewer K/V heads are repeated with
         ``repeat_interleave`` (what enable_gqa does). ``torch.nn.attention.varlen.varlen_attn`` (cu_seqlens,
         causal through its window, block tables) runs only on CUDA: on CPU it raises NotImplementedError."""
-        if causal:
-            raise NotImplementedError("torch's nested tensors through scaled_dot_product_attention have no causal "
-                                      "mask (is_causal=True finds no backend)")
         torch = self._torch
         tq, tk, tv = self._t(q), self._t(k), self._t(v)
         r = tq.shape[1] // tk.shape[1]
+        if causal:
+            return self._varlen_document_causal(tq, tk, tv, cu_seqlens_q, cu_seqlens_k, scale, r)
         if r > 1:
             tk, tv = tk.repeat_interleave(r, dim=1), tv.repeat_interleave(r, dim=1)
 
@@ -686,6 +685,35 @@ class TorchImplementation(_TorchBase):
             for log, level in zip(logs, levels):
                 log.setLevel(level)
         return _numpy(out.transpose(1, 2).values())
+
+    def _varlen_document_causal(self, tq, tk, tv, cu_seqlens_q, cu_seqlens_k, scale, r):
+        """Causal varlen: FlexAttention's document masking, ``flex_attention`` (eager, its unfused path on CPU)
+        on the packed sequences as one batch element, (1, heads, total, d), with a ``score_mod`` that keeps, for
+        each packed query, the keys of its own sequence up to its bottom-right causal position (−∞ elsewhere) and
+        ``enable_gqa`` for fewer K/V heads. One score_mod object for every call, reading the key ranges from a
+        holder: flex_attention traces a new function object anew, the same one with new tensors quickly."""
+        from torch.nn.attention.flex_attention import flex_attention
+
+        torch = self._torch
+        cu_q, cu_k = np.asarray(cu_seqlens_q, dtype=np.int64), np.asarray(cu_seqlens_k, dtype=np.int64)
+        n_q, n_k = np.diff(cu_q), np.diff(cu_k)
+        seq = np.repeat(np.arange(n_q.size), n_q)  # the sequence of each packed query
+        first = cu_k[:-1][seq]  # its sequence's first key
+        last = first + (np.arange(cu_q[-1]) - cu_q[:-1][seq]) + (n_k - n_q)[seq]  # the last key it may see
+        state = self.__dict__.setdefault("_varlen_state", {})
+        state["first"], state["last"] = torch.tensor(first), torch.tensor(last)
+        if "score_mod" not in state:
+            def document_causal(score, b, h, q_idx, kv_idx):
+                seen = (kv_idx >= state["first"][q_idx]) & (kv_idx <= state["last"][q_idx])
+                return torch.where(seen, score, -math.inf)
+
+            state["score_mod"] = document_causal
+        heads = lambda t: t.transpose(0, 1)[None]  # (total, h, d) -> (1, h, total, d)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "flex_attention called without torch.compile()": eager on purpose
+            out = flex_attention(heads(tq), heads(tk), heads(tv), score_mod=state["score_mod"], scale=scale,
+                                 enable_gqa=r > 1)
+        return _numpy(out[0].transpose(0, 1))
 
     def decoder_block(self, x, params, mask=None):
         """A decoder-only block from torch's parts: ``nn.LayerNorm`` or ``nn.RMSNorm``, causal
