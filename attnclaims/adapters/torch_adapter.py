@@ -654,8 +654,9 @@ class TorchImplementation(_TorchBase):
         """Nested jagged tensors through SDPA, as torch's own tutorials pack sequences: q, k, v become
         ``torch.nested.nested_tensor_from_jagged(values, offsets=cu_seqlens)`` (B, j, heads, d), transposed to
         (B, heads, j, d) for ``scaled_dot_product_attention``; the output's ``values()`` are the packed rows.
-        torch 2.13 has no causal mask for nested queries and keys (``is_causal=True`` finds no backend:
-        variant ``varlen_causal=(False,)``) and no ``enable_gqa`` for them, so fewer K/V heads are repeated with
+        torch 2.13 has no causal mask for nested queries and keys (``is_causal=True`` finds no backend), so
+        ``causal=True`` goes to FlexAttention (:meth:`_varlen_document_causal`); nested inputs have no
+        ``enable_gqa`` either, so fewer K/V heads are repeated with
         ``repeat_interleave`` (what enable_gqa does). ``torch.nn.attention.varlen.varlen_attn`` (cu_seqlens,
         causal through its window, block tables) runs only on CUDA: on CPU it raises NotImplementedError."""
         torch = self._torch
