@@ -111,3 +111,23 @@ def test_speed_verdicts_judge_only_what_was_measured(monkeypatch):
     assert both["speedup_2_workers"] == {"reference": 70.0 / 50.0}
     slow = bench.verdicts({"impls": ["torch"], "runs": [run("torch", 0, 121.0)]})
     assert slow["met"] == {"torch check < 120 s": False}
+
+
+def test_sizes_quick(tmp_path):
+    doc = _run("bench_sizes.py", tmp_path)
+    assert doc["benchmark"] == "sizes"
+    sizes = doc["results"]["sizes"]
+    assert set(sizes) == {"dev", "ci", "thorough"}
+    for profile, caps in sizes.items():
+        assert {"softmax", "attention", "causal_attention", "multi_head_attention", "layer_norm",
+                "decoder_block"} <= set(caps), profile
+        for cap, row in caps.items():
+            assert row["draws"] > 0, (profile, cap)
+            for name, (lo, med, hi) in row["sizes"].items():
+                assert 1 <= lo <= med <= hi, (profile, cap, name)
+            assert 0 <= row["tile_crossing"] <= 1 and row["longest"] >= 1
+    # thorough draws longer sequences than ci (its max_seq is 320, ci's 12)
+    assert sizes["thorough"]["attention"]["longest"] > 12
+    timed = doc["results"]["time"]["dev"]
+    assert timed["exit"] == 0 and timed["tests"] > 0, timed
+    assert "softmax" in timed["per_capability"] and timed["per_capability"]["softmax"]["seconds"] > 0
