@@ -202,8 +202,10 @@ def _configure_run(p: argparse.ArgumentParser) -> None:
                    help=f"hypothesis profile (default {DEFAULT_PROFILE}: derandomized, reproducible)")
     p.add_argument("-n", "--workers", metavar="N", type=workers_arg, default=None,
                    help="pytest-xdist workers, at most 4 per usable CPU (default: 2 when pytest-xdist is "
-                        "installed and at least 4 CPUs are usable, else 0 = one process); several --impl run "
-                        "at the same time within N processes (0: one per usable CPU; 1: one after another)")
+                        "installed and at least 4 CPUs are usable, else 0 = no workers: on 2 or more CPUs a run "
+                        "without cached independent checks runs them beside the implementation's own tests, one "
+                        "process each); several --impl run at the same time within N processes (0: one per "
+                        "usable CPU; 1: one after another, one process)")
     p.add_argument("--seed", metavar="S", type=int, default=None,
                    help="hypothesis seed for the dev and thorough profiles (default: random, recorded)")
     p.add_argument("--timeout", metavar="SECONDS", type=seconds_arg, default=None,

@@ -148,7 +148,8 @@ def usable_cpus() -> int:
 
 def default_workers() -> int:
     """Workers used when ``-n`` is not given: 2 when pytest-xdist is installed and at least 4 CPUs
-    are usable, else 0 (one process). The claim tests are about a minute of CPU-bound numpy/sympy
+    are usable, else 0 (no workers; see :func:`split_cold_run` for a run without cached independent
+    evidence). The claim tests are about a minute of CPU-bound numpy/sympy
     work on the reference; two workers cost ~5 CPU-seconds of start-up and pay off only when they
     do not compete with each other and the rest of the machine (on 2 CPUs, -n 2 measured slower
     than -n 0)."""
@@ -465,20 +466,33 @@ def environment(options: RunOptions) -> dict:
     }
 
 
+def split_cold_run(options: RunOptions) -> bool:
+    """Whether one implementation's run without cached independent evidence runs as two sessions side by
+    side — the implementation-independent checks and the implementation's own tests, one process each —
+    rather than one session of every claim test: with ``-n 0`` (the default on fewer than 4 CPUs: no
+    pytest-xdist workers) on a machine with at least 2 usable CPUs. The two halves take about as long
+    each (proofs and measurements; the implementation tests), so the run takes about half the time for
+    the cost of a second start-up and collection (~3 s of CPU); the evidence is the same (the halves are
+    what several implementations at once already run). ``-n 1`` keeps one session; ``-n 2`` or more
+    keeps one session with that many xdist workers."""
+    return options.workers == 0 and usable_cpus() >= 2
+
+
 def plan(specs: list[str], options: RunOptions, cached: bool, independent_profile: str) -> list[_Job]:
     """The sessions of a run, in the order of their evidence (one at a time they also start in this
     order; at once, in :func:`start_order`'s). With the implementation-independent evidence
     cached, one session per implementation runs only its own tests. Otherwise one implementation
-    (one session, the ``ci`` profile) runs every claim test; when several implementations run, or when
-    the independent checks run under another profile than the implementation's (``dev`` builds ``ci``'s
-    cache), one session runs the independent checks once and one per implementation runs its own tests.
+    (one session, the ``ci`` profile) runs every claim test, unless :func:`split_cold_run`; when several
+    implementations run, when the independent checks run under another profile than the implementation's
+    (``dev`` builds ``ci``'s cache), or when :func:`split_cold_run`, one session runs the independent checks
+    once and one per implementation runs its own tests.
 
     The sessions share ``-n`` processes (by default one per usable CPU when there are several): up to
     that many run at once, and when fewer sessions than processes run, each gets the rest as
     pytest-xdist workers. ``-n 1`` runs them one after another."""
     if cached:
         jobs = [_Job(spec, "impl", options.profile, f"{i}-{spec}", spec) for i, spec in enumerate(specs)]
-    elif len(specs) == 1 and independent_profile == options.profile:
+    elif len(specs) == 1 and independent_profile == options.profile and not split_cold_run(options):
         jobs = [_Job(specs[0], "all", options.profile, f"0-{specs[0]}", specs[0])]
     else:
         jobs = [_Job("reference", "independent", independent_profile, "independent", INDEPENDENT_LABEL)]

@@ -104,10 +104,17 @@ def suite(tmp_path_factory) -> dict:
     return env
 
 
-def attnclaims(*args: str, env: dict, cwd: Path, timeout: float = 180) -> tuple[subprocess.CompletedProcess, float]:
+def _one_cpu() -> None:
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def attnclaims(*args: str, env: dict, cwd: Path, timeout: float = 180,
+               one_cpu: bool = False) -> tuple[subprocess.CompletedProcess, float]:
+    """The CLI in a child; ``one_cpu``: pinned to one CPU, so that a run is one session of every claim
+    test (on 2 or more CPUs a cold single run splits, :func:`attnclaims.orchestrator.split_cold_run`)."""
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "attnclaims.cli", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=timeout)
+                          env=env, cwd=cwd, timeout=timeout, preexec_fn=_one_cpu if one_cpu else None)
     return proc, time.monotonic() - t0
 
 
@@ -152,7 +159,7 @@ def test_a_call_that_holds_the_gil_ends_the_run_and_fails_naming_the_call(suite,
     spec = f"{MIS}:HoldsGIL"
     out = tmp_path / "out"
     proc, seconds = attnclaims("report", "--impl", spec, "--call-timeout", "1", "--format", "json", "-n", "0",
-                               "--out", str(out), env=suite, cwd=tmp_path)
+                               "--out", str(out), env=suite, cwd=tmp_path, one_cpu=True)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert seconds < 90, f"took {seconds:.0f} s"
     data = report_json(proc, out)

@@ -42,3 +42,21 @@ def test_the_sessions_are_taken_up_in_start_order(monkeypatch, tmp_path):
                                   tmp_path, tmp_path, None) is None
     assert set(started[:2]) == {"1-torch", "2-jax"}, started
     assert started[2:] == ["0-reference", "independent"], started
+
+
+def test_a_cold_single_run_splits_on_two_cpus_and_keeps_one_session_otherwise(monkeypatch):
+    """On 2 or more CPUs with ``-n 0`` (the default there) one implementation without cached independent
+    evidence runs as two sessions side by side; ``-n 1``, ``-n 2`` and one CPU keep one session. Fails when
+    the cold README report runs every claim test in one process again (about twice its time)."""
+    def scopes(workers: int, cpus: int, cached: bool = False) -> list[tuple[str, str]]:
+        monkeypatch.setattr(orchestrator, "usable_cpus", lambda: cpus)
+        jobs = plan(["reference"], RunOptions(workers=workers), cached=cached, independent_profile="ci")
+        return [(j.scope, j.spec) for j in jobs]
+
+    assert scopes(0, 2) == [("independent", "reference"), ("impl", "reference")]
+    assert orchestrator.concurrency(plan(["reference"], RunOptions(workers=0), cached=False,
+                                         independent_profile="ci"), RunOptions(workers=0)) == 2
+    assert scopes(0, 1) == [("all", "reference")]
+    assert scopes(1, 2) == [("all", "reference")]
+    assert scopes(2, 4) == [("all", "reference")]
+    assert scopes(0, 2, cached=True) == [("impl", "reference")]
