@@ -222,7 +222,10 @@ def test_torch_describes_itself(torch_impl, torch_fast):
                                     "rms_norm", "gated_feed_forward", "rotary_embedding", "causal_attention",
                                     "decoder_block", "decoder_block_decode", "decoder_block_step",
                                     # packed sequences (nested jagged tensors through SDPA)
-                                    "varlen_attention", "paged_attention")
+                                    "varlen_attention", "paged_attention",
+                                    # kernel features (the CPU flash kernel's logsumexp, flex_attention's
+                                    # score_mod, SDPA's float mask)
+                                    "attention_lse", "softcap_attention", "alibi_attention")
                         if callable(getattr(impl, c, None))}
         # every backward pass names the function behind it too (torch-fastpath has none)
         capabilities |= {f"{c}_vjp" for c in capabilities if callable(getattr(impl, f"{c}_vjp", None))}

@@ -305,6 +305,9 @@ def test_no_suite_module_imports_another():
 TIMES_PYTEST = {
     "bench/bench_speed.py": "times pytest's own collection (--collect-only) in this tree and in a baseline tree, "
                             "whose run layer may differ, so it cannot go through the starter",
+    "bench/bench_sizes.py": "times the reference's implementation tests per capability with a pytest plugin of "
+                            "its own (-p bench_sizes, which records each test's capabilities), which the starter "
+                            "does not load",
 }
 
 

@@ -38,7 +38,8 @@ The package is built in one direction, with no module importing another to regis
   ``self``, and :class:`~attnclaims.zoo.mutants.backward.ModernBackwardComposed`), with the negative controls
   of the structural gradient tests.
 
-This ``__init__`` imports them in that order, so ``MUTANTS`` lists the mutants component by component.
+This ``__init__`` imports the article's components (attention … layers), tiled, precision and backward, then
+the kernel features (scores) and packed, so ``MUTANTS`` lists the mutants component by component.
 
 The bugs are meant to be found the hard way: most are invisible on the easy inputs (one head, one batch
 element, short sequences, square masks, γ = 1 and β = 0, scores of moderate size) and show only on the edge
@@ -49,15 +50,12 @@ from __future__ import annotations
 from attnclaims.zoo.mutants.base import Composed, composed
 from attnclaims.zoo.mutants.catalogue import MUTANTS, Mutant, mutant
 from attnclaims.zoo.mutants import attention, multihead, norms, ffn, positional, layers, tiled, precision, backward
-from attnclaims.zoo.mutants import packed
-from attnclaims.zoo.mutants import scores
+from attnclaims.zoo.mutants import scores, packed
 
 __all__ = ["Mutant", "MUTANTS", "Composed", "composed", "mutant", "COMPONENTS"]
 
 #: the modules that fill ``MUTANTS``, in the catalogue's order
-COMPONENTS = (attention, multihead, norms, ffn, positional, layers, tiled, precision, backward, scores)
-
-COMPONENTS += (packed,)  # packed (varlen) and paged attention
+COMPONENTS = (attention, multihead, norms, ffn, positional, layers, tiled, precision, backward, scores, packed)
 
 _clashes = sorted(set(MUTANTS) & set(globals()))
 if _clashes:
