@@ -53,9 +53,15 @@ class BackwardComposed(LayerBackward, Composed):
         return p * (d - np.sum(p * d, axis=-1, keepdims=True))
 
     def softmax_vjp(self, x, d_out, axis=-1):
-        p = np.moveaxis(self.softmax(x, axis=axis), axis, -1)
-        d = np.moveaxis(np.asarray(d_out, dtype=np.float64), axis, -1)
-        return np.moveaxis(self._softmax_backward(p, d), -1, axis)
+        """One axis or a tuple of them (the ``softmax_axes`` variant): the named axes moved to the end and
+        flattened into one, the softmax Jacobian of that slice applied, and the axes moved back."""
+        axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+        ends = tuple(range(-len(axes), 0))
+        p = np.moveaxis(self.softmax(x, axis=axis), axes, ends)
+        d = np.moveaxis(np.asarray(d_out, dtype=np.float64), axes, ends)
+        flat = p.shape[:p.ndim - len(axes)] + (-1,)
+        dx = self._softmax_backward(p.reshape(flat), d.reshape(flat)).reshape(p.shape)
+        return np.moveaxis(dx, ends, axes)
 
     # -- attention ------------------------------------------------------------------------------------
     def _backward_weights(self, q, k, mask, scale, target):
