@@ -872,6 +872,41 @@ TEXTS: dict[str, str] = {
         "L = ⌈(n−{N})/r⌉ ≥ (n−{N})/r",
     "self-attention is the restricted layer with neighbourhood r = n − {N} (every query scores every key): ⌈(n−{N})/(n−{N})⌉ = {N}":
         "自注意力就是邻域 r = n − {N} 的受限层（每个查询为每个键打分）：⌈(n−{N})/(n−{N})⌉ = {N}",
+    # the split-KV combine by log-sum-exps (attnclaims/proofs/split_kv.py)
+    "merging two key parts by their log-sum-exps gives the whole (n = {N}, split {N} + {N})":
+        "按各自的对数和指数（lse）合并两部分键，得到整体的结果（n = {N}，拆分为 {N} + {N}）",
+    "For real scores s_{N}…s_{N} and values v_{N}…v_{N}, parts A = {N}…{N}, B = {N}…{N}: log(e^(lse_A) + e^(lse_B)) = lse and e^(lse_A − L) o_A + e^(lse_B − L) o_B = o.":
+        "对实数分数 s_{N}…s_{N} 与值 v_{N}…v_{N}，两部分 A = {N}…{N}，B = {N}…{N}：log(e^(lse_A) + e^(lse_B)) = lse，且 e^(lse_A − L) o_A + e^(lse_B − L) o_B = o。",
+    "scores and values real":
+        "分数与值均为实数",
+    "Dao {N} (arXiv:{N}.{N}), §{N}.{N}; Flash-Decoding (Dao, Haziza, Massa, Sizov {N})":
+        "Dao {N}（arXiv:{N}.{N}），§{N}.{N}；Flash-Decoding（Dao 等 {N}）",
+    "n = {N}, split {N} + {N}":
+        "n = {N}，拆分为 {N} + {N}",
+    "L = log(e^(lse_A) + e^(lse_B)), A = keys {N}…{N}, B = keys {N}…{N}":
+        "L = log(e^(lse_A) + e^(lse_B))，A 为第 {N}…{N} 个键，B 为第 {N}…{N} 个键",
+    "e^(lse_A) = Σ_A exp(s_j), e^(lse_B) = Σ_B exp(s_j): L is the lse of all the keys":
+        "e^(lse_A) = Σ_A exp(s_j)，e^(lse_B) = Σ_B exp(s_j)：L 就是全部键的 lse",
+    "the combine e^(lse_A − L) o_A + e^(lse_B − L) o_B":
+        "合并结果 e^(lse_A − L) o_A + e^(lse_B − L) o_B",
+    "e^(lse_A − L) o_A = Σ_A exp(s_j) v_j / Σ_j exp(s_j), and likewise for B: their sum is attention over all the keys":
+        "e^(lse_A − L) o_A = Σ_A exp(s_j) v_j / Σ_j exp(s_j)，B 同理：二者之和就是对全部键的注意力",
+    # ALiBi's two bias forms (attnclaims/proofs/alibi.py)
+    "ALiBi's bias −m(p − j) and m·j give the same weights (n = {N})":
+        "ALiBi 的偏置 −m(p − j) 与 m·j 给出相同的权重（n = {N}）",
+    "For real scores s_{N}…s_{N}, a slope m > {N} and a query position p: softmax_j(s_j − m(p − j)) = softmax_j(s_j + m·j).":
+        "对实数分数 s_{N}…s_{N}、斜率 m > {N} 与查询位置 p：softmax_j(s_j − m(p − j)) = softmax_j(s_j + m·j)。",
+    "scores and p real, m > {N}":
+        "分数与 p 为实数，m > {N}",
+    "Press, Smith, Lewis {N} (arXiv:{N}.{N}), §{N}; BigScience Bloom's build_alibi_tensor":
+        "Press 等 {N}（arXiv:{N}.{N}），§{N}；BigScience Bloom 的 build_alibi_tensor",
+    "n = {N}":
+        "n = {N}",
+    "exp(s_{N} − m(p − {N})) = exp(−m p)·exp(s_{N} + {N}·m), in every term of the sum":
+        "exp(s_{N} − m(p − {N})) = exp(−m p)·exp(s_{N} + {N}·m)，和式的每一项都如此",
+    "exp(−m p) > {N} cancels":
+        "exp(−m p) > {N}，可约去",
+
 }
 
 
