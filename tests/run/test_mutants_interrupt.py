@@ -77,6 +77,15 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _default_sigint() -> None:
+    """SIGINT's default action in the CLI's process: a shell that starts a job in the background without job
+    control (``cmd &`` in a script, as a CI harness may) sets SIGINT to ignored for it and everything it
+    starts, and Python then installs no KeyboardInterrupt handler — the CLI would rightly ignore the signal."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
 def test_a_signal_ends_every_child_before_the_cli_exits(tmp_path, signum):
     """After SIGTERM or Ctrl-C a fork server's child (its own session) outlived the CLI by up to a minute."""
@@ -88,7 +97,7 @@ def test_a_signal_ends_every_child_before_the_cli_exits(tmp_path, signum):
     # session runs (a mutant is killed within a second now, and its run could end before the signal)
     cli = subprocess.Popen([sys.executable, "-m", "attnclaims", "mutants", "--only", "einsum",
                             "--profile", "dev", "-n", "1"], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, text=True)
+                           stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     seen: set[int] = set()
     try:
         deadline = time.monotonic() + 240
