@@ -126,16 +126,35 @@ def _weights_and_shift(q, k, mask, scale):
     return a, np.where(allowed, t, 0.0), allowed
 
 
-def _weight_parts(q, k, mask, scale, u, eq, ek):
-    """A, the score-induced relative weight error expm1(|ΔS_ij| + E_i) and the rounding one u·η_ij."""
-    a, t, allowed = _weights_and_shift(q, k, mask, scale)
-    ds = np.broadcast_to(score_error(q, k, scale, u=u, eq=eq, ek=ek), a.shape)
-    ds = np.where(allowed, ds, 0.0)
+def _relative_parts(a, t, allowed, ds, u):
+    """The score-induced relative weight error expm1(|ΔS_ij| + E_i) (E_i the row's largest allowed |ΔS|) and
+    the rounding one u·η_ij, for weights A, shifted scores t and score errors ``ds``."""
+    ds = np.where(allowed, np.broadcast_to(ds, a.shape), 0.0)
     e_row = np.max(ds, axis=-1, keepdims=True)
     with np.errstate(over="ignore", invalid="ignore"):
         r_score = np.where(a > 0, np.expm1(ds + e_row), 0.0)
     r_round = np.where(a > 0, u * weight_relative_error(t, a.shape[-1]), 0.0)
-    return a, r_score, r_round
+    return r_score, r_round
+
+
+def _weight_parts(q, k, mask, scale, u, eq, ek):
+    """A, the score-induced relative weight error expm1(|ΔS_ij| + E_i) and the rounding one u·η_ij."""
+    a, t, allowed = _weights_and_shift(q, k, mask, scale)
+    return (a, *_relative_parts(a, t, allowed, score_error(q, k, scale, u=u, eq=eq, ek=ek), u))
+
+
+def _output_error(a, r_score, r_round, v, u, ev) -> np.ndarray:
+    """:func:`attention_error`'s four terms from the weights and their relative errors (its derivation)."""
+    av, dv = np.abs(v), _zeros_like(v, ev)
+    out = np.abs(a @ v)
+    with np.errstate(over="ignore", invalid="ignore"):
+        # |Â_ij − A_ij| ≤ 1 for weights in [0, 1]: the caps keep huge score errors finite.
+        w_score = np.where(a > 0, np.minimum(a * r_score, 1.0), 0.0)
+        w_round = np.where(a > 0, np.minimum(a * (1.0 + np.minimum(r_score, 1.0)) * r_round, 1.0), 0.0)
+        da = np.minimum(w_score + w_round, 1.0)
+    n_k = a.shape[-1]
+    return (w_score @ av + w_score.sum(axis=-1, keepdims=True) * out + w_round @ av
+            + (a + da) @ dv + u * (n_k + 2) * (a @ av))
 
 
 def attention_weights_error(q, k, mask=None, scale=None, *, u: float, eq=None, ek=None) -> np.ndarray:
@@ -173,16 +192,7 @@ def attention_error(q, k, v, mask=None, scale=None, *, u: float, eq=None, ek=Non
     """
     v = _f64(v)
     a, r_score, r_round = _weight_parts(q, k, mask, scale, u, eq, ek)
-    av, dv = np.abs(v), _zeros_like(v, ev)
-    out = np.abs(a @ v)
-    with np.errstate(over="ignore", invalid="ignore"):
-        # |Â_ij − A_ij| ≤ 1 for weights in [0, 1]: the caps keep huge score errors finite.
-        w_score = np.where(a > 0, np.minimum(a * r_score, 1.0), 0.0)
-        w_round = np.where(a > 0, np.minimum(a * (1.0 + np.minimum(r_score, 1.0)) * r_round, 1.0), 0.0)
-        da = np.minimum(w_score + w_round, 1.0)
-    n_k = a.shape[-1]
-    return (w_score @ av + w_score.sum(axis=-1, keepdims=True) * out + w_round @ av
-            + (a + da) @ dv + u * (n_k + 2) * (a @ av))
+    return _output_error(a, r_score, r_round, v, u, ev)
 
 
 def hull_slack(v, mask, n_q: int, *, dtype) -> Bound:
@@ -485,23 +495,9 @@ def scored_attention_error(s, ds, v, mask=None, *, u: float, ev=None) -> np.ndar
     the value errors through the weights, and the n_k-term weighted sum with a final division — with
     :func:`attention_error`'s derivation, which uses nothing of S = scale·Q Kᵀ but |ΔS|.
     s (…, n_q, n_k), v (…, n_k, d_v) -> (…, n_q, d_v)."""
-    v = _f64(v)
     s, allowed, m, a = _allowed_scores(s, mask)
-    t = np.where(allowed, s - m, 0.0)
-    ds = np.where(allowed, np.broadcast_to(_f64(ds), a.shape), 0.0)
-    e_row = np.max(ds, axis=-1, keepdims=True)
-    with np.errstate(over="ignore", invalid="ignore"):
-        r_score = np.where(a > 0, np.expm1(ds + e_row), 0.0)
-    r_round = np.where(a > 0, u * weight_relative_error(t, a.shape[-1]), 0.0)
-    av, dv = np.abs(v), _zeros_like(v, ev)
-    out = np.abs(a @ v)
-    with np.errstate(over="ignore", invalid="ignore"):
-        w_score = np.where(a > 0, np.minimum(a * r_score, 1.0), 0.0)
-        w_round = np.where(a > 0, np.minimum(a * (1.0 + np.minimum(r_score, 1.0)) * r_round, 1.0), 0.0)
-        da = np.minimum(w_score + w_round, 1.0)
-    n_k = a.shape[-1]
-    return (w_score @ av + w_score.sum(axis=-1, keepdims=True) * out + w_round @ av
-            + (a + da) @ dv + u * (n_k + 2) * (a @ av))
+    r_score, r_round = _relative_parts(a, np.where(allowed, s - m, 0.0), allowed, _f64(ds), u)
+    return _output_error(a, r_score, r_round, _f64(v), u, ev)
 
 
 def scored_weights_error(s, ds, mask=None, *, u: float) -> np.ndarray:
@@ -510,11 +506,9 @@ def scored_weights_error(s, ds, mask=None, *, u: float) -> np.ndarray:
     weights_probe`) the weighted sum adds exact zeros and one rounding of each weight, u·A_ij, included here.
     s (…, n_q, n_k) -> (…, n_q, n_k)."""
     s, allowed, m, a = _allowed_scores(s, mask)
-    t = np.where(allowed, s - m, 0.0)
-    ds = np.where(allowed, np.broadcast_to(_f64(ds), a.shape), 0.0)
-    e_row = np.max(ds, axis=-1, keepdims=True)
+    r_score, r_round = _relative_parts(a, np.where(allowed, s - m, 0.0), allowed, _f64(ds), u)
     with np.errstate(over="ignore", invalid="ignore"):
-        r = (1.0 + np.expm1(ds + e_row)) * (1.0 + u * (weight_relative_error(t, a.shape[-1]) + 1.0)) - 1.0
+        r = (1.0 + r_score) * (1.0 + r_round + u) - 1.0  # + u: the probe's one rounding of each weight
         return np.where(a > 0, np.minimum(a * r, 1.0), 0.0)
 
 
