@@ -113,6 +113,41 @@ def test_speed_verdicts_judge_only_what_was_measured(monkeypatch):
     assert slow["met"] == {"torch check < 120 s": False}
 
 
+def test_concurrency_target_is_judged_against_the_one_session_single(monkeypatch):
+    """bench_speed --targets: concurrent / slowest one-session single is the target's ratio (met at ≤ 1.2,
+    missed above), the ratio to the plain (two-session) single is printed beside it, and a run that did not
+    complete misses whatever its ratio."""
+    import importlib.util
+
+    if not (BENCH / "bench_speed.py").is_file():
+        pytest.skip("bench/bench_speed.py is not in this copy (benchmarks ship with the checkout only)")
+    monkeypatch.syspath_prepend(str(BENCH))
+    spec = importlib.util.spec_from_file_location("bench_speed_targets_under_test", BENCH / "bench_speed.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    impls = ["reference", "torch"]
+
+    def row(kind, impl, wall, completed=True):
+        return {"kind": kind, "impl": impl, "tree": bench.THIS_TREE, "wall_s": wall, "completed": completed,
+                "verdicts": {"c": {impl: "proven"}} if " " not in impl else {"c": {i: "proven" for i in impls}}}
+
+    def summary(concurrent_wall, completed=True):
+        runs = [row("single", "reference", 60.0), row("single", "torch", 80.0),
+                row("single-one-session", "reference", 100.0), row("single-one-session", "torch", 130.0),
+                row("concurrent", "reference torch", concurrent_wall, completed)]
+        return bench.target_summary(runs, impls)
+
+    one, plain = (f"report --impl reference torch ≤ 1.2× the slowest single ({w})"
+                  for w in ("one session", "as a plain run starts it"))
+    ok = summary(150.0)
+    assert ok["concurrent_over_slowest_one_session_single"] == pytest.approx(150.0 / 130.0)
+    assert ok["concurrent_over_slowest_single"] == pytest.approx(150.0 / 80.0)
+    assert ok["met"][one] is True and ok["met"][plain] is False
+    assert ok["met"]["concurrent verdicts = each implementation's alone"] is True
+    assert summary(157.0)["met"][one] is False
+    assert summary(100.0, completed=False)["met"][one] is False
+
+
 def test_sizes_quick(tmp_path):
     doc = _run("bench_sizes.py", tmp_path)
     assert doc["benchmark"] == "sizes"
