@@ -3,6 +3,7 @@ under ``attnclaims/`` (the claim suite as ``attnclaims.suite``, the check librar
 and the article) and nothing of ``tests/``, the tests of the suite. The wheel is built once per session."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -15,9 +16,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def wheel_names(tmp_path_factory) -> list[str]:
+    """The wheel's file names, built from a copy of the checkout: setuptools builds in the source folder's
+    ``build/``, which two pytest-xdist workers building at once (the fixture is per worker) would share —
+    one once deleted the other's files mid-build — and which the checkout need not gain."""
     out = tmp_path_factory.mktemp("wheel")
+    src = out / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".hypothesis", "ci-results"))
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                           "-w", str(out), str(ROOT)], capture_output=True, text=True, timeout=300)
+                           "-w", str(out), str(src)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (wheel,) = out.glob("attnclaims-*.whl")
     return zipfile.ZipFile(wheel).namelist()
