@@ -156,13 +156,17 @@ class Session:
         elif kind == "session-finished":
             self.session = ev
 
+    def _held(self, process: str) -> str:
+        """The watchdog's report as a reason: the call, its limit, and which process it ended."""
+        return (f"{self.watchdog['call']}: did not return within {self.watchdog['limit']} s and never released "
+                f"the interpreter (GIL); the watchdog ended the {process}")
+
     def _finalise(self) -> None:
         if self.killed:
             self.stopped = self.killed
         elif self.session is None:
             if self.watchdog:
-                self.stopped = (f"{self.watchdog['call']}: did not return within {self.watchdog['limit']} s "
-                                "and never released the interpreter (GIL); the watchdog ended the pytest process")
+                self.stopped = self._held("pytest process")
             else:
                 last = last_line(self.log_tail)
                 self.stopped = (f"the pytest process ended ({describe_exit(self.returncode)}) before its session "
@@ -173,7 +177,9 @@ class Session:
             if s.get("stopped"):
                 self.stopped = str(s["stopped"])
             elif total is not None and run < total:
-                self.stopped = f"pytest stopped the session early (exit status {s.get('exitstatus')})"
+                early = f"pytest stopped the session early (exit status {s.get('exitstatus')})"
+                # an xdist worker ended by the watchdog: its controller finishes the session, short
+                self.stopped = f"{self._held('pytest worker process')}; {early}" if self.watchdog else early
 
 
 def describe_exit(code: int | None) -> str:

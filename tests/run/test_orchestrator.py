@@ -379,6 +379,20 @@ def test_the_watchdog_makes_the_running_test_a_failed_check_naming_the_call():
     assert e.message.startswith("convex-combination · x · attention: did not return within 1 s and never released")
 
 
+def test_a_worker_ended_by_the_watchdog_names_the_call_not_only_the_early_stop():
+    """With xdist (``-n 1`` and up) the watchdog ends a worker and the controller finishes the session short:
+    the reason names the call, then the early stop (it once said only "pytest stopped the session early")."""
+    s = _session(["t::a"], running=["t::b"], session={"tests_run": 1, "tests_total": 3, "exitstatus": 1},
+                 watchdog={"call": "convex-combination · x · attention", "limit": "3", "traceback": "Timeout (…)"})
+    s._finalise()
+    assert s.stopped == ("convex-combination · x · attention: did not return within 3 s and never released the "
+                         "interpreter (GIL); the watchdog ended the pytest worker process; pytest stopped the "
+                         "session early (exit status 1)")
+    by_claim = {e.claim: e for e in session_evidence(s, "mine", REGISTRY, None)}
+    assert by_claim["convex-combination"].outcome == "failed"
+    assert by_claim["layer-norm"].message == f"run stopped after 1 of 3 tests: {s.stopped}"
+
+
 def test_a_session_that_died_before_collection_is_an_error_for_every_selected_claim():
     s = Session(name="x", returncode=-6)
     s._finalise()
