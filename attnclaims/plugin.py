@@ -740,7 +740,8 @@ class _Reporter:
             stopped = {2: "pytest was interrupted", 3: "pytest had an internal error",
                        4: "pytest was given bad arguments"}[int(exitstatus)]
         state.stopped = stopped
-        ran_all = state.total is None or state.finished >= state.total
+        # --collect-only runs nothing by request: a clean collection exits 0
+        ran_all = state.total is None or state.finished >= state.total or bool(config.option.collectonly)
         if (stopped or not ran_all) and int(exitstatus) == 0:
             # a run that stopped early (pytest.exit(returncode=0), session.shouldstop set by a method) is
             # never a clean exit: its results file says "complete": false, and pytest exits non-zero too

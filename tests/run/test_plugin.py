@@ -106,6 +106,14 @@ def test_bad_attn_impl_gives_one_line_error(project, spec, says):
     assert "Traceback" not in result.stdout + result.stderr
 
 
+def test_collect_only_is_a_clean_exit(project):
+    """``--collect-only`` runs no test by request: exit 0 (it once exited 2, read as "not every test ran";
+    a session that stops short is tests/run/test_hostile_inputs.py's and test_plugin_misbehaving.py's)."""
+    listed = _run(project, "test_user.py", "--collect-only", "--attn-impl", "reference")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert "3 tests collected" in listed.stdout, listed.stdout
+
+
 def test_module_attr_factory_and_not_applicable_are_recorded(project):
     out = project / "results.json"
     result = _run(project, "test_user.py", "--attn-impl", "user_impl:make", "--attn-results", str(out))
