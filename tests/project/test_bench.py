@@ -148,6 +148,35 @@ def test_concurrency_target_is_judged_against_the_one_session_single(monkeypatch
     assert summary(100.0, completed=False)["met"][one] is False
 
 
+def test_ci_time_reads_the_steps_of_a_ci_log(monkeypatch):
+    """bench_ci.py's reading of ``.ci/run``'s output: the first pytest summary is the test command, each lane
+    line its entry with its own seconds, "CI: all green" the end; a failing run names its first CI: line."""
+    import importlib.util
+
+    if not (BENCH / "bench_ci.py").is_file():
+        pytest.skip("bench/bench_ci.py is not in this copy (benchmarks ship with the checkout only)")
+    monkeypatch.syspath_prepend(str(BENCH))
+    spec = importlib.util.spec_from_file_location("bench_ci_under_test", BENCH / "bench_ci.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    log = [(5.0, "....\n"),
+           (640.2, "============ 2536 passed, 77 skipped in 635.55s (0:10:35) ============\n"),
+           (700.0, "All checks passed!\n"),
+           (800.4, "CI: torch: 89 passed, 4 skipped in 80.10s [92 s]\n"),
+           (820.0, "1 failed, 88 passed in 70.00s\n"),  # a tail printed later is not the test command
+           (1100.9, "CI: hf-llama: 80 passed, 13 skipped in 60.00s [77 s]\n"),
+           (1150.0, "CI: all green\n")]
+    got = bench.phases(log)
+    assert got["test_command"] == {"ends_at_s": 640.2, "pytest_s": 635.55, "counts": "2536 passed, 77 skipped"}
+    assert [(e["entry"], e["seconds"], e["ends_at_s"]) for e in got["entries"]] == [
+        ("torch", 92, 800.4), ("hf-llama", 77, 1100.9)]
+    assert got["green"] and got["ends_at_s"] == 1150.0 and got["failure"] is None
+    red = bench.phases([(640.0, "==== 1 failed, 2535 passed, 2 errors in 635.55s ====\n"),
+                        (641.0, "CI: failed (1): .venv/bin/pytest -n 2\n")])
+    assert not red["green"] and red["failure"] == "CI: failed (1): .venv/bin/pytest -n 2"
+    assert red["test_command"]["counts"] == "1 failed, 2535 passed, 2 errors"
+
+
 def test_sizes_quick(tmp_path):
     doc = _run("bench_sizes.py", tmp_path)
     assert doc["benchmark"] == "sizes"
