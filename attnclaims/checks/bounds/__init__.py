@@ -10,8 +10,8 @@
 * :mod:`~attnclaims.checks.bounds.norms` — layer norm and RMSNorm;
 * :mod:`~attnclaims.checks.bounds.ffn` — the FFN and the gated FFNs;
 * :mod:`~attnclaims.checks.bounds.positional` — sinusoidal encodings and rotary embeddings;
-* :mod:`~attnclaims.checks.bounds.layers` — encoder and decoder layers and stacks, decoder-only blocks,
-  KV-cache steps, and the layers' measured bounds;
+* :mod:`~attnclaims.checks.bounds.layers` — encoder and decoder layers and stacks (the general and the 16-bit
+  model's compositions), decoder-only blocks, KV-cache steps, and the layers' measured bounds;
 * :mod:`~attnclaims.checks.bounds.packed` — packed (varlen) and paged attention, attention's models on the
   inputs rearranged.
 
@@ -37,7 +37,7 @@ from attnclaims.checks.bounds.attention import (
 )
 from attnclaims.checks.bounds.positional import positional_encoding_error, rotary_error, rotary_scores_error
 from attnclaims.checks.bounds.norms import (
-    layer_norm_error, layer_norm_moments_bound, layer_norm_vjp_error, rms_norm_error
+    layer_norm_error, layer_norm_moments_bound, layer_norm_vjp_error, rms_norm_error, sixteen_bit_layer_norm_error
 )
 from attnclaims.checks.bounds.ffn import (
     ACT_LIPSCHITZ, feed_forward_error, feed_forward_vjp_error, gated_feed_forward_error, sixteen_bit_feed_forward_error
@@ -48,7 +48,8 @@ from attnclaims.checks.bounds.multihead import (
 )
 from attnclaims.checks.bounds.layers import (
     decoder_block_error, decoder_layer, decoder_layer_bound, decoder_layer_error, encoder_layer, encoder_layer_bound,
-    encoder_layer_error, encoder_stack, encoder_stack_bound, encoder_stack_error, kv_cache_error
+    encoder_layer_error, encoder_stack, encoder_stack_bound, encoder_stack_error, kv_cache_error,
+    sixteen_bit_decoder_layer_error, sixteen_bit_encoder_layer_error, sixteen_bit_encoder_stack_error
 )
 from attnclaims.checks.bounds.packed import (
     paged_attention_error, sixteen_bit_paged_attention_error, sixteen_bit_varlen_attention_error, varlen_attention_error
@@ -114,6 +115,7 @@ __all__ = [
     "layer_norm_moments_bound",
     "layer_norm_vjp_error",
     "rms_norm_error",
+    "sixteen_bit_layer_norm_error",
     "feed_forward_error",
     "sixteen_bit_feed_forward_error",
     "feed_forward_vjp_error",
@@ -136,6 +138,9 @@ __all__ = [
     "encoder_layer_bound",
     "encoder_stack_bound",
     "decoder_layer_bound",
+    "sixteen_bit_encoder_layer_error",
+    "sixteen_bit_encoder_stack_error",
+    "sixteen_bit_decoder_layer_error",
     "varlen_attention_error", "paged_attention_error", "sixteen_bit_varlen_attention_error",
     "sixteen_bit_paged_attention_error",
 ]

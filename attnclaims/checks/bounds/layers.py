@@ -4,17 +4,24 @@ several orders and the per-case measured bounds of the layers and of their backw
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 
 from attnclaims.checks.bounds.common import (
-    Bound, ORDERS, _EVALUATE, _Order, _c, _cd, _f64, _golden, _merge, _split, _zeros_like, applies, linear_error,
-    measured
+    SIXTEEN_BIT, Bound, ORDERS, _EVALUATE, _Order, _c, _cd, _f64, _golden, _merge, _split, _zeros_like, applies,
+    linear_error, measured
 )
 from attnclaims.checks.bounds.attention import attention_error
 from attnclaims.checks.bounds.positional import rotary_error
-from attnclaims.checks.bounds.norms import _layer_norm, _ln_value, layer_norm_error, rms_norm_error
-from attnclaims.checks.bounds.ffn import _ffn, _ffn_value, feed_forward_error, gated_feed_forward_error
-from attnclaims.checks.bounds.multihead import _mha_value, _multi_head, multi_head_error
+from attnclaims.checks.bounds.norms import (
+    _layer_norm, _ln_value, layer_norm_error, rms_norm_error, sixteen_bit_layer_norm_error
+)
+from attnclaims.checks.bounds.ffn import (
+    _ffn, _ffn_value, feed_forward_error, gated_feed_forward_error, sixteen_bit_feed_forward_error
+)
+from attnclaims.checks.bounds.multihead import _mha_value, _multi_head, multi_head_error, sixteen_bit_multi_head_error
 from attnclaims.reference import layers as L
 from attnclaims.reference._vjp import sum_to
 from attnclaims.reference.attention import attention as _ref_attention
@@ -28,23 +35,53 @@ from attnclaims.reference.positional import rotary_embedding
 __all__ = [
     "encoder_layer_error", "encoder_stack_error", "decoder_layer_error", "decoder_block_error", "kv_cache_error",
     "encoder_stack", "encoder_layer", "decoder_layer", "encoder_layer_bound", "encoder_stack_bound",
-    "decoder_layer_bound"
+    "decoder_layer_bound", "sixteen_bit_encoder_layer_error", "sixteen_bit_encoder_stack_error",
+    "sixteen_bit_decoder_layer_error"
 ]
 
 
-def _sublayer(x, ex, sub_value, sub_error, norm, eps, norm_first, u):
+@dataclass(frozen=True)
+class _Model:
+    """The component bounds a layer's bound is composed of: the general model's (every operation in the
+    implementation's dtype, u per operation) or the 16-bit model's (float32 arithmetic, 16-bit stores);
+    ``stored`` multiplies the errors a residual add passes on (1 + u when its result is a 16-bit store)."""
+
+    attention: Callable
+    ffn: Callable
+    norm: Callable
+    stored: Callable[[float], float]
+
+
+_GENERAL = _Model(multi_head_error, feed_forward_error, layer_norm_error, lambda u: 1.0)
+_SIXTEEN = _Model(sixteen_bit_multi_head_error, sixteen_bit_feed_forward_error, sixteen_bit_layer_norm_error,
+                  lambda u: 1.0 + u)
+
+
+def _sublayer(x, ex, sub_value, sub_error, norm, eps, norm_first, u, model: _Model = _GENERAL):
     """Value and error of one residual sub-layer: Post-LN LN(x + F(x)) or Pre-LN x + F(LN(x)); the residual
-    add rounds once (u|x + F|)."""
+    add rounds once (u|x + F|, the errors it adds times ``model.stored``)."""
     if norm_first:
         h = _ln_value(x, norm, eps)
-        eh = layer_norm_error(x, norm.gamma, norm.beta, eps, u=u, ex=ex)
+        eh = model.norm(x, norm.gamma, norm.beta, eps, u=u, ex=ex)
         f = sub_value(h)
         out = x + f
-        return out, ex + sub_error(h, eh) + u * np.abs(out)
+        return out, (ex + sub_error(h, eh)) * model.stored(u) + u * np.abs(out)
     f = sub_value(x)
     z = x + f
-    ez = ex + sub_error(x, ex) + u * np.abs(z)
-    return _ln_value(z, norm, eps), layer_norm_error(z, norm.gamma, norm.beta, eps, u=u, ex=ez)
+    ez = (ex + sub_error(x, ex)) * model.stored(u) + u * np.abs(z)
+    return _ln_value(z, norm, eps), model.norm(z, norm.gamma, norm.beta, eps, u=u, ex=ez)
+
+
+def _encoder_composition(x, params, mask, *, u: float, ex, model: _Model) -> np.ndarray:
+    p = params
+    x = _f64(x)
+    ex = _zeros_like(x, ex)
+    x1, e1 = _sublayer(x, ex, lambda h: _mha_value(h, h, p.self_attn, mask),
+                       lambda h, eh: model.attention(h, h, p.self_attn, mask, u=u, ex_q=eh, ex_kv=eh),
+                       p.norm1, p.eps, p.norm_first, u, model)
+    _, e2 = _sublayer(x1, e1, lambda h: _ffn_value(h, p.ffn),
+                      lambda h, eh: model.ffn(h, p.ffn, u=u, ex=eh), p.norm2, p.eps, p.norm_first, u, model)
+    return e2
 
 
 def encoder_layer_error(x, params, mask=None, *, u: float, ex=None) -> np.ndarray:
@@ -52,34 +89,48 @@ def encoder_layer_error(x, params, mask=None, *, u: float, ex=None) -> np.ndarra
     (:func:`multi_head_error`, its input error propagated into the projections), the residual add and
     layer norm (:func:`layer_norm_error` with the incoming error), then the FFN
     (:func:`feed_forward_error`) likewise; Post-LN or Pre-LN per ``params.norm_first``."""
-    p = params
-    x = _f64(x)
-    ex = _zeros_like(x, ex)
-    x1, e1 = _sublayer(x, ex, lambda h: _mha_value(h, h, p.self_attn, mask),
-                       lambda h, eh: multi_head_error(h, h, p.self_attn, mask, u=u, ex_q=eh, ex_kv=eh),
-                       p.norm1, p.eps, p.norm_first, u)
-    _, e2 = _sublayer(x1, e1, lambda h: _ffn_value(h, p.ffn),
-                      lambda h, eh: feed_forward_error(h, p.ffn, u=u, ex=eh), p.norm2, p.eps, p.norm_first, u)
-    return e2
+    return _encoder_composition(x, params, mask, u=u, ex=ex, model=_GENERAL)
 
 
-def encoder_stack_error(x, layers, mask=None, *, u: float, ex=None) -> np.ndarray:
-    """Error bound of N encoder layers applied in turn: :func:`encoder_layer_error` of each layer with the
-    previous layer's bound as its input error."""
+def sixteen_bit_encoder_layer_error(x, params, mask=None, *, u: float, ex=None) -> np.ndarray:
+    """Error bound of one encoder layer for a 16-bit implementation under the 16-bit model: composed as
+    :func:`encoder_layer_error` of the 16-bit model's parts — :func:`sixteen_bit_multi_head_error`,
+    :func:`sixteen_bit_feed_forward_error`, :func:`sixteen_bit_layer_norm_error` — and every residual sum
+    stored: Δ(x + F) ≤ (Δx + ΔF)(1 + u) + u|x + F|. Every 16-bit store a correct implementation makes is
+    charged where it happens (the projections with and without a separate bias add, q, k, the scores, the
+    exponentials, the weights, the heads, the output projection, the residual sums, the norms' outputs, the
+    hidden units, the FFN's output), and the conditioning after it acts on it: a residual sum z stored at
+    u|z| reaches the next norm's output times |γ|r, |z|/σ times its relative size, where a bound that
+    allows each sub-layer one rounding of its output (u|y|) undercounts by that factor."""
+    return _encoder_composition(x, params, mask, u=u, ex=ex, model=_SIXTEEN)
+
+
+def _stack(x, layers, mask, *, u: float, ex, layer_error) -> np.ndarray:
     from attnclaims.reference.layers import encoder_layer
 
     x = _f64(x)
     e = _zeros_like(x, ex)
     for layer in layers:
-        e = encoder_layer_error(x, layer, mask, u=u, ex=e)
+        e = layer_error(x, layer, mask, u=u, ex=e)
         x = encoder_layer(x, layer, mask)
     return e
 
 
-def decoder_layer_error(y, memory, params, self_mask=None, memory_mask=None, *, u: float, ey=None,
-                        ememory=None) -> np.ndarray:
-    """Error bound of one decoder layer (causal self-attention ∧ self_mask, cross-attention to memory
-    with memory_mask, FFN), composed as in :func:`encoder_layer_error`."""
+def encoder_stack_error(x, layers, mask=None, *, u: float, ex=None) -> np.ndarray:
+    """Error bound of N encoder layers applied in turn: :func:`encoder_layer_error` of each layer with the
+    previous layer's bound as its input error."""
+    return _stack(x, layers, mask, u=u, ex=ex, layer_error=encoder_layer_error)
+
+
+def sixteen_bit_encoder_stack_error(x, layers, mask=None, *, u: float, ex=None) -> np.ndarray:
+    """:func:`encoder_stack_error` under the 16-bit model: :func:`sixteen_bit_encoder_layer_error` of each
+    layer with the previous layer's bound as its input error (each layer's input is the previous one's
+    stored 16-bit output)."""
+    return _stack(x, layers, mask, u=u, ex=ex, layer_error=sixteen_bit_encoder_layer_error)
+
+
+def _decoder_composition(y, memory, params, self_mask, memory_mask, *, u: float, ey, ememory,
+                         model: _Model) -> np.ndarray:
     p = params
     y, memory = _f64(y), _f64(memory)
     batch = np.broadcast_shapes(y.shape[:-2], memory.shape[:-2])
@@ -90,15 +141,31 @@ def decoder_layer_error(y, memory, params, self_mask=None, memory_mask=None, *, 
     if self_mask is not None:
         own = own & np.asarray(self_mask, bool)
     y1, e1 = _sublayer(y, ey, lambda h: _mha_value(h, h, p.self_attn, own),
-                       lambda h, eh: multi_head_error(h, h, p.self_attn, own, u=u, ex_q=eh, ex_kv=eh),
-                       p.norm1, p.eps, p.norm_first, u)
+                       lambda h, eh: model.attention(h, h, p.self_attn, own, u=u, ex_q=eh, ex_kv=eh),
+                       p.norm1, p.eps, p.norm_first, u, model)
     y2, e2 = _sublayer(y1, e1, lambda h: _mha_value(h, memory, p.cross_attn, memory_mask),
-                       lambda h, eh: multi_head_error(h, memory, p.cross_attn, memory_mask, u=u, ex_q=eh,
-                                                      ex_kv=ememory),
-                       p.norm2, p.eps, p.norm_first, u)
+                       lambda h, eh: model.attention(h, memory, p.cross_attn, memory_mask, u=u, ex_q=eh,
+                                                     ex_kv=ememory),
+                       p.norm2, p.eps, p.norm_first, u, model)
     _, e3 = _sublayer(y2, e2, lambda h: _ffn_value(h, p.ffn),
-                      lambda h, eh: feed_forward_error(h, p.ffn, u=u, ex=eh), p.norm3, p.eps, p.norm_first, u)
+                      lambda h, eh: model.ffn(h, p.ffn, u=u, ex=eh), p.norm3, p.eps, p.norm_first, u, model)
     return e3
+
+
+def decoder_layer_error(y, memory, params, self_mask=None, memory_mask=None, *, u: float, ey=None,
+                        ememory=None) -> np.ndarray:
+    """Error bound of one decoder layer (causal self-attention ∧ self_mask, cross-attention to memory
+    with memory_mask, FFN), composed as in :func:`encoder_layer_error`."""
+    return _decoder_composition(y, memory, params, self_mask, memory_mask, u=u, ey=ey, ememory=ememory,
+                                model=_GENERAL)
+
+
+def sixteen_bit_decoder_layer_error(y, memory, params, self_mask=None, memory_mask=None, *, u: float, ey=None,
+                                    ememory=None) -> np.ndarray:
+    """:func:`decoder_layer_error` under the 16-bit model, composed of the 16-bit model's parts as
+    :func:`sixteen_bit_encoder_layer_error` (three residual sums stored, three norms)."""
+    return _decoder_composition(y, memory, params, self_mask, memory_mask, u=u, ey=ey, ememory=ememory,
+                                model=_SIXTEEN)
 
 
 def _block_attention(h, eh, params, mask, *, u: float):
@@ -318,3 +385,8 @@ def _block(x, params, d, mask, dtype):
 
 _EVALUATE.update({"encoder_layer_vjp": _backward_encoder, "decoder_layer_vjp": _backward_decoder,
                   "decoder_block_vjp": _block})
+
+# conformance() and self_consistency() reach them through error_model
+SIXTEEN_BIT.update({encoder_layer_error: sixteen_bit_encoder_layer_error,
+                    encoder_stack_error: sixteen_bit_encoder_stack_error,
+                    decoder_layer_error: sixteen_bit_decoder_layer_error})

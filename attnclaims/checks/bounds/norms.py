@@ -6,11 +6,15 @@ from __future__ import annotations
 import math
 import numpy as np
 
-from attnclaims.checks.bounds.common import Bound, ETA64, U64, _EVALUATE, _c, _cd, _f64, _zeros_like, unit_roundoff
+from attnclaims.checks.bounds.common import (
+    Bound, ETA64, U32, U64, _EVALUATE, _c, _cd, _f64, _zeros_like, unit_roundoff
+)
 from attnclaims.reference import norms as N
 from attnclaims.reference._vjp import _rows
 
-__all__ = ["layer_norm_error", "layer_norm_moments_bound", "layer_norm_vjp_error", "rms_norm_error"]
+__all__ = [
+    "layer_norm_error", "layer_norm_moments_bound", "layer_norm_vjp_error", "rms_norm_error", "sixteen_bit_layer_norm_error"
+]
 
 
 def layer_norm_error(x, gamma, beta, eps, *, u: float, ex=None) -> np.ndarray:
@@ -46,6 +50,55 @@ def layer_norm_error(x, gamma, beta, eps, *, u: float, ex=None) -> np.ndarray:
         rho = 0.5 * dvar / (var + eps) + 4.0 * u
         y = gamma * c * r + beta
         return np.abs(gamma) * r * (dc + np.abs(c) * rho) + u * (3.0 * np.abs(gamma * c * r) + np.abs(y))
+
+
+def sixteen_bit_layer_norm_error(x, gamma, beta, eps, *, u: float, ex=None) -> np.ndarray:
+    """Error bound of LN(x) for a 16-bit implementation under the 16-bit model (the layers' norms, as torch's
+    CPU kernels compute them: the stored 16-bit row read into float32, moments, r and γ x̂ + β in float32, the
+    output stored). x holds 16-bit numbers carrying the errors Δx of their computation (``ex``; upstream
+    stores included — a residual sum z stored in 16 bits is off by u|z|, which the norm amplifies by |γ|r:
+    by |z|/σ relative to its output).
+
+    :func:`layer_norm_error`'s derivation with the float32 unit roundoff u₃₂, and three terms that are
+    second order in float32 but not in 16 bits:
+
+    * Δc_i = u₃₂(|c_i| + (2(d + 1) + 4 ln d + 4)·max|x|) + Δx_i + mean Δx, as there;
+    * Δσ² = 2 mean(|c| Δc) + mean(Δc²) + 3(d + 2)u₃₂σ²: |(c + δ)² − c²| ≤ 2|c||δ| + δ², so the square's
+      term is kept (Δc reaches σ when u|z| does);
+    * ε stored as a 16-bit number (Δε ≤ uε) as well as float32 sums: t = (Δσ² + uε)/(σ² + ε) is the relative
+      error of σ² + ε, and |(1 + τ)^(−1/2) − 1| ≤ (1 − t)^(−1/2) − 1 for |τ| ≤ t < 1 (not its first order ½t):
+      ρ = (1 − t)^(−1/2) − 1 + 4u₃₂ (the add, sqrt and division or rsqrt in float32);
+    * x̂ = c r: Δx̂ ≤ r(Δc(1 + ρ) + |c|ρ) (the product of the two perturbations kept), and at most
+      |x̂| + √d(1 + (d + 8)u₃₂): a computed x̂_i is ĉ_i r̂ with ĉ_i² ≤ Σ ĉ² = d·mean ĉ² whatever the
+      perturbation, so |x̂̂_i| ≤ √d up to the float32 roundings of the mean of squares ((d + 2)u₃₂, halved by
+      the root), r̂ (4u₃₂) and the product (t ≥ 1, where the expansion says nothing, is this cap);
+    * y = γ x̂ + β in float32 (u₃₂(3|γ x̂| + |y|), as there) and stored: (1 + u) on all of it and u|y|:
+
+        Δy ≤ (|γ|Δx̂ + u₃₂(3|γ x̂| + |y|))(1 + u) + u|y|.
+
+    x (..., d) -> (..., d).
+    """
+    x = _f64(x)
+    d = x.shape[-1]
+    ex = _zeros_like(x, ex)
+    gamma, beta = _f64(gamma), _f64(beta)
+    mu = x.mean(axis=-1, keepdims=True)
+    c = x - mu
+    var = np.mean(c * c, axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        r = 1.0 / np.sqrt(var + eps)
+        mean_err = 2.0 * (d + 1) + 4.0 * math.log(d) + 4.0
+        dc = U32 * (np.abs(c) + mean_err * np.max(np.abs(x), axis=-1, keepdims=True)) + ex \
+            + np.mean(ex, axis=-1, keepdims=True)
+        dvar = 2.0 * np.mean(np.abs(c) * dc, axis=-1, keepdims=True) + np.mean(dc * dc, axis=-1, keepdims=True) \
+            + U32 * 3.0 * (d + 2) * var
+        t = (dvar + u * eps) / (var + eps)
+        rho = np.where(t < 1.0, 1.0 / np.sqrt(np.maximum(1.0 - t, 0.0)) - 1.0, np.inf) + 4.0 * U32
+        xhat = c * r
+        cap = np.abs(xhat) + math.sqrt(d) * (1.0 + (d + 8) * U32)
+        e_xhat = np.where(t < 1.0, np.minimum(r * (dc * (1.0 + rho) + np.abs(c) * rho), cap), cap)
+        y = gamma * xhat + beta
+        return (np.abs(gamma) * e_xhat + U32 * (3.0 * np.abs(gamma * xhat) + np.abs(y))) * (1.0 + u) + u * np.abs(y)
 
 
 def layer_norm_moments_bound(x, eps, *, dtype) -> tuple[Bound, Bound, np.ndarray, np.ndarray]:
