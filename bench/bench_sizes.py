@@ -5,13 +5,15 @@ tests draw it (the profile's number of examples and sizes, a fixed seed per capa
 implementation: float64 and the default variants), and the sizes are summarised as min / median / max — n_q, n_k, d_k, d_v for attention-level
 cases, n and d_model for the layers, n and d for the norms — with the share of draws that cross tiles (a length
 of ``tile_lengths()``: T − 1, T, T + 1, 2T + r around the default tiles 16, 32, 64, 128 and the primes 113, 157,
-257) and the longest length drawn.
+257) and the longest length drawn. The capabilities whose suite tests are marked ``crosses_tiles`` (:data:`MARKED`)
+are drawn as those tests draw them: ``tile_examples(N)`` draws in the crossing run, the rest with no crossing.
 
 Time: the reference's implementation tests (``pytest --pyargs attnclaims.suite -m impl_test --attn-impl
 reference``) are run once per profile in a child process (one process, no xdist) with this file as a pytest
 plugin that records each test's duration (setup, call and teardown) and the capabilities its ``requires``
-marker names; the time is summed per capability (the first one a test requires). ``thorough`` is not timed
-unless ``--time-profiles`` names it (it runs for tens of minutes).
+marker names; the time is summed per capability (the first one a test requires), and so are the tile-crossing
+cases each test drew (``tile_crossings_drawn``, read before and after the test: the fewest and most per test).
+``thorough`` is not timed unless ``--time-profiles`` names it (it runs for tens of minutes).
 
 Run: ``.venv/bin/python bench/bench_sizes.py [--quick] [--examples N] [--time-profiles dev ci]``; the tables go
 to the terminal and ``bench/results/sizes.json``. ``--quick`` draws 8 examples per strategy and times only
@@ -29,6 +31,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -36,6 +39,9 @@ RESULTS = HERE / "results" / "sizes.json"
 PROFILES = ("dev", "ci", "thorough")
 #: the environment variable that makes this module, loaded by pytest as a plugin, write its records
 PLUGIN_OUT = "BENCH_SIZES_OUT"
+#: the capabilities whose tests are marked ``crosses_tiles`` in the suite (their vjps share the strategies)
+MARKED = ("softmax", "attention", "causal_attention", "self_attention", "multi_head_attention",
+          "grouped_query_attention", "decoder_block", "decoder_block_step")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -48,7 +54,22 @@ _RECORDS: dict[str, dict] = {}
 def pytest_collection_modifyitems(session, config, items):
     for item in items:
         mark = item.get_closest_marker("requires")
-        _RECORDS[item.nodeid] = {"requires": list(mark.args) if mark else [], "seconds": 0.0, "outcome": None}
+        _RECORDS[item.nodeid] = {"requires": list(mark.args) if mark else [], "seconds": 0.0, "outcome": None,
+                                 "crossings": 0}
+
+
+def _crossings() -> int:
+    from attnclaims.checks.strategies.common import tile_crossings_drawn
+
+    return tile_crossings_drawn()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    before = _crossings()
+    yield
+    rec = _RECORDS.setdefault(item.nodeid, {"requires": [], "seconds": 0.0, "outcome": None, "crossings": 0})
+    rec["crossings"] = _crossings() - before
 
 
 def pytest_runtest_logreport(report):
@@ -73,7 +94,7 @@ def _strategies():
     """{capability: (strategy, sizes of one draw -> dict)} for the main strategy of each capability."""
     from attnclaims.checks import strategies as S
     from attnclaims.checks.strategies.layers import decoder_cases, encoder_cases
-    from attnclaims.checks.strategies.multihead import gqa_cases, multi_head_cases
+    from attnclaims.checks.strategies.multihead import gqa_cases, multi_head_cases, self_attention_cases
     from attnclaims.checks.strategies.positional import rope_cases
 
     def attention(c):
@@ -86,6 +107,7 @@ def _strategies():
         "softmax": (S.softmax_inputs(), lambda xa: {"n": xa[0].shape[xa[1]]}),
         "attention": (S.attention_cases(mask=None, explicit_scale=None), attention),
         "causal_attention": (S.causal_cases(), attention),
+        "self_attention": (self_attention_cases(cross=False), lambda r: model(r[0].dims)),
         "multi_head_attention": (multi_head_cases(), lambda r: model(r[0].dims)),
         "grouped_query_attention": (gqa_cases(grouped=None), lambda r: model(r[0].dims)),
         "rotary_embedding": (rope_cases(), lambda r: {"n": r[0].shape[-2], "d": r[0].shape[-1]}),
@@ -94,6 +116,7 @@ def _strategies():
         "decoder_layer": (decoder_cases(), lambda r: {"n_q": r[0].dims.n_q, "n_k": r[0].dims.n_k,
                                                       "d_model": r[0].dims.d_model}),
         "decoder_block": (S.block_cases(), lambda c: {"n": c.x.shape[-2], "d_model": c.x.shape[-1]}),
+        "decoder_block_step": (S.block_cases(max_seq=16), lambda c: {"n": c.x.shape[-2], "d_model": c.x.shape[-1]}),
     }
 
 
@@ -104,7 +127,7 @@ def draw_sizes(profile: str, examples: int | None) -> dict:
     from hypothesis import HealthCheck, Phase, given, seed, settings
     from hypothesis import strategies as st
 
-    from attnclaims.checks.strategies.common import tile_lengths
+    from attnclaims.checks.strategies.common import crosses_tiles, tile_lengths
 
     settings.load_profile(profile)
     count = examples or settings.get_profile(profile).max_examples
@@ -122,7 +145,7 @@ def draw_sizes(profile: str, examples: int | None) -> dict:
         def collect(data):
             rows.append({k: int(v) for k, v in sizes_of(data.draw(strategy)).items()})
 
-        collect()
+        (crosses_tiles(collect) if capability in MARKED else collect)()
         names = list(rows[0]) if rows else []
         lengths = [k for k in names if k in ("n", "n_q", "n_k")]
         out[capability] = {
@@ -158,10 +181,14 @@ def time_capabilities(profile: str, select: str | None, tmp: Path) -> dict:
     per: dict[str, dict] = {}
     for rec in records.values():
         cap = rec["requires"][0] if rec["requires"] else "(no capability)"
-        row = per.setdefault(cap, {"tests": 0, "seconds": 0.0, "failed": 0})
+        row = per.setdefault(cap, {"tests": 0, "seconds": 0.0, "failed": 0, "crossing": None, "crossing_tests": 0})
         row["tests"] += 1
         row["seconds"] = round(row["seconds"] + rec["seconds"], 3)
         row["failed"] += rec["outcome"] == "failed"
+        if rec.get("crossings"):  # the fewest and most tile-crossing cases of a test that drew any
+            lo, hi = row["crossing"] or (rec["crossings"], rec["crossings"])
+            row["crossing"] = [min(lo, rec["crossings"]), max(hi, rec["crossings"])]
+            row["crossing_tests"] += 1
     return {"wall_s": round(wall, 1), "exit": proc.returncode, "tests": len(records),
             "per_capability": dict(sorted(per.items(), key=lambda kv: -kv[1]["seconds"])),
             "stderr_tail": proc.stderr[-2000:] if proc.returncode not in (0, 1) else ""}
@@ -187,10 +214,12 @@ def print_tables(doc: dict) -> None:
     for profile, run in doc["results"]["time"].items():
         table = Table(title=f"time per capability, reference, profile {profile} "
                             f"({run['tests']} tests, {run['wall_s']} s wall, exit {run['exit']})")
-        for col in ("capability", "tests", "seconds", "failed"):
+        for col in ("capability", "tests", "seconds", "failed", "tests crossing", "crossing cases per test"):
             table.add_column(col, justify="left" if col == "capability" else "right")
         for cap, row in run["per_capability"].items():
-            table.add_row(cap, str(row["tests"]), f"{row['seconds']:.1f}", str(row["failed"]))
+            cross = row.get("crossing")
+            table.add_row(cap, str(row["tests"]), f"{row['seconds']:.1f}", str(row["failed"]),
+                          str(row.get("crossing_tests", 0)), "—" if not cross else f"{cross[0]}–{cross[1]}")
         console.print(table)
 
 

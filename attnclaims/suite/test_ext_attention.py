@@ -57,6 +57,7 @@ def _xs(c, is_cross):
 
 @pytest.mark.claim("multihead-structure", kind="conformance", extension=GQA)
 @pytest.mark.requires("multi_head_attention")
+@S.crosses_tiles
 @needs_variant(grouped_query=True)
 @given(data=gqa_cases(grouped=None))
 def test_grouped_query_attention_matches_reference(impl, data):
@@ -73,6 +74,7 @@ def test_grouped_query_attention_matches_reference(impl, data):
 
 @pytest.mark.claim("multihead-structure", extension=GQA)
 @pytest.mark.requires("multi_head_attention")
+@S.crosses_tiles
 @needs_variant(grouped_query=True)
 @given(data=gqa_cases())
 def test_grouped_query_equals_multi_head_with_repeated_kv_heads(impl, data):
@@ -90,6 +92,7 @@ def test_grouped_query_equals_multi_head_with_repeated_kv_heads(impl, data):
 
 @pytest.mark.claim("multihead-structure", extension=GQA)
 @pytest.mark.requires("multi_head_attention", "attention")
+@S.crosses_tiles
 @needs_variant(grouped_query=True)
 @given(data=gqa_cases())
 def test_grouped_query_output_is_the_sum_of_head_terms(impl, data):
@@ -230,6 +233,7 @@ def test_rotary_embedding_breaks_permutation_equivariance(impl, data, more):
 
 @pytest.mark.claim("decoder-masking", kind="conformance", extension="causal alignment")
 @pytest.mark.requires("causal_attention")
+@S.crosses_tiles
 @given(case=M.causal_cases(window=False))
 @example(case=KernelEdge("decode-top-left"))
 @example(case=KernelEdge("decode-bottom-right"))
@@ -248,6 +252,7 @@ def test_causal_attention_matches_reference_for_each_declared_alignment(impl, ca
 
 @pytest.mark.claim("decoder-masking", extension="sliding-window attention")
 @pytest.mark.requires("causal_attention")
+@S.crosses_tiles
 @needs_variant(sliding_window=True)
 @given(case=M.causal_cases(window=True))
 @example(case=KernelEdge("short-window"))
@@ -264,6 +269,7 @@ def test_sliding_window_attention_matches_reference(impl, case):
 
 @pytest.mark.claim("decoder-masking", extension="causal alignment")
 @pytest.mark.requires("causal_attention")
+@S.crosses_tiles
 @given(case=M.causal_cases(), more=st.data())
 def test_keys_a_query_may_not_see_do_not_change_its_output(impl, case, more):
     """Replace every key and value a query's causal (windowed) mask hides by fresh ones: that query's output
@@ -289,6 +295,7 @@ def test_keys_a_query_may_not_see_do_not_change_its_output(impl, case, more):
 
 @pytest.mark.claim("decoder-masking", extension="causal alignment")
 @pytest.mark.requires("causal_attention")
+@S.crosses_tiles
 @given(case=M.causal_cases().filter(lambda c: c.scale is None or 0.1 <= c.scale <= 2.0))
 @example(case=KernelEdge("decode-top-left"))
 @example(case=KernelEdge("decode-bottom-right"))

@@ -138,6 +138,7 @@ def _causal_vjp_check(impl, case, seed):
 
 @pytest.mark.claim("decoder-masking", kind="conformance", extension=ALIGN)
 @pytest.mark.requires("causal_attention_vjp")
+@S.crosses_tiles
 @given(case=M.causal_cases(window=False), seed=S.seeds())
 @example(case=KernelEdge("decode-top-left"), seed=0)
 @example(case=KernelEdge("decode-bottom-right"), seed=0)
@@ -151,6 +152,7 @@ def test_causal_attention_vjp_matches_reference(impl, case, seed):
 
 @pytest.mark.claim("decoder-masking", kind="conformance", extension=WINDOW)
 @pytest.mark.requires("causal_attention_vjp")
+@S.crosses_tiles
 @needs_variant(sliding_window=True)
 @given(case=M.causal_cases(window=True), seed=S.seeds())
 def test_sliding_window_attention_vjp_matches_reference(impl, case, seed):
@@ -160,6 +162,7 @@ def test_sliding_window_attention_vjp_matches_reference(impl, case, seed):
 
 @pytest.mark.claim("multihead-structure", kind="conformance", extension=GQA)
 @pytest.mark.requires("multi_head_attention_vjp")
+@S.crosses_tiles
 @needs_variant(grouped_query=True)
 @given(data=gqa_cases(grouped=True), seed=S.seeds())
 def test_grouped_query_attention_vjp_matches_reference(impl, data, seed):
@@ -177,6 +180,7 @@ def test_grouped_query_attention_vjp_matches_reference(impl, data, seed):
 
 @pytest.mark.claim("decoder-masking", kind="conformance", extension=BLOCK)
 @pytest.mark.requires("decoder_block_vjp")
+@S.crosses_tiles
 @given(case=M.block_cases(), more=st.data(), seed=S.seeds())
 def test_decoder_block_vjp_matches_reference(impl, case, more, seed):
     """(dx, dparams) of the block (its drawn norm, FFN, RoPE, placement, K/V heads; sometimes a padding mask on
@@ -215,6 +219,7 @@ def _unseen_keys_get_no_gradient(impl, case, seed, pick):
 
 @pytest.mark.claim("decoder-masking", extension=ALIGN)
 @pytest.mark.requires("causal_attention_vjp")
+@S.crosses_tiles
 @given(case=M.causal_cases(window=False), seed=S.seeds(), pick=st.data())
 def test_causal_attention_vjp_gives_future_keys_exactly_zero_gradient(impl, case, seed, pick):
     """With d_out only at queries lo … hi − 1, the keys and values none of them may see under the declared
@@ -226,6 +231,7 @@ def test_causal_attention_vjp_gives_future_keys_exactly_zero_gradient(impl, case
 
 @pytest.mark.claim("decoder-masking", extension=WINDOW)
 @pytest.mark.requires("causal_attention_vjp")
+@S.crosses_tiles
 @needs_variant(sliding_window=True)
 @given(case=M.causal_cases(window=True), seed=S.seeds(), pick=st.data())
 def test_sliding_window_vjp_gives_keys_outside_every_window_exactly_zero_gradient(impl, case, seed, pick):
@@ -236,6 +242,7 @@ def test_sliding_window_vjp_gives_keys_outside_every_window_exactly_zero_gradien
 
 @pytest.mark.claim("decoder-masking", extension=BLOCK)
 @pytest.mark.requires("decoder_block_vjp")
+@S.crosses_tiles
 @given(case=M.block_cases(min_seq=2), seed=S.seeds(), pick=st.data())
 def test_decoder_block_gradient_does_not_reach_future_positions(impl, case, seed, pick):
     """Output i of the block depends on positions 0 … i only: with d_out zero at positions ≥ m, dx is exactly 0
@@ -349,6 +356,7 @@ def test_rotary_embedding_vjp_keeps_norms(impl, data, seed):
 
 @pytest.mark.claim("multihead-structure", extension=GQA)
 @pytest.mark.requires("multi_head_attention_vjp")
+@S.crosses_tiles
 @needs_variant(grouped_query=True)
 @given(data=gqa_cases(grouped=True), seed=S.seeds())
 def test_grouped_query_kv_gradients_are_group_sums_of_the_repeated_heads(impl, data, seed):

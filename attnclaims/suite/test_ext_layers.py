@@ -206,6 +206,7 @@ def _block_bound(impl, x, p, mask=None) -> T.Bound:
 
 @pytest.mark.claim("decoder-masking", kind="conformance", extension=BLOCK)
 @pytest.mark.requires("decoder_block")
+@S.crosses_tiles
 @given(case=M.block_cases(offset=True), more=st.data())
 def test_decoder_block_matches_reference(impl, case, more):
     """The block (its drawn norm, FFN, RoPE, placement, K/V heads; sometimes a padding mask on top of the
@@ -236,6 +237,7 @@ def _masked(mask) -> str:
 
 @pytest.mark.claim("decoder-masking", extension=BLOCK)
 @pytest.mark.requires("decoder_block")
+@S.crosses_tiles
 @given(case=M.block_cases(min_seq=2, generic=True), pick=st.data())
 def test_decoder_block_outputs_ignore_later_positions(impl, case, pick):
     """Replace every position after t: the outputs at 0 … t do not change (the block is causal) — also when a
@@ -258,6 +260,7 @@ def test_decoder_block_outputs_ignore_later_positions(impl, case, pick):
 
 @pytest.mark.claim("parallel-training", extension=BLOCK)
 @pytest.mark.requires("decoder_block")
+@S.crosses_tiles
 @given(case=M.block_cases(max_seq=16), more=st.data())
 def test_decoder_block_parallel_pass_equals_running_on_prefixes(impl, case, more):
     """block(x[:t+1])[t] = block(x)[t] for every t: one parallel pass computes what generating position by
@@ -280,6 +283,7 @@ def test_decoder_block_parallel_pass_equals_running_on_prefixes(impl, case, more
 
 @pytest.mark.claim("parallel-training", "decoder-masking", kind="conformance", extension=CACHE)
 @pytest.mark.requires("decoder_block_decode")
+@S.crosses_tiles
 @given(case=M.block_cases(max_seq=16), schedule=st.data())
 def test_cached_decoding_matches_the_reference_parallel_pass(impl, case, schedule):
     """Prefill a prompt of any length (0 … n), then decode the rest 1, 2, 3 or n positions per step against
@@ -295,6 +299,7 @@ def test_cached_decoding_matches_the_reference_parallel_pass(impl, case, schedul
 
 @pytest.mark.claim("parallel-training", "decoder-masking", extension=CACHE)
 @pytest.mark.requires("decoder_block_decode", "decoder_block")
+@S.crosses_tiles
 @given(case=M.block_cases(max_seq=16), schedule=st.data())
 def test_cached_decoding_equals_the_parallel_pass(impl, case, schedule):
     """The implementation's own cached decoding equals its own parallel pass, for any prompt length and
@@ -328,6 +333,7 @@ def _step_decode(impl, x, params, prompt: int, chunk: int):
 
 @pytest.mark.claim("parallel-training", "decoder-masking", kind="conformance", extension=CACHE)
 @pytest.mark.requires("decoder_block_step")
+@S.crosses_tiles
 @given(case=M.block_cases(max_seq=16), schedule=st.data())
 def test_step_decoding_matches_the_reference_parallel_pass(impl, case, schedule):
     """Decode with the implementation's own step: a prompt of any length 0 … m in one call, then 1, 2, 3 or
@@ -346,6 +352,7 @@ def test_step_decoding_matches_the_reference_parallel_pass(impl, case, schedule)
 
 @pytest.mark.claim("parallel-training", "decoder-masking", kind="conformance", extension=CACHE)
 @pytest.mark.requires("decoder_block_step")
+@S.crosses_tiles
 @given(case=M.block_cases(max_seq=16), schedule=st.data())
 def test_step_cache_matches_the_reference_cache(impl, case, schedule):
     """After every step the returned KVCache holds, for positions 0 … position + n_t − 1, the keys after RoPE
@@ -369,6 +376,7 @@ def test_step_cache_matches_the_reference_cache(impl, case, schedule):
 
 @pytest.mark.claim("decoder-masking", extension=CACHE)
 @pytest.mark.requires("decoder_block_step")
+@S.crosses_tiles
 @given(case=M.block_cases(min_seq=2, max_seq=16, generic=True), schedule=st.data())
 def test_step_decoding_outputs_ignore_later_positions(impl, case, schedule):
     """Replace every position after t (t anywhere, also inside a step of several tokens) and decode again step
@@ -390,6 +398,7 @@ def test_step_decoding_outputs_ignore_later_positions(impl, case, schedule):
 
 @pytest.mark.claim("parallel-training", "decoder-masking", extension=CACHE)
 @pytest.mark.requires("decoder_block_step", "decoder_block")
+@S.crosses_tiles
 @given(case=M.block_cases(max_seq=16), schedule=st.data())
 def test_step_decoding_equals_the_parallel_pass(impl, case, schedule):
     """The implementation's own step-by-step decoding equals its own parallel pass, for any prompt length and
@@ -415,6 +424,7 @@ def _step_bounds(n: int, prompt: int, chunk: int) -> list[int]:
 
 @pytest.mark.claim("parallel-training", "decoder-masking", kind="conformance", extension=CACHE)
 @pytest.mark.requires("decoder_block_step")
+@S.crosses_tiles
 @given(case=M.block_cases(min_seq=2, max_seq=16), schedule=st.data())
 def test_two_sequences_decoded_in_turn_each_match_the_reference(impl, case, schedule):
     """Decode two sequences of the same shape in turn — a step of the first, the same step of the second, each
@@ -423,7 +433,7 @@ def test_two_sequences_decoded_in_turn_each_match_the_reference(impl, case, sche
     (right as long as one sequence is decoded at a time) mixes the two."""
     c = case.cast(impl.dtype)
     n = c.x.shape[-2]
-    prompt, chunk = schedule.draw(_several_step_schedules(n), label="(prompt_length, chunk)")
+    prompt, chunk = schedule.draw(_several_step_schedules(n, long_cache=c.tiled), label="(prompt_length, chunk)")
     xs = (c.x, schedule.draw(S.random_arrays(c.x.shape, dtype=impl.dtype), label="second sequence"))
     caches, outs = [None, None], [[], []]
     bounds = _step_bounds(n, prompt, chunk)
@@ -441,6 +451,7 @@ def test_two_sequences_decoded_in_turn_each_match_the_reference(impl, case, sche
 
 @pytest.mark.claim("parallel-training", "decoder-masking", kind="conformance", extension=CACHE)
 @pytest.mark.requires("decoder_block_step")
+@S.crosses_tiles
 @given(case=M.block_cases(min_seq=2, max_seq=16), schedule=st.data())
 def test_a_step_from_an_earlier_or_another_cache_matches_the_reference(impl, case, schedule):
     """Prefill a second sequence x' to a length p, decode x to its end, then step the same new tokens from
@@ -450,7 +461,7 @@ def test_a_step_from_an_earlier_or_another_cache_matches_the_reference(impl, cas
     answers one of the two with the other's prefix."""
     c = case.cast(impl.dtype)
     n = c.x.shape[-2]
-    prompt, chunk = schedule.draw(_several_step_schedules(n), label="(prompt_length, chunk)")
+    prompt, chunk = schedule.draw(_several_step_schedules(n, long_cache=c.tiled), label="(prompt_length, chunk)")
     bounds = _step_bounds(n, prompt, chunk)
     p = schedule.draw(st.sampled_from(bounds[1:-1]), label="p (the length of an earlier cache)")
     x_other = schedule.draw(S.random_arrays(c.x[..., :p, :].shape, dtype=impl.dtype), label="x'[:p]")

@@ -79,6 +79,7 @@ def check_convex_combination(out, v, mask, n_q: int, dtype, what: str) -> None:
 
 @pytest.mark.claim("softmax-distribution")
 @pytest.mark.requires("softmax")
+@S.crosses_tiles
 @given(data=S.softmax_inputs())
 @example(data=(np.array([0.0]), -1))
 @example(data=(np.array([[3.0, 1.0, 2.0], [0.0, 0.0, 0.0]]), 0))
@@ -96,6 +97,7 @@ def test_softmax_is_a_distribution(impl, data):
 
 @pytest.mark.claim("softmax-distribution")
 @pytest.mark.requires("softmax")
+@S.crosses_tiles
 @given(data=S.softmax_inputs(huge=True))
 @example(data=(np.array([1e300, -1e300, 1e300]), -1))
 @example(data=(np.array([[-1e300, -1e300], [1e300, 0.0]]), -1))
@@ -114,6 +116,7 @@ def test_softmax_is_finite_for_huge_scores(impl, data):
 
 @pytest.mark.claim("softmax-distribution")
 @pytest.mark.requires("softmax")
+@S.crosses_tiles
 @given(data=S.softmax_inputs(), shift=st.sampled_from([1.0, -3.0, 100.0, -1000.0, 0.5, 1e6]))
 def test_softmax_is_shift_invariant(impl, data, shift):
     """softmax(x + c) = softmax(x): the rounding of x + c (u|x + c|) is the only excuse allowed."""
@@ -130,6 +133,7 @@ def test_softmax_is_shift_invariant(impl, data, shift):
 
 @pytest.mark.claim("softmax-distribution")
 @pytest.mark.requires("softmax")
+@S.crosses_tiles
 @given(data=S.softmax_inputs(max_len=64))
 @example(data=(np.array([1.0, 2.0, 3.0]), -1))
 def test_softmax_preserves_order(impl, data):
@@ -149,6 +153,7 @@ def test_softmax_preserves_order(impl, data):
 
 @pytest.mark.claim("softmax-distribution")
 @pytest.mark.requires("softmax")
+@S.crosses_tiles
 @given(data=S.softmax_inputs(min_len=64, max_len=512, high=2))
 def test_long_softmax_rows_sum_to_one(impl, data):
     """Rows of 64–512 entries (in every profile) sum to 1 within :func:`~attnclaims.checks.bounds.row_sum_bound`.
@@ -169,6 +174,7 @@ def test_long_softmax_rows_sum_to_one(impl, data):
 
 @pytest.mark.claim("softmax-distribution")
 @pytest.mark.requires("attention")
+@S.crosses_tiles
 @given(case=S.attention_cases(mask=None, explicit_scale=None))
 @example(case=EDGE["one-key"])
 @example(case=EDGE["one-query"])
@@ -195,6 +201,7 @@ def test_attention_weights_are_a_distribution(impl, case):
 
 @pytest.mark.claim("softmax-distribution")
 @pytest.mark.requires("attention")
+@S.crosses_tiles
 @given(case=S.attention_cases(mask=True, explicit_scale=True))
 @example(case=EDGE["huge-scores"])
 @example(case=EDGE["one-query-masked"])
@@ -215,6 +222,7 @@ def test_masked_keys_get_exactly_zero_weight(impl, case):
 
 @pytest.mark.claim("convex-combination")
 @pytest.mark.requires("attention")
+@S.crosses_tiles
 @given(case=S.attention_cases(mask=None, explicit_scale=None))
 @example(case=EDGE["one-key"])
 @example(case=EDGE["huge-scores"])
@@ -233,6 +241,7 @@ def test_output_is_in_the_convex_hull_of_allowed_values(impl, case):
 
 @pytest.mark.claim("convex-combination")
 @pytest.mark.requires("attention")
+@S.crosses_tiles
 @given(case=single_key_cases())
 @example(case=EDGE["single-allowed-key"])
 def test_one_hot_weights_pick_a_value_row(impl, case):
@@ -248,6 +257,7 @@ def test_one_hot_weights_pick_a_value_row(impl, case):
 
 @pytest.mark.claim("convex-combination")
 @pytest.mark.requires("attention")
+@S.crosses_tiles
 @given(case=S.attention_cases(mask=None, explicit_scale=None), data=st.data())
 def test_identical_value_rows_are_returned(impl, case, data):
     """If every value row equals r, every output row equals r (the weights sum to 1)."""
@@ -262,6 +272,7 @@ def test_identical_value_rows_are_returned(impl, case, data):
 
 @pytest.mark.claim("convex-combination")
 @pytest.mark.requires("attention")
+@S.crosses_tiles
 @given(case=S.attention_cases(mask=None, explicit_scale=None), data=st.data(),
        alpha=st.sampled_from([1.0, -1.0, 2.0, 0.5, -4.0]))
 def test_output_is_linear_in_values(impl, case, data, alpha):
@@ -285,6 +296,7 @@ def test_output_is_linear_in_values(impl, case, data, alpha):
 @pytest.mark.claim("score-functions")
 @pytest.mark.requires("attention")
 @pytest.mark.parametrize("score_function", ["dot-product", "additive"])
+@S.crosses_tiles
 @given(data=st.data())
 def test_scores_of_either_function_give_distribution_and_convex_combination(impl, score_function, data):
     """Whatever made the scores S (dot product or additive), softmax(S) is a distribution and
@@ -309,6 +321,7 @@ def test_scores_of_either_function_give_distribution_and_convex_combination(impl
 
 @pytest.mark.claim("softmax-saturation", part="default-scale")
 @pytest.mark.requires("attention")
+@S.crosses_tiles
 @given(case=S.attention_cases(mask=None, explicit_scale=False, score_scale=1.0))
 @example(case=EDGE["d_k=1"])
 @example(case=EDGE["one-query"])

@@ -22,7 +22,7 @@ from attnclaims.reference import MultiHeadParams, self_attention as ref_self_att
 from attnclaims.checks import strategies as S
 from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
-from attnclaims.checks.strategies.multihead import self_attention_cases
+from attnclaims.checks.strategies.multihead import self_attention_cases, tiled_model_cases
 
 
 def single_head(params: MultiHeadParams) -> MultiHeadParams:
@@ -49,6 +49,7 @@ def check_is_attention_of_projections(impl, x_q, x_kv, params, mask, what):
 
 @pytest.mark.claim("self-attention")
 @pytest.mark.requires("multi_head_attention", "attention")
+@S.crosses_tiles
 @given(data=self_attention_cases(cross=False))
 def test_self_attention_is_attention_of_projections(impl, data):
     """Q, K and V all come from X through their own projections: self_attention(X) = attention(XW_Q, XW_K, XW_V)."""
@@ -59,6 +60,7 @@ def test_self_attention_is_attention_of_projections(impl, data):
 
 @pytest.mark.claim("self-attention")
 @pytest.mark.requires("multi_head_attention", "attention")
+@S.crosses_tiles
 @S.needs_variant(cross_attention=True)
 @given(data=self_attention_cases(cross=True))
 def test_separate_inputs_give_cross_attention(impl, data):
@@ -72,7 +74,8 @@ def test_separate_inputs_give_cross_attention(impl, data):
 
 @pytest.mark.claim("self-attention", kind="conformance")
 @pytest.mark.requires("multi_head_attention")
-@given(case=S.model_cases(square=True), data=st.data())
+@S.crosses_tiles
+@given(case=tiled_model_cases(square=True), data=st.data())
 def test_self_attention_matches_reference(impl, case, data):
     """Multi-head self-attention of the implementation equals the reference's (any number of heads, a mask
     sometimes)."""

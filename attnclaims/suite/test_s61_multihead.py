@@ -52,6 +52,7 @@ def _xs(c, is_cross):
 
 @pytest.mark.claim("multihead-structure", kind="conformance")
 @pytest.mark.requires("multi_head_attention")
+@S.crosses_tiles
 @given(data=multi_head_cases())
 def test_multi_head_attention_matches_reference(impl, data):
     """Multi-head attention (self or cross, mask shared by the heads) equals the reference's."""
@@ -76,6 +77,7 @@ def check_sum_of_head_terms(impl, x_q, x_kv, params, mask, what):
 
 @pytest.mark.claim("multihead-structure")
 @pytest.mark.requires("multi_head_attention", "attention")
+@S.crosses_tiles
 @given(data=multi_head_cases())
 def test_output_is_the_sum_of_head_terms(impl, data):
     """Concat(head_1 … head_h) W_O + b_O = Σ_i head_i W_O^(i) + b_O, head i on columns [i·d_k, (i+1)·d_k)."""
@@ -88,6 +90,7 @@ def test_output_is_the_sum_of_head_terms(impl, data):
 
 @pytest.mark.claim("multihead-structure")
 @pytest.mark.requires("multi_head_attention", "attention")
+@S.crosses_tiles
 @given(data=multi_head_cases(heads=1))
 def test_one_head_is_attention_with_projections(impl, data):
     """h = 1: MultiHead = Attention(Q W_Q + b_Q, K W_K + b_K, V W_V + b_V) W_O + b_O."""
@@ -99,6 +102,7 @@ def test_one_head_is_attention_with_projections(impl, data):
 
 @pytest.mark.claim("multihead-structure")
 @pytest.mark.requires("multi_head_attention", "attention")
+@S.crosses_tiles
 @given(data=multi_head_cases(), choice=st.data())
 def test_changing_one_heads_weights_changes_only_its_term(impl, data, choice):
     """Replace head i's columns of W_Q, W_K, W_V (and its biases): the output changes by exactly

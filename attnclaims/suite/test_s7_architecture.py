@@ -158,6 +158,7 @@ def test_decoder_outputs_ignore_later_targets(impl, data, pick):
 
 @pytest.mark.claim("decoder-masking")
 @pytest.mark.requires("attention")
+@S.crosses_tiles
 @given(case=A.causal_padded_cases(explicit_scale=True))
 @example(case=A.with_causal_mask(S.edge_attention_case("huge-scores")))
 @example(case=A.KernelEdge("two-blocks", causal=True))

@@ -877,3 +877,186 @@ def test_epsilons_follow_the_dtype_when_drawn():
         assert _reach(strategy, lambda e: e == 0.1)
     with S.following(SimpleNamespace(name="f64", dtype=np.dtype(np.float64))):
         assert _reach(strategy, lambda e: e == 1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes that cross tiles: a few examples of every attention-level test (crosses_tiles)
+# ---------------------------------------------------------------------------------------------
+
+def _lengths(capability: str):
+    """The sequence lengths of one draw of each attention-level capability's strategy."""
+    def model(r):
+        return (r[0].dims.n_q, r[0].dims.n_k, r[0].x.shape[-2], r[0].memory.shape[-2])
+
+    return {
+        "softmax": lambda xa: (xa[0].shape[xa[1]],),
+        "attention": lambda c: (c.n_q, c.n_k),
+        "causal_attention": lambda c: (c.q.shape[-2], c.k.shape[-2]),
+        "causal padded": lambda c: (c.n_q, c.n_k),
+        "self_attention": lambda r: (r[0].x.shape[-2],),
+        "multi_head_attention": model,
+        "grouped_query_attention": model,
+        # a block of max_seq=16 may draw n = 15 or 16 untiled: its crossing draws are those marked tiled
+        "decoder_block": lambda c: (c.x.shape[-2],) if c.tiled else (),
+    }[capability]
+
+
+def _tile_strategies():
+    from attnclaims.checks.strategies.attention import causal_padded_cases
+    from attnclaims.checks.strategies.multihead import gqa_cases, multi_head_cases, self_attention_cases
+
+    return {
+        "softmax": S.softmax_inputs(),
+        "attention": S.attention_cases(mask=None, explicit_scale=None),
+        "causal_attention": S.causal_cases(),
+        "causal padded": causal_padded_cases(),
+        "self_attention": self_attention_cases(cross=False),
+        "multi_head_attention": multi_head_cases(),
+        "grouped_query_attention": gqa_cases(grouped=None),
+        "decoder_block": S.block_cases(max_seq=16),
+    }
+
+
+class _GQA:
+    name, dtype = "gqa-stub", np.dtype(np.float64)
+    variants = {"grouped_query": True}
+
+
+def _marked_run(strategy, impl) -> list:
+    """Every draw of ``strategy`` in a test marked ``crosses_tiles`` under the ``ci`` profile's settings (50
+    examples, derandomized), following ``impl``: the draws the suite's marked tests see."""
+    seen: list = []
+
+    @S.crosses_tiles
+    @settings(settings.get_profile("ci"), database=None, suppress_health_check=list(HealthCheck))
+    @given(x=strategy)
+    def marked(x):
+        seen.append(x)
+
+    with S.following(impl):
+        marked()
+    return seen
+
+
+@pytest.mark.parametrize("capability", list(_tile_strategies()))
+def test_a_marked_test_meets_exactly_a_few_tile_crossing_examples_under_ci(capability):
+    """Under ``ci`` a marked test of each attention-level capability draws 50 examples of which exactly
+    ``tile_examples(50)`` = 3 (at least 2, the promise) have a length among ``tile_lengths()`` (T − 1, T, T + 1,
+    2T + r, the primes): ``ci``'s own lengths stop at 12 < 15, so no other draw does. For an implementation with a
+    shape menu none does (its compiled shapes are the menu's), and it still runs all 50."""
+    strategy = _tile_strategies()[capability]
+    lengths_of = _lengths(capability)
+    from attnclaims.checks.strategies.common import tile_examples, tile_lengths
+
+    crossing = set(tile_lengths())
+    drawn = _marked_run(strategy, _GQA())
+    crossed = [d for d in drawn if set(lengths_of(d)) & crossing]
+    assert len(drawn) == 50 and tile_examples(50) == 3
+    assert len(crossed) == 3, f"{capability}: {len(crossed)} of {len(drawn)} ci examples cross tiles, expected 3"
+    menu = _marked_run(strategy, _Menu())
+    assert len(menu) == 50 and not [d for d in menu if set(lengths_of(d)) & crossing]
+
+
+def test_crosses_tiles_runs_the_crossing_examples_first_then_the_rest_with_the_explicit_ones():
+    """``crosses_tiles``: a first run of ``tile_examples(max_examples)`` draws, each crossing, without the
+    ``@example`` cases; then the rest, none crossing, with them; a failure in either run fails the test; a
+    crossing run whose every draw is declined (Unsatisfiable) leaves the verdict to the second run; under
+    ``dev`` (20 examples) one crossing example; the decorator refuses a function that is not a hypothesis test."""
+    from hypothesis import example, reject
+
+    from attnclaims.checks.strategies.common import crossing_now, tile_crossing, tile_examples
+
+    seen: list = []
+
+    @S.crosses_tiles
+    @settings(settings.get_profile("ci"), database=None, suppress_health_check=list(HealthCheck))
+    @given(t=tile_crossing(), x=st.integers(0, 2**32))
+    @example(t="explicit", x=0)
+    def marked(t, x):
+        seen.append((t, crossing_now()))
+
+    marked()
+    assert len(seen) == 51 and seen.count(("explicit", False)) == 1
+    assert all(t is not None and now for t, now in seen[:3]) and all(not now for _, now in seen[3:])
+    assert all(t is None or t == "explicit" for t, _ in seen[3:])
+    assert [tile_examples(n) for n in (1, 2, 8, 20, 50, 400)] == [0, 1, 1, 1, 3, 10]
+
+    @S.crosses_tiles
+    @settings(settings.get_profile("ci"), database=None, suppress_health_check=list(HealthCheck))
+    @given(t=tile_crossing())
+    def fails_only_crossing(t):
+        assert t is None or t[1] < 15, "a crossing example"
+
+    with pytest.raises(AssertionError, match="a crossing example"):
+        fails_only_crossing()
+
+    ran: list = []
+
+    @S.crosses_tiles
+    @settings(settings.get_profile("ci"), database=None, suppress_health_check=list(HealthCheck))
+    @given(t=tile_crossing(), x=st.integers(0, 2**32))
+    def declines_crossing(t, x):
+        if t is not None:
+            reject()
+        ran.append(t)
+
+    declines_crossing()
+    assert len(ran) == 47 and not any(ran)
+    with pytest.raises(TypeError, match="above @given"):
+        S.crosses_tiles(lambda: None)
+
+
+#: The suite modules whose tests of the attention-level capabilities are marked ``crosses_tiles``.
+_TILE_MODULES = ("test_s31_attention", "test_s32_self_attention", "test_s61_multihead", "test_ext_attention",
+                 "test_ext_layers", "test_ext_gradients", "test_gradients", "test_s7_architecture")
+_ATTENTION_LEVEL = {"softmax", "softmax_vjp", "attention", "attention_vjp", "causal_attention",
+                    "causal_attention_vjp", "multi_head_attention", "multi_head_attention_vjp", "decoder_block",
+                    "decoder_block_vjp", "decoder_block_decode", "decoder_block_step"}
+#: Tests of those capabilities left unmarked, and why: their sizes are the test's subject, or each example
+#: costs n + 1 passes, or their inputs are a layer's.
+_UNMARKED = {
+    "test_weights_do_not_saturate_as_d_k_grows": "sweeps d_k ≤ 4 at n ≤ 16: the sizes are the measurement",
+    "test_softmax_jacobian_is_diag_p_minus_ppT": "the n × n Jacobian by central differences, n ≤ 16",
+    "test_softmax_gradient_vanishes_with_the_score_gap": "a row of n ≤ 16 around one drawn score gap",
+    "test_one_causal_backward_equals_the_sum_of_per_position_backwards": "n + 1 backward passes, n ≤ 16",
+    "test_one_block_backward_equals_the_sum_of_per_position_backwards": "n + 1 block backward passes, n ≤ 8",
+    "test_causal_attention_pass_equals_attention_on_prefixes": "n + 1 calls, n ≤ 24; two-blocks crosses a tile",
+    "test_rotary_embedding_breaks_permutation_equivariance": "a rotary-embedding case",
+    "test_cross_attention_depends_on_memory_through_unmasked_rows": "a decoder layer's inputs",
+    "test_invariant_to_permuting_memory_rows": "a decoder layer's inputs",
+    "test_every_output_depends_on_every_input_after_one_layer": "an encoder layer's inputs, n ≤ 16",
+}
+
+
+def _requires(fn) -> set:
+    out = set()
+    for mark in getattr(fn, "pytestmark", []):
+        if mark.name == "requires":
+            out |= set(mark.args)
+        if mark.name == "parametrize":
+            for value in mark.args[1]:
+                out |= {c for m in getattr(value, "marks", ()) if m.name == "requires" for c in m.args}
+    return out
+
+
+def test_every_hypothesis_test_of_an_attention_level_capability_crosses_tiles():
+    """In the attention-level suite modules every hypothesis test that requires softmax, attention, causal or
+    multi-head attention, a decoder block, its decoding, or one of their vjps is marked ``crosses_tiles``,
+    unless :data:`_UNMARKED` says why not (and every name there is such a test, unmarked)."""
+    import importlib
+
+    missing, stale = [], set(_UNMARKED)
+    for name in _TILE_MODULES:
+        module = importlib.import_module(f"attnclaims.suite.{name}")
+        for test_name, fn in vars(module).items():
+            if not (test_name.startswith("test_") and getattr(fn, "is_hypothesis_test", False)
+                    and _requires(fn) & _ATTENTION_LEVEL):
+                continue
+            marked = getattr(fn, "crosses_tiles", False)
+            if test_name in _UNMARKED:
+                stale.discard(test_name)
+                assert not marked, f"{test_name} is marked and listed as unmarked"
+            elif not marked:
+                missing.append(f"{name}.{test_name}")
+    assert not missing, f"not marked crosses_tiles: {missing}"
+    assert not stale, f"listed as unmarked but no such test: {sorted(stale)}"

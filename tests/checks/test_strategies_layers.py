@@ -332,9 +332,9 @@ def _block_draws(examples: int, **kwargs) -> list:
 
 
 def test_blocks_cross_tiles_in_some_draws_and_only_with_tiles_on():
-    """One block draw in TILE_ODDS has n among the block's tile-crossing lengths (up to 2T + r for the smallest
-    default tile, or 65) and is marked ``tiled``; RoPE blocks keep an even head width there; ``tiles=False``
-    never crosses (the per-position backward sum, n + 1 backward passes, stays at n ≤ 8)."""
+    """Outside a marked test one block draw in TILE_ODDS has n among the block's tile-crossing lengths (up to
+    2T + r for the smallest default tile, or 65) and is marked ``tiled``; RoPE blocks keep an even head width
+    there; ``tiles=False`` never crosses (the per-position backward sum, n + 1 backward passes, stays at n ≤ 8)."""
     from attnclaims.checks.strategies.layers import block_tile_lengths
 
     lengths = block_tile_lengths()
@@ -342,10 +342,10 @@ def test_blocks_cross_tiles_in_some_draws_and_only_with_tiles_on():
     cases = _block_draws(200)
     tiled = [c for c in cases if c.tiled]
     assert tiled, "no tile-crossing block in 200 draws"
-    for c in tiled:
-        assert c.x.shape[-2] in lengths and c.x.shape[0] <= 2
+    for c in tiled:  # one sequence, d_model = heads · d_head ≤ 128 (the crossing is along n and each head)
+        assert c.x.shape[-2] in lengths and c.x.shape[0] == 1
         a = c.params.self_attn
-        assert a.d_model // a.num_heads in (7, 23, 37, 17, 64, 6, 22, 36, 16)
+        assert a.d_model // a.num_heads in (7, 23, 37, 17, 64, 6, 22, 36, 16) and a.d_model <= 128
         if c.params.rope is not None:
             assert (a.d_model // a.num_heads) % 2 == 0
     untiled = _block_draws(60, max_seq=8, tiles=False)
@@ -362,6 +362,24 @@ def test_long_cache_schedules_decode_one_or_two_queries_against_nearly_the_whole
 
     draw()
     assert {p for p, _ in seen} == {32, 31, 30} and {c for _, c in seen} == {1, 2}
+
+
+def test_several_step_schedules_with_a_long_cache_step_one_token_two_or_three_times():
+    """A tile-crossing block's several-step schedules: a prompt of n − 2 or n − 3, then steps of one token (two
+    or three single-query calls against a cache that crosses the tile, not n of them); short ones unchanged."""
+    from attnclaims.checks.strategies.layers import several_step_schedules
+
+    seen, short = set(), set()
+
+    @settings(max_examples=60, deadline=None, database=None, derandomize=True)
+    @given(s=several_step_schedules(33, long_cache=True), t=several_step_schedules(3, long_cache=True))
+    def draw(s, t):
+        seen.add(s)
+        short.add(t)
+
+    draw()
+    assert seen == {(31, 1), (30, 1)}
+    assert {p for p, _ in short} == {0, 1, 2} and all(p + c < 3 or p > 0 for p, c in short)
 
 
 @settings(max_examples=80, deadline=None, database=None)

@@ -164,3 +164,26 @@ def test_the_explicit_scales_are_the_published_ones():
     got = [float(x.replace("10⁶", "1e6").replace("10³⁰⁰", "1e300").replace("10⁻³⁰⁰", "1e-300"))
            for x in positive.replace(" and ", ", ").split(", ")]
     assert got == [s for s in S.EXPLICIT_SCALES if s > 0]
+
+
+def test_the_tile_crossing_numbers_of_the_page_are_the_codes():
+    """docs/adapters.md, "Tile sizes": how many examples of a marked test cross tiles per profile, the share, the
+    widest d_model, the head widths and the default tiles are those of the strategies."""
+    from hypothesis import settings
+
+    from attnclaims.checks.strategies import common as SC
+    from attnclaims.checks.strategies.multihead import TILE_MAX_D_MODEL
+
+    page = _docs_page()
+    section = page[page.index("## Tile sizes"):]
+    said = re.search(r"one in `TILE_SHARE` = (\d+), rounded: (\d+) of the `ci` profile's (\d+), (\d+) of\s+`dev`'s "
+                     r"(\d+), (\d+) \(at most `TILE_MAX_EXAMPLES`\) of `thorough`'s (\d+)", section)
+    assert said, "docs/adapters.md, Tile sizes: the sentence with the crossing examples per profile"
+    share, ci_k, ci_n, dev_k, dev_n, th_k, th_n = (int(x) for x in said.groups())
+    assert share == SC.TILE_SHARE and th_k == SC.TILE_MAX_EXAMPLES
+    for profile, k, n in (("ci", ci_k, ci_n), ("dev", dev_k, dev_n), ("thorough", th_k, th_n)):
+        assert settings.get_profile(profile).max_examples == n and SC.tile_examples(n) == k, profile
+    assert f"heads · d_head ≤ {TILE_MAX_D_MODEL}" in section
+    assert "head widths 7, 23, 37, 17 or 64" in section and SC.TILE_HEAD_WIDTHS == (7, 23, 37, 17, 64)
+    assert "The default tiles are 16, 32, 64 and 128" in section and SC.DEFAULT_TILE_SIZES == (16, 32, 64, 128)
+    assert "the primes 113, 157 and 257" in section and SC.TILE_PRIME_LENGTHS == (113, 157, 257)

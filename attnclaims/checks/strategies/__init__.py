@@ -17,7 +17,8 @@
 
 Dimensions are drawn first, then arrays of those shapes with a controlled scale, masks that leave at
 least one key per query, permutations and parameter sets; the composite strategies bundle those into
-ready cases. Sizes follow the active hypothesis profile (:func:`attnclaims.profiles.limits`): ``ci``
+ready cases. The tests of attention-level capabilities are marked :func:`crosses_tiles`: a few of their
+examples (3 of ``ci``'s 50) cross the tile sizes of blocked kernels. Sizes follow the active hypothesis profile (:func:`attnclaims.profiles.limits`): ``ci``
 draws sequences up to 12 and widths up to 12, ``thorough`` up to 320 and 64 (n ≥ 256 is reached; see
 ``tests/checks/test_strategies.py``). Every public name of the component modules is importable from
 this package.
@@ -31,7 +32,7 @@ from attnclaims.checks.strategies.attention import (
 )
 from attnclaims.checks.strategies.common import (
     ELEMENTWISE_LIMIT, FIXED_SHAPES, LAYER_MAX_SEQ, SHORT_SEQ, Dims, ModelCase, VariantNotApplicable,
-    arrays, batch_shapes, cast, cross_or_self, dims, finfo, flush_subnormals, follow, followed,
+    arrays, batch_shapes, cast, cross_or_self, crosses_tiles, dims, finfo, flush_subnormals, follow, followed,
     following, model_cases, needs_variant, with_biases, zero_biases, fixed_eps, norm_firsts, not_applicable, permutations, random_arrays, require_variant,
     scales, seeds, seq_lengths, variants,
 )
@@ -65,6 +66,6 @@ __all__ = [
     "rope_layouts", "rope_bases", "positions", "alignments", "windows", "CausalCase", "causal_cases",
     "BlockCase", "block_cases", "decode_schedules", "block_masks", "ffn_activations", "with_biases", "zero_biases",
     "fixed_eps",
-    "VarlenCase", "varlen_cases", "PagedCase", "paged_cases", "PackedEdge", "PACKED_EDGE",
+    "VarlenCase", "varlen_cases", "PagedCase", "paged_cases", "PackedEdge", "PACKED_EDGE", "crosses_tiles",
 ]
 

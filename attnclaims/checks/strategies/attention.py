@@ -17,7 +17,7 @@ from hypothesis.extra import numpy as hnp
 
 from attnclaims.checks.strategies.common import (
     ELEMENTWISE_LIMIT, _cast_fields, _dtype, _not_applicable, _shape_menu, arrays, batch_shapes, dims, finfo, require_variant,
-    scales, seeds, seq_lengths, tile_crossing, tile_sizes, variants,
+    scales, seeds, seq_lengths, tile_crossing, tile_decision, tile_lengths, tile_sizes, variants,
 )
 from attnclaims.profiles import limits
 from attnclaims.reference.attention import additive_scores
@@ -53,14 +53,17 @@ def masks(draw, shape) -> np.ndarray:
     """Random masks of ``shape`` (…, n_q, n_k) with at least one allowed key in every row. Up to
     4·ELEMENTWISE_LIMIT (1024) entries drawn entry by entry by hypothesis, so a failing mask shrinks to
     the fewest masked entries; larger ones from a drawn seed with density 0.1, 0.5 or 0.9 (a bool
-    takes far less of hypothesis' buffer than a float, hence a larger limit than for arrays)."""
+    takes far less of hypothesis' buffer than a float, hence a larger limit than for arrays), the key that
+    each query keeps in any case from the same seed."""
     shape = tuple(shape)
     size = math.prod(shape)
     if size <= 4 * ELEMENTWISE_LIMIT:
         m = draw(hnp.arrays(np.bool_, shape))
-    else:
-        m = np.random.default_rng(draw(seeds())).random(shape) < draw(st.sampled_from([0.1, 0.5, 0.9]))
-    keep = draw(hnp.arrays(np.int64, shape[:-1], elements=st.integers(0, shape[-1] - 1)))
+        keep = draw(hnp.arrays(np.int64, shape[:-1], elements=st.integers(0, shape[-1] - 1)))
+    else:  # the key each query keeps from the same seed: hundreds of rows drawn one by one would cost more
+        rng = np.random.default_rng(draw(seeds()))
+        m = rng.random(shape) < draw(st.sampled_from([0.1, 0.5, 0.9]))
+        keep = rng.integers(0, shape[-1], size=shape[:-1])
     rows = ~m.any(axis=-1)
     m = m.copy()
     np.put_along_axis(m, keep[..., None], np.take_along_axis(m, keep[..., None], axis=-1) | rows[..., None], axis=-1)
@@ -187,8 +190,8 @@ def attention_cases(draw, *, mask: bool | None = None, explicit_scale: bool | No
     tiles = draw(tile_crossing()) if max_seq is None and max_dim is None else None
     if tiles is not None:
         n_q, n_k, d_k = tiles
-        d = replace(d, batch=d.batch[:1], n_q=max(n_k if square else n_q, min_seq), n_k=max(n_k, min_seq), d_k=d_k,
-                    d_v=d_k if variants()["value_width"] == "d_k" else d.d_v)
+        d = replace(d, batch=(1,) if d.batch else (), n_q=max(n_k if square else n_q, min_seq),
+                    n_k=max(n_k, min_seq), d_k=d_k, d_v=d_k if variants()["value_width"] == "d_k" else d.d_v)
     qk = draw(scales(-4, 1)) if score_scale is None else score_scale
     q = draw(arrays(d.batch + (d.n_q, d.d_k), scale=qk))
     kb = draw(st.sampled_from([d.batch, d.batch[1:], ()])) if d.batch else ()
@@ -235,6 +238,12 @@ def softmax_inputs(draw, *, huge: bool = False, max_len: int | None = None, low:
     when ``min_len`` > 1 (long rows, whatever the profile)."""
     batch = list(draw(batch_shapes(0, 2)))
     n = draw(seq_lengths(1, max_len) if min_len <= 1 else st.integers(min_len, max(min_len, max_len or 0)))
+    if draw(tile_decision()):  # a row that crosses tiles, within min_len … max_len, in one batch axis at most
+        top = max_len if max_len is not None else max(tile_lengths())
+        lengths = tuple(x for x in tile_lengths() if min_len <= x <= top)
+        if lengths:
+            n, batch = draw(st.sampled_from(lengths)), batch[:1]
+            note(f"softmax row crossing tiles: n={n}")
     pos = draw(st.integers(0, len(batch)))  # where the normalised axis sits
     shape = tuple(batch[:pos] + [n] + batch[pos:])
     axis = pos if draw(st.booleans()) else pos - len(shape)
@@ -346,8 +355,8 @@ def causal_cases(draw, *, alignment: str | None = None, window: bool | None = No
         raise _not_applicable("causal_alignment", al)
     d = draw(dims())
     tiles = draw(tile_crossing())
-    if tiles is not None:
-        d = replace(d, batch=d.batch[:1], n_q=tiles[0], n_k=tiles[1], d_k=tiles[2],
+    if tiles is not None:  # one sequence: the kernel's blocks are crossed along n_q and n_k
+        d = replace(d, batch=(1,) if d.batch else (), n_q=tiles[0], n_k=tiles[1], d_k=tiles[2],
                     d_v=tiles[2] if variants()["value_width"] == "d_k" else d.d_v)
     n_q, n_k = d.n_q, d.n_k if rectangular else d.n_q
     if al == "bottom-right" and n_q > n_k:

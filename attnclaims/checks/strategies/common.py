@@ -70,7 +70,8 @@ __all__ = [
     "ModelCase", "model_cases", "cast", "variants", "require_variant", "needs_variant", "VariantNotApplicable",
     "norm_firsts", "cross_or_self", "flush_subnormals", "finfo", "not_applicable",
     "DEFAULT_TILE_SIZES", "TILE_PRIME_LENGTHS", "TILE_HEAD_WIDTHS", "TILE_ODDS", "tile_sizes", "tile_lengths",
-    "tile_crossing", "with_biases", "zero_biases", "fixed_eps",
+    "tile_crossing", "with_biases", "zero_biases", "fixed_eps", "TILE_SHARE", "tile_mode", "tile_decision",
+    "tile_examples", "crosses_tiles", "crossing_now", "tile_crossings_drawn", "TILE_MAX_EXAMPLES",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -415,10 +416,23 @@ DEFAULT_TILE_SIZES = (16, 32, 64, 128)
 TILE_PRIME_LENGTHS = (113, 157, 257)
 #: Head widths drawn with tile-crossing lengths: primes and widths just above powers of two.
 TILE_HEAD_WIDTHS = (7, 23, 37, 17, 64)
-#: One attention-level draw in TILE_ODDS crosses tiles (a few of the ci profile's 50 examples per test).
+#: Outside a test marked :func:`crosses_tiles` (the bench's draws, the packed-sequence strategies), one
+#: draw in TILE_ODDS crosses tiles — if hypothesis drew the decision uniformly, which inside a larger
+#: composite strategy it does not (bench/README.md, section 7): the marked tests do not rely on it.
 TILE_ODDS = 20
+#: A test marked :func:`crosses_tiles` runs one example in TILE_SHARE (rounded; at least one, at most
+#: TILE_MAX_EXAMPLES) at sizes that cross tiles: 1 of ``dev``'s 20 examples, 3 of ``ci``'s 50, 10 of
+#: ``thorough``'s 400 (whose own lengths, up to 320, cross tiles in some draws as well).
+TILE_SHARE = 16
+TILE_MAX_EXAMPLES = 10
 #: The longest tile-crossing length, unless a declared tile is longer.
 MAX_TILE_LENGTH = 257
+
+#: How :func:`tile_crossing` decides: "draw" (one draw in TILE_ODDS), "always" or "never" (the two runs of a
+#: test marked :func:`crosses_tiles`).
+_TILE_MODE: list[str] = ["draw"]
+#: Tile-crossing cases drawn in this process (bench/bench_sizes.py counts them per test).
+_TILE_COUNT: list[int] = [0]
 
 
 def tile_sizes() -> tuple[int, ...]:
@@ -440,17 +454,127 @@ def tile_lengths() -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+@contextlib.contextmanager
+def tile_mode(mode: str):
+    """``with tile_mode("always"):`` every :func:`tile_crossing` draw inside crosses tiles ("never": none;
+    "draw": one in :data:`TILE_ODDS`). Strategies still return no crossing for an implementation with a shape
+    menu."""
+    if mode not in ("draw", "always", "never"):
+        raise ValueError(f"tile_mode({mode!r}): expected 'draw', 'always' or 'never'")
+    before = _TILE_MODE[0]
+    _TILE_MODE[0] = mode
+    try:
+        yield
+    finally:
+        _TILE_MODE[0] = before
+
+
+def tile_crossings_drawn() -> int:
+    """How many tile-crossing cases :func:`tile_crossing` has returned in this process."""
+    return _TILE_COUNT[0]
+
+
+def crossing_now() -> bool:
+    """Whether the strategies cross tiles on every draw now (inside a marked test's crossing run)."""
+    return _TILE_MODE[0] == "always" and _shape_menu() is None
+
+
+@st.composite
+def tile_decision(draw) -> bool:
+    """True where this draw is to cross tiles: always inside the crossing run of a test marked
+    :func:`crosses_tiles`, never in its other run or for an implementation with a shape menu, else one draw in
+    :data:`TILE_ODDS`. Counted (:func:`tile_crossings_drawn`) when True."""
+    mode = _TILE_MODE[0]
+    if _shape_menu() is not None or mode == "never":
+        return False
+    if mode == "draw" and draw(st.integers(0, TILE_ODDS - 1)) != TILE_ODDS - 1:
+        return False
+    _TILE_COUNT[0] += 1
+    return True
+
+
 @st.composite
 def tile_crossing(draw):
-    """Mostly None; one draw in :data:`TILE_ODDS` ``(n_q, n_k, d_k)`` with n_k one of :func:`tile_lengths`,
-    n_q 1 (decoding against a long cache), 3, or another tile length (n_q ≠ n_k either way), and d_k one of
+    """None, or (on a :func:`tile_decision`) ``(n_q, n_k, d_k)`` with n_k one of :func:`tile_lengths`, n_q 1
+    (decoding against a long cache), 3, or another tile length (n_q ≠ n_k either way), and d_k one of
     :data:`TILE_HEAD_WIDTHS`. Always None for an implementation with a shape menu."""
-    if _shape_menu() is not None or draw(st.integers(0, TILE_ODDS - 1)) != TILE_ODDS - 1:
+    if not draw(tile_decision()):
         return None
     lengths = tile_lengths()
     n_k = draw(st.sampled_from(lengths))
     n_q = draw(st.sampled_from((1, 3) + lengths))
-    return n_q, n_k, draw(st.sampled_from(TILE_HEAD_WIDTHS))
+    d_k = draw(st.sampled_from(TILE_HEAD_WIDTHS))
+    note(f"tile-crossing sizes: n_q={n_q}, n_k={n_k}, d_k={d_k} (tiles {tile_sizes()})")
+    return n_q, n_k, d_k
+
+
+def tile_examples(max_examples: int) -> int:
+    """The examples a marked test runs at sizes that cross tiles: max_examples / :data:`TILE_SHARE`, rounded,
+    at least 1 and at most :data:`TILE_MAX_EXAMPLES` (``dev`` 1 of 20, ``ci`` 3 of 50, ``thorough`` 10 of 400),
+    never all of them."""
+    if max_examples <= 1:
+        return 0
+    return max(1, min(max_examples - 1, TILE_MAX_EXAMPLES, round(max_examples / TILE_SHARE)))
+
+
+def _both_runs(crossing: list, stats: dict) -> dict:
+    """Hypothesis' statistics of a marked test's second run with the crossing run's generated examples added,
+    so that the examples a test reports (``Evidence.examples``) are those of both runs."""
+    try:
+        for earlier in crossing:
+            gen, more = stats.setdefault("generate-phase", {}), earlier.get("generate-phase", {})
+            gen["test-cases"] = list(more.get("test-cases", [])) + list(gen.get("test-cases", []))
+            gen["duration-seconds"] = gen.get("duration-seconds", 0.0) + more.get("duration-seconds", 0.0)
+    except (AttributeError, TypeError):  # another hypothesis' layout: the second run's own statistics
+        pass
+    return stats
+
+
+def crosses_tiles(test):
+    """Decorator, above ``@given`` (and above :func:`needs_variant`): the test runs its examples in two
+    hypothesis runs — first :func:`tile_examples` of them with every :func:`tile_crossing` draw crossing tiles
+    (``tile_mode("always")``; no ``@example`` cases there), then the rest, explicit examples included, with none
+    (``"never"``): under the derandomized ``ci`` profile exactly 3 of its 50 examples cross tiles, whatever
+    hypothesis would draw. Each run shrinks and reports its own counterexample; a crossing run whose every
+    draw the implementation declines (hypothesis' ``Unsatisfiable``) leaves the verdict to the other run. For
+    an implementation with a shape menu (no crossing at all) the test runs once, as it would unmarked."""
+    given_test = test
+    while hasattr(given_test, "__wrapped__"):  # through needs_variant & co. to hypothesis' own wrapper
+        given_test = given_test.__wrapped__
+    if not getattr(given_test, "is_hypothesis_test", False):
+        raise TypeError(f"@crosses_tiles goes above @given: {getattr(test, '__name__', test)!r} is not a "
+                        "hypothesis test")
+    from hypothesis import Phase, settings
+    from hypothesis.errors import Unsatisfiable
+    from hypothesis.statistics import collector
+
+    @functools.wraps(test)
+    def run(*args, **kwargs):
+        own = getattr(run, "_hypothesis_internal_use_settings", None) or settings.default
+        k = tile_examples(own.max_examples)
+        if not k or _shape_menu() is not None:
+            with tile_mode("never"):
+                return test(*args, **kwargs)
+        kept = given_test._hypothesis_internal_use_settings  # what hypothesis reads when the test runs
+        report = collector.value  # hypothesis' pytest plugin: the statistics of the test (examples run)
+        crossing: list = []
+        try:
+            given_test._hypothesis_internal_use_settings = settings(
+                own, max_examples=k, phases=tuple(p for p in own.phases if p is not Phase.explicit))
+            with tile_mode("always"), collector.with_value(crossing.append if report else None):
+                try:
+                    test(*args, **kwargs)
+                except Unsatisfiable:  # every crossing draw declined: the other run decides
+                    pass
+            given_test._hypothesis_internal_use_settings = settings(own, max_examples=own.max_examples - k)
+            with tile_mode("never"), collector.with_value((lambda stats: report(_both_runs(crossing, stats)))
+                                                          if report else None):
+                return test(*args, **kwargs)
+        finally:
+            given_test._hypothesis_internal_use_settings = kept
+
+    run.crosses_tiles = True
+    return run
 
 
 def seeds() -> st.SearchStrategy[int]:

@@ -17,7 +17,7 @@ from attnclaims.checks.strategies.common import (
     random_arrays, require_variant, scales, seeds, seq_lengths, tile_crossing, tile_lengths, tile_sizes, variants,
     with_biases,
 )
-from attnclaims.checks.strategies.multihead import kv_head_counts
+from attnclaims.checks.strategies.multihead import kv_head_counts, tile_head_widths
 from attnclaims.checks.strategies.positional import rope_bases, rope_layouts
 from attnclaims.profiles import limits
 from attnclaims.reference.params import (
@@ -130,12 +130,6 @@ def block_tile_lengths() -> tuple[int, ...]:
     return tuple(n for n in tile_lengths() if n <= top)
 
 
-def _block_head_width(width: int, even: bool) -> int:
-    """A tile-crossing head width (TILE_HEAD_WIDTHS: 7, 23, 37, 17, 64), one less where it must be even
-    (RoPE, ``head_dim='even'``): 6, 22, 36, 16, 64 — mostly not powers of two either way."""
-    return width - 1 if even and width % 2 else width
-
-
 def _choose(draw, key: str, fixed=None):
     """``fixed`` if the followed implementation declares it for ``key`` (else VariantNotApplicable), or a
     draw from what it declares."""
@@ -156,10 +150,12 @@ def block_cases(draw, *, min_seq: int = 1, max_seq: int | None = None, rope: boo
     (None or a :class:`RotaryParams` with a declared layout), the norm placement and the K/V head count,
     each drawn from what the followed implementation declares; the head dimension is even when the
     block has RoPE. n ≤ :data:`~attnclaims.checks.strategies.LAYER_MAX_SEQ` (or ``max_seq``); entries
-    U[−1, 1]·2^e (or seeded normal when ``generic``). With ``tiles``, one draw in ``TILE_ODDS`` crosses tiles
-    whatever ``max_seq``: n one of :func:`block_tile_lengths` (T − 1, T, T + 1, 2T + r around the smallest
-    declared tile T; 15, 16, 17, 31 … 65 by default) and a head width of 7, 23, 37, 17 or 64 (6, 22, 36, 16, 64
-    where it must be even), ``BlockCase.tiled`` set. With ``offset``, the self-attention's output bias gets a
+    U[−1, 1]·2^e (or seeded normal when ``generic``). With ``tiles``, a draw crosses tiles where
+    :func:`~attnclaims.checks.strategies.common.tile_decision` says so (3 of a marked test's 50 ``ci`` examples),
+    whatever ``max_seq``: one sequence of n one of :func:`block_tile_lengths` (T − 1, T, T + 1, 2T + r around
+    the smallest declared tile T; 15, 16, 17, 31 … 65 by default) and a head width of 7, 23, 37, 17 or 64 (6, 22,
+    36, 16, 64 where it must be even) with d_model ≤ 128 (``tile_head_widths`` in the multihead module),
+    ``BlockCase.tiled`` set. With ``offset``, the self-attention's output bias gets a
     large common offset in one draw in 3 (:func:`offset_output_bias`)."""
     lim = limits()
     top = min(LAYER_MAX_SEQ, lim.max_seq if max_seq is None else max_seq)
@@ -173,8 +169,8 @@ def block_cases(draw, *, min_seq: int = 1, max_seq: int | None = None, rope: boo
     if even:
         d_head = 2 * max(1, (d_head + 1) // 2)
     crossing = draw(tile_crossing()) if tiles else None
-    if crossing is not None:
-        d_head = _block_head_width(crossing[2], even)
+    if crossing is not None:  # 7, 23, 37, 17, 64 (6, 22, 36, 16, 64 where even), heads · d_head ≤ 128
+        d_head = draw(st.sampled_from(tile_head_widths(heads, even=even)))
     while heads * d_head < min_d_model:
         d_head += 2 if even else 1
     d_model = heads * d_head
@@ -189,8 +185,8 @@ def block_cases(draw, *, min_seq: int = 1, max_seq: int | None = None, rope: boo
     if offset:
         params = draw(offset_output_bias(params))
     batch = draw(st.integers(1, lim.max_batch))
-    if crossing is not None:
-        batch = min(batch, 2)
+    if crossing is not None:  # one sequence: the kernel's blocks are crossed along n, not along the batch
+        batch = 1
         n = max(draw(st.sampled_from(block_tile_lengths())), min_seq)
     else:
         n = draw(seq_lengths(min_seq, max(top, min_seq)))
@@ -286,9 +282,13 @@ __all__ += ["encoder_cases", "decoder_cases"]
 # ---------------------------------------------------------------------------------------------
 
 @st.composite
-def several_step_schedules(draw, n: int) -> tuple[int, int]:
+def several_step_schedules(draw, n: int, *, long_cache: bool = False) -> tuple[int, int]:
     """(prompt_length, chunk) as :func:`~attnclaims.checks.strategies.decode_schedules`, but always at
-    least two calls (n ≥ 2): a step handed a cache needs a cache to be handed."""
+    least two calls (n ≥ 2): a step handed a cache needs a cache to be handed. ``long_cache`` (a tile-crossing
+    block): a prompt of n − 2 or n − 3 positions, then steps of one token — two or three single-query steps
+    against a cache that crosses a tile, not n of them."""
+    if long_cache and n >= 4:
+        return draw(st.sampled_from((n - 2, n - 3))), 1
     prompt = draw(st.integers(0, n - 1))
     chunk = draw(st.sampled_from([1, 1, 2, 3, max(1, n - 1)]))
     # a prompt of p >= 1 < n is one call and the rest at least one more; without a prompt the first chunk must

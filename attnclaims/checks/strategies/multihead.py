@@ -1,8 +1,9 @@
 """Strategies of multi-head attention: its parameters (:func:`multi_head_params`) and grouped-query
 attention's, with the K/V head counts drawn among what the followed implementation declares
 (``grouped_query``) and weighted towards configurations where tiled and grouped K/V heads differ
-(:data:`DISTINCT_SHARE`); the cases of multi-head, grouped-query and self-attention cross tiles in one draw
-in ``TILE_ODDS`` (:func:`tile_model_case`).
+(:data:`DISTINCT_SHARE`); the cases of multi-head, grouped-query and self-attention cross tiles in the
+crossing run of a test marked :func:`~attnclaims.checks.strategies.common.crosses_tiles`
+(:func:`tile_model_case`).
 """
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ from attnclaims.checks.strategies.common import (
 )
 from attnclaims.reference.params import MultiHeadParams, init_multi_head
 from attnclaims.checks.strategies.attention import mask_forms, tile_padding
-from attnclaims.checks.strategies.common import ModelCase, arrays, scales, tile_crossing
+from attnclaims.checks.strategies.common import TILE_HEAD_WIDTHS, ModelCase, arrays, scales, tile_crossing
 from attnclaims.checks.strategies.common import cross_or_self
 
 __all__ = [
     "multi_head_params", "kv_head_counts", "grouped_query_params", "grouped_query_model_cases", "distinct_groupings",
-    "tiling_differs", "MIN_DISTINCT_HEADS", "DISTINCT_SHARE", "tile_model_case",
+    "tiling_differs", "MIN_DISTINCT_HEADS", "DISTINCT_SHARE", "tile_model_case", "tiled_model_cases",
+    "TILE_MAX_D_MODEL", "tile_head_widths",
 ]
 
 @st.composite
@@ -113,26 +115,50 @@ def grouped_query_params(draw, d_model: int, num_heads: int, *, grouped: bool | 
 # Cases of the claim suite's grouped-query tests (attnclaims/suite/test_ext_attention.py, test_ext_gradients.py)
 # ---------------------------------------------------------------------------------------------
 
+#: The widest d_model a tile-crossing model case draws (num_heads · d_head): the tile is crossed by the
+#: lengths and by each head's width; more heads of width 64 add projections, not block edges.
+TILE_MAX_D_MODEL = 128
+
+
+def tile_head_widths(num_heads: int, *, even: bool = False) -> tuple[int, ...]:
+    """The head widths of :data:`~attnclaims.checks.strategies.common.TILE_HEAD_WIDTHS` (7, 23, 37, 17, 64; one
+    less where ``even``) that keep num_heads · d_head ≤ :data:`TILE_MAX_D_MODEL` (the narrowest where none
+    does)."""
+    widths = tuple(w - 1 if even and w % 2 else w for w in TILE_HEAD_WIDTHS)
+    fit = tuple(w for w in widths if num_heads * w <= TILE_MAX_D_MODEL)
+    return fit or (min(widths),)
+
+
 @st.composite
 def tile_model_case(draw, case: ModelCase, *, square: bool) -> ModelCase:
-    """``case``, or in one draw in ``TILE_ODDS`` the same heads with sequence lengths and a head width that
-    cross tiles (:func:`~attnclaims.checks.strategies.common.tile_crossing`: n_q, n_k around the declared tile
-    sizes, n_q = 1 against a long memory, head widths 7, 23, 37, 17, 64, so d_model = num_heads · d_head is
-    rarely a power of two): x and memory drawn again at those sizes, entries as :func:`model_cases` draws
-    them (U[−1, 1]·2^e, e in −1 … 1)."""
+    """``case``, or (where :func:`~attnclaims.checks.strategies.common.tile_decision` says so: 3 of a marked
+    test's 50 ``ci`` examples) the same heads with sequence lengths and a head width that cross tiles
+    (:func:`~attnclaims.checks.strategies.common.tile_crossing`: n_q, n_k around the declared tile sizes, n_q = 1
+    against a long memory; self-attention (``square``) takes n_k for both) and head widths of
+    :func:`tile_head_widths` (7, 23, 37, 17, 64 with d_model ≤ 128, so d_model = num_heads · d_head is rarely a
+    power of two), one sequence (batch 1): x and memory drawn again at those sizes, entries as
+    :func:`model_cases` draws them (U[−1, 1]·2^e, e in −1 … 1)."""
     tiles = draw(tile_crossing())
     if tiles is None:
         return case
-    n_q, n_k, d_head = tiles
+    n_q, n_k, _ = tiles
     d = case.dims
-    n_k = n_q if square else n_k
+    if square:
+        n_q = n_k
+    d_head = draw(st.sampled_from(tile_head_widths(d.num_heads, even=variants()["head_dim"] == "even")))
     d_model = d.num_heads * d_head
-    d = replace(d, n_q=n_q, n_k=n_k, d_k=d_head, d_v=d_head, d_model=d_model)
+    d = replace(d, batch=(1,) if d.batch else (), n_q=n_q, n_k=n_k, d_k=d_head, d_v=d_head, d_model=d_model)
     s = draw(scales(-1, 1))
     x = draw(arrays(d.batch + (n_q, d_model), scale=s))
     memory = draw(arrays(d.batch + (n_k, d_model), scale=s))
     note(f"tile-crossing model case: batch={d.batch}, n_q={n_q}, n_k={n_k}, d_model={d_model}, heads={d.num_heads}")
     return ModelCase(x, memory, d)
+
+
+@st.composite
+def tiled_model_cases(draw, *, square: bool = False) -> ModelCase:
+    """:func:`~attnclaims.checks.strategies.model_cases` through :func:`tile_model_case`."""
+    return draw(tile_model_case(draw(model_cases(square=square)), square=square))
 
 
 @st.composite
