@@ -116,8 +116,19 @@ def _feed_forward_backward(x, w1, b1, w2, d, ex=None):
         # and by the input's propagated error ex (ex|W₁| in the hidden units)
         ex = np.zeros(np.shape(x)) if ex is None else ex
         x = _widened_input(x, u_fwd) + ex
-        hidden = np.abs(hidden) + u_fwd * (x.shape[-1] + 1) * (x @ np.abs(w1) + np.abs(b1)) + ex @ np.abs(w1)
+        e_pre = u_fwd * (x.shape[-1] + 1) * (x @ np.abs(w1) + np.abs(b1)) + ex @ np.abs(w1)
+        hidden = np.abs(hidden) + e_pre
+        return _relu_kink_backward(x, w1, w2, d, pre, e_pre, hidden)
     dpre = (d @ w2.T) * (pre > 0)
+    return (dpre @ w1.T, _rows(x).T @ _rows(dpre), _rows(dpre).sum(axis=0),
+            _rows(hidden).T @ _rows(d), _rows(d).sum(axis=0))
+
+
+def _relu_kink_backward(x, w1, w2, d, pre, e_pre, hidden):
+    """The |·|-evaluation's ReLU backward with forward values widened: a unit within its error of the kink
+    (|P| ≤ ΔP) may be live or dead in a correct evaluation, so its dP, and what dW₁, db₁ and dx take from it,
+    may be there or not — its whole |·|-path is counted once more (mask 1[P > 0] + 1[|P| ≤ ΔP])."""
+    dpre = (d @ w2.T) * ((pre > 0).astype(np.float64) + (np.abs(pre) <= e_pre))
     return (dpre @ w1.T, _rows(x).T @ _rows(dpre), _rows(dpre).sum(axis=0),
             _rows(hidden).T @ _rows(d), _rows(d).sum(axis=0))
 
@@ -248,8 +259,10 @@ def _relu_backward(x, p: dict, d, ex=None):
         ax = np.abs(x)
         e_x = np.zeros(x.shape) if ex is None else ex
         x = ax + e_x
-        hidden = np.abs(hidden) + u_fwd * (x.shape[-1] + 1) * (ax @ np.abs(p["w1"]) + np.abs(p["b1"])) \
-            + e_x @ np.abs(p["w1"])
+        e_pre = u_fwd * (x.shape[-1] + 1) * (ax @ np.abs(p["w1"]) + np.abs(p["b1"])) + e_x @ np.abs(p["w1"])
+        hidden = np.abs(hidden) + e_pre
+        dx, dw1, db1, dw2, db2 = _relu_kink_backward(x, p["w1"], p["w2"], d, pre, e_pre, hidden)
+        return dx, {"w1": dw1, "b1": db1, "w2": dw2, "b2": db2}
     dpre = (d @ p["w2"].T) * (pre > 0)
     rows = _rows
     return dpre @ p["w1"].T, {"w1": rows(x).T @ rows(dpre), "b1": rows(dpre).sum(axis=0),

@@ -430,3 +430,55 @@ def test_torch_16_bit_layers_stay_within_the_bound(dtype_name):
         if err > 0:
             ratios.append(float(np.max(bound.abs)) / err)
     assert np.median(ratios) <= LOOSENESS, f"median bound/error {np.median(ratios):.3g}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The backward passes: a ReLU unit at its kink
+# ---------------------------------------------------------------------------------------------
+
+def _kink_case():
+    """torch-float16's thorough false alarm: encoder_layer_params(seed=1938, d_model=6, num_heads=1, d_ff=44,
+    norm_first=True, eps=1e-05) on a constant row; hidden unit 17's pre-activation is 6.9·10⁻⁴, within its
+    float16 error of 0."""
+    dtype = np.dtype(np.float16)
+    p = init_encoder_layer(1938, 6, 1, 44, norm_first=True, eps=1e-5, norm_spread=0.3, dtype=dtype)
+    x = np.full((1, 1, 6), -0.2339, dtype=dtype)
+    d = np.random.default_rng(0).uniform(-1, 1, (1, 1, 6)).astype(dtype)
+    return x, p, d, dtype
+
+
+def test_a_relu_unit_within_its_error_of_the_kink_counts_its_whole_gradient_path():
+    """measured_bounds' forward term: a unit with |P| ≤ ΔP may be live or dead in a correct evaluation, so the
+    (max-norm) bound of db₁ is at least the reference's |db₁| at that unit (the unit dead: 0 instead). Fails if
+    the |·|-evaluation keeps the reference's 1[P > 0] (the bound was then 0.11)."""
+    import attnclaims.reference as RB
+    from attnclaims.reference.norms import layer_norm
+
+    x, p, d, dtype = _kink_case()
+    ref = RB.encoder_layer_vjp(x, p, d)
+    bounds = T.measured_bounds("encoder_layer_vjp", ref, (x, p, d, None), dtype)
+    xf = x.astype(np.float64)
+    h1 = layer_norm(xf, p.norm1.gamma, p.norm1.beta, p.eps)
+    x1 = xf + multi_head_attention(h1, h1, p.self_attn)
+    pre = (layer_norm(x1, p.norm2.gamma, p.norm2.beta, p.eps) @ p.ffn.w1.astype(np.float64)
+           + p.ffn.b1.astype(np.float64)).ravel()
+    assert abs(pre[17]) < 1e-3 and np.sort(np.abs(pre))[1] > 4e-3
+    db1 = np.abs(ref[1].ffn.b1)
+    assert bounds["1.ffn.b1"].abs[17] >= db1[17] > 0.1
+
+
+def test_torch_float16_encoder_layer_vjp_at_a_kink_stays_within_the_bound():
+    """The regression: torch's float16 layer computes unit 17's pre-activation ≤ 0, so its db₁ there is 0 where
+    the reference's is 0.78 — a correct evaluation, which the measured rule rejected before the kink term."""
+    pytest.importorskip("torch")
+    import attnclaims.reference as RB
+    from attnclaims.adapters.torch_adapter import TorchFloat16Implementation
+    from attnclaims.checks.bounds import common as BC
+
+    x, p, d, dtype = _kink_case()
+    got = TorchFloat16Implementation().encoder_layer_vjp(x, p, d)
+    ref = RB.encoder_layer_vjp(x, p, d)
+    bounds = T.measured_bounds("encoder_layer_vjp", ref, (x, p, d, None), dtype)
+    assert float(np.asarray(got[1].ffn.b1, np.float64)[17]) == 0.0 and abs(ref[1].ffn.b1[17]) > 0.1
+    for (name, g), (_, w) in zip(BC.leaves(got), BC.leaves(ref)):
+        T.assert_close(g, w, bounds[name], f"torch float16 encoder_layer_vjp at a kink: {name}")

@@ -154,7 +154,12 @@ mean's rounding is u·max|x| whatever σ, so on a constant or offset row (|μ| �
 which shifts each row by its first entry — is off by up to u·(2(d + 1) + 4 ln d + 4)·max|x|/σ in a two-pass
 implementation, and that error reaches the next sub-layer's input, the FFN's hidden units (dW₂ = Hᵀd) and
 the next layer norm (the thorough profile found einsum's Pre-LN FFN weight gradients 1.1–2.5× over the
-bound when only the layer norm's own x̂ was widened). This term is derived, not measured, so C_SAME does not
+bound when only the layer norm's own x̂ was widened). A ReLU unit whose pre-activation lies within its
+error of the kink (|P| ≤ ΔP, ΔP the widening of the hidden unit) may be live or dead in a correct evaluation:
+its whole path (dP, what dW₁, db₁ and dx take from it) may be there or not, so the widened evaluation counts
+it once more (attnclaims/reference/ffn.py: ``_relu_kink_backward``; torch's float16 encoder layer computed a
+pre-activation of 6.9·10⁻⁴ as ≤ 0 and its db₁ there was 0 against the reference's 0.78 —
+``tests/checks/test_bounds_16bit.py``). This term is derived, not measured, so C_SAME does not
 multiply it. C_SAME is the forward rule's factor, 8.
 Where long double is float64 (no golden result for a float64 implementation), the reference
 serves as golden and the floor alone remains.

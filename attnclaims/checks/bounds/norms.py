@@ -59,8 +59,8 @@ def sixteen_bit_layer_norm_error(x, gamma, beta, eps, *, u: float, ex=None) -> n
     stores included — a residual sum z stored in 16 bits is off by u|z|, which the norm amplifies by |γ|r:
     by |z|/σ relative to its output).
 
-    :func:`layer_norm_error`'s derivation with the float32 unit roundoff u₃₂, and three terms that are
-    second order in float32 but not in 16 bits:
+    :func:`layer_norm_error`'s derivation with the float32 unit roundoff u₃₂, keeping what is second order in
+    float32 but not in 16 bits (an input error Δx of order u₁₆|x| can reach the row's spread σ):
 
     * Δc_i = u₃₂(|c_i| + (2(d + 1) + 4 ln d + 4)·max|x|) + Δx_i + mean Δx, as there;
     * Δσ² = 2 mean(|c| Δc) + mean(Δc²) + 3(d + 2)u₃₂σ²: |(c + δ)² − c²| ≤ 2|c||δ| + δ², so the square's
