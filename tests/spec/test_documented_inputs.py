@@ -175,7 +175,7 @@ def test_the_tile_crossing_numbers_of_the_page_are_the_codes():
     from attnclaims.checks.strategies.multihead import TILE_MAX_D_MODEL
 
     page = _docs_page()
-    section = page[page.index("## Tile sizes"):]
+    section = " ".join(page[page.index("## Tile sizes"):].split())  # as read, whatever the line breaks
     said = re.search(r"one in `TILE_SHARE` = (\d+), rounded: (\d+) of the `ci` profile's (\d+), (\d+) of\s+`dev`'s "
                      r"(\d+), (\d+) \(at most `TILE_MAX_EXAMPLES`\) of `thorough`'s (\d+)", section)
     assert said, "docs/adapters.md, Tile sizes: the sentence with the crossing examples per profile"

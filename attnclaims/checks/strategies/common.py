@@ -484,10 +484,13 @@ def tile_decision(draw) -> bool:
     """True where this draw is to cross tiles: always inside the crossing run of a test marked
     :func:`crosses_tiles`, never in its other run or for an implementation with a shape menu, else one draw in
     :data:`TILE_ODDS`. Counted (:func:`tile_crossings_drawn`) when True."""
-    mode = _TILE_MODE[0]
-    if _shape_menu() is not None or mode == "never":
+    if _shape_menu() is not None:
         return False
-    if mode == "draw" and draw(st.integers(0, TILE_ODDS - 1)) != TILE_ODDS - 1:
+    # drawn in every mode, so that the other run of a marked test draws the examples an unmarked test would
+    # (the same choices), less the crossing ones
+    drawn = draw(st.integers(0, TILE_ODDS - 1))
+    mode = _TILE_MODE[0]
+    if mode == "never" or (mode == "draw" and drawn != TILE_ODDS - 1):
         return False
     _TILE_COUNT[0] += 1
     return True
@@ -517,27 +520,34 @@ def tile_examples(max_examples: int) -> int:
     return max(1, min(max_examples - 1, TILE_MAX_EXAMPLES, round(max_examples / TILE_SHARE)))
 
 
-def _both_runs(crossing: list, stats: dict) -> dict:
-    """Hypothesis' statistics of a marked test's second run with the crossing run's generated examples added,
+def _both_runs(earlier_runs: list, stats: dict) -> dict:
+    """Hypothesis' statistics of a marked test's crossing run with the first run's generated examples added,
     so that the examples a test reports (``Evidence.examples``) are those of both runs."""
     try:
-        for earlier in crossing:
-            gen, more = stats.setdefault("generate-phase", {}), earlier.get("generate-phase", {})
-            gen["test-cases"] = list(more.get("test-cases", [])) + list(gen.get("test-cases", []))
-            gen["duration-seconds"] = gen.get("duration-seconds", 0.0) + more.get("duration-seconds", 0.0)
-    except (AttributeError, TypeError):  # another hypothesis' layout: the second run's own statistics
+        for earlier in earlier_runs:
+            for phase, more in earlier.items():  # "explicit-phase", "generate-phase", "shrink-phase", …
+                if not (phase.endswith("-phase") and isinstance(more, dict)):
+                    continue
+                if phase not in stats:  # the explicit examples: in the first run only
+                    stats[phase] = dict(more)
+                    continue
+                mine = stats[phase]
+                mine["test-cases"] = list(more.get("test-cases", [])) + list(mine.get("test-cases", []))
+                mine["duration-seconds"] = mine.get("duration-seconds", 0.0) + more.get("duration-seconds", 0.0)
+    except (AttributeError, TypeError):  # another hypothesis' layout: the crossing run's own statistics
         pass
     return stats
 
 
 def crosses_tiles(test):
     """Decorator, above ``@given`` (and above :func:`needs_variant`): the test runs its examples in two
-    hypothesis runs — first :func:`tile_examples` of them with every :func:`tile_crossing` draw crossing tiles
-    (``tile_mode("always")``; no ``@example`` cases there), then the rest, explicit examples included, with none
-    (``"never"``): under the derandomized ``ci`` profile exactly 3 of its 50 examples cross tiles, whatever
-    hypothesis would draw. Each run shrinks and reports its own counterexample; a crossing run whose every
-    draw the implementation declines (hypothesis' ``Unsatisfiable``) leaves the verdict to the other run. For
-    an implementation with a shape menu (no crossing at all) the test runs once, as it would unmarked."""
+    hypothesis runs — first all but :func:`tile_examples` of them, the ``@example`` cases included, with no
+    draw crossing tiles (``tile_mode("never")``: otherwise the examples an unmarked test draws), then those
+    with every :func:`tile_crossing` draw crossing tiles (``"always"``; no ``@example`` cases): under the
+    derandomized ``ci`` profile exactly 3 of its 50 examples cross tiles, whatever hypothesis would draw. The
+    first failure ends the test, each run shrinks and reports its own counterexample; a crossing run whose
+    every draw the implementation declines (hypothesis' ``Unsatisfiable``) leaves the verdict to the first run.
+    For an implementation with a shape menu (no crossing at all) the test runs once, as it would unmarked."""
     given_test = test
     while hasattr(given_test, "__wrapped__"):  # through needs_variant & co. to hypothesis' own wrapper
         given_test = given_test.__wrapped__
@@ -557,19 +567,21 @@ def crosses_tiles(test):
                 return test(*args, **kwargs)
         kept = given_test._hypothesis_internal_use_settings  # what hypothesis reads when the test runs
         report = collector.value  # hypothesis' pytest plugin: the statistics of the test (examples run)
-        crossing: list = []
+        first: list = []
         try:
+            given_test._hypothesis_internal_use_settings = settings(own, max_examples=own.max_examples - k)
+            with tile_mode("never"), collector.with_value(first.append if report else None):
+                result = test(*args, **kwargs)
             given_test._hypothesis_internal_use_settings = settings(
                 own, max_examples=k, phases=tuple(p for p in own.phases if p is not Phase.explicit))
-            with tile_mode("always"), collector.with_value(crossing.append if report else None):
+            with tile_mode("always"), collector.with_value((lambda stats: report(_both_runs(first, stats)))
+                                                           if report else None):
                 try:
                     test(*args, **kwargs)
-                except Unsatisfiable:  # every crossing draw declined: the other run decides
-                    pass
-            given_test._hypothesis_internal_use_settings = settings(own, max_examples=own.max_examples - k)
-            with tile_mode("never"), collector.with_value((lambda stats: report(_both_runs(crossing, stats)))
-                                                          if report else None):
-                return test(*args, **kwargs)
+                except Unsatisfiable:  # every crossing draw declined: the first run decides
+                    if report and first:
+                        report(first[-1])
+            return result
         finally:
             given_test._hypothesis_internal_use_settings = kept
 
