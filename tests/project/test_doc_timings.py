@@ -166,9 +166,6 @@ NOT_YET_CITED: dict[str, tuple[tuple[str, ...], str]] = {
          "31 min"),
         "per-mutant and per-run costs watched by hand during the runs; bench/mutation_timing.py and "
         "bench/mutation.sh print such figures: to be cited next to them or reworded"),
-    "docs/mutation_tolerances.md": (
-        ("1 s",),
-        "a test file's run time measured by hand: to be reworded"),
 }
 
 
