@@ -501,12 +501,20 @@ def tile_crossing(draw):
     """None, or (on a :func:`tile_decision`) ``(n_q, n_k, d_k)`` with n_k one of :func:`tile_lengths`, n_q 1
     (decoding against a long cache), 3, or another tile length (n_q ≠ n_k either way), and d_k one of
     :data:`TILE_HEAD_WIDTHS`. Always None for an implementation with a shape menu."""
-    if not draw(tile_decision()):
+    if _shape_menu() is not None:
+        return None
+    drawn = draw(st.integers(0, TILE_ODDS - 1))  # as tile_decision draws it
+    mode = _TILE_MODE[0]
+    cross = mode == "always" or (mode == "draw" and drawn == TILE_ODDS - 1)
+    if not cross and drawn != TILE_ODDS - 1:
         return None
     lengths = tile_lengths()
     n_k = draw(st.sampled_from(lengths))
     n_q = draw(st.sampled_from((1, 3) + lengths))
     d_k = draw(st.sampled_from(TILE_HEAD_WIDTHS))
+    if not cross:  # the other run of a marked test: the sizes an unmarked draw would take, left unused
+        return None
+    _TILE_COUNT[0] += 1
     note(f"tile-crossing sizes: n_q={n_q}, n_k={n_k}, d_k={d_k} (tiles {tile_sizes()})")
     return n_q, n_k, d_k
 
