@@ -13,6 +13,7 @@ from attnclaims.reference import encoder as ref_encoder
 from attnclaims.reference import encoder_layer as ref_encoder_layer
 from attnclaims.checks import bounds as SP
 from attnclaims.checks.bounds import common as BC
+from attnclaims.checks.bounds import layers as BL
 from attnclaims.checks.bounds import multihead as BM
 from attnclaims.checks import bounds as T
 from attnclaims.checks.strategies.layers import decoder_cases, encoder_cases
@@ -329,7 +330,7 @@ def test_the_golden_result_is_the_reference_for_float32_and_long_double_for_floa
 def test_each_layer_bound_is_the_formula_with_one_rounding_per_sub_layer(dtype):
     """encoder_layer_bound, encoder_stack_bound and decoder_layer_bound are :func:`measured` of ``ORDERS`` naive
     orders against the golden result, with n_floor = the sub-layers whose rounded output is fed on: 2 per
-    encoder layer, 3 for a decoder layer."""
+    encoder layer, 3 for a decoder layer, and the store term of the layer's residual sums."""
     if not SP.applies(dtype):
         pytest.skip(f"no golden result for {np.dtype(dtype).name} here")
     from attnclaims.reference import decoder_layer as ref_dec
@@ -338,17 +339,25 @@ def test_each_layer_bound_is_the_formula_with_one_rounding_per_sub_layer(dtype):
     rng, enc, dec = _small_layers(5)
     x, memory = rng.normal(size=(2, 4, 6)).astype(dtype), rng.normal(size=(2, 3, 6)).astype(dtype)
     free = T.Bound(np.full(x.shape, np.inf), T.unit_roundoff(dtype))  # no cap from a derived bound
-    cases = [  # (the bound under test, the naive evaluation in a given dtype with its orders, reference, n_floor)
+    dims = (6, enc[0].ffn.d_ff, 4)  # an identity order's (d_model, d_ff, n); the decoder adds n_mem
+    assert dec.ffn.d_ff == enc[0].ffn.d_ff
+    cases = [  # (the bound under test, the naive evaluation in a given dtype with its orders, reference, n_floor,
+        #         the store term)
         (lambda r: SP.encoder_layer_bound(free, r, x, enc[0], None, dtype),
-         lambda d, **kw: SP.encoder_layer(x, enc[0], None, d, **kw), ref_encoder_layer(x, enc[0]), 2),
+         lambda d, **kw: SP.encoder_layer(x, enc[0], None, d, **kw), ref_encoder_layer(x, enc[0]), 2,
+         BL._store_term(lambda g, o: BL._same_precision_encoder(x, enc[0], None, g, o), dtype, dims)),
         (lambda r: SP.encoder_stack_bound(free, r, x, enc, None, dtype),
-         lambda d, **kw: SP.encoder_stack(x, enc, None, d, **kw), ref_stack(x, enc), 4),
+         lambda d, **kw: SP.encoder_stack(x, enc, None, d, **kw), ref_stack(x, enc), 4,
+         BL._store_term(lambda g, o: BL._stack_in_order(x, enc, None, g, o), dtype, dims)),
         (lambda r: SP.decoder_layer_bound(free, r, x, memory, dec, None, None, dtype),
-         lambda d, **kw: SP.decoder_layer(x, memory, dec, None, None, d, **kw), ref_dec(x, memory, dec), 3),
+         lambda d, **kw: SP.decoder_layer(x, memory, dec, None, None, d, **kw), ref_dec(x, memory, dec), 3,
+         BL._store_term(lambda g, o: BL._same_precision_decoder(x, memory, dec, None, None, g, o), dtype,
+                        dims + (3,))),
     ]
-    for bound, naive, r, n_floor in cases:
+    for bound, naive, r, n_floor, stores in cases:
         golden, extra = BC._golden(naive, r, dtype)  # tested on its own above
-        want = SP.measured(free, naive(dtype, orders=SP.ORDERS), golden, dtype, n_floor=n_floor, reference=extra)
+        want = SP.measured(free, naive(dtype, orders=SP.ORDERS), golden, dtype, n_floor=n_floor, reference=extra,
+                           stores=stores)
         assert np.array_equal(bound(r).abs, want.abs), f"n_floor = {n_floor}"
 
 

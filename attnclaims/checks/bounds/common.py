@@ -630,6 +630,10 @@ class _Order:
         # BLAS reduction do): permuting the features cannot change the rounding of a sum of equal
         # values (a constant row), a different association can
         self.lanes = 1 if identity else int(rng.choice(LANES))
+        #: a perturbation of every stored residual sum (layers._store_term), or None
+        self.store = None
+        #: a perturbation of every layer norm's mean (layers._store_term), or None
+        self.mean_store = None
 
     def tokens(self, x, perm):  # (..., n, d) with its features and tokens permuted
         return x[..., perm, :][..., self.pi]
@@ -657,7 +661,8 @@ class _Order:
                     w2=_c(p.w2, dtype)[sigma][:, pi], b2=_c(p.b2, dtype)[pi])
 
     def norm(self, n, dtype):
-        return _c(n.gamma, dtype)[self.pi], _c(n.beta, dtype)[self.pi], self.lanes
+        norm = _c(n.gamma, dtype)[self.pi], _c(n.beta, dtype)[self.pi], self.lanes
+        return norm if self.mean_store is None else norm + (self.mean_store,)
 
 
 #: a golden result must be this many times more precise than the naive evaluation (its own error is
@@ -685,7 +690,7 @@ def applies(dtype) -> bool:
     return golden_dtype(dtype) is not None and not reduced_precision(dtype)
 
 
-def measured(derived: Bound, naive, golden, dtype, *, n_floor: int, reference=None) -> Bound:
+def measured(derived: Bound, naive, golden, dtype, *, n_floor: int, reference=None, stores=None) -> Bound:
     """The per-row tolerance of the module docstring, capped by the derived bound ``derived``.
 
     naive: the layer evaluated in ``dtype`` in several evaluation orders, (orders, ..., n, d_model)
@@ -694,12 +699,16 @@ def measured(derived: Bound, naive, golden, dtype, *, n_floor: int, reference=No
     float64 ``reference``'s output: when the golden result is not the reference itself (float64
     implementations), the reference's own measured error |reference − golden| is added. For a dtype
     the rule does not apply to (:func:`applies`: no golden result, or float16 and bfloat16), ``derived`` is
-    returned unchanged."""
+    returned unchanged. ``stores``: the store term, (..., n, d_model), what the rounding of the residual
+    sums alone costs a correct evaluation's output (the module docstring), added to every row as its row
+    maximum."""
     if not applies(dtype):
         return derived
     u = unit_roundoff(dtype)
     golden = np.asarray(golden, dtype=np.longdouble)
     err = np.abs(np.asarray(naive, dtype=np.longdouble) - golden).max(axis=0)  # the worst order
+    if stores is not None:  # a different rounding of the residual stores is one more correct evaluation
+        err = np.maximum(err, np.asarray(stores, dtype=np.longdouble))
     tau = C_SAME * (err.max(axis=-1, keepdims=True)
                     + n_floor * u * np.abs(golden).max(axis=-1, keepdims=True))
     if reference is not None:

@@ -11,7 +11,7 @@ import numpy as np
 
 from attnclaims.checks.bounds.common import (
     SIXTEEN_BIT, Bound, ORDERS, _EVALUATE, _Order, _c, _cd, _f64, _golden, _merge, _split, _zeros_like, applies,
-    linear_error, measured
+    golden_dtype, linear_error, measured, unit_roundoff
 )
 from attnclaims.checks.bounds.attention import attention_error
 from attnclaims.checks.bounds.positional import rotary_error
@@ -55,6 +55,7 @@ class _Model:
 _GENERAL = _Model(multi_head_error, feed_forward_error, layer_norm_error, lambda u: 1.0)
 _SIXTEEN = _Model(sixteen_bit_multi_head_error, sixteen_bit_feed_forward_error, sixteen_bit_layer_norm_error,
                   lambda u: 1.0 + u)
+
 
 
 def _sublayer(x, ex, sub_value, sub_error, norm, eps, norm_first, u, model: _Model = _GENERAL):
@@ -259,10 +260,49 @@ def kv_cache_error(x, params, part: str, *, u: float, ex=None) -> np.ndarray:
     return err
 
 
-def _same_precision_sublayer(x, f, norm, eps, norm_first):
+def _same_precision_sublayer(x, f, norm, eps, norm_first, store=None):
+    """One residual sub-layer; ``store`` (an :class:`_Order`'s, or None) perturbs the residual sum as a
+    different rounding of its store would (:func:`_store_term`)."""
+    store = store or (lambda z: z)
     if norm_first:
-        return x + f(_layer_norm(x, norm, eps))
-    return _layer_norm(x + f(x), norm, eps)
+        return store(x + store(f(_layer_norm(x, norm, eps))))
+    return _layer_norm(store(x + store(f(x))), norm, eps)
+
+
+#: the roundings of a layer norm's mean the store term charges, each u·max|x|: the sum's last partial sum
+#: (u|Σx|/d ≤ u·max|x|) and the division (u|μ|)
+MEAN_STORES = 2
+
+#: sign patterns of the residual stores' perturbation (:func:`_store_term`): all +, all −, then random signs
+STORE_PATTERNS = 4
+
+
+def _store_term(evaluate, dtype, dims, seed: int = 0) -> np.ndarray:
+    """The store term of :func:`~attnclaims.checks.bounds.common.measured`: what a different rounding of the
+    residual sums costs the layer's output. Each residual sum z = x + F(x) a correct evaluation in ``dtype``
+    stores is off by up to u|z| (u of ``dtype``), and the layers that follow propagate that — the next norm
+    multiplies it by |γ|/σ, |z|/σ times the size of one rounding of the norm's output, which the naive orders
+    do not sample when they all round z the same way. The layer is evaluated in the golden dtype (2¹¹ times
+    finer) with every residual sum replaced by z + s ⊙ u|z| for ``STORE_PATTERNS`` sign patterns s, and the
+    largest change of each output entry is returned. ``evaluate(dtype, order)`` evaluates the layer;
+    ``dims``: (d_model, d_ff, n, n_mem) of an identity :class:`_Order`."""
+    g = golden_dtype(dtype)
+    u = unit_roundoff(dtype)
+    rng = np.random.default_rng(seed)
+    base = np.asarray(evaluate(g, _Order(None, *dims)), dtype=np.longdouble)
+    worst = np.zeros(base.shape, dtype=np.longdouble)
+    for k in range(STORE_PATTERNS):
+        o = _Order(None, *dims)
+        if k < 2:
+            sign = 1.0 if k == 0 else -1.0
+            o.store = lambda z, sign=sign: z + sign * u * np.abs(z)
+            o.mean_store = lambda mu, x, sign=sign: mu + sign * MEAN_STORES * u * np.abs(x).max(axis=-1, keepdims=True)
+        else:
+            o.store = lambda z: z + np.where(rng.random(z.shape) < 0.5, -u, u) * np.abs(z)
+            o.mean_store = lambda mu, x: mu + (np.where(rng.random(mu.shape) < 0.5, -u, u) * MEAN_STORES
+                                               * np.abs(x).max(axis=-1, keepdims=True))
+        worst = np.maximum(worst, np.abs(np.asarray(evaluate(g, o), dtype=np.longdouble) - base))
+    return worst
 
 
 def _same_precision_encoder(x, p, mask, dtype, o: _Order) -> np.ndarray:
@@ -270,8 +310,9 @@ def _same_precision_encoder(x, p, mask, dtype, o: _Order) -> np.ndarray:
     mask = o.mask(mask, o.tau, o.tau)
     attn, ffn = o.mha(p.self_attn, dtype), o.ffn(p.ffn, dtype)
     x = _same_precision_sublayer(x, lambda h: _multi_head(h, h, attn, mask), o.norm(p.norm1, dtype), p.eps,
-                                 p.norm_first)
-    return o.undo(_same_precision_sublayer(x, lambda h: _ffn(h, ffn), o.norm(p.norm2, dtype), p.eps, p.norm_first))
+                                 p.norm_first, o.store)
+    return o.undo(_same_precision_sublayer(x, lambda h: _ffn(h, ffn), o.norm(p.norm2, dtype), p.eps, p.norm_first,
+                                           o.store))
 
 
 def _same_precision_decoder(y, memory, p, self_mask, memory_mask, dtype, o: _Order) -> np.ndarray:
@@ -286,10 +327,11 @@ def _same_precision_decoder(y, memory, p, self_mask, memory_mask, dtype, o: _Ord
     own, memory_mask = o.mask(own, o.tau, o.tau), o.mask(memory_mask, o.tau, o.rho)
     own_attn, cross, ffn = o.mha(p.self_attn, dtype), o.mha(p.cross_attn, dtype), o.ffn(p.ffn, dtype)
     y = _same_precision_sublayer(y, lambda h: _multi_head(h, h, own_attn, own), o.norm(p.norm1, dtype), p.eps,
-                                 p.norm_first)
+                                 p.norm_first, o.store)
     y = _same_precision_sublayer(y, lambda h: _multi_head(h, memory, cross, memory_mask), o.norm(p.norm2, dtype),
-                                 p.eps, p.norm_first)
-    return o.undo(_same_precision_sublayer(y, lambda h: _ffn(h, ffn), o.norm(p.norm3, dtype), p.eps, p.norm_first))
+                                 p.eps, p.norm_first, o.store)
+    return o.undo(_same_precision_sublayer(y, lambda h: _ffn(h, ffn), o.norm(p.norm3, dtype), p.eps, p.norm_first,
+                                           o.store))
 
 
 def _orders(seed, count, d_model, d_ff, n, n_mem=0):
@@ -297,16 +339,19 @@ def _orders(seed, count, d_model, d_ff, n, n_mem=0):
     return [_Order(None, d_model, d_ff, n, n_mem)] + [_Order(rng, d_model, d_ff, n, n_mem) for _ in range(count - 1)]
 
 
+def _stack_in_order(x, layers, mask, dtype, o: _Order) -> np.ndarray:
+    y = _c(x, dtype)
+    for p in layers:
+        y = _same_precision_encoder(y, p, mask, dtype, o)
+    return y
+
+
 def encoder_stack(x, layers, mask, dtype, *, orders: int = 1, seed: int = 0) -> np.ndarray:
     """Encoder layers applied in turn, each evaluated naively in ``dtype``; ``orders`` as in
     :func:`encoder_layer`, one order per evaluation of the whole stack (the layers share d_ff)."""
     dtype = np.dtype(dtype)
-    outs = []
-    for o in _orders(seed, orders, layers[0].d_model, layers[0].ffn.d_ff, np.shape(x)[-2]):
-        y = _c(x, dtype)
-        for p in layers:
-            y = _same_precision_encoder(y, p, mask, dtype, o)
-        outs.append(y)
+    outs = [_stack_in_order(x, layers, mask, dtype, o)
+            for o in _orders(seed, orders, layers[0].d_model, layers[0].ffn.d_ff, np.shape(x)[-2])]
     out = np.stack(outs)
     return out if orders > 1 else out[0]
 
@@ -336,8 +381,10 @@ def encoder_layer_bound(derived: Bound, reference, x, params, mask, dtype) -> Bo
     if not applies(dtype):
         return derived
     golden, ref = _golden(lambda g: encoder_layer(x, params, mask, g), reference, dtype)
+    stores = _store_term(lambda g, o: _same_precision_encoder(x, params, mask, g, o), dtype,
+                         (params.d_model, params.ffn.d_ff, np.shape(x)[-2]))
     return measured(derived, encoder_layer(x, params, mask, dtype, orders=ORDERS), golden, dtype, n_floor=2,
-                    reference=ref)
+                    reference=ref, stores=stores)
 
 
 def encoder_stack_bound(derived: Bound, reference, x, layers, mask, dtype) -> Bound:
@@ -345,8 +392,10 @@ def encoder_stack_bound(derived: Bound, reference, x, layers, mask, dtype) -> Bo
     if not applies(dtype):
         return derived
     golden, ref = _golden(lambda g: encoder_stack(x, layers, mask, g), reference, dtype)
+    stores = _store_term(lambda g, o: _stack_in_order(x, layers, mask, g, o), dtype,
+                         (layers[0].d_model, layers[0].ffn.d_ff, np.shape(x)[-2]))
     return measured(derived, encoder_stack(x, layers, mask, dtype, orders=ORDERS), golden, dtype,
-                    n_floor=2 * len(layers), reference=ref)
+                    n_floor=2 * len(layers), reference=ref, stores=stores)
 
 
 def decoder_layer_bound(derived: Bound, reference, y, memory, params, self_mask, memory_mask, dtype) -> Bound:
@@ -355,7 +404,9 @@ def decoder_layer_bound(derived: Bound, reference, y, memory, params, self_mask,
         return derived
     golden, ref = _golden(lambda g: decoder_layer(y, memory, params, self_mask, memory_mask, g), reference, dtype)
     naive = decoder_layer(y, memory, params, self_mask, memory_mask, dtype, orders=ORDERS)
-    return measured(derived, naive, golden, dtype, n_floor=3, reference=ref)
+    stores = _store_term(lambda g, o: _same_precision_decoder(y, memory, params, self_mask, memory_mask, g, o),
+                         dtype, (params.d_model, params.ffn.d_ff, np.shape(y)[-2], np.shape(memory)[-2]))
+    return measured(derived, naive, golden, dtype, n_floor=3, reference=ref, stores=stores)
 
 
 def _backward_encoder(x, params, d, mask, dtype):

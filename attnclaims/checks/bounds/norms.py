@@ -220,8 +220,11 @@ def _lane_mean(x: np.ndarray, lanes: int) -> np.ndarray:
 def _layer_norm(x, norm, eps) -> np.ndarray:
     """Two-pass layer norm in the array's dtype: μ, then the biased variance of the centred values, each
     mean summed in the order's number of lanes (:class:`_Order`)."""
-    gamma, beta, lanes = norm
-    c = x - _lane_mean(x, lanes)
+    gamma, beta, lanes, *mean_store = norm
+    mu = _lane_mean(x, lanes)
+    if mean_store:  # layers._store_term: the mean as a different rounding of its sum would give it
+        mu = mean_store[0](mu, x)
+    c = x - mu
     var = _lane_mean(c * c, lanes)
     return gamma * (c / np.sqrt(var + x.dtype.type(eps))) + beta
 
