@@ -79,6 +79,20 @@ rounding of a sum of equal values, and a constant row's mean, amplified by 1/√
 error a correct Pre-LN layer makes). The check uses
 the smaller of τ and the derived bound, so it is never looser than the derived bound.
 
+The store term. The orders may all round a stored value the same way — a residual sum z = x + F(x), the
+sub-layer's output F(x) (a bias add at |b| ≫ σ), a layer norm's mean — and a correct implementation need
+not: its z is off by up to u|z|, which the next norm multiplies by |γ|/σ, |z|/σ times the size of one
+rounding of the norm's output (Post-LN, the last norm's output is the layer's output; earlier norms pass it
+on through the sub-layers that follow), and its mean by a rounding of the sum and of the division,
+u·max|x| each. The floor's u·max|y| undercounts that when σ ≪ |z|: torch in float64 was 3.2 times over τ on a
+Post-LN decoder layer whose self-attention output bias was 2¹⁸ (the first residual sum 2.6·10⁵ on a spread of
+0.1; ``tests/checks/test_bounds_store.py``). So the layer is also evaluated in the golden dtype with every
+residual sum and every F(x) moved by u|z| and every norm's mean by 2u·max|x| (``layers.MEAN_STORES``), in
+``layers.STORE_PATTERNS`` = 4 sign patterns (all +, all −, two random), the largest change of each entry
+propagated by the layer itself rather than by the composed worst case (whose looseness, 10⁵–10⁸, is what
+the rule is for); that change counts as one more naive order's error in τ (``stores`` of :func:`measured`).
+It is small where σ is not: over ordinary cases it raises τ by about 30 % in the median (at most 1.7×).
+
 ``C_SAME``. FlashAttention's tests use 2. An implementation is not one more random order,
 though: torch's float32 layers (fused in-projection with the bias in the GEMM, its own layer
 norm and softmax kernels) reached 5.0× the worst of the naive orders on a row in 3,000 encoder
