@@ -154,42 +154,18 @@ def unbacked(text: str) -> list[tuple[int, str, str]]:
     return out
 
 
-#: timings measured by hand that their pages still quote, by page: (the timings, why they are left for now).
-#: Each must still be found unbacked (a cited or reworded one must leave this list): the list only shrinks.
-NOT_YET_CITED: dict[str, tuple[tuple[str, ...], str]] = {
-    "docs/adapters.md": (
-        ("five minutes", "8 s", "21 s", "5–7 s", "0.3 s", "0.01 s", "0.07 s"),
-        "the title's promise, smoke's times under load and two library call costs, measured by hand: no bench "
-        "script times smoke or the libraries' calls; to be reworded or measured by a script"),
-    "docs/mutation_strategies.md": (
-        ("15–25 s", "2–3.5 s", "0.5–2 s", "0.8 s", "3 s", "5 s", "1,256 s", "10 minutes", "1 s", "20 s",
-         "31 min"),
-        "per-mutant and per-run costs watched by hand during the runs; bench/mutation_timing.py and "
-        "bench/mutation.sh print such figures: to be cited next to them or reworded"),
-}
-
-
 def _problems() -> list[tuple[str, int, str, str]]:
     return [(doc.relative_to(ROOT).as_posix(), line, timing, sentence)
             for doc in DOCS for line, timing, sentence in unbacked(doc.read_text(encoding="utf-8"))]
 
 
 def test_every_quoted_timing_names_the_script_that_prints_it():
-    problems = [f"{doc}:{line}: {timing!r} in “…{sentence}”" for doc, line, timing, sentence in _problems()
-                if timing not in NOT_YET_CITED.get(doc, ((),))[0]]
+    problems = [f"{doc}:{line}: {timing!r} in “…{sentence}”" for doc, line, timing, sentence in _problems()]
     assert not problems, (
         "timings that name no bench script (bench/….py), results file (bench/results/….json) or command that "
         "prints them, and read as no configured limit: cite what measures each, next to the figure, or "
         "reword without the figure and point at the bench/README.md section that measures it:\n  "
         + "\n  ".join(problems))
-
-
-def test_the_pages_not_yet_cited_still_quote_those_timings():
-    """NOT_YET_CITED only shrinks: a timing that was cited or reworded leaves it."""
-    found = {(doc, timing) for doc, _, timing, _ in _problems()}
-    stale = [f"{doc}: {timing!r}" for doc, (timings, _) in NOT_YET_CITED.items() for timing in timings
-             if (doc, timing) not in found]
-    assert not stale, "no longer quoted without a source, so drop from NOT_YET_CITED:\n  " + "\n  ".join(stale)
 
 
 #: a paragraph of a real page (the README's), to plant timings in
