@@ -120,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
 
     console = Console(width=160)
-    table = Table(title=f".ci/run from a clean clone of {commit}: {wall / 60:.0f} min {wall % 60:.0f} s, exit {rc}"
+    minutes, seconds = divmod(round(wall), 60)
+    table = Table(title=f".ci/run from a clean clone of {commit}: {minutes} min {seconds} s, exit {rc}"
                         f" (load {load_before:.1f} → {doc['load_after']:.1f})")
     for col in ("step", "own s", "ends at"):
         table.add_column(col, justify="left" if col == "step" else "right")
