@@ -362,16 +362,8 @@ def sixteen_bit_attention_error(q, k, v, mask=None, scale=None, *, u: float, eq=
     """
     v = _f64(v)
     a, r_score, r_round = _sixteen_bit_weight_parts(q, k, mask, scale, u, eq, ek, stores=2)
-    av, dv = np.abs(v), _zeros_like(v, ev)
-    out = np.abs(a @ v)
-    with np.errstate(over="ignore", invalid="ignore"):
-        w_score = np.where(a > 0, np.minimum(a * r_score, 1.0), 0.0)
-        w_round = np.where(a > 0, np.minimum(a * (1.0 + np.minimum(r_score, 1.0)) * r_round, 1.0), 0.0)
-        da = np.minimum(w_score + w_round, 1.0)
-    n_k = a.shape[-1]
-    err = (w_score @ av + w_score.sum(axis=-1, keepdims=True) * out + w_round @ av
-           + (a + da) @ dv + U32 * (n_k + 2) * (a @ av))
-    return err + u * (out + err)
+    err = _output_error(a, r_score, r_round, v, U32, ev)  # the products and sums in float32
+    return err + u * (np.abs(a @ v) + err)
 
 
 def softmax_vjp_error(x, d, axis: int = -1, *, u: float) -> np.ndarray:

@@ -17,6 +17,22 @@ __all__ = [
 ]
 
 
+def _centred(x, eps, u: float, ex=None):
+    """The exact row moments and the centred entries' error of :func:`layer_norm_error`'s derivation, with u
+    the unit roundoff of the arithmetic: (c = x − μ, σ², r = (σ² + ε)^(−1/2), Δc_i = u(|c_i| + (2(d + 1) +
+    4 ln d + 4)·max|x|) + Δx_i + mean Δx). x (..., d) in float64."""
+    d = x.shape[-1]
+    ex = _zeros_like(x, ex)
+    c = x - x.mean(axis=-1, keepdims=True)
+    var = np.mean(c * c, axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        r = 1.0 / np.sqrt(var + eps)
+        mean_err = 2.0 * (d + 1) + 4.0 * math.log(d) + 4.0
+        dc = u * (np.abs(c) + mean_err * np.max(np.abs(x), axis=-1, keepdims=True)) + ex \
+            + np.mean(ex, axis=-1, keepdims=True)
+    return c, var, r, dc
+
+
 def layer_norm_error(x, gamma, beta, eps, *, u: float, ex=None) -> np.ndarray:
     """Error bound of LN(x) = γ ⊙ (x − μ)/√(σ² + ε) + β over the last axis (d features), for a stable
     algorithm (two-pass, or Welford's running update, as torch and the reference use):
@@ -36,16 +52,9 @@ def layer_norm_error(x, gamma, beta, eps, *, u: float, ex=None) -> np.ndarray:
     """
     x = _f64(x)
     d = x.shape[-1]
-    ex = _zeros_like(x, ex)
     gamma, beta = _f64(gamma), _f64(beta)
-    mu = x.mean(axis=-1, keepdims=True)
-    c = x - mu
-    var = np.mean(c * c, axis=-1, keepdims=True)
+    c, var, r, dc = _centred(x, eps, u, ex)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        r = 1.0 / np.sqrt(var + eps)
-        mean_err = 2.0 * (d + 1) + 4.0 * math.log(d) + 4.0
-        dc = u * (np.abs(c) + mean_err * np.max(np.abs(x), axis=-1, keepdims=True)) + ex \
-            + np.mean(ex, axis=-1, keepdims=True)
         dvar = 2.0 * np.mean(np.abs(c) * dc, axis=-1, keepdims=True) + u * 3.0 * (d + 2) * var
         rho = 0.5 * dvar / (var + eps) + 4.0 * u
         y = gamma * c * r + beta
@@ -80,16 +89,9 @@ def sixteen_bit_layer_norm_error(x, gamma, beta, eps, *, u: float, ex=None) -> n
     """
     x = _f64(x)
     d = x.shape[-1]
-    ex = _zeros_like(x, ex)
     gamma, beta = _f64(gamma), _f64(beta)
-    mu = x.mean(axis=-1, keepdims=True)
-    c = x - mu
-    var = np.mean(c * c, axis=-1, keepdims=True)
+    c, var, r, dc = _centred(x, eps, U32, ex)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        r = 1.0 / np.sqrt(var + eps)
-        mean_err = 2.0 * (d + 1) + 4.0 * math.log(d) + 4.0
-        dc = U32 * (np.abs(c) + mean_err * np.max(np.abs(x), axis=-1, keepdims=True)) + ex \
-            + np.mean(ex, axis=-1, keepdims=True)
         dvar = 2.0 * np.mean(np.abs(c) * dc, axis=-1, keepdims=True) + np.mean(dc * dc, axis=-1, keepdims=True) \
             + U32 * 3.0 * (d + 2) * var
         t = (dvar + u * eps) / (var + eps)
