@@ -88,18 +88,24 @@ def test_gradients_quick(tmp_path):
     assert "encoder_layer" in doc["summary"]
 
 
+def _bench_module(name: str, monkeypatch):
+    """bench/NAME imported as a module (its ``_common`` found on bench/); skipped where bench/ is not shipped."""
+    import importlib.util
+
+    if not (BENCH / name).is_file():
+        pytest.skip(f"bench/{name} is not in this copy (benchmarks ship with the checkout only)")
+    monkeypatch.syspath_prepend(str(BENCH))
+    spec = importlib.util.spec_from_file_location(f"{name[:-3]}_under_test", BENCH / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_speed_verdicts_judge_only_what_was_measured(monkeypatch):
     """bench_speed's target table: a library check is met under its limit and missed over it; the reference's
     2-worker speed-up is judged only when the reference ran with 1 and 2 workers (``--impl jax`` alone once
     printed it as "missed")."""
-    import importlib.util
-
-    if not (BENCH / "bench_speed.py").is_file():
-        pytest.skip("bench/bench_speed.py is not in this copy (benchmarks ship with the checkout only)")
-    monkeypatch.syspath_prepend(str(BENCH))  # for its ``_common``
-    spec = importlib.util.spec_from_file_location("bench_speed_under_test", BENCH / "bench_speed.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench_module("bench_speed.py", monkeypatch)
 
     def run(impl, workers, wall):
         return {"kind": "check", "impl": impl, "workers": workers, "wall_s": wall, "completed": True}
@@ -117,14 +123,7 @@ def test_concurrency_target_is_judged_against_the_one_session_single(monkeypatch
     """bench_speed --targets: concurrent / slowest one-session single is the target's ratio (met at ≤ 1.2,
     missed above), the ratio to the plain (two-session) single is printed beside it, and a run that did not
     complete misses whatever its ratio."""
-    import importlib.util
-
-    if not (BENCH / "bench_speed.py").is_file():
-        pytest.skip("bench/bench_speed.py is not in this copy (benchmarks ship with the checkout only)")
-    monkeypatch.syspath_prepend(str(BENCH))
-    spec = importlib.util.spec_from_file_location("bench_speed_targets_under_test", BENCH / "bench_speed.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench_module("bench_speed.py", monkeypatch)
     impls = ["reference", "torch"]
 
     def row(kind, impl, wall, completed=True):
@@ -151,14 +150,7 @@ def test_concurrency_target_is_judged_against_the_one_session_single(monkeypatch
 def test_ci_time_reads_the_steps_of_a_ci_log(monkeypatch):
     """bench_ci.py's reading of ``.ci/run``'s output: the first pytest summary is the test command, each lane
     line its entry with its own seconds, "CI: all green" the end; a failing run names its first CI: line."""
-    import importlib.util
-
-    if not (BENCH / "bench_ci.py").is_file():
-        pytest.skip("bench/bench_ci.py is not in this copy (benchmarks ship with the checkout only)")
-    monkeypatch.syspath_prepend(str(BENCH))
-    spec = importlib.util.spec_from_file_location("bench_ci_under_test", BENCH / "bench_ci.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench_module("bench_ci.py", monkeypatch)
     log = [(5.0, "....\n"),
            (640.2, "============ 2536 passed, 77 skipped in 635.55s (0:10:35) ============\n"),
            (700.0, "All checks passed!\n"),
