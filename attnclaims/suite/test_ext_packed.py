@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from attnclaims.checks import bounds as T
 from attnclaims.checks import controls as C
+from attnclaims.checks import strategies as S
 from attnclaims.checks.strategies import needs_variant, permutations
 from attnclaims.checks.strategies.attention import reachable_weights
 from attnclaims.checks.strategies.packed import (
@@ -57,6 +58,7 @@ def _one(impl, error, *args) -> np.ndarray:
 
 @pytest.mark.claim("decoder-masking", kind="conformance", extension=VARLEN)
 @pytest.mark.requires("varlen_attention")
+@S.crosses_tiles
 @given(case=varlen_cases())
 @example(case=PackedEdge("varlen-tiles"))
 @example(case=PackedEdge("varlen-many-short"))
@@ -74,6 +76,7 @@ def test_varlen_attention_matches_reference(impl, case):
 
 @pytest.mark.claim("decoder-masking", extension=VARLEN)
 @pytest.mark.requires("varlen_attention", "attention")
+@S.crosses_tiles
 @given(case=varlen_cases())
 @example(case=PackedEdge("varlen-tiles"))
 def test_varlen_attention_equals_each_sequences_own_attention(impl, case):
@@ -99,6 +102,7 @@ def test_varlen_attention_equals_each_sequences_own_attention(impl, case):
 
 @pytest.mark.claim("decoder-masking", extension=VARLEN)
 @pytest.mark.requires("varlen_attention")
+@S.crosses_tiles
 @given(case=varlen_cases(), more=st.data())
 @example(case=PackedEdge("varlen-many-short"), more=None)
 def test_keys_of_other_sequences_do_not_change_a_sequences_output(impl, case, more):
@@ -130,6 +134,7 @@ def test_keys_of_other_sequences_do_not_change_a_sequences_output(impl, case, mo
 
 @pytest.mark.claim("decoder-masking", extension=VARLEN)
 @pytest.mark.requires("varlen_attention")
+@S.crosses_tiles
 @given(case=varlen_cases(max_total_k=300).filter(lambda c: c.scale is None or 0.1 <= c.scale <= 2.0))
 @example(case=PackedEdge("varlen-tiles"))
 @example(case=PackedEdge("varlen-decode"))
@@ -162,6 +167,7 @@ def test_every_key_of_its_own_sequence_a_query_may_see_changes_its_output(impl, 
 
 @pytest.mark.claim("decoder-masking", kind="conformance", extension=PAGED)
 @pytest.mark.requires("paged_attention")
+@S.crosses_tiles
 @given(case=paged_cases())
 @example(case=PackedEdge("paged-tiles"))
 @example(case=PackedEdge("paged-pages-of-one"))
@@ -178,6 +184,7 @@ def test_paged_attention_matches_attention_over_the_gathered_cache(impl, case):
 
 @pytest.mark.claim("decoder-masking", extension=PAGED)
 @pytest.mark.requires("paged_attention", "causal_attention")
+@S.crosses_tiles
 @needs_variant(causal_alignment="bottom-right")
 @given(case=paged_cases())
 @example(case=PackedEdge("paged-tiles"))
@@ -200,6 +207,7 @@ def test_paged_attention_equals_its_own_causal_attention_over_the_gathered_cache
 
 @pytest.mark.claim("decoder-masking", extension=PAGED)
 @pytest.mark.requires("paged_attention")
+@S.crosses_tiles
 @given(case=paged_cases(), more=st.data())
 def test_paged_attention_is_invariant_to_the_physical_page_order(impl, case, more):
     """Move every physical page to another place and renumber the block table with it: the output is unchanged
@@ -215,6 +223,7 @@ def test_paged_attention_is_invariant_to_the_physical_page_order(impl, case, mor
 
 @pytest.mark.claim("decoder-masking", extension=PAGED)
 @pytest.mark.requires("paged_attention")
+@S.crosses_tiles
 @given(case=paged_cases(), more=st.data())
 def test_unused_pages_and_the_tail_of_the_last_page_change_nothing(impl, case, more):
     """Refill every slot no sequence reads — pages no table entry of a sequence's length points to, and the

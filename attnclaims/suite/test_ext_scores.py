@@ -62,6 +62,7 @@ def _model(error, impl):
 
 @pytest.mark.claim("softmax-distribution", kind="conformance", extension=LSE)
 @pytest.mark.requires("attention_lse")
+@S.crosses_tiles
 @given(case=SA.attention_cases(mask=None, explicit_scale=None))
 @example(case=KernelEdge("partial-last-block"))
 @example(case=KernelEdge("padded-blocks"))
@@ -81,6 +82,7 @@ def test_attention_lse_matches_reference(impl, case):
 
 @pytest.mark.claim("softmax-distribution", extension=LSE)
 @pytest.mark.requires("attention_lse")
+@S.crosses_tiles
 @given(data=SA.split_kv_cases())
 def test_merging_key_halves_by_their_lse_gives_the_whole(impl, data):
     """Split the keys at s: with (o_1, l_1) and (o_2, l_2) the implementation's results on keys [0, s) and
@@ -138,6 +140,7 @@ def _flat(a: np.ndarray, axes) -> np.ndarray:
 
 @pytest.mark.claim("softmax-distribution", kind="conformance", extension=AXES)
 @pytest.mark.requires("softmax")
+@S.crosses_tiles
 @needs_variant(softmax_axes=True)
 @given(data=SA.softmax_axes_inputs())
 def test_softmax_over_several_axes_matches_reference(impl, data):
@@ -153,6 +156,7 @@ def test_softmax_over_several_axes_matches_reference(impl, data):
 
 @pytest.mark.claim("softmax-distribution", extension=AXES)
 @pytest.mark.requires("softmax")
+@S.crosses_tiles
 @needs_variant(softmax_axes=True)
 @given(data=SA.softmax_axes_inputs())
 def test_softmax_over_several_axes_sums_to_one(impl, data):
@@ -168,6 +172,7 @@ def test_softmax_over_several_axes_sums_to_one(impl, data):
 
 @pytest.mark.claim("softmax-distribution", kind="conformance", extension=AXES)
 @pytest.mark.requires("softmax_vjp")
+@S.crosses_tiles
 @needs_variant(softmax_axes=True)
 @given(data=SA.softmax_axes_inputs(), more=st.data())
 def test_softmax_vjp_over_several_axes_matches_reference(impl, data, more):
@@ -187,6 +192,7 @@ def test_softmax_vjp_over_several_axes_matches_reference(impl, data, more):
 
 @pytest.mark.claim("score-functions", kind="conformance", extension=SOFTCAP)
 @pytest.mark.requires("softcap_attention")
+@S.crosses_tiles
 @given(data=SA.softcap_cases())
 def test_softcap_attention_matches_reference(impl, data):
     """softcap_attention(q, k, v, c, mask, scale) = softmax(c·tanh(scale·Q Kᵀ/c)) V, the reference's within the
@@ -201,6 +207,7 @@ def test_softcap_attention_matches_reference(impl, data):
 
 @pytest.mark.claim("score-functions", extension=SOFTCAP)
 @pytest.mark.requires("softcap_attention")
+@S.crosses_tiles
 @needs_variant(scale="positive")
 @given(data=SA.softcap_cases(huge=True))
 def test_softcap_keeps_every_weight_within_e_2c_of_the_others(impl, data):
@@ -241,6 +248,7 @@ def test_softcap_keeps_every_weight_within_e_2c_of_the_others(impl, data):
 
 @pytest.mark.claim("positional-encoding", kind="conformance", extension=ALIBI)
 @pytest.mark.requires("alibi_attention")
+@S.crosses_tiles
 @given(case=SA.alibi_cases())
 def test_alibi_attention_matches_reference(impl, case):
     """alibi_attention(q, k, v, slopes, mask, scale) = softmax(scale·Q Kᵀ − m_h(p_i − j)) V over the keys
@@ -270,6 +278,7 @@ def geometric_alibi_weights(slopes, n_q: int, n_k: int, mask=None) -> np.ndarray
 
 @pytest.mark.claim("positional-encoding", extension=ALIBI)
 @pytest.mark.requires("alibi_attention")
+@S.crosses_tiles
 @given(case=SA.alibi_cases())
 def test_alibi_weights_of_zero_queries_are_geometric_in_the_distance(impl, case):
     """With q = 0 every score is the bias alone, so head h weighs key j by e^{−m_h(p_i − j)}, normalised over

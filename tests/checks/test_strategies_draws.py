@@ -898,12 +898,23 @@ def _lengths(capability: str):
         "grouped_query_attention": model,
         # a block of max_seq=16 may draw n = 15 or 16 untiled: its crossing draws are those marked tiled
         "decoder_block": lambda c: (c.x.shape[-2],) if c.tiled else (),
+        "softmax over several axes": lambda xa: xa[0].shape,
+        "attention_lse (split KV)": lambda cs: (cs[0].n_q, cs[0].n_k),
+        "softcap_attention": lambda cc: (cc[0].n_q, cc[0].n_k),
+        "alibi_attention": lambda c: (c.q.shape[-2], c.k.shape[-2]),
+        "varlen_attention": lambda c: tuple(np.diff(c.cu_k)),
+        "varlen_attention (≤ 300 keys)": lambda c: tuple(np.diff(c.cu_k)) if c.k.shape[0] <= 300 else (),
+        # pages of 16 may hold an untiled sequence of up to 33 positions: the crossing draws are those labelled
+        "paged_attention": lambda c: tuple(c.seq_lens) if c.label == "tiles" else (),
     }[capability]
 
 
 def _tile_strategies():
-    from attnclaims.checks.strategies.attention import causal_padded_cases
+    from attnclaims.checks.strategies.attention import (
+        alibi_cases, causal_padded_cases, softcap_cases, softmax_axes_inputs, split_kv_cases,
+    )
     from attnclaims.checks.strategies.multihead import gqa_cases, multi_head_cases, self_attention_cases
+    from attnclaims.checks.strategies.packed import paged_cases, varlen_cases
 
     return {
         "softmax": S.softmax_inputs(),
@@ -914,6 +925,13 @@ def _tile_strategies():
         "multi_head_attention": multi_head_cases(),
         "grouped_query_attention": gqa_cases(grouped=None),
         "decoder_block": S.block_cases(max_seq=16),
+        "softmax over several axes": softmax_axes_inputs(),
+        "attention_lse (split KV)": split_kv_cases(),
+        "softcap_attention": softcap_cases(),
+        "alibi_attention": alibi_cases(),
+        "varlen_attention": varlen_cases(),
+        "varlen_attention (≤ 300 keys)": varlen_cases(max_total_k=300),
+        "paged_attention": paged_cases(),
     }
 
 
@@ -1008,10 +1026,13 @@ def test_crosses_tiles_runs_the_examples_with_the_explicit_ones_then_the_crossin
 
 #: The suite modules whose tests of the attention-level capabilities are marked ``crosses_tiles``.
 _TILE_MODULES = ("test_s31_attention", "test_s32_self_attention", "test_s61_multihead", "test_ext_attention",
-                 "test_ext_layers", "test_ext_gradients", "test_gradients", "test_s7_architecture")
+                 "test_ext_layers", "test_ext_gradients", "test_gradients", "test_s7_architecture", "test_ext_scores",
+                 "test_ext_packed")
 _ATTENTION_LEVEL = {"softmax", "softmax_vjp", "attention", "attention_vjp", "causal_attention",
                     "causal_attention_vjp", "multi_head_attention", "multi_head_attention_vjp", "decoder_block",
-                    "decoder_block_vjp", "decoder_block_decode", "decoder_block_step"}
+                    "decoder_block_vjp", "decoder_block_decode", "decoder_block_step",
+                    # the kernel features (softmax over several axes requires softmax / softmax_vjp)
+                    "attention_lse", "softcap_attention", "alibi_attention", "varlen_attention", "paged_attention"}
 #: Tests of those capabilities left unmarked, and why: their sizes are the test's subject, or each example
 #: costs n + 1 passes, or their inputs are a layer's.
 _UNMARKED = {

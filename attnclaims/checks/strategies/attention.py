@@ -699,11 +699,19 @@ def softmax_axes_inputs(draw):
     """(x, axes): x of 2–4 axes of 1–6 entries (the shapes (batch, n_q, n_k) of the implementation's shape menu
     where it has one), entries U[−1, 1]·2^e (e in −4 … 6), and a tuple of two or more distinct axes — the last
     two (a 2-D attention map), two that are not adjacent, or every axis — given as non-negative or negative
-    indices, in either order."""
+    indices, in either order. Sizes that cross tiles (:func:`~attnclaims.checks.strategies.common.
+    tile_crossing`: every draw of the crossing run of a test marked ``crosses_tiles``) make x a 2-D map
+    (n_q, n_k) or one of 1–2 maps (b, n_q, n_k), n_k a tile length and n_q 1, 3 or another: the normalised
+    slice crosses a tile along n_k and (when n_q does) along n_q."""
     menu = _shape_menu()
+    tiles = draw(tile_crossing())  # None for a shape menu, and outside a crossing draw
     if menu is not None:  # an implementation that compiles per shape: (batch, n_q, n_k) of its menu
         entry = draw(st.sampled_from(menu))
         shape = tuple(entry["batch"]) + (entry["n_q"], entry["n_k"])
+        ndim = len(shape)
+    elif tiles is not None:
+        n_q, n_k, _ = tiles
+        shape = (n_q, n_k) if draw(st.booleans()) else (draw(st.integers(1, 2)), n_q, n_k)
         ndim = len(shape)
     else:
         ndim = draw(st.integers(2, 4))

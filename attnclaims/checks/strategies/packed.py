@@ -7,11 +7,13 @@ the physical pages permuted (:func:`permute_pages`) and every slot no sequence r
 (:func:`refill_unread`).
 
 Sizes: a few sequences of the profile's lengths (0 included: a zero-length sequence, or one with keys and no
-query), many short ones, or (one draw in :data:`~attnclaims.checks.strategies.common.TILE_ODDS`) lengths
-around the followed implementation's tiles T (T − 1, T, T + 1, 2T + r; :func:`~attnclaims.checks.strategies.
-common.tile_lengths`). Every sequence with a query has a key, and under the causal mask at least as many keys
-as queries (bottom-right: otherwise its first queries see no key, a row whose output is a convention, not the
-claim). K/V heads fewer than the query heads only where ``grouped_query`` is declared; d_v = d_k where
+query), many short ones, or — on a :func:`~attnclaims.checks.strategies.common.tile_decision`: in every draw
+of the crossing run of a test marked ``crosses_tiles`` (3 of ``ci``'s 50 examples), none of its other run,
+else one draw in :data:`~attnclaims.checks.strategies.common.TILE_ODDS` — lengths around the followed
+implementation's tiles T (T − 1, T, T + 1, 2T + r; :func:`~attnclaims.checks.strategies.common.tile_lengths`),
+labelled "tiles" (:func:`paged_cases` likewise, with pages of the smallest tile). Every sequence with a query
+has a key, and under the causal mask at least as many keys as queries (bottom-right: otherwise its first queries
+see no key, a row whose output is a convention, not the claim). K/V heads fewer than the query heads only where ``grouped_query`` is declared; d_v = d_k where
 ``value_width='d_k'``; causal only as ``varlen_causal`` declares.
 """
 from __future__ import annotations
@@ -25,7 +27,7 @@ from hypothesis import strategies as st
 
 from attnclaims.checks.strategies.attention import explicit_scales
 from attnclaims.checks.strategies.common import (
-    SHORT_SEQ, TILE_ODDS, _not_applicable, arrays, flush_subnormals, random_arrays, scales, tile_lengths,
+    SHORT_SEQ, _not_applicable, arrays, flush_subnormals, random_arrays, scales, tile_decision, tile_lengths,
     tile_sizes, variants,
 )
 from attnclaims.profiles import limits
@@ -121,9 +123,11 @@ def _explicit_scale(draw):
 
 
 @st.composite
-def _lengths(draw, causal: bool) -> tuple[list[int], list[int], str]:
-    """(query lengths, key lengths, what was drawn)."""
-    kind = draw(st.sampled_from(("few", "few", "many short"))) if draw(st.integers(0, TILE_ODDS - 1)) else "tiles"
+def _lengths(draw, causal: bool, max_total_k: int | None = None) -> tuple[list[int], list[int], str]:
+    """(query lengths, key lengths, what was drawn): "tiles" on a :func:`~attnclaims.checks.strategies.common.
+    tile_decision` (every draw in the crossing run of a test marked ``crosses_tiles``), its sequences within
+    ``max_total_k`` keys where one tile length fits there."""
+    kind = "tiles" if draw(tile_decision()) else draw(st.sampled_from(("few", "few", "many short")))
     top = min(limits().max_seq, 160)  # thorough's 320 · 4 sequences would make the bound's masks (heads, 1280, 1280)
     if kind == "few":
         n = draw(st.integers(1, 4))
@@ -135,7 +139,11 @@ def _lengths(draw, causal: bool) -> tuple[list[int], list[int], str]:
         nq = draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
         nk = list(nq) if draw(st.booleans()) else draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
     else:  # sizes around the tiles: a tile-length sequence between short ones
-        long = draw(st.lists(st.sampled_from(tile_lengths()), min_size=1, max_size=2))
+        room = None if max_total_k is None else max_total_k - 10  # the short ones take up to 10 keys
+        pool = [n for n in tile_lengths() if room is None or n <= room] or list(tile_lengths())
+        long = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=2))
+        if room is not None and sum(long) > room:  # two tile-length sequences do not fit: one
+            long = long[:1]
         short = draw(st.lists(st.integers(0, 5), min_size=1, max_size=2))
         nk = short[:1] + long + short[1:]
         nq = list(nk) if draw(st.booleans()) else [draw(st.sampled_from((1, 3, n))) if n else 0 for n in nk]
@@ -148,7 +156,7 @@ def varlen_cases(draw, *, causal: bool | None = None, max_total_k: int | None = 
     """Inputs of ``varlen_attention`` (module docstring); ``causal`` fixes the mask (not applicable unless
     declared), ``max_total_k`` caps the packed keys (the weights probe reads total_k one-hot values)."""
     c = _causal_setting(draw, causal)
-    nq, nk, kind = draw(_lengths(c))
+    nq, nk, kind = draw(_lengths(c, max_total_k))
     if max_total_k is not None and sum(nk) > max_total_k:
         nq, nk = _fix_lengths([min(a, 5) for a in nq], [min(b, 5) for b in nk], c)
     heads, heads_kv = draw(_heads())
@@ -257,11 +265,11 @@ def _table(rng: np.random.Generator, lens, block_size: int, spare_pages: int, sp
 @st.composite
 def paged_cases(draw, *, max_seq: int | None = None) -> PagedCase:
     """Inputs of ``paged_attention``: 1–3 sequences with n_q = 1 (decoding) or 2–4 queries (their last
-    positions), pages of 1, 3, 4 or 16 positions — or (one draw in TILE_ODDS) of the smallest declared tile with
-    sequence lengths around the tiles —, the pages at shuffled physical places among unused ones, the table's
+    positions), pages of 1, 3, 4 or 16 positions — or (on a :func:`~attnclaims.checks.strategies.common.tile_decision`,
+    labelled "tiles") of the smallest declared tile with sequence lengths around the tiles —, the pages at shuffled physical places among unused ones, the table's
     columns past a sequence's pages holding −1 or a valid page that must not be read. Every slot, read or not,
     holds drawn values, so a kernel that reads the tail of a last page or the wrong page reads other numbers."""
-    tiles = not draw(st.integers(0, TILE_ODDS - 1))
+    tiles = draw(tile_decision())
     batch = draw(st.integers(1, 3))
     n_q = draw(st.sampled_from((1, 1, 2, 4)))
     if tiles:
