@@ -126,21 +126,41 @@ def _weights_and_shift(q, k, mask, scale):
     return a, np.where(allowed, t, 0.0), allowed
 
 
+#: log of the smallest positive float64, 2⁻¹⁰⁷⁴ (:func:`_lift_underflow`)
+_LOG_TINY = -1074.0 * math.log(2.0)
+
+
+def _lift_underflow(a, t, allowed, x, r_score):
+    """An allowed weight that underflows float64 (A_ij = 0: t_ij = S_ij − max S below −745) while the score
+    error could lift it into range (t_ij + x_ij > log 2⁻¹⁰⁷⁴, x_ij = |ΔS_ij| + E_i — e.g. scores 2 − 2⁻⁵² and 2
+    behind a scale of 7·10³⁶, equal once rounded to float32): its score term A_ij·expm1(x_ij) is at most
+    e^{t_ij + x_ij} (the row's normaliser is at least 1), which float64 holds although A_ij does not. Those
+    entries get A_ij = 2⁻¹⁰⁷⁴ (an upper bound of the true weight) and r_ij = e^{t_ij + x_ij}/2⁻¹⁰⁷⁴, so that
+    A·r is that bound instead of 0; where the score error cannot close the gap nothing changes."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        lift = allowed & (a == 0) & (t + x > _LOG_TINY)
+        if not lift.any():
+            return a, r_score
+        return np.where(lift, 2.0 ** -1074, a), np.where(lift, np.exp(t + x - _LOG_TINY), r_score)
+
+
 def _relative_parts(a, t, allowed, ds, u):
-    """The score-induced relative weight error expm1(|ΔS_ij| + E_i) (E_i the row's largest allowed |ΔS|) and
-    the rounding one u·η_ij, for weights A, shifted scores t and score errors ``ds``."""
+    """Weights A (those that underflow lifted, :func:`_lift_underflow`), the score-induced relative weight
+    error expm1(|ΔS_ij| + E_i) (E_i the row's largest allowed |ΔS|) and the rounding one u·η_ij, for weights
+    A, shifted scores t and score errors ``ds``."""
     ds = np.where(allowed, np.broadcast_to(ds, a.shape), 0.0)
     e_row = np.max(ds, axis=-1, keepdims=True)
     with np.errstate(over="ignore", invalid="ignore"):
         r_score = np.where(a > 0, np.expm1(ds + e_row), 0.0)
+    a, r_score = _lift_underflow(a, t, allowed, ds + e_row, r_score)
     r_round = np.where(a > 0, u * weight_relative_error(t, a.shape[-1]), 0.0)
-    return r_score, r_round
+    return a, r_score, r_round
 
 
 def _weight_parts(q, k, mask, scale, u, eq, ek):
     """A, the score-induced relative weight error expm1(|ΔS_ij| + E_i) and the rounding one u·η_ij."""
     a, t, allowed = _weights_and_shift(q, k, mask, scale)
-    return (a, *_relative_parts(a, t, allowed, score_error(q, k, scale, u=u, eq=eq, ek=ek), u))
+    return _relative_parts(a, t, allowed, score_error(q, k, scale, u=u, eq=eq, ek=ek), u)
 
 
 def _output_error(a, r_score, r_round, v, u, ev) -> np.ndarray:
@@ -279,9 +299,12 @@ def _sixteen_bit_weight_parts(q, k, mask, scale, u, eq, ek, stores: int):
     ds = np.broadcast_to(sixteen_bit_score_error(q, k, scale, u=u, eq=eq, ek=ek), a.shape)
     ds = np.where(allowed, ds, 0.0)
     e_row = np.max(ds, axis=-1, keepdims=True)
-    live = (a > 0) & ~_single_key_rows(allowed)
+    single = _single_key_rows(allowed)
+    live = (a > 0) & ~single
     with np.errstate(over="ignore", invalid="ignore"):
         r_score = np.where(live, np.expm1(ds + e_row), 0.0)
+    a, r_score = _lift_underflow(a, t, allowed & ~single, ds + e_row, r_score)
+    live = (a > 0) & ~single
     eta = weight_relative_error(t, a.shape[-1])
     r_round = np.where(live, (1.0 + U32 * eta) * _softmax_stores(u) * (1.0 + u) ** (stores - 2) - 1.0, 0.0)
     return a, r_score, r_round
@@ -488,7 +511,7 @@ def scored_attention_error(s, ds, v, mask=None, *, u: float, ev=None) -> np.ndar
     :func:`attention_error`'s derivation, which uses nothing of S = scale·Q Kᵀ but |ΔS|.
     s (…, n_q, n_k), v (…, n_k, d_v) -> (…, n_q, d_v)."""
     s, allowed, m, a = _allowed_scores(s, mask)
-    r_score, r_round = _relative_parts(a, np.where(allowed, s - m, 0.0), allowed, _f64(ds), u)
+    a, r_score, r_round = _relative_parts(a, np.where(allowed, s - m, 0.0), allowed, _f64(ds), u)
     return _output_error(a, r_score, r_round, _f64(v), u, ev)
 
 
@@ -498,7 +521,7 @@ def scored_weights_error(s, ds, mask=None, *, u: float) -> np.ndarray:
     weights_probe`) the weighted sum adds exact zeros and one rounding of each weight, u·A_ij, included here.
     s (…, n_q, n_k) -> (…, n_q, n_k)."""
     s, allowed, m, a = _allowed_scores(s, mask)
-    r_score, r_round = _relative_parts(a, np.where(allowed, s - m, 0.0), allowed, _f64(ds), u)
+    a, r_score, r_round = _relative_parts(a, np.where(allowed, s - m, 0.0), allowed, _f64(ds), u)
     with np.errstate(over="ignore", invalid="ignore"):
         r = (1.0 + r_score) * (1.0 + r_round + u) - 1.0  # + u: the probe's one rounding of each weight
         return np.where(a > 0, np.minimum(a * r, 1.0), 0.0)
