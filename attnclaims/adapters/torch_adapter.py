@@ -964,6 +964,9 @@ class TorchFloat32Implementation(TorchImplementation):
 
     name = "torch-float32"
     dtype = np.dtype(np.float32)
+    # SDPA's CPU flash kernel returns 0 for an exponential below float32's normal range (a weight of 1e-38
+    # behind an ALiBi bias of 87 comes back 0; the math backend returns the subnormal)
+    variants = {**TorchImplementation.variants, "flush_to_zero": True}
 
     def __repr__(self) -> str:
         return "TorchFloat32Implementation()"
@@ -1024,6 +1027,8 @@ class TorchBFloat16Implementation(_TorchReducedPrecision):
     """``torch`` in bfloat16 (``torch.bfloat16``; numpy side: ``ml_dtypes.bfloat16``)."""
 
     name = "torch-bfloat16"
+    # bfloat16 has float32's exponent range, and SDPA's CPU flash kernel flushes there as in float32
+    variants = {**TorchImplementation.variants, "flush_to_zero": True}
 
     def __init__(self):
         import ml_dtypes
