@@ -186,11 +186,14 @@ def test_a_bad_declaration_is_one_line(bad, message):
 # Through the claim suite
 # ---------------------------------------------------------------------------------------------
 
-def _suite(suite_tests, adapter: str, modules: list[str], select: str | None = None) -> list[dict]:
+def _suite(suite_tests, adapter: str, modules: list[str], select: str | None = None, *,
+           first_failure: bool = False) -> list[dict]:
     """Run the claim tests of ``modules`` (-k ``select``) against ``test_variants:<adapter>`` in a pytest child
-    (``suite_tests`` in ``tests/conftest.py``: forked from a server that imported the suite once); the evidence."""
+    (``suite_tests`` in ``tests/conftest.py``: forked from a server that imported the suite once); the evidence.
+    ``first_failure``: the run ends at its first failed check (``--maxfail 1``), for a test that asks only
+    whether one fails."""
     return suite_tests(f"test_variants:{adapter}", pythonpath=[HERE], modules=modules, select=select,
-                       complete=False).evidence
+                       extra=("--maxfail", "1") if first_failure else (), complete=False).evidence
 
 
 def _name(e: dict) -> str:
@@ -249,7 +252,8 @@ def test_the_same_adapter_fails_when_the_restriction_is_not_declared(kind, suite
     _, undeclared, modules, select, _ = CASES[kind]
     if kind.startswith("torch"):
         pytest.importorskip("torch")
-    evidence = _suite(suite_tests, undeclared, modules, select)
+    # one failed check answers the question: the run ends there (a run with none goes to its end and fails here)
+    evidence = _suite(suite_tests, undeclared, modules, select, first_failure=True)
     assert _failures(evidence), "no check failed for an adapter that computes or rejects other variants"
 
 
