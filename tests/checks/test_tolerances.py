@@ -1221,3 +1221,25 @@ def test_a_difference_from_an_exact_zero_is_not_swallowed_by_the_underflow_allow
     with strategies.following(impl):
         assert assert_differs(np.array([0.1, 0.0, 0.0]), np.zeros(3), bound, "one side exactly 0") > u
         assert assert_differs(np.zeros(3), np.array([0.1, 0.0, 0.0]), bound, "the other side exactly 0") > u
+
+
+def test_a_weight_that_underflows_float64_keeps_its_score_error():
+    """Scores 2 − 2⁻⁵² and 2 behind a scale of 7·10³⁶: in float64 the first weight is e^{−1.6·10²¹} = 0, in float32
+    the two scores round to the same 1.4·10³⁷ and a correct float32 attention returns the uniform 1/2. The
+    score error (|ΔS| ≈ u·|S|, far above the gap) can close the gap, so the bound must allow it: a bound that
+    drops the score term of a weight float64 cannot hold (A_ij = 0) allowed about 10⁻⁴⁶ here (the false alarm
+    on torch-float32's returned log-sum-exp test). The bound of generic inputs is unchanged by that."""
+    q, k, v = np.array([[-2.0 ** -52, 1.0, 1.0]]), np.array([[1.0, 1.0, 1.0], [0.0, 1.0, 1.0]]), np.array([[1.0], [0.0]])
+    q32, k32, v32 = (a.astype(np.float32) for a in (q, k, v))
+    scores = (q32 @ k32.T) * np.float32(7e36)
+    assert scores[0, 0] == scores[0, 1]  # equal once rounded to float32
+    weights = np.exp(scores - scores.max())
+    out32 = (weights / weights.sum()) @ v32
+    exact = attention(q, k, v, None, 7e36)
+    assert exact[0, 0] == 0.0 and out32[0, 0] == 0.5
+    bound = T.attention_error(q, k, v, None, 7e36, u=2.0 ** -24)
+    assert np.all(np.abs(out32 - exact) <= bound), (out32, exact, bound)
+    # where the score error cannot close the gap (float64, scores 1000 and 0: t = −1000, |ΔS| ≈ 10⁻¹³) the
+    # underflowed weight's term stays e^{t + x} = 0: the bound is the rounding of the kept weight alone
+    q, k, v = np.array([[1000.0, 0.0]]), np.array([[1.0, 0.0], [0.0, 0.0]]), np.array([[0.0], [1.0]])
+    assert np.all(T.attention_error(q, k, v, None, 1.0, u=2.0 ** -53) < 1e-12)
