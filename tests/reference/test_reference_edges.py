@@ -23,7 +23,8 @@ from attnclaims.reference.baselines import (
     conv1d, fixed_context_encoder, l2_attention, linear_rnn_scan, linear_rnn_sequential, restricted_attention,
     rnn_input_jacobian, rnn_log_jacobian_norms, rnn_state_jacobian, tanh_rnn, tanh_rnn_step, window_mask,
 )
-from attnclaims.reference.layers import decoder, encoder
+from attnclaims.reference import params as P
+from attnclaims.reference.layers import decoder, decoder_layer_vjp, encoder, encoder_layer_vjp
 from attnclaims.reference.params import (
     DecoderLayerParams, EncoderLayerParams, FeedForwardParams, LayerNormParams, MultiHeadParams, init_layer_norm,
     xavier_uniform,
@@ -943,3 +944,256 @@ def test_encodings_edges_and_the_reference_object():
     assert (ref.default_scale, ref.decoder_causal, repr(ref)) == ("1/sqrt(d_k)", True, "Reference()")
     cube = _rng.normal(size=(2, 3, 4))
     np.testing.assert_array_equal(ref.softmax(cube), softmax(cube, axis=-1))
+
+
+# ---------------------------------------------------------------------------------------------
+# params: validation and shapes of the modern params (grouped-query heads, RMSNorm, gated FFN,
+# rotary embeddings, decoder-only blocks, the activation menus, their init_* helpers)
+# ---------------------------------------------------------------------------------------------
+# Each test names the survivors of bench/mutation.sh it was written for; the equivalent ones are in
+# docs/mutation.md. Messages are compared whole, defaults by their value and the seeded helpers
+# draw for draw against the generator they are given.
+
+_gqa = P.init_multi_head(0, 12, 6, num_kv_heads=3)  # d_k = 2, three K/V heads, two query heads each
+_block = P.init_decoder_block(0, 8, 2, 16)
+_gated = P.init_gated_feed_forward(0, 8, 16)
+_rms = P.init_rms_norm(8)
+
+
+def _mhp(num_heads=4, num_kv_heads=None, d=8, d_kv=8):
+    w, b, w_kv, b_kv = np.ones((d, d)), np.zeros(d), np.ones((d, d_kv)), np.zeros(d_kv)
+    return P.MultiHeadParams(w, w_kv, w_kv, w, b, b_kv, b_kv, b, num_heads=num_heads, num_kv_heads=num_kv_heads)
+
+
+def _gffn(**change):
+    parts = dict(w_gate=np.ones((4, 6)), b_gate=np.zeros(6), w_up=np.ones((4, 6)), b_up=np.zeros(6),
+                 w_down=np.ones((6, 4)), b_down=np.zeros(4))
+    parts.update(change)
+    return P.GatedFeedForwardParams(**parts)
+
+
+def _blockp(**change):
+    parts = dict(self_attn=_block.self_attn, ffn=_block.ffn, norm1=_block.norm1, norm2=_block.norm2)
+    parts.update(change)
+    return P.DecoderBlockParams(**parts)
+
+
+def _gelu_layer(init):
+    from dataclasses import replace
+
+    p = init(0, 4, 2, 6)
+    return replace(p, ffn=replace(p.ffn, activation="gelu"))
+
+
+_VJP_RELU_ONLY = ("{}: params.ffn.activation='gelu', but the encoder and decoder layers' backward passes take "
+                  "the article's 'relu' FFN only")
+
+
+@pytest.mark.parametrize("call, message", [
+    # MultiHeadParams.num_kv_heads (35, 36, 38)
+    pytest.param(lambda: _mhp(num_kv_heads=0), "num_kv_heads=0, but should be a positive integer or None",
+                 id="gqa-kv-zero"),
+    pytest.param(lambda: _mhp(num_kv_heads=True), "num_kv_heads=True, but should be a positive integer or None",
+                 id="gqa-kv-bool"),
+    pytest.param(lambda: _mhp(num_kv_heads="2"), "num_kv_heads='2', but should be a positive integer or None",
+                 id="gqa-kv-str"),
+    pytest.param(lambda: _mhp(num_kv_heads=3), "num_heads=4 is not divisible by num_kv_heads=3", id="gqa-kv-divides"),
+    pytest.param(lambda: _gqa.kv_head_columns(3), "kv head index 3 is out of range for num_kv_heads=3",
+                 id="gqa-kv-index-high"),
+    pytest.param(lambda: _gqa.kv_head_columns(-1), "kv head index -1 is out of range for num_kv_heads=3",
+                 id="gqa-kv-index-neg"),
+    # init_multi_head (151, 153): num_kv_heads=0 must be refused before any `num_heads % 0`
+    pytest.param(lambda: P.init_multi_head(0, 8, 4, num_kv_heads=3), "num_heads=4 is not divisible by num_kv_heads=3",
+                 id="init-gqa-divides"),
+    pytest.param(lambda: P.init_multi_head(0, 8, 4, num_kv_heads=0), "num_heads=4 is not divisible by num_kv_heads=0",
+                 id="init-gqa-zero"),
+    # FeedForwardParams.activation (81)
+    pytest.param(lambda: P.FeedForwardParams(np.ones((4, 6)), np.zeros(6), np.ones((6, 4)), B, activation="tanh"),
+                 "activation='tanh', but should be one of ('relu', 'gelu', 'gelu_tanh', 'silu')", id="ffp-activation"),
+    # RMSNormParams (223, 225)
+    pytest.param(lambda: P.RMSNormParams(np.ones((2, 2))), "gamma.shape=(2, 2), but should be (d_model,)",
+                 id="rms-gamma-ndim"),
+    pytest.param(lambda: P.RMSNormParams(np.ones(4, int)), "gamma.dtype=int64, but should be a floating dtype",
+                 id="rms-gamma-dtype"),
+    # GatedFeedForwardParams (235, 237, and the name in each field's message: 240 … 250)
+    pytest.param(lambda: _gffn(w_gate=np.ones(4)), "w_gate.shape=(4,), but should be (d_model, d_ff)",
+                 id="gated-w_gate-ndim"),
+    pytest.param(lambda: _gffn(w_gate=np.ones((4, 6)), activation="relu"),
+                 "activation='relu', but should be one of ('silu', 'gelu', 'gelu_tanh')", id="gated-activation"),
+    *[pytest.param(lambda name=name, shape=shape: _gffn(**{name: np.ones(shape, int)}),
+                   f"{name}.dtype=int64, but should be a floating dtype", id=f"gated-{name}-dtype")
+      for name, shape in [("w_gate", (4, 6)), ("b_gate", 6), ("w_up", (4, 6)), ("b_up", 6), ("w_down", (6, 4)),
+                          ("b_down", 4)]],
+    *[pytest.param(lambda name=name, shape=shape: _gffn(**{name: np.ones(shape)}),
+                   f"{name}.shape={shape}, but should be {want}", id=f"gated-{name}-shape")
+      for name, shape, want in [("b_gate", (5,), (6,)), ("w_up", (4, 5), (4, 6)), ("b_up", (5,), (6,)),
+                                ("w_down", (5, 4), (6, 4)), ("b_down", (5,), (4,))]],
+    # RotaryParams (263 … 269): base > 1 exactly, finite, a real number
+    pytest.param(lambda: P.RotaryParams(base=1), "base=1, but should be a finite number > 1", id="rope-base-one"),
+    pytest.param(lambda: P.RotaryParams(base=0.5), "base=0.5, but should be a finite number > 1", id="rope-base-half"),
+    pytest.param(lambda: P.RotaryParams(base=float("inf")), "base=inf, but should be a finite number > 1",
+                 id="rope-base-inf"),
+    pytest.param(lambda: P.RotaryParams(base="10"), "base='10', but should be a finite number > 1", id="rope-base-str"),
+    pytest.param(lambda: P.RotaryParams(base=True), "base=True, but should be a finite number > 1", id="rope-base-bool"),
+    pytest.param(lambda: P.RotaryParams(layout="pairs"), "layout='pairs', but should be one of ('interleaved', 'half')",
+                 id="rope-layout"),
+    # DecoderBlockParams (281 … 298)
+    pytest.param(lambda: _blockp(self_attn=_block.ffn), "self_attn is FeedForwardParams, but should be MultiHeadParams",
+                 id="block-self_attn"),
+    pytest.param(lambda: _blockp(ffn=_block.norm1),
+                 "ffn is LayerNormParams, but should be FeedForwardParams or GatedFeedForwardParams", id="block-ffn"),
+    pytest.param(lambda: _blockp(norm2=_rms), "norm1 is LayerNormParams, norm2 is RMSNormParams, but should both be "
+                 "LayerNormParams or both RMSNormParams", id="block-norms"),
+    pytest.param(lambda: _blockp(rope="half"), "rope is str, but should be RotaryParams or None", id="block-rope-type"),
+    pytest.param(lambda: _blockp(self_attn=P.init_multi_head(0, 6, 2), ffn=P.init_feed_forward(0, 6, 8),
+                                 norm1=P.init_layer_norm(6), norm2=P.init_layer_norm(6), rope=P.RotaryParams()),
+                 "rotary embeddings need an even head dimension, but d_k=3", id="block-rope-odd"),
+    pytest.param(lambda: _blockp(ffn=P.init_feed_forward(0, 6, 8)),
+                 "DecoderBlockParams.ffn.d_model=6 != self_attn.d_model=8", id="block-widths"),
+    pytest.param(lambda: _blockp(eps=-1), "eps=-1, but should be a finite number >= 0", id="block-eps"),
+    # init_decoder_block (332)
+    pytest.param(lambda: P.init_decoder_block(0, 8, 2, 16, norm="batch"), "norm='batch', but should be 'layer' or 'rms'",
+                 id="init-block-norm"),
+    # the article's layers' backward passes refuse another activation, naming themselves
+    pytest.param(lambda: encoder_layer_vjp(np.ones((2, 4)), _gelu_layer(P.init_encoder_layer), np.ones((2, 4))),
+                 _VJP_RELU_ONLY.format("encoder_layer_vjp"), id="encoder-vjp-relu-only"),
+])
+def test_messages_of_the_modern_params(call, message):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value) == message
+
+
+@pytest.mark.xfail(strict=True, reason="attnclaims/reference/layers.py: the decoder layer's ReLU-only check sits in the "
+                   "forward decoder_layer instead of decoder_layer_vjp (remove this marker when it moves)")
+def test_decoder_layer_takes_any_activation_and_its_vjp_only_relu():
+    """The forward decoder layer takes every FFN activation (like the encoder layer); its vjp, whose FFN
+    backward is ReLU's, refuses another one with its own name (never differentiates a GELU as a ReLU)."""
+    p, y, mem = _gelu_layer(P.init_decoder_layer), np.ones((3, 4)), np.ones((2, 4))
+    assert decoder_layer(y, mem, p).shape == (3, 4)
+    with pytest.raises(ValueError) as info:
+        decoder_layer_vjp(y, mem, p, np.ones((3, 4)))
+    assert str(info.value) == _VJP_RELU_ONLY.format("decoder_layer_vjp")
+
+
+def test_grouped_query_heads_shapes_and_columns():
+    """num_kv_heads narrows w_k, w_v, b_k, b_v to num_kv_heads·d_k; K/V head g owns columns [g·d_k, (g+1)·d_k)
+    (21's twin and 53 are equivalent: w_q is square; 58 … 66 fall here)."""
+    assert (_gqa.d_model, _gqa.d_k, _gqa.num_heads, _gqa.num_kv_heads, _gqa.group_size) == (12, 2, 6, 3, 2)
+    assert _gqa.w_k.shape == _gqa.w_v.shape == (12, 6) and _gqa.b_k.shape == _gqa.b_v.shape == (6,)
+    assert _gqa.w_q.shape == _gqa.w_o.shape == (12, 12) and _gqa.b_q.shape == _gqa.b_o.shape == (12,)
+    assert [_gqa.kv_head_columns(g) for g in range(3)] == [slice(0, 2), slice(2, 4), slice(4, 6)]
+    assert [_gqa.head_columns(i) for i in (0, 5)] == [slice(0, 2), slice(10, 12)]
+    mh = _mhp(num_heads=np.int64(4), num_kv_heads=np.int64(2), d_kv=4)
+    assert type(mh.num_kv_heads) is int and mh.num_kv_heads == 2 and mh.group_size == 2
+    assert _mhp(num_heads=4).num_kv_heads == 4 and _mhp(num_heads=4).group_size == 1  # None: ordinary multi-head
+    assert P.init_multi_head(0, 8, 4, num_kv_heads=1).w_k.shape == (8, 2)  # multi-query
+
+
+def test_modern_containers_store_arrays_defaults_and_properties():
+    """Fields are stored converted (224, 239 … 249), the declared defaults hold (230, 231, 257, 270,
+    273 … 279) and the properties are properties with their values (253, 254, 300 … 302)."""
+    rms = P.RMSNormParams([2.0, 3.0])
+    assert isinstance(rms.gamma, np.ndarray) and rms.gamma.tolist() == [2.0, 3.0] and rms.d_model == 2
+    values = dict(w_gate=np.full((4, 6), 1.0), b_gate=np.full(6, 2.0), w_up=np.full((4, 6), 3.0), b_up=np.full(6, 4.0),
+                  w_down=np.full((6, 4), 5.0), b_down=np.full(4, 6.0))
+    g = P.GatedFeedForwardParams(**{n: v.tolist() for n, v in values.items()})
+    for name, value in values.items():
+        stored = getattr(g, name)
+        assert isinstance(stored, np.ndarray) and np.array_equal(stored, value), name
+    assert (g.d_model, g.d_ff, g.activation) == (4, 6, "silu")
+    assert P.RotaryParams() == P.RotaryParams(base=10000.0, layout="half")
+    assert P.RotaryParams().base == 10000.0 and type(P.RotaryParams(base=500).base) is float
+    assert P.RotaryParams(base=1.5).base == 1.5 and P.RotaryParams(base=np.int64(2)).base == 2.0
+    b = _blockp()
+    assert (b.norm_first, b.eps, b.rope, b.d_model, b.norm) == (True, 1e-5, None, 8, "layer")
+    assert type(_blockp(eps=0).eps) is float
+    assert _blockp(norm1=_rms, norm2=P.init_rms_norm(8)).norm == "rms"
+    assert _blockp(ffn=_gated, rope=P.RotaryParams()).rope == P.RotaryParams()
+
+
+@pytest.mark.parametrize("params", [_rms, _gated, P.RotaryParams(), _block], ids=lambda p: type(p).__name__)
+def test_modern_parameter_containers_are_frozen(params):
+    """218, 228, 255, 271: like the article's containers (docs/design.md "How we write" rule 2)."""
+    import dataclasses
+
+    name = dataclasses.fields(params)[0].name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(params, name, getattr(params, name))
+
+
+def test_bfloat16_weights_are_floating():
+    """6: ml_dtypes' bfloat16 is not a numpy floating subtype, yet it is a floating dtype (the bfloat16 adapters'
+    weights)."""
+    import ml_dtypes
+
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    assert P.RMSNormParams(np.ones(4, bf16)).gamma.dtype == bf16
+    assert P.init_multi_head(0, 8, 2, dtype=bf16).w_q.dtype == bf16
+
+
+def test_activation_menus():
+    """The menus are the documented ones (203 … 213); the protocol's copy of the non-gated menu agrees; each name
+    builds its container."""
+    from attnclaims import protocol
+
+    assert P.FFN_ACTIVATIONS == protocol._FFN_ACTIVATIONS == ("relu", "gelu", "gelu_tanh", "silu")
+    assert P.GATED_ACTIVATIONS == ("silu", "gelu")
+    assert P.GATED_ACTIVATION_CHOICES == ("silu", "gelu", "gelu_tanh")
+    assert P.ROPE_LAYOUTS == ("interleaved", "half")
+    for a in P.FFN_ACTIVATIONS:
+        assert P.init_feed_forward(0, 4, 6, activation=a).activation == a
+    for a in P.GATED_ACTIVATION_CHOICES:
+        assert P.init_gated_feed_forward(0, 4, 6, activation=a).activation == a
+
+
+def test_modern_init_helpers_draw_from_the_given_generator():
+    """init_rms_norm (303 … 306), init_gated_feed_forward (308 … 313) and init_decoder_block (316 … 326):
+    defaults, and every draw in order from the generator they are handed."""
+    assert P.init_rms_norm(5).gamma.tolist() == [1.0] * 5
+    draws = np.random.default_rng(7).uniform(-0.5, 0.5, size=5)
+    np.testing.assert_array_equal(P.init_rms_norm(5, 7, spread=0.5).gamma, 1.0 + draws)
+
+    rng = np.random.default_rng(5)
+    want = dict(w_gate=P.xavier_uniform(rng, 4, 6), b_gate=rng.uniform(-0.1, 0.1, 6),
+                w_up=P.xavier_uniform(rng, 4, 6), b_up=rng.uniform(-0.1, 0.1, 6),
+                w_down=P.xavier_uniform(rng, 6, 4), b_down=rng.uniform(-0.1, 0.1, 4))
+    g = P.init_gated_feed_forward(5, 4, 6)
+    assert g.activation == "silu"
+    for name, value in want.items():
+        np.testing.assert_array_equal(getattr(g, name), value, err_msg=name)
+
+    b = P.init_decoder_block(3, 8, 2, 16)
+    assert (b.norm_first, b.eps, b.rope, b.norm, b.ffn.activation) == (True, 1e-5, None, "layer", "relu")
+    assert isinstance(b.ffn, P.FeedForwardParams)
+    for ln in (b.norm1, b.norm2):
+        assert ln.gamma.tolist() == [1.0] * 8 and ln.beta.tolist() == [0.0] * 8
+    rng = np.random.default_rng(3)
+    ffn, attn = P.init_feed_forward(rng, 8, 16), P.init_multi_head(rng, 8, 2)  # the FFN is drawn first
+    np.testing.assert_array_equal(b.ffn.w1, ffn.w1)
+    np.testing.assert_array_equal(b.self_attn.w_q, attn.w_q)
+    np.testing.assert_array_equal(b.self_attn.b_o, attn.b_o)
+
+    assert P.init_decoder_block(0, 8, 2, 16, ffn="mlp").ffn.activation == "relu"
+    mlp = P.init_decoder_block(0, 8, 2, 16, ffn="mlp", activation="gelu").ffn
+    assert isinstance(mlp, P.FeedForwardParams) and mlp.activation == "gelu"
+    assert P.init_decoder_block(0, 8, 2, 16, ffn="relu", activation="gelu").ffn.activation == "relu"
+    gated = P.init_decoder_block(0, 8, 2, 16, ffn="gelu_tanh").ffn
+    assert isinstance(gated, P.GatedFeedForwardParams) and gated.activation == "gelu_tanh"
+    rms = P.init_decoder_block(0, 8, 2, 16, norm="rms", num_kv_heads=1, rope=P.RotaryParams(layout="interleaved"))
+    assert rms.norm == "rms" and rms.self_attn.num_kv_heads == 1 and rms.rope.layout == "interleaved"
+
+
+def test_annotations_resolve():
+    """The public annotations name what they say (typing.get_type_hints, as documentation tools and type checkers
+    read them): 11, 277 (``X | None`` → ``X & None``) and wiring.py's aliases (336, 337)."""
+    import typing
+    from collections.abc import Callable
+
+    from attnclaims.reference import wiring
+
+    assert typing.get_type_hints(P.MultiHeadParams)["num_kv_heads"] == (int | None)
+    assert typing.get_type_hints(P.DecoderBlockParams)["rope"] == (P.RotaryParams | None)
+    hints = typing.get_type_hints(wiring.residual_sublayer)
+    assert hints["x"] is np.ndarray and hints["return"] is np.ndarray
+    assert hints["sublayer"] == hints["norm"] == Callable[[np.ndarray], np.ndarray]
