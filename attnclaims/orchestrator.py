@@ -713,6 +713,14 @@ def run(options: RunOptions, registry, progress: ProgressFn | None = None,
             evidence.extend(items)
             runs.append(impl_run)
             first = False
+        if independent is not None and independent.outcome is None:
+            # stopped by a signal before the independent checks started (they start last: start_order): the
+            # proofs and measurements of every selected claim did not run — an error in the first column,
+            # never a claim without evidence
+            why = stopped_by(interrupted) if interrupted is not None else "the run stopped before it started"
+            column = next((r.name for r in runs if r.available), specs[0] if specs else "reference")
+            evidence.extend(broken_evidence(why, column, registry, options.claims,
+                                            prefix=f"{INDEPENDENT_LABEL}: not run: "))
         if options.artifacts is None:
             # Figures of a run without an output folder live only as long as the run: drop their paths.
             for e in evidence:

@@ -33,6 +33,7 @@ import pytest
 
 @pytest.mark.claim("softmax-distribution")
 def test_1_softmax(impl):
+    time.sleep(float(os.environ.get("ATTN_SLOW_EVERY_IMPL", "0")))  # every implementation
     out = impl.softmax(np.array([[1.0, 2.0, 3.0]]))
     assert np.allclose(out.sum(-1), 1.0)
 
@@ -41,6 +42,7 @@ def test_1_softmax(impl):
 def test_2_attention(impl):
     q = k = v = np.eye(3)
     out = impl.attention(q, k, v)
+    time.sleep(float(os.environ.get("ATTN_SLOW_IMPL", "0")))  # an implementation whose attention returned
     assert np.all(out >= v.min() - 1e-12) and np.all(out <= v.max() + 1e-12)
 
 
@@ -180,6 +182,52 @@ def test_dev_builds_and_reuses_the_cache_of_ci(synthetic, monkeypatch):
     assert outcomes(warm) == outcomes(cold) == outcomes(ci)
 
 
+def _independent_child(pids: list[int]) -> bool:
+    """Whether one of ``pids`` is the session of the implementation-independent checks (its ``-m``)."""
+    for pid in pids:
+        try:
+            if b"claim and not impl_test" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def test_sigterm_before_the_independent_checks_start_makes_every_claim_an_error(synthetic):
+    """SIGTERM while both implementations' sessions still run (each test sleeps), so the independent checks,
+    which start last, never start: their claims are errors naming the termination — a claim whose proofs and
+    measurements never ran is never left without evidence (the report once showed scaling-variance, whose
+    only test is independent, with no evidence at all when a loaded machine delayed the sessions)."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ATTN_SLOW_EVERY_IMPL": "60"}
+    out = synthetic / "out"
+    cli = subprocess.Popen([sys.executable, "-m", "attnclaims.cli", "report", "--impl", "reference", f"{MIS}:Raises",
+                            "--format", "json", "-n", "2", "--out", str(out)], env=env, cwd=synthetic,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, children = time.monotonic() + 90, []
+        while time.monotonic() < deadline and len(children) < 2:
+            children = _pytest_children(cli.pid)
+            time.sleep(0.2)
+        assert len(children) >= 2 and not _independent_child(children), children
+        time.sleep(2)
+        cli.send_signal(signal.SIGTERM)
+        _, err = cli.communicate(timeout=30)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 128 + signal.SIGTERM, err
+    data = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    (row,) = [c for c in data["claims"] if c["id"] == "scaling-variance"]
+    assert all(v["verdict"] not in ("verified", "proven") for v in row["verdict_details"].values()), row
+    assert any("terminated (SIGTERM)" in e["message"] and e["outcome"] == "error"
+               and e["message"].startswith(orchestrator.INDEPENDENT_LABEL) for e in row["evidence"]), row["evidence"]
+
+
 def _pytest_children(pid: int) -> list[int]:
     """The pytest children of ``pid`` (any of its threads started them)."""
     out = []
@@ -206,17 +254,20 @@ def test_sigterm_stops_every_concurrent_session_and_writes_what_finished(synthet
     import subprocess
     import sys
 
-    env = {**os.environ, "ATTN_SLOW_INDEPENDENT": "60"}
+    # Raises' session ends at once, the reference's sleeps: the independent session (started last, start_order)
+    # then runs beside the reference's, whatever the machine's load
+    env = {**os.environ, "ATTN_SLOW_INDEPENDENT": "60", "ATTN_SLOW_IMPL": "60"}
     out = synthetic / "out"
     cli = subprocess.Popen([sys.executable, "-m", "attnclaims.cli", "report", "--impl", "reference", f"{MIS}:Raises",
                             "--format", "json", "-n", "2", "--out", str(out)], env=env, cwd=synthetic,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline, children = time.monotonic() + 90, []
-        while time.monotonic() < deadline and len(children) < 2:
+        while time.monotonic() < deadline and not (len(children) >= 2 and _independent_child(children)):
             children = _pytest_children(cli.pid)
             time.sleep(0.2)
         assert len(children) >= 2, "two sessions should run at once"
+        assert _independent_child(children), "the independent checks' session never started"
         time.sleep(3)
         cli.send_signal(signal.SIGTERM)
         _, err = cli.communicate(timeout=30)
