@@ -95,7 +95,6 @@ def decoder_layer(y, memory, params: DecoderLayerParams, self_mask=None, memory_
     its final norm. y (..., n_t, d_model), memory (..., n_s, d_model) -> (..., n_t, d_model).
     """
     y = _check_stream("y", y, "params", params, DecoderLayerParams)
-    _relu_only("decoder_layer_vjp", params.ffn)
     memory = as_float64("memory", memory, min_ndim=2)
     check_equal("memory.shape[-1]", memory.shape[-1], "params.d_model", params.d_model)
     batch = batch_shape(y=y, memory=memory)
@@ -524,6 +523,7 @@ def decoder_layer_vjp(y, memory, params: DecoderLayerParams, d_out, self_mask=No
     broadcast batch shape -> dy, dmemory with the shapes of y and memory, dparams: DecoderLayerParams.
     """
     y = _check_stream("y", y, "params", params, DecoderLayerParams)
+    _relu_only("decoder_layer_vjp", params.ffn)
     memory = as_float64("memory", memory, min_ndim=2)
     check_equal("memory.shape[-1]", memory.shape[-1], "params.d_model", params.d_model)
     batch = batch_shape(y=y, memory=memory)

@@ -1064,8 +1064,6 @@ def test_messages_of_the_modern_params(call, message):
     assert str(info.value) == message
 
 
-@pytest.mark.xfail(strict=True, reason="attnclaims/reference/layers.py: the decoder layer's ReLU-only check sits in the "
-                   "forward decoder_layer instead of decoder_layer_vjp (remove this marker when it moves)")
 def test_decoder_layer_takes_any_activation_and_its_vjp_only_relu():
     """The forward decoder layer takes every FFN activation (like the encoder layer); its vjp, whose FFN
     backward is ReLU's, refuses another one with its own name (never differentiates a GELU as a ReLU)."""
