@@ -193,36 +193,48 @@ def _independent_child(pids: list[int]) -> bool:
     return False
 
 
-def test_sigterm_before_the_independent_checks_start_makes_every_claim_an_error(synthetic):
-    """SIGTERM while both implementations' sessions still run (each test sleeps), so the independent checks,
-    which start last, never start: their claims are errors naming the termination — a claim whose proofs and
-    measurements never ran is never left without evidence (the report once showed scaling-variance, whose
-    only test is independent, with no evidence at all when a loaded machine delayed the sessions)."""
+def _report_stopped_by_sigterm(synthetic, env: dict, ready, pause: float) -> tuple[int, str, list[int], dict]:
+    """``attnclaims report --impl reference <Raises> -n 2`` on the synthetic suite with ``env``, sent SIGTERM
+    ``pause`` seconds after its pytest children satisfy ``ready`` (90 s at most): the CLI's exit status and
+    stderr, the children seen, and the report's scaling-variance row (its only test is independent)."""
     import json
     import signal
     import subprocess
     import sys
 
-    env = {**os.environ, "ATTN_SLOW_EVERY_IMPL": "60"}
     out = synthetic / "out"
     cli = subprocess.Popen([sys.executable, "-m", "attnclaims.cli", "report", "--impl", "reference", f"{MIS}:Raises",
-                            "--format", "json", "-n", "2", "--out", str(out)], env=env, cwd=synthetic,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            "--format", "json", "-n", "2", "--out", str(out)], env={**os.environ, **env},
+                           cwd=synthetic, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline, children = time.monotonic() + 90, []
-        while time.monotonic() < deadline and len(children) < 2:
+        while time.monotonic() < deadline and not ready(children):
             children = _pytest_children(cli.pid)
             time.sleep(0.2)
-        assert len(children) >= 2 and not _independent_child(children), children
-        time.sleep(2)
+        assert ready(children), f"the sessions expected never ran at once: {children}"
+        time.sleep(pause)
         cli.send_signal(signal.SIGTERM)
         _, err = cli.communicate(timeout=30)
     finally:
         if cli.poll() is None:
             cli.kill()
-    assert cli.returncode == 128 + signal.SIGTERM, err
+    assert (out / "report.json").exists(), f"no partial report (exit {cli.returncode}): {err[-2000:]}"
     data = json.loads((out / "report.json").read_text(encoding="utf-8"))
     (row,) = [c for c in data["claims"] if c["id"] == "scaling-variance"]
+    return cli.returncode, err, children, row
+
+
+def test_sigterm_before_the_independent_checks_start_makes_every_claim_an_error(synthetic):
+    """SIGTERM while both implementations' sessions still run (each test sleeps), so the independent checks,
+    which start last, never start: their claims are errors naming the termination — a claim whose proofs and
+    measurements never ran is never left without evidence (the report once showed scaling-variance, whose
+    only test is independent, with no evidence at all when a loaded machine delayed the sessions)."""
+    import signal
+
+    code, err, _, row = _report_stopped_by_sigterm(
+        synthetic, {"ATTN_SLOW_EVERY_IMPL": "60"},
+        lambda children: len(children) >= 2 and not _independent_child(children), pause=2)
+    assert code == 128 + signal.SIGTERM, err
     assert all(v["verdict"] not in ("verified", "proven") for v in row["verdict_details"].values()), row
     assert any("terminated (SIGTERM)" in e["message"] and e["outcome"] == "error"
                and e["message"].startswith(orchestrator.INDEPENDENT_LABEL) for e in row["evidence"]), row["evidence"]
@@ -249,35 +261,15 @@ def test_sigterm_stops_every_concurrent_session_and_writes_what_finished(synthet
     """SIGTERM while two sessions run at once (each watched by a thread of the CLI): the CLI exits 143
     within seconds, neither pytest child outlives it, and the partial report is written — the sessions
     that were stopped are errors naming the termination, never passes."""
-    import json
     import signal
-    import subprocess
-    import sys
 
     # Raises' session ends at once, the reference's sleeps: the independent session (started last, start_order)
     # then runs beside the reference's, whatever the machine's load
-    env = {**os.environ, "ATTN_SLOW_INDEPENDENT": "60", "ATTN_SLOW_IMPL": "60"}
-    out = synthetic / "out"
-    cli = subprocess.Popen([sys.executable, "-m", "attnclaims.cli", "report", "--impl", "reference", f"{MIS}:Raises",
-                            "--format", "json", "-n", "2", "--out", str(out)], env=env, cwd=synthetic,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline, children = time.monotonic() + 90, []
-        while time.monotonic() < deadline and not (len(children) >= 2 and _independent_child(children)):
-            children = _pytest_children(cli.pid)
-            time.sleep(0.2)
-        assert len(children) >= 2, "two sessions should run at once"
-        assert _independent_child(children), "the independent checks' session never started"
-        time.sleep(3)
-        cli.send_signal(signal.SIGTERM)
-        _, err = cli.communicate(timeout=30)
-    finally:
-        if cli.poll() is None:
-            cli.kill()
-    assert cli.returncode == 128 + signal.SIGTERM, err
+    code, err, children, row = _report_stopped_by_sigterm(
+        synthetic, {"ATTN_SLOW_INDEPENDENT": "60", "ATTN_SLOW_IMPL": "60"},
+        lambda children: len(children) >= 2 and _independent_child(children), pause=3)
+    assert code == 128 + signal.SIGTERM, err
     assert not [c for c in children if Path(f"/proc/{c}").exists()], "a pytest child outlived the CLI"
-    data = json.loads((out / "report.json").read_text(encoding="utf-8"))
-    (row,) = [c for c in data["claims"] if c["id"] == "scaling-variance"]
     assert all(v["verdict"] != "verified" for v in row["verdict_details"].values()), row["verdict_details"]
     assert any("terminated (SIGTERM)" in e["message"] and e["outcome"] == "error" for e in row["evidence"]), \
         row["evidence"]
