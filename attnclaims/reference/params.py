@@ -77,7 +77,7 @@ class MultiHeadParams:
             raise ValueError(f"num_kv_heads={self.num_kv_heads!r}, but should be a positive integer or None")
         if self.num_heads % kv:
             raise ValueError(f"num_heads={self.num_heads} is not divisible by num_kv_heads={kv}")
-        d_kv = int(kv) * (d // self.num_heads)
+        d_kv = int(kv) * (d // int(self.num_heads))  # a plain int, also for numpy integers (read in messages)
         for name in ("w_q", "w_o"):
             object.__setattr__(self, name, _as_matrix(name, getattr(self, name), (d, d)))
         for name in ("w_k", "w_v"):

@@ -1086,6 +1086,9 @@ def test_grouped_query_heads_shapes_and_columns():
     assert type(mh.num_kv_heads) is int and mh.num_kv_heads == 2 and mh.group_size == 2
     assert _mhp(num_heads=4).num_kv_heads == 4 and _mhp(num_heads=4).group_size == 1  # None: ordinary multi-head
     assert P.init_multi_head(0, 8, 4, num_kv_heads=1).w_k.shape == (8, 2)  # multi-query
+    # a numpy integer head count: the shape a message names is plain integers, not ``np.int64(8)``
+    with pytest.raises(ValueError, match=r"should be \(8, 8\)$"):
+        _mhp(num_heads=np.int64(4), d_kv=3)
 
 
 def test_modern_containers_store_arrays_defaults_and_properties():
