@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from attnclaims.checks.strategies.common import (
+    reused,
     ELEMENTWISE_LIMIT, _cast_fields, _dtype, _not_applicable, _shape_menu, arrays, batch_shapes, dims, finfo, require_variant,
     scales, seeds, seq_lengths, tile_crossing, tile_decision, tile_lengths, tile_sizes, variants,
 )
@@ -48,6 +49,7 @@ def explicit_scales() -> st.SearchStrategy[float]:
 # Masks (bool, True = may attend; every query keeps at least one key)
 # ---------------------------------------------------------------------------------------------
 
+@reused
 @st.composite
 def masks(draw, shape) -> np.ndarray:
     """Random masks of ``shape`` (…, n_q, n_k) with at least one allowed key in every row. Up to
@@ -70,6 +72,7 @@ def masks(draw, shape) -> np.ndarray:
     return m
 
 
+@reused
 @st.composite
 def mask_forms(draw, batch: tuple[int, ...], n_q: int, n_k: int) -> np.ndarray:
     """A mask in one of the broadcastable forms the protocol allows: (n_q, n_k), (1, …, n_q, n_k),
@@ -105,6 +108,7 @@ def causal_masks(n_q: int, n_k: int | None = None) -> np.ndarray:
     return np.arange(n_k)[None, :] <= np.arange(n_q)[:, None]
 
 
+@reused
 @st.composite
 def single_key_masks(draw, shape) -> np.ndarray:
     """Exactly one allowed key per query (the one-hot case of convex-combination)."""
@@ -113,6 +117,7 @@ def single_key_masks(draw, shape) -> np.ndarray:
     return np.arange(shape[-1]) == keep[..., None]
 
 
+@reused
 @st.composite
 def padding_masks(draw, batch: int, n_k: int) -> np.ndarray:
     """Key-padding masks (batch, 1, n_k): sequence b has lengths[b] ≥ 1 real keys, then padding."""
@@ -174,6 +179,7 @@ class AttentionCase:
                 + (f" [{self.label}]" if self.label else ""))
 
 
+@reused
 @st.composite
 def attention_cases(draw, *, mask: bool | None = None, explicit_scale: bool | None = False, square: bool = False,
                     score_scale=None, min_seq: int = 1, max_seq: int | None = None, batch_ndim=(0, 2),
@@ -229,6 +235,7 @@ def weights_probe(q, k, scale=None):
     return pad(q), pad(k), eye, 1.0 / math.sqrt(d_k) if scale is None else scale
 
 
+@reused
 @st.composite
 def softmax_inputs(draw, *, huge: bool = False, max_len: int | None = None, low: int = -4, high: int = 6,
                    min_len: int = 1):
@@ -346,6 +353,7 @@ class CausalCase:
                 f"window={self.window}, scale={self.scale})")
 
 
+@reused
 @st.composite
 def causal_cases(draw, *, alignment: str | None = None, window: bool | None = None, rectangular: bool = True):
     """Inputs of ``causal_attention``: dims drawn as for attention; n_q ≤ n_k for bottom-right (so every
@@ -516,6 +524,7 @@ def with_causal_mask(case: AttentionCase, padding: np.ndarray | None = None) -> 
                    ("causal" if padding is None else "causal ∧ padding"))
 
 
+@reused
 @st.composite
 def causal_padded_cases(draw, *, explicit_scale: bool | None = True, square: bool = False,
                         max_seq: int | None = None) -> AttentionCase:
@@ -543,12 +552,14 @@ def causal_padded_cases(draw, *, explicit_scale: bool | None = True, square: boo
 # Cases of the claim suite's attnclaims/suite/test_s31_attention.py, attnclaims/suite/test_contract.py
 # ---------------------------------------------------------------------------------------------
 
+@reused
 @st.composite
 def single_key_cases(draw):
     c = draw(attention_cases(mask=False, explicit_scale=None))
     return AttentionCase(c.q, c.k, c.v, draw(single_key_masks(c.batch + (c.n_q, c.n_k))), c.scale)
 
 
+@reused
 @st.composite
 def scored_cases(draw, score_function: str):
     """(scores S, values V, mask, label): dot-product scores q kᵀ/√d_k, or Bahdanau's additive
@@ -566,6 +577,7 @@ def scored_cases(draw, score_function: str):
     return s, c.v, c.mask
 
 
+@reused
 @st.composite
 def bad_mask_shapes(draw, batch: tuple[int, ...], n_q: int, n_k: int):
     """Mask shapes that do not broadcast to batch + (n_q, n_k): a key or query too many or too few, or a
@@ -588,6 +600,7 @@ __all__ += ["single_key_cases", "scored_cases", "bad_mask_shapes"]
 # Kernel features: the returned log-sum-exp (split KV), soft-capping, ALiBi, softmax over several axes
 # ---------------------------------------------------------------------------------------------
 
+@reused
 @st.composite
 def split_kv_cases(draw):
     """(case, split): attention inputs with n_k ≥ 2 (sizes that cross tiles among them) and a split point
@@ -617,6 +630,7 @@ def softcaps() -> st.SearchStrategy[float]:
     return st.sampled_from(SOFTCAPS)
 
 
+@reused
 @st.composite
 def softcap_cases(draw, *, huge: bool = False):
     """(case, softcap): attention inputs (:func:`attention_cases`, any mask and scale) and a cap of
@@ -652,6 +666,7 @@ class AlibiCase:
                 f"mask={mask}, scale={self.scale})")
 
 
+@reused
 @st.composite
 def alibi_slope_sets(draw, heads: int) -> np.ndarray:
     """Slopes for ``heads`` heads: Press et al.'s geometric ones (:func:`attnclaims.reference.attention.
@@ -664,6 +679,7 @@ def alibi_slope_sets(draw, heads: int) -> np.ndarray:
     return np.asarray([2.0 ** -e for e in exps])
 
 
+@reused
 @st.composite
 def alibi_cases(draw, *, mask: bool | None = None):
     """Inputs of ``alibi_attention``: dims as for attention (sizes that cross tiles among them), 1–4 heads (two
@@ -694,6 +710,7 @@ def alibi_cases(draw, *, mask: bool | None = None):
     return case
 
 
+@reused
 @st.composite
 def softmax_axes_inputs(draw):
     """(x, axes): x of 2–4 axes of 1–6 entries (the shapes (batch, n_q, n_k) of the implementation's shape menu

@@ -71,8 +71,27 @@ __all__ = [
     "norm_firsts", "cross_or_self", "flush_subnormals", "finfo", "not_applicable",
     "DEFAULT_TILE_SIZES", "TILE_PRIME_LENGTHS", "TILE_HEAD_WIDTHS", "TILE_ODDS", "tile_sizes", "tile_lengths",
     "tile_crossing", "with_biases", "zero_biases", "fixed_eps", "TILE_SHARE", "tile_mode", "tile_decision",
-    "tile_examples", "crosses_tiles", "crossing_now", "tile_crossings_drawn", "TILE_MAX_EXAMPLES",
+    "tile_examples", "crosses_tiles", "crossing_now", "tile_crossings_drawn", "TILE_MAX_EXAMPLES", "reused",
 ]
+
+def reused(composite):
+    """One strategy object per argument tuple of a strategy function (an ``st.composite`` one, or any that
+    builds its strategy from its arguments alone): hypothesis validates every new strategy object at its first
+    draw, and a case strategy that builds its inner strategies afresh at every example (``arrays(shape)``,
+    ``dims(...)``) spent about a fifth of a run's CPU time there (bench/README.md, "Where a check's time
+    goes"). The draws are the same: an ``st.composite`` body runs at each draw, never at construction, so the
+    object holds only the arguments. Unhashable arguments (arrays, lists) get a new object, as before."""
+    cached = functools.lru_cache(maxsize=4096)(composite)
+
+    @functools.wraps(composite)
+    def strategy(*args, **kwargs):
+        try:
+            return cached(*args, **kwargs)
+        except TypeError:  # an unhashable argument: no cache entry (lru_cache hashes before it calls)
+            return composite(*args, **kwargs)
+
+    return strategy
+
 
 # ---------------------------------------------------------------------------------------------
 # Following the implementation under test
@@ -341,15 +360,26 @@ def seq_lengths(min_value: int = 1, max_value: int | None = None) -> st.SearchSt
     lengths (≤ :data:`SHORT_SEQ`, where shrinking is fast) and lengths up to the profile's ``max_seq``
     (320 in ``thorough``); the short branch is widened to ``min_value`` and capped by ``max_value``."""
     top = limits().max_seq if max_value is None else max_value
-    top = max(top, min_value)
+    return _seq_lengths(int(min_value), int(max(top, min_value)))
+
+
+@functools.lru_cache(maxsize=None)
+def _seq_lengths(min_value: int, top: int) -> st.SearchStrategy[int]:
+    # one strategy object per (min, top): hypothesis validates a new object at its first draw (strategy_cache)
     return st.integers(min_value, min(top, max(SHORT_SEQ, min_value))) | st.integers(min_value, top)
 
 
 def batch_shapes(min_ndim: int = 0, max_ndim: int = 2, max_size: int | None = None) -> st.SearchStrategy:
     top = limits().max_batch if max_size is None else max_size
+    return _batch_shapes(int(min_ndim), int(max_ndim), int(top))
+
+
+@functools.lru_cache(maxsize=None)
+def _batch_shapes(min_ndim: int, max_ndim: int, top: int) -> st.SearchStrategy:
     return st.lists(st.integers(1, top), min_size=min_ndim, max_size=max_ndim).map(tuple)
 
 
+@reused
 @st.composite
 def dims(draw, *, min_seq: int = 1, max_seq: int | None = None, square: bool = False, batch_ndim=(0, 2),
          max_dim: int | None = None, min_d_k: int = 1, max_heads: int = 4, min_d_model: int = 1,
@@ -616,20 +646,31 @@ def _unit_floats(dtype) -> st.SearchStrategy[float]:
     return st.floats(-1.0, 1.0, allow_nan=False, allow_infinity=False, allow_subnormal=False, width=width)
 
 
+@reused
 @st.composite
-def arrays(draw, shape, *, scale: float = 1.0, offset: float = 0.0, dtype=None) -> np.ndarray:
-    """Bounded, finite arrays: entries offset + scale·U[−1, 1], in the followed dtype. Entry by entry
-    through hypothesis up to :data:`ELEMENTWISE_LIMIT` entries, else from a drawn seed."""
+def _arrays(draw, shape, scale, offset, dtype) -> np.ndarray:
     dtype = np.dtype(dtype or _dtype())
-    shape = tuple(int(s) for s in shape)
     size = math.prod(shape)
     if size <= ELEMENTWISE_LIMIT:
-        base = draw(hnp.arrays(np.float64, shape, elements=_unit_floats(dtype)))
+        base = draw(_elementwise(shape, dtype))
     else:
         base = np.random.default_rng(draw(seeds())).uniform(-1.0, 1.0, size=shape)
     return flush_subnormals((offset + scale * base).astype(dtype))
 
 
+@functools.lru_cache(maxsize=4096)
+def _elementwise(shape: tuple, dtype: np.dtype) -> st.SearchStrategy[np.ndarray]:
+    return hnp.arrays(np.float64, shape, elements=_unit_floats(dtype))
+
+
+def arrays(shape, *, scale: float = 1.0, offset: float = 0.0, dtype=None) -> st.SearchStrategy[np.ndarray]:
+    """Bounded, finite arrays: entries offset + scale·U[−1, 1], in the followed dtype (resolved at the draw when
+    ``dtype`` is None). Entry by entry through hypothesis up to :data:`ELEMENTWISE_LIMIT` entries, else from a
+    drawn seed."""
+    return _arrays(tuple(int(s) for s in shape), scale, offset, dtype)
+
+
+@reused
 @st.composite
 def random_arrays(draw, shape, *, scale: float = 1.0, dtype=None) -> np.ndarray:
     """Generic (seeded normal) arrays: no ties, no zero rows, for tests that need a generic input
@@ -670,6 +711,7 @@ class ModelCase:
         return replace(self, x=flush_subnormals(self.x.astype(dtype)), memory=flush_subnormals(self.memory.astype(dtype)))
 
 
+@reused
 @st.composite
 def model_cases(draw, *, min_seq: int = 1, max_seq: int | None = None, square: bool = False, scale=None,
                 max_dim: int | None = None, max_heads: int = 4, generic: bool = False,

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from attnclaims.checks import bounds as T
 from attnclaims.checks.strategies.attention import masks, padding_masks
+from attnclaims.checks.strategies.common import reused
 from attnclaims.checks.strategies.common import arrays, cross_or_self, dims, random_arrays
 from attnclaims.checks.strategies.ffn import feed_forward_params
 from attnclaims.checks.strategies.layers import decoder_layer_params, encoder_layer_params
@@ -46,6 +47,7 @@ class Call:
         return tuple(out)
 
 
+@reused
 @st.composite
 def calls(draw, capability: str, *, generic: bool = False) -> Call:
     """A call of ``capability`` with a batch of 3 whose elements (and masks) differ; ``generic`` draws

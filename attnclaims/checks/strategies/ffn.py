@@ -9,6 +9,7 @@ from hypothesis import note
 from hypothesis import strategies as st
 
 from attnclaims.checks.strategies.common import (
+    reused,
     _dtype, _not_applicable, flush_subnormals, model_cases, scales, seeds, variants, with_biases,
 )
 from attnclaims.reference.params import (
@@ -32,6 +33,7 @@ def feed_forward_params(d_model: int, d_ff: int, *, activation: str | None = Non
     return _feed_forward_params(d_model, d_ff, activation)
 
 
+@reused
 @st.composite
 def _feed_forward_params(draw, d_model: int, d_ff: int, activation: str | None) -> FeedForwardParams:
     act = draw(ffn_activations()) if activation is None else activation
@@ -50,6 +52,7 @@ def gated_activations() -> st.SearchStrategy[str]:
     return st.sampled_from(have)
 
 
+@reused
 @st.composite
 def gated_feed_forward_params(draw, d_model: int, d_ff: int, *, activation: str | None = None) -> GatedFeedForwardParams:
     act = draw(gated_activations()) if activation is None else activation
@@ -63,6 +66,7 @@ def gated_feed_forward_params(draw, d_model: int, d_ff: int, *, activation: str 
 # Cases of the claim suite's gated-FFN tests (attnclaims/suite/test_ext_layers.py, test_ext_gradients.py)
 # ---------------------------------------------------------------------------------------------
 
+@reused
 @st.composite
 def gated_cases(draw, *, generic: bool = False):
     case = draw(model_cases(generic=generic, scale=draw(scales(-1, 2))))
@@ -77,6 +81,7 @@ __all__ += ["gated_cases"]
 # Cases of the claim suite's attnclaims/suite/test_s64_ffn.py
 # ---------------------------------------------------------------------------------------------
 
+@reused
 @st.composite
 def ffn_cases(draw, *, generic: bool = False, min_seq: int = 1):
     case = draw(model_cases(generic=generic, min_seq=min_seq, scale=draw(scales(-1, 2))))

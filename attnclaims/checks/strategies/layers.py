@@ -13,6 +13,7 @@ from hypothesis import note
 from hypothesis import strategies as st
 
 from attnclaims.checks.strategies.common import (
+    reused,
     LAYER_MAX_SEQ, _dtype, _not_applicable, arrays, finfo, fixed_eps, flush_subnormals, norm_firsts,
     random_arrays, require_variant, scales, seeds, seq_lengths, tile_crossing, tile_lengths, tile_sizes, variants,
     with_biases,
@@ -30,6 +31,7 @@ from attnclaims.checks.strategies.common import model_cases
 __all__ = ["encoder_layer_params", "decoder_layer_params", "BlockCase", "block_cases", "block_masks",
            "decode_schedules", "block_tile_lengths", "block_padding_masks", "residual_offset", "offset_output_bias"]
 
+@reused
 @st.composite
 def encoder_layer_params(draw, d_model: int, num_heads: int, d_ff: int, *, norm_first=None) -> EncoderLayerParams:
     """Post-LN or Pre-LN (drawn among the implementation's declared ``norm_first`` unless given; a given one
@@ -38,6 +40,7 @@ def encoder_layer_params(draw, d_model: int, num_heads: int, d_ff: int, *, norm_
     return _layer_params(draw, init_encoder_layer, "encoder_layer_params", d_model, num_heads, d_ff, norm_first)
 
 
+@reused
 @st.composite
 def decoder_layer_params(draw, d_model: int, num_heads: int, d_ff: int, *, norm_first=None) -> DecoderLayerParams:
     """As :func:`encoder_layer_params`, for the decoder layer (its cross-attention and third norm included)."""
@@ -141,6 +144,7 @@ def _choose(draw, key: str, fixed=None):
     return draw(st.sampled_from(have))
 
 
+@reused
 @st.composite
 def block_cases(draw, *, min_seq: int = 1, max_seq: int | None = None, rope: bool | None = None,
                 generic: bool = False, norm_first=None, min_d_model: int = 1, tiles: bool = True,
@@ -207,6 +211,7 @@ def block_masks(batch: int, n: int) -> st.SearchStrategy:
     return st.none() | block_padding_masks(batch, n)
 
 
+@reused
 @st.composite
 def block_padding_masks(draw, batch: int, n: int) -> np.ndarray:
     """Key-padding masks (batch, 1, n): sequence b keeps its first lengths[b] ≥ 1 positions (key 0 always, so
@@ -221,6 +226,7 @@ def block_padding_masks(draw, batch: int, n: int) -> np.ndarray:
     return (np.arange(n)[None, :] < lens[:, None])[:, None, :]
 
 
+@reused
 @st.composite
 def decode_schedules(draw, n: int, *, long_cache: bool = False) -> tuple[int, int]:
     """(prompt_length, chunk) for incremental decoding of n positions: any prompt length 0 … n (0: the
@@ -238,6 +244,7 @@ def decode_schedules(draw, n: int, *, long_cache: bool = False) -> tuple[int, in
 # Cases of the claim suite's layer tests (attnclaims/suite/test_s7_architecture.py, test_gradients.py)
 # ---------------------------------------------------------------------------------------------
 
+@reused
 @st.composite
 def encoder_cases(draw, *, mask=None, generic=False, max_seq=None, min_d_model=1, scale=None, norm_first=None,
                   offset=False):
@@ -257,6 +264,7 @@ def encoder_cases(draw, *, mask=None, generic=False, max_seq=None, min_d_model=1
     return case, params, m
 
 
+@reused
 @st.composite
 def decoder_cases(draw, *, masks=None, generic=False, min_seq=1, max_seq=None, min_d_model=1, offset=False):
     """y (batch, n_t, d), memory (batch, n_s, d), params, self_mask (a padding mask, which allows later
@@ -281,6 +289,7 @@ __all__ += ["encoder_cases", "decoder_cases"]
 # Cases of the claim suite's attnclaims/suite/test_ext_layers.py
 # ---------------------------------------------------------------------------------------------
 
+@reused
 @st.composite
 def several_step_schedules(draw, n: int, *, long_cache: bool = False) -> tuple[int, int]:
     """(prompt_length, chunk) as :func:`~attnclaims.checks.strategies.decode_schedules`, but always at

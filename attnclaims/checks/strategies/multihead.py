@@ -13,6 +13,7 @@ from hypothesis import note
 from hypothesis import strategies as st
 
 from attnclaims.checks.strategies.common import (
+    reused,
     _dtype, _not_applicable, flush_subnormals, model_cases, require_variant, seeds, variants, with_biases,
 )
 from attnclaims.reference.params import MultiHeadParams, init_multi_head
@@ -26,6 +27,7 @@ __all__ = [
     "TILE_MAX_D_MODEL", "tile_head_widths",
 ]
 
+@reused
 @st.composite
 def multi_head_params(draw, d_model: int, num_heads: int, *, bias_scale: float | None = None) -> MultiHeadParams:
     """Seeded Xavier weights; biases U[−b, b] with b drawn from 0.1, 0 (no bias) and 0.5 unless ``bias_scale``
@@ -82,6 +84,7 @@ def kv_head_counts(num_heads: int, *, grouped: bool | None = None, distinct: boo
     return st.sampled_from(proper) if grouped and proper else st.sampled_from(divisors)
 
 
+@reused
 @st.composite
 def grouped_query_model_cases(draw, *, square: bool, grouped: bool | None = True):
     """(case, params): a :func:`~attnclaims.checks.strategies.model_cases` input and grouped-query parameters
@@ -96,6 +99,7 @@ def grouped_query_model_cases(draw, *, square: bool, grouped: bool | None = True
     return case, params
 
 
+@reused
 @st.composite
 def grouped_query_params(draw, d_model: int, num_heads: int, *, grouped: bool | None = True,
                          distinct: bool = False) -> MultiHeadParams:
@@ -155,12 +159,14 @@ def tile_model_case(draw, case: ModelCase, *, square: bool) -> ModelCase:
     return ModelCase(x, memory, d)
 
 
+@reused
 @st.composite
 def tiled_model_cases(draw, *, square: bool = False) -> ModelCase:
     """:func:`~attnclaims.checks.strategies.model_cases` through :func:`tile_model_case`."""
     return draw(tile_model_case(draw(model_cases(square=square)), square=square))
 
 
+@reused
 @st.composite
 def gqa_cases(draw, *, grouped: bool | None = True):
     is_cross = draw(cross_or_self())
@@ -185,6 +191,7 @@ __all__ += ["gqa_cases"]
 # Cases of the claim suite's attnclaims/suite/test_s32_self_attention.py, attnclaims/suite/test_s61_multihead.py
 # ---------------------------------------------------------------------------------------------
 
+@reused
 @st.composite
 def self_attention_cases(draw, *, cross: bool, mask: bool | None = None):
     case = draw(tile_model_case(draw(model_cases(square=not cross)), square=not cross))
@@ -196,6 +203,7 @@ def self_attention_cases(draw, *, cross: bool, mask: bool | None = None):
     return case, params, m
 
 
+@reused
 @st.composite
 def multi_head_cases(draw, *, heads=None, cross=None):
     is_cross = draw(cross_or_self()) if cross is None else cross  # only self for a self-attention-only impl

@@ -7,6 +7,7 @@ import numpy as np
 from hypothesis import note
 from hypothesis import strategies as st
 
+from attnclaims.checks.strategies.common import reused
 from attnclaims.checks.strategies.common import _dtype, arrays, batch_shapes, finfo, flush_subnormals, seeds, seq_lengths
 from attnclaims.checks.strategies.common import fixed_eps, random_arrays, scales, with_biases
 from attnclaims.profiles import limits
@@ -14,6 +15,7 @@ from attnclaims.reference.params import LayerNormParams, init_layer_norm
 
 __all__ = ["epsilons", "layer_norm_params", "layer_norm_inputs", "gammas"]
 
+@reused
 @st.composite
 def epsilons(draw) -> float:
     """Layer-norm ε: torch's 1e-5, flax's 1e-6, and values that matter (0.1) or nearly don't (1e-12) — those
@@ -27,6 +29,7 @@ def epsilons(draw) -> float:
     return draw(st.sampled_from([e for e in (1e-5, 1e-6, 1e-12, 0.1) if e ** -0.5 <= top]))
 
 
+@reused
 @st.composite
 def layer_norm_params(draw, d_model: int) -> LayerNormParams:
     """γ = 1, β = 0 (the usual initialisation), or both perturbed so that γ and β can be told apart; β = 0 for
@@ -35,6 +38,7 @@ def layer_norm_params(draw, d_model: int) -> LayerNormParams:
     return draw(with_biases(flush_subnormals(init_layer_norm(d_model, draw(seeds()), spread=spread, dtype=_dtype()))))
 
 
+@reused
 @st.composite
 def layer_norm_inputs(draw, *, max_seq: int | None = None) -> np.ndarray:
     """Rows x = μ + σ·U[−1, 1] with σ from 1e-4 (where ε = 1e-5 matters: σ² ~ ε) to 512 (σ ∈ {1, 1e-2, 3e-3,
@@ -54,6 +58,7 @@ def layer_norm_inputs(draw, *, max_seq: int | None = None) -> np.ndarray:
     return x
 
 
+@reused
 @st.composite
 def gammas(draw, d: int) -> np.ndarray:
     """Norm gains: all ones (the usual initialisation) or 1 + U[−½, ½] (never 0: RMS(y/γ) stays defined)."""
@@ -66,6 +71,7 @@ def gammas(draw, d: int) -> np.ndarray:
 # Cases of the claim suite's RMSNorm tests (attnclaims/suite/test_ext_layers.py, test_ext_gradients.py)
 # ---------------------------------------------------------------------------------------------
 
+@reused
 @st.composite
 def rms_cases(draw):
     """Rows x = μ + σ·U[−1, 1] (σ and the offset μ/σ as for layer norm), a gain γ and ε."""
@@ -82,6 +88,7 @@ __all__ += ["rms_cases"]
 # Cases of the claim suite's attnclaims/suite/test_s63_layer_norm.py
 # ---------------------------------------------------------------------------------------------
 
+@reused
 @st.composite
 def affine_layer_norm_cases(draw):
     """Generic rows (no constant row, d ≥ 2), a > 0 a power of two (a·x exact), an offset b."""

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from attnclaims.checks.strategies.attention import explicit_scales
 from attnclaims.checks.strategies.common import (
+    reused,
     SHORT_SEQ, _not_applicable, arrays, flush_subnormals, random_arrays, scales, tile_decision, tile_lengths,
     tile_sizes, variants,
 )
@@ -122,6 +123,7 @@ def _explicit_scale(draw):
     return draw(st.none() | explicit_scales().filter(lambda s: 0 < abs(s) <= 2))
 
 
+@reused
 @st.composite
 def _lengths(draw, causal: bool, max_total_k: int | None = None) -> tuple[list[int], list[int], str]:
     """(query lengths, key lengths, what was drawn): "tiles" on a :func:`~attnclaims.checks.strategies.common.
@@ -151,6 +153,7 @@ def _lengths(draw, causal: bool, max_total_k: int | None = None) -> tuple[list[i
     return nq, nk, kind
 
 
+@reused
 @st.composite
 def varlen_cases(draw, *, causal: bool | None = None, max_total_k: int | None = None) -> VarlenCase:
     """Inputs of ``varlen_attention`` (module docstring); ``causal`` fixes the mask (not applicable unless
@@ -262,6 +265,7 @@ def _table(rng: np.random.Generator, lens, block_size: int, spare_pages: int, sp
     return table, num_blocks
 
 
+@reused
 @st.composite
 def paged_cases(draw, *, max_seq: int | None = None) -> PagedCase:
     """Inputs of ``paged_attention``: 1–3 sequences with n_q = 1 (decoding) or 2–4 queries (their last

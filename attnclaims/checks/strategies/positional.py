@@ -9,6 +9,7 @@ from hypothesis import note
 from hypothesis import strategies as st
 
 from attnclaims.checks.strategies.attention import mask_forms
+from attnclaims.checks.strategies.common import reused
 from attnclaims.checks.strategies.common import LAYER_MAX_SEQ, arrays, dims, model_cases, permutations, scales, variants
 from attnclaims.profiles import limits
 
@@ -25,6 +26,7 @@ def rope_bases() -> st.SearchStrategy[float]:
     return st.sampled_from([10000.0, 500000.0, 100.0])
 
 
+@reused
 @st.composite
 def positions(draw, n: int) -> np.ndarray:
     """Integer positions of n rows: a run start … start + n − 1 with start 0, a small or a large offset
@@ -42,6 +44,7 @@ def positions(draw, n: int) -> np.ndarray:
 # Cases of the claim suite's rotary tests (attnclaims/suite/test_ext_attention.py, test_ext_gradients.py)
 # ---------------------------------------------------------------------------------------------
 
+@reused
 @st.composite
 def rope_cases(draw, *, min_seq: int = 1):
     """x (batch…, n, d) with d even, positions (n,), a base and a declared layout."""
@@ -62,6 +65,7 @@ __all__ += ["rope_cases"]
 # Cases of the claim suite's attnclaims/suite/test_s62_positional.py
 # ---------------------------------------------------------------------------------------------
 
+@reused
 @st.composite
 def permutation_cases(draw, *, min_seq=1, mask=None, generic=False, max_seq=None):
     max_seq = max_seq or min(limits().max_seq, LAYER_MAX_SEQ)
