@@ -5,14 +5,24 @@ One of the three independent implementations that calibrate the tolerances of
 the property tests. Its style is the streaming one of FlashAttention
 (Dao et al. 2022; Milakov & Gimelshein 2018, "online normalizer calculation
 for softmax"): attention walks over the keys one at a time, keeping for every
-query a running maximum m, a running normaliser l and an unnormalised output
-acc, rescaled by exp(m_old − m_new) whenever the maximum grows. Dot products
+query a running normaliser l and an unnormalised output acc, rescaled by
+exp(m_old − m_new) whenever the running maximum m of the scores grows (the
+scores and the running maxima of all keys are computed first). Dot products
 and matrix products are sequential sums over the contracted index; layer norm
 uses Welford's running mean and variance over the features; the positional
 encoding is computed entry by entry with ``math.sin``/``math.cos``.
 
-The loops run over sequence positions, features or heads; each step is
-vectorised over the other axes, so the implementation stays usable for the
+Every sum (but the backward's numpy reductions named below and its bias and
+broadcast gradients) is a Python loop over its contracted index only (features,
+keys, input columns, a group's heads), adding the terms in index order from zero
+(``_sum_in_order``); each step is vectorised over all the other axes: queries
+and keys for the scores, rows and output columns for the matrix products,
+every head at once (heads as a batch axis), every rotary pair and every
+feature of an elementwise step. The terms of a block of indices are
+multiplied in one operation, and only the additions run one index at a time.
+Each output element sees the same floating-point operations in the same order
+as in the one-term-at-a-time loops, so the results are those loops' to the
+bit (tests/zoo/test_loops_bitwise.py). The implementation stays usable for the
 ``thorough`` profile's long sequences.
 
 Conventions: a query whose keys are all masked gets a zero row (l = 0, no
@@ -20,12 +30,13 @@ term added); NaN in a masked-out value row does not reach the output (masked
 terms are never added).
 
 Its backward passes, in the same style (:class:`LoopsBackward`): FlashAttention-2's backward (Dao 2023,
-Algorithm 2): the row statistics m, l recomputed by an online pass over the keys, D_i = dO_i · O_i, then one
-key at a time p_ij = exp(s_ij − m_i)/l_i, dV_j = Σ_i p_ij dO_i, dS_ij = p_ij(dO_i · v_j − D_i); sums
-sequential; layer norm by Welford. The modern components' (:class:`LoopsModernBackward`): sums as sequential
-loops (features, pairs, heads); GQA head by head through :meth:`LoopsBackward._flash_backward`, each query
-head's dK, dV added into its K/V head's columns. The layers', causal attention's and decoder block's vjps
-are composed from these by :mod:`attnclaims.zoo.layer_backward`.
+Algorithm 2): the row statistics m, l recomputed by an online pass over the keys, D_i = dO_i · O_i, then
+p_ij = exp(s_ij − m_i)/l_i, dV_j = Σ_i p_ij dO_i, dS_ij = p_ij(dO_i · v_j − D_i); O and dQ sequential sums
+over the keys, the dot products over the features and dK, dV (key by key) numpy reductions; layer norm by
+Welford. The modern components' (:class:`LoopsModernBackward`): sums as sequential loops (features); GQA with
+every query head at once through :meth:`LoopsBackward._flash_backward`, each K/V head's dK, dV the sum of its
+r query heads', in order. The layers', causal attention's and decoder block's vjps are composed from these
+by :mod:`attnclaims.zoo.layer_backward`.
 
 Use: ``pytest --attn-impl attnclaims.zoo.loops_style:loops_impl``.
 """
@@ -75,45 +86,92 @@ def _act_slope(a: np.ndarray, activation: str):
     return a * s, s + tail
 
 
+#: how many float64 terms a sequential sum computes at once (a block of its indices), to bound the memory
+_BLOCK = 1 << 20
+
+
+def _sum_in_order(terms, n: int, shape) -> np.ndarray:
+    """0 + t_0 + t_1 + … + t_{n−1}, added left to right into an array of ``shape``: the very additions of the
+    loop ``acc = acc + t_i``. ``terms(i0, i1)`` -> t_{i0} … t_{i1−1} stacked on a new first axis, so that the
+    products of a block of indices are one vectorised operation; only the additions run one index at a time."""
+    acc = np.zeros(shape)
+    step = max(1, _BLOCK // max(1, acc.size))
+    for i0 in range(0, n, step):
+        for t in terms(i0, min(n, i0 + step)):
+            acc += t
+    return acc
+
+
+def _first(a: np.ndarray, axis: int, ndim: int) -> np.ndarray:
+    """``a`` with leading axes of length 1 up to ``ndim`` dimensions, then ``axis`` moved to the front."""
+    axis %= ndim
+    return a.reshape((1,) * (ndim - a.ndim) + a.shape).transpose((axis,) + tuple(i for i in range(ndim) if i != axis))
+
+
+def _feature_sum(t: np.ndarray) -> np.ndarray:
+    """Σ_f t[..., f], sequential over the features (last axis). t (..., n) -> (...)."""
+    return _sum_in_order(lambda f0, f1: _first(t[..., f0:f1], -1, t.ndim), t.shape[-1], t.shape[:-1])
+
+
+def _welford(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Welford's running mean and sum of squared deviations over the features, feature by feature."""
+    mean, m2 = np.zeros(x.shape[:-1]), np.zeros(x.shape[:-1])
+    for f, x_f in enumerate(_first(x, -1, x.ndim)):
+        delta = x_f - mean
+        mean += delta / (f + 1)
+        m2 += delta * (x_f - mean)
+    return mean, m2
+
+
 def _linear(x: np.ndarray, w, b) -> np.ndarray:
     """x W + b as a sequential sum over the input features. x (..., d_in), w (d_in, d_out) -> (..., d_out)."""
     w = _f64(w)
-    acc = np.zeros(x.shape[:-1] + (w.shape[1],))
-    for i in range(w.shape[0]):
-        acc = acc + x[..., i, None] * w[i]
+    lift = (1,) * (x.ndim - 1)
+    acc = _sum_in_order(lambda i0, i1: _first(x[..., i0:i1], -1, x.ndim)[..., None]
+                        * w[i0:i1].reshape((i1 - i0,) + lift + w.shape[1:]), w.shape[0], x.shape[:-1] + (w.shape[1],))
     return acc + _f64(b)
 
 
-def _dot_rows(q: np.ndarray, k_j: np.ndarray) -> np.ndarray:
-    """q_i · k_j for every query, summed feature by feature. q (..., n_q, d), k_j (..., d) -> (..., n_q)."""
-    acc = np.zeros(np.broadcast_shapes(q.shape[:-1], k_j.shape[:-1] + (1,)))
-    for f in range(q.shape[-1]):
-        acc = acc + q[..., f] * k_j[..., None, f]
-    return acc
+def _scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """q_i · k_j for every query i and key j, summed feature by feature: the loop runs over the contracted
+    features only, each step vectorised over queries and keys. q (..., n_q, d), k (..., n_k, d) -> (..., n_q, n_k)."""
+    nd = max(q.ndim, k.ndim)
+    return _sum_in_order(lambda f0, f1: _first(q[..., f0:f1], -1, nd)[..., :, None]
+                         * _first(k[..., f0:f1], -1, nd)[..., None, :], q.shape[-1],
+                         np.broadcast_shapes(q.shape[:-1] + (1,), k.shape[:-2] + (1, k.shape[-2])))
+
+
+def _running_max(s: np.ndarray, ok) -> tuple[np.ndarray, np.ndarray]:
+    """(m_j, m_{j−1}) for every key j: the running maximum of the allowed scores s_0 … s_j as the online walk
+    meets them (−inf while none is allowed, NaN from an allowed NaN on), and its value one key earlier."""
+    m = np.maximum.accumulate(s if ok is None else np.where(ok, s, -np.inf), axis=-1)
+    return m, np.concatenate([np.full(m.shape[:-1] + (1,), -np.inf), m], axis=-1)[..., :-1]
 
 
 def _online_attention(q, k, v, allowed, scale):
     """softmax(q kᵀ · scale) v, one key at a time (online softmax).
 
-    q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), allowed (..., n_q, n_k) bool or None.
+    q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), allowed (..., n_q, n_k) bool or None. The scores
+    (sequential over the features) and the running maxima m_j come first, for all keys at once; the walk over
+    the keys then carries l and acc, rescaled by exp(m_{j−1} − m_j) at every step.
     """
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     n_q, n_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
-    m = np.full(batch + (n_q,), -np.inf)  # running maximum of the allowed scores
+    s = _scores(q, k) * scale  # (..., n_q, n_k)
+    ok = np.ones(s.shape, dtype=bool) if allowed is None else allowed
+    m_new, m = _running_max(s, allowed)
+    with np.errstate(invalid="ignore", over="ignore"):
+        # exp(m_old − m_new) rescales what was summed so far; when nothing was allowed yet both are −inf.
+        rescale = np.where(m_new == -np.inf, 1.0, np.exp(m - m_new))
+        p = np.where(ok, np.exp(np.where(ok, s - m_new, -np.inf)), 0.0)
     l = np.zeros(batch + (n_q,))  # running Σ exp(s_j − m)
     acc = np.zeros(batch + (n_q, d_v))  # running Σ exp(s_j − m) v_j
     for j in range(n_k):
-        s_j = _dot_rows(q, k[..., j, :]) * scale  # (..., n_q)
-        ok = np.ones(s_j.shape, dtype=bool) if allowed is None else allowed[..., j]
-        m_new = np.where(ok, np.maximum(m, s_j), m)
+        p_j, r_j = p[..., j], rescale[..., j]
         with np.errstate(invalid="ignore", over="ignore"):
-            # exp(m_old − m_new) rescales what was summed so far; when nothing was allowed yet both are −inf.
-            rescale = np.where(m_new == -np.inf, 1.0, np.exp(m - m_new))
-            p_j = np.where(ok, np.exp(np.where(ok, s_j - m_new, -np.inf)), 0.0)
-            term = np.where(ok[..., None], p_j[..., None] * v[..., j, None, :], 0.0)  # masked NaN never added
-        l = l * rescale + p_j
-        acc = acc * rescale[..., None] + term
-        m = m_new
+            term = np.where(ok[..., j, None], p_j[..., None] * v[..., j, None, :], 0.0)  # masked NaN never added
+        l = l * r_j + p_j
+        acc = acc * r_j[..., None] + term
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(l[..., None] > 0, acc / np.where(l > 0, l, 1.0)[..., None], 0.0)
 
@@ -134,10 +192,56 @@ def _flat(a):
 
 def _seq_matmul(a, b):
     """a @ b as a sequential sum over the contracted index. a (..., n, k), b (..., k, m)."""
-    out = np.zeros(np.broadcast_shapes(a.shape[:-1], b.shape[:-2] + (1,)) + (b.shape[-1],))
-    for i in range(a.shape[-1]):
-        out = out + a[..., :, i, None] * b[..., i, None, :]
+    nd = max(a.ndim, b.ndim)
+    return _sum_in_order(lambda i0, i1: _first(a[..., i0:i1], -1, nd)[..., None]
+                         * _first(b[..., i0:i1, :], -2, nd)[..., None, :], a.shape[-1],
+                         np.broadcast_shapes(a.shape[:-1], b.shape[:-2] + (1,)) + (b.shape[-1],))
+
+
+def _row_dots(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """np.sum(a_i ⊙ b_j, axis=-1) for every row i of a and j of b: the same reduction over the features, one
+    per (i, j), as the key-by-key loop's ``np.sum(a * b[..., j, None, :], axis=-1)``, vectorised over the keys
+    (in blocks, to bound the memory). a (..., n_a, d), b (..., n_b, d) -> (..., n_a, n_b)."""
+    shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-2])
+    step = max(1, (1 << 21) // max(1, math.prod(shape[:-1]) * a.shape[-1]))
+    out = np.empty(shape)
+    for j in range(0, b.shape[-2], step):
+        out[..., j:j + step] = np.sum(a[..., :, None, :] * b[..., None, j:j + step, :], axis=-1)
     return out
+
+
+def _split_heads(y: np.ndarray, h: int) -> np.ndarray:
+    """(..., n, h·d_k) -> (..., h, n, d_k): head i is columns [i·d_k, (i+1)·d_k)."""
+    return np.swapaxes(y.reshape(y.shape[:-1] + (h, y.shape[-1] // h)), -2, -3)
+
+
+def _merge_heads(y: np.ndarray) -> np.ndarray:
+    """(..., h, n, d_k) -> (..., n, h·d_k), the heads side by side."""
+    y = np.swapaxes(y, -2, -3)
+    return y.reshape(y.shape[:-2] + (y.shape[-2] * y.shape[-1],))
+
+
+def _heads_attention(q, k, v, h: int, h_kv: int, allowed, scale):
+    """Every head's online attention at once: q (..., n_q, h·d_k), k and v (..., n_k, h_kv·d_k); query head i
+    reads K/V head i // (h / h_kv); allowed (..., n_q, n_k) or None -> (..., n_q, h·d_k)."""
+    r = h // h_kv
+    k, v = (np.repeat(_split_heads(t, h_kv), r, axis=-3) for t in (k, v))
+    return _merge_heads(_online_attention(_split_heads(q, h), k, v,
+                                          None if allowed is None else allowed[..., None, :, :], scale))
+
+
+def _pairs(d: int, layout: str) -> tuple[np.ndarray, np.ndarray]:
+    """The rotary pairs' first and second features: (2i, 2i+1) interleaved or (i, i + d/2), i < d/2."""
+    i = np.arange(d // 2)
+    return (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + d // 2)
+
+
+def _rotary_angles(positions, base, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos θ, sin θ of θ_{t,i} = pos_t · base^(−2i/d) (each frequency by ``math.pow``), shape (n, d/2)."""
+    pos = np.asarray(positions, dtype=np.float64)
+    freq = np.array([math.pow(float(base), -2.0 * i / d) for i in range(d // 2)], dtype=np.float64)
+    theta = pos[:, None] * freq
+    return np.cos(theta), np.sin(theta)
 
 
 def _grouped(params) -> bool:
@@ -152,44 +256,35 @@ class LoopsBackward(LayerBackward):
     def softmax_vjp(self, x, d_out, axis=-1):
         p = np.moveaxis(self.softmax(x, axis=axis), axis, -1)
         d = np.moveaxis(_f64(d_out), axis, -1)
-        c = np.zeros(p.shape[:-1])
-        for j in range(p.shape[-1]):
-            c = c + p[..., j] * d[..., j]
-        out = np.empty_like(p)
-        for j in range(p.shape[-1]):
-            out[..., j] = p[..., j] * (d[..., j] - c)
-        return np.moveaxis(out, -1, axis)
+        c = _feature_sum(p * d)
+        return np.moveaxis(p * (d - c[..., None]), -1, axis)
 
     def _flash_backward(self, q, k, v, d, allowed, scale):
         batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
         q, k, v = (np.broadcast_to(a, batch + a.shape[-2:]) for a in (q, k, v))
         n_q, n_k = q.shape[-2], k.shape[-2]
-        m = np.full(batch + (n_q,), -np.inf)
+        s = _row_dots(q, k) * scale  # s_ij, every key at once
+        ok = np.ones(s.shape, bool) if allowed is None else allowed
+        m_new, m_old = _running_max(s, allowed)
+        with np.errstate(invalid="ignore", over="ignore"):
+            rescale = np.where(m_new == -np.inf, 1.0, np.exp(m_old - m_new))
+            e = np.where(ok, np.exp(s - m_new), 0.0)
         l = np.zeros(batch + (n_q,))
-        scores = []
-        for j in range(n_k):  # online pass: row max and normaliser
-            s_j = np.sum(q * k[..., j, None, :], axis=-1) * scale
-            ok = np.ones(s_j.shape, bool) if allowed is None else allowed[..., j]
-            m_new = np.where(ok, np.maximum(m, s_j), m)
-            with np.errstate(invalid="ignore", over="ignore"):
-                l = l * np.where(m_new == -np.inf, 1.0, np.exp(m - m_new)) + np.where(ok, np.exp(s_j - m_new), 0.0)
-            m = m_new
-            scores.append((s_j, ok))
-        probs = []
-        o = np.zeros(batch + (n_q, v.shape[-1]))
-        for j, (s_j, ok) in enumerate(scores):
-            with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-                p_j = np.where(ok & (l > 0), np.exp(s_j - m) / np.where(l > 0, l, 1.0), 0.0)
-            probs.append(p_j)
-            o = o + p_j[..., None] * v[..., j, None, :]
+        for j in range(n_k):  # online pass: the normaliser, rescaled as the row maximum grows
+            l = l * rescale[..., j] + e[..., j]
+        m = m_new[..., -1] if n_k else np.full(batch + (n_q,), -np.inf)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            p = np.where(ok & (l > 0)[..., None], np.exp(s - m[..., None]) / np.where(l > 0, l, 1.0)[..., None], 0.0)
+        o = _sum_in_order(lambda j0, j1: _first(p[..., j0:j1], -1, p.ndim)[..., None]
+                          * _first(v[..., j0:j1, :], -2, v.ndim)[..., None, :], n_k, batch + (n_q, v.shape[-1]))
         big_d = np.sum(d * o, axis=-1)  # D_i = dO_i · O_i
-        dq = np.zeros(q.shape)
+        ds = p * (_row_dots(d, v) - big_d[..., None])  # dS_ij = p_ij (dO_i · v_j − D_i)
+        dq = _sum_in_order(lambda j0, j1: scale * _first(ds[..., j0:j1], -1, ds.ndim)[..., None]
+                           * _first(k[..., j0:j1, :], -2, k.ndim)[..., None, :], n_k, q.shape)
         dk, dv = np.zeros(k.shape), np.zeros(v.shape)
-        for j, p_j in enumerate(probs):
+        for j in range(n_k):  # the sums over the queries, key by key
+            p_j, ds_j = p[..., j], ds[..., j]
             dv[..., j, :] = np.sum(p_j[..., None] * d, axis=-2)
-            dp_j = np.sum(d * v[..., j, None, :], axis=-1)
-            ds_j = p_j * (dp_j - big_d)
-            dq = dq + scale * ds_j[..., None] * k[..., j, None, :]
             dk[..., j, :] = scale * np.sum(ds_j[..., None] * q, axis=-2)
         return dq, dk, dv
 
@@ -206,18 +301,12 @@ class LoopsBackward(LayerBackward):
     def layer_norm_vjp(self, x, gamma, beta, eps, d_out):
         x, gamma, d = _f64(x), _f64(gamma), _f64(d_out)
         n = x.shape[-1]
-        mean, m2 = np.zeros(x.shape[:-1]), np.zeros(x.shape[:-1])
-        for f in range(n):  # Welford
-            delta = x[..., f] - mean
-            mean = mean + delta / (f + 1)
-            m2 = m2 + delta * (x[..., f] - mean)
+        mean, m2 = _welford(x)
         r = 1.0 / np.sqrt(m2 / n + eps)
         xhat = (x - mean[..., None]) * r[..., None]
         g = d * gamma
-        s1, s2 = np.zeros(x.shape[:-1]), np.zeros(x.shape[:-1])
-        for f in range(n):
-            s1 = s1 + g[..., f]
-            s2 = s2 + g[..., f] * xhat[..., f]
+        s1 = _feature_sum(np.broadcast_to(g, np.broadcast_shapes(g.shape, x.shape)))
+        s2 = _feature_sum(g * xhat)
         dx = r[..., None] * (g - (s1 / n)[..., None] - xhat * (s2 / n)[..., None])
         return dx, _flat(d * xhat).sum(axis=0), _flat(d).sum(axis=0)
 
@@ -233,8 +322,15 @@ class LoopsBackward(LayerBackward):
             w2=_seq_matmul(_flat(h).T, _flat(d)), b2=_flat(d).sum(axis=0), activation=p.activation)
 
     def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
+        return self._heads_vjp(x_q, x_kv, params, d_out, mask, grouped=False)
+
+    def _heads_vjp(self, x_q, x_kv, params, d_out, mask, grouped: bool):
+        """Every head at once through :meth:`_flash_backward` (heads as a batch axis; query head i reads K/V
+        head i // r). Grouped: each K/V head's dK, dV is the sum, query head by query head from zero, of its r
+        query heads' (``grouped=False``: query head i's own, r = 1, no sum)."""
         p = params
-        h, dk_ = p.num_heads, p.d_model // p.num_heads
+        h, kv, dk_ = p.num_heads, p.num_kv_heads, p.d_model // p.num_heads
+        r = h // kv
         x_q, x_kv, d = _f64(x_q), _f64(x_kv), _f64(d_out)
         batch = np.broadcast_shapes(x_q.shape[:-2], x_kv.shape[:-2])
         xq, xkv = np.broadcast_to(x_q, batch + x_q.shape[-2:]), np.broadcast_to(x_kv, batch + x_kv.shape[-2:])
@@ -242,39 +338,36 @@ class LoopsBackward(LayerBackward):
         k = _seq_matmul(xkv, _f64(p.w_k)) + _f64(p.b_k)
         v = _seq_matmul(xkv, _f64(p.w_v)) + _f64(p.b_v)
         allowed = None if mask is None else np.broadcast_to(np.asarray(mask, bool), batch + (xq.shape[-2], xkv.shape[-2]))
+        allowed = None if allowed is None else allowed[..., None, :, :]  # the same for every head
         dheads = _seq_matmul(d, _f64(p.w_o).T)
-        heads, gq, gk, gv = [], np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
-        for i in range(h):  # head by head
-            cols = slice(i * dk_, (i + 1) * dk_)
-            heads.append(self.attention(q[..., cols], k[..., cols], v[..., cols], mask=allowed))
-            gq[..., cols], gk[..., cols], gv[..., cols] = self._flash_backward(
-                q[..., cols], k[..., cols], v[..., cols], dheads[..., cols], allowed, 1.0 / math.sqrt(dk_))
-        merged = np.concatenate(heads, axis=-1)
+        qh = _split_heads(q, h)
+        kh, vh = (np.repeat(_split_heads(t, kv), r, axis=-3) for t in (k, v))
+        merged = _merge_heads(self.attention(qh, kh, vh, mask=allowed))
+        gq, gk, gv = self._flash_backward(qh, kh, vh, _split_heads(dheads, h), allowed, 1.0 / math.sqrt(dk_))
+        if grouped:  # (..., kv·r, n, d_k) -> Σ over each group's r query heads, in order
+            gk, gv = (_sum_in_order(lambda i0, i1, g=g: _first(g.reshape(g.shape[:-3] + (kv, r) + g.shape[-2:])
+                                                            [..., i0:i1, :, :], -3, g.ndim + 1), r,
+                                    g.shape[:-3] + (kv,) + g.shape[-2:]) for g in (gk, gv))
+        gq, gk, gv = _merge_heads(gq), _merge_heads(gk), _merge_heads(gv)
         dx_q = _seq_matmul(gq, _f64(p.w_q).T)
         dx_kv = _seq_matmul(gk, _f64(p.w_k).T) + _seq_matmul(gv, _f64(p.w_v).T)
         g = {}
-        for name, x, gr in (("q", xq, gq), ("k", xkv, gk), ("v", xkv, gv), ("o", merged, d)):
-            g["w_" + name] = _seq_matmul(_flat(x).T, _flat(gr))
+        for name, t, gr in (("q", xq, gq), ("k", xkv, gk), ("v", xkv, gv), ("o", merged, d)):
+            g["w_" + name] = _seq_matmul(_flat(t).T, _flat(gr))
             g["b_" + name] = _flat(gr).sum(axis=0)
         return (_unbroadcast(dx_q, x_q.shape), _unbroadcast(dx_kv, x_kv.shape),
-                MultiHeadParams(**g, num_heads=p.num_heads))
+                MultiHeadParams(**g, num_heads=h, num_kv_heads=kv) if grouped else MultiHeadParams(**g, num_heads=h))
 
 
 class LoopsModernBackward(ModernLayerBackward):
     def rms_norm_vjp(self, x, gamma, eps, d_out):
         x, gamma, d = _f64(x), _f64(gamma), _f64(d_out)
         n = x.shape[-1]
-        ms = np.zeros(x.shape[:-1])
-        for f in range(n):
-            ms = ms + x[..., f] * x[..., f]
+        ms = _feature_sum(x * x)
         r = 1.0 / np.sqrt(ms / n + eps)
         g = d * gamma
-        gx = np.zeros(x.shape[:-1])
-        for f in range(n):
-            gx = gx + g[..., f] * x[..., f] * r
-        dx = np.empty_like(x)
-        for f in range(n):
-            dx[..., f] = r * (g[..., f] - x[..., f] * r * gx / n)
+        gx = _feature_sum(g * x * r[..., None])
+        dx = r[..., None] * (g - x * r[..., None] * gx[..., None] / n)
         return dx, _flat(d * x * r[..., None]).sum(axis=0)
 
     def gated_feed_forward_vjp(self, x, params, d_out):
@@ -293,49 +386,17 @@ class LoopsModernBackward(ModernLayerBackward):
     def rotary_embedding_vjp(self, x, positions, d_out, base=10000.0, layout="interleaved"):
         """Pair by pair: (dx_a, dx_b) = (d_a cos θ + d_b sin θ, d_b cos θ − d_a sin θ)."""
         d = _f64(d_out)
-        dim = d.shape[-1]
-        pos = np.asarray(positions, dtype=np.float64)
+        a, b = _pairs(d.shape[-1], layout)
+        c, s = _rotary_angles(positions, base, d.shape[-1])
+        da, db = d[..., a], d[..., b]
         out = np.empty_like(d)
-        for i in range(dim // 2):
-            a, b = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + dim // 2)
-            theta = pos * math.pow(float(base), -2.0 * i / dim)  # (n,)
-            c, s = np.cos(theta)[:, None], np.sin(theta)[:, None]
-            da, db = d[..., a:a + 1], d[..., b:b + 1]
-            out[..., a:a + 1], out[..., b:b + 1] = da * c + db * s, db * c - da * s
+        out[..., a], out[..., b] = da * c + db * s, db * c - da * s
         return out
 
     def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
-        p = params
-        if not _grouped(p):
+        if not _grouped(params):
             return super().multi_head_attention_vjp(x_q, x_kv, params, d_out, mask=mask)
-        h, kv, dk_ = p.num_heads, p.num_kv_heads, p.d_model // p.num_heads
-        r = h // kv
-        x_q, x_kv, d = _f64(x_q), _f64(x_kv), _f64(d_out)
-        batch = np.broadcast_shapes(x_q.shape[:-2], x_kv.shape[:-2])
-        xq, xkv = np.broadcast_to(x_q, batch + x_q.shape[-2:]), np.broadcast_to(x_kv, batch + x_kv.shape[-2:])
-        q = _seq_matmul(xq, _f64(p.w_q)) + _f64(p.b_q)
-        k = _seq_matmul(xkv, _f64(p.w_k)) + _f64(p.b_k)
-        v = _seq_matmul(xkv, _f64(p.w_v)) + _f64(p.b_v)
-        allowed = None if mask is None else np.broadcast_to(np.asarray(mask, bool), batch + (xq.shape[-2], xkv.shape[-2]))
-        dheads = _seq_matmul(d, _f64(p.w_o).T)
-        heads, gq, gk, gv = [], np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
-        for i in range(h):  # query head by query head; K/V head i // r
-            cols, kv_cols = slice(i * dk_, (i + 1) * dk_), slice((i // r) * dk_, (i // r + 1) * dk_)
-            heads.append(self.attention(q[..., cols], k[..., kv_cols], v[..., kv_cols], mask=allowed))
-            dq_i, dk_i, dv_i = self._flash_backward(q[..., cols], k[..., kv_cols], v[..., kv_cols], dheads[..., cols],
-                                                    allowed, 1.0 / math.sqrt(dk_))
-            gq[..., cols] = dq_i
-            gk[..., kv_cols] = gk[..., kv_cols] + dk_i
-            gv[..., kv_cols] = gv[..., kv_cols] + dv_i
-        merged = np.concatenate(heads, axis=-1)
-        dx_q = _seq_matmul(gq, _f64(p.w_q).T)
-        dx_kv = _seq_matmul(gk, _f64(p.w_k).T) + _seq_matmul(gv, _f64(p.w_v).T)
-        g = {}
-        for name, t, gr in (("q", xq, gq), ("k", xkv, gk), ("v", xkv, gv), ("o", merged, d)):
-            g["w_" + name] = _seq_matmul(_flat(t).T, _flat(gr))
-            g["b_" + name] = _flat(gr).sum(axis=0)
-        return (_unbroadcast(dx_q, x_q.shape), _unbroadcast(dx_kv, x_kv.shape),
-                MultiHeadParams(**g, num_heads=h, num_kv_heads=kv))
+        return self._heads_vjp(x_q, x_kv, params, d_out, mask, grouped=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,11 +420,8 @@ class LoopsImplementation(LoopsModernBackward, LoopsBackward):
             with np.errstate(invalid="ignore", over="ignore"):
                 l = l * np.where(m_new == -np.inf, 1.0, np.exp(m - m_new)) + np.exp(x[..., j] - m_new)
             m = m_new
-        out = np.empty_like(x)
         with np.errstate(invalid="ignore", over="ignore"):
-            for j in range(n):
-                out[..., j] = np.exp(x[..., j] - m) / l
-        return np.moveaxis(out, -1, axis)
+            return np.moveaxis(np.exp(x - m[..., None]) / l[..., None], -1, axis)
 
     def attention(self, q, k, v, mask=None, scale=None):
         q, k, v = _f64(q), _f64(k), _f64(v)
@@ -386,13 +444,9 @@ class LoopsImplementation(LoopsModernBackward, LoopsBackward):
         if mask is not None:
             target = np.broadcast_shapes(x_q.shape[:-2], x_kv.shape[:-2]) + (x_q.shape[-2], x_kv.shape[-2])
             allowed = np.broadcast_to(np.asarray(mask, dtype=bool), target)
-        heads = []
-        r = h // p.num_kv_heads  # grouped-query attention: query heads g·r … g·r + r − 1 share K/V head g
-        for i in range(h):  # head i: columns [i·d_k, (i+1)·d_k)
-            cols = slice(i * d_k, (i + 1) * d_k)
-            kv = slice((i // r) * d_k, (i // r + 1) * d_k)
-            heads.append(_online_attention(q[..., cols], k[..., kv], v[..., kv], allowed, 1.0 / math.sqrt(d_k)))
-        return _linear(np.concatenate(heads, axis=-1), p.w_o, p.b_o)
+        # every head at once; grouped-query attention: query heads g·r … g·r + r − 1 share K/V head g
+        heads = _heads_attention(q, k, v, h, p.num_kv_heads, allowed, 1.0 / math.sqrt(d_k))
+        return _linear(heads, p.w_o, p.b_o)
 
     def positional_encoding(self, n_positions, d_model):
         pe = np.zeros((n_positions, d_model))
@@ -407,19 +461,10 @@ class LoopsImplementation(LoopsModernBackward, LoopsBackward):
     def layer_norm(self, x, gamma, beta, eps):
         """Welford: running mean and sum of squared deviations over the features."""
         x = _f64(x)
-        mean = np.zeros(x.shape[:-1])
-        m2 = np.zeros(x.shape[:-1])
-        for f in range(x.shape[-1]):
-            delta = x[..., f] - mean
-            mean = mean + delta / (f + 1)
-            m2 = m2 + delta * (x[..., f] - mean)
+        mean, m2 = _welford(x)
         var = m2 / x.shape[-1]
         inv = 1.0 / np.sqrt(var + eps)
-        out = np.empty_like(x)
-        gamma, beta = _f64(gamma), _f64(beta)
-        for f in range(x.shape[-1]):
-            out[..., f] = gamma[f] * ((x[..., f] - mean) * inv) + beta[f]
-        return out
+        return _f64(gamma) * ((x - mean[..., None]) * inv[..., None]) + _f64(beta)
 
     def feed_forward(self, x, params):
         hidden = _linear(_f64(x), params.w1, params.b1)
@@ -453,21 +498,15 @@ class LoopsImplementation(LoopsModernBackward, LoopsBackward):
             (lambda h: self.feed_forward(h, p.ffn), lambda z: self._norm(z, p.norm3, p.eps)),
         ], p.norm_first)
 
-    # -- modern components, in the same style (loops over features, pairs and positions; the decoder
-    # block streams positions one at a time against its own KV cache, as generation does) ------------
+    # -- modern components, in the same style (loops over the contracted features; the decoder block
+    # streams positions one at a time against its own KV cache, as generation does) ------------------
     variants = {"grouped_query": True, **_SHIPPED}
 
     def rms_norm(self, x, gamma, eps):
         x = _f64(x)
-        ss = np.zeros(x.shape[:-1])
-        for f in range(x.shape[-1]):  # running sum of squares
-            ss = ss + x[..., f] * x[..., f]
+        ss = _feature_sum(x * x)  # running sum of squares
         inv = 1.0 / np.sqrt(ss / x.shape[-1] + eps)
-        out = np.empty_like(x)
-        gamma = _f64(gamma)
-        for f in range(x.shape[-1]):
-            out[..., f] = gamma[f] * (x[..., f] * inv)
-        return out
+        return _f64(gamma) * (x * inv[..., None])
 
     def gated_feed_forward(self, x, params):
         p = params
@@ -478,16 +517,11 @@ class LoopsImplementation(LoopsModernBackward, LoopsBackward):
 
     def rotary_embedding(self, x, positions, base=10000.0, layout="interleaved"):
         x = _f64(x)
-        d = x.shape[-1]
-        pos = np.asarray(positions, dtype=np.float64)
+        a, b = _pairs(x.shape[-1], layout)  # pair i: (2i, 2i+1) or (i, i + d/2), angle pos·base^(−2i/d)
+        c, s = _rotary_angles(positions, base, x.shape[-1])  # (n, d/2)
+        xa, xb = x[..., a], x[..., b]
         out = np.empty_like(x)
-        for i in range(d // 2):  # pair i: (2i, 2i+1) or (i, i + d/2), angle pos·base^(−2i/d)
-            a, b = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + d // 2)
-            theta = pos * math.pow(float(base), -2.0 * i / d)  # (n,)
-            c, s = np.cos(theta)[:, None], np.sin(theta)[:, None]
-            xa, xb = x[..., a][..., None], x[..., b][..., None]
-            out[..., a] = (xa * c - xb * s)[..., 0]
-            out[..., b] = (xb * c + xa * s)[..., 0]
+        out[..., a], out[..., b] = xa * c - xb * s, xb * c + xa * s
         return out
 
     def causal_attention(self, q, k, v, alignment="top-left", window=None, scale=None):
@@ -517,21 +551,16 @@ class LoopsImplementation(LoopsModernBackward, LoopsBackward):
 
         def attn(z):
             q, k, v = _linear(z, a.w_q, a.b_q), _linear(z, a.w_k, a.b_k), _linear(z, a.w_v, a.b_v)
-            if p.rope is not None:
-                rot = lambda y, heads: np.concatenate(
-                    [self.rotary_embedding(y[..., j * d_k:(j + 1) * d_k], [t], p.rope.base, p.rope.layout)
-                     for j in range(heads)], axis=-1)
+            if p.rope is not None:  # every head rotated at once
+                rot = lambda y, heads: _merge_heads(
+                    self.rotary_embedding(_split_heads(y, heads), [t], p.rope.base, p.rope.layout))
                 q, k = rot(q, h), rot(k, h_kv)
             cache["k"].append(k)
             cache["v"].append(v)
             keys = np.concatenate(np.broadcast_arrays(*cache["k"]), axis=-2)  # (..., t + 1, h_kv·d_k)
             values = np.concatenate(np.broadcast_arrays(*cache["v"]), axis=-2)
             allowed = None if allowed_row is None else allowed_row[..., None, :]
-            r = h // h_kv
-            heads = [_online_attention(q[..., i * d_k:(i + 1) * d_k], keys[..., (i // r) * d_k:(i // r + 1) * d_k],
-                                       values[..., (i // r) * d_k:(i // r + 1) * d_k], allowed, 1.0 / math.sqrt(d_k))
-                     for i in range(h)]
-            return _linear(np.concatenate(heads, axis=-1), a.w_o, a.b_o)
+            return _linear(_heads_attention(q, keys, values, h, h_kv, allowed, 1.0 / math.sqrt(d_k)), a.w_o, a.b_o)
 
         return sublayer_stack(x_t, [(attn, lambda z: self._block_norm(z, p.norm1, p.eps)),
                                     (lambda h: self._block_ffn(h, p.ffn), lambda z: self._block_norm(z, p.norm2, p.eps))],
