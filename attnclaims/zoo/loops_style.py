@@ -132,6 +132,18 @@ def _linear(x: np.ndarray, w, b) -> np.ndarray:
     return acc + _f64(b)
 
 
+def _projections(x_q, x_kv, p, same: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x_q W_q + b_q, x_kv W_k + b_k, x_kv W_v + b_v), each a sequential sum over the input features (as
+    :func:`_linear`); for self-attention (``same``: x_q is x_kv) one sum over the three weights side by side,
+    every output column the same sum as alone."""
+    ws, bs = [_f64(p.w_q), _f64(p.w_k), _f64(p.w_v)], [_f64(p.b_q), _f64(p.b_k), _f64(p.b_v)]
+    if not same:
+        return _linear(x_q, ws[0], bs[0]), _linear(x_kv, ws[1], bs[1]), _linear(x_kv, ws[2], bs[2])
+    out = _linear(x_q, np.concatenate(ws, axis=1), np.concatenate(bs))
+    i, j = ws[0].shape[1], ws[0].shape[1] + ws[1].shape[1]
+    return out[..., :i], out[..., i:j], out[..., j:]
+
+
 def _scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
     """q_i · k_j for every query i and key j, summed feature by feature: the loop runs over the contracted
     features only, each step vectorised over queries and keys. q (..., n_q, d), k (..., n_k, d) -> (..., n_q, n_k)."""
@@ -331,12 +343,11 @@ class LoopsBackward(LayerBackward):
         p = params
         h, kv, dk_ = p.num_heads, p.num_kv_heads, p.d_model // p.num_heads
         r = h // kv
+        same = x_q is x_kv
         x_q, x_kv, d = _f64(x_q), _f64(x_kv), _f64(d_out)
         batch = np.broadcast_shapes(x_q.shape[:-2], x_kv.shape[:-2])
         xq, xkv = np.broadcast_to(x_q, batch + x_q.shape[-2:]), np.broadcast_to(x_kv, batch + x_kv.shape[-2:])
-        q = _seq_matmul(xq, _f64(p.w_q)) + _f64(p.b_q)
-        k = _seq_matmul(xkv, _f64(p.w_k)) + _f64(p.b_k)
-        v = _seq_matmul(xkv, _f64(p.w_v)) + _f64(p.b_v)
+        q, k, v = _projections(xq, xkv, p, same)
         allowed = None if mask is None else np.broadcast_to(np.asarray(mask, bool), batch + (xq.shape[-2], xkv.shape[-2]))
         allowed = None if allowed is None else allowed[..., None, :, :]  # the same for every head
         dheads = _seq_matmul(d, _f64(p.w_o).T)
@@ -438,8 +449,9 @@ class LoopsImplementation(LoopsModernBackward, LoopsBackward):
     def multi_head_attention(self, x_q, x_kv, params, mask=None):
         p = params
         h, d_k = p.num_heads, p.d_model // p.num_heads
+        same = x_q is x_kv
         x_q, x_kv = _f64(x_q), _f64(x_kv)
-        q, k, v = _linear(x_q, p.w_q, p.b_q), _linear(x_kv, p.w_k, p.b_k), _linear(x_kv, p.w_v, p.b_v)
+        q, k, v = _projections(x_q, x_kv, p, same)
         allowed = None
         if mask is not None:
             target = np.broadcast_shapes(x_q.shape[:-2], x_kv.shape[:-2]) + (x_q.shape[-2], x_kv.shape[-2])
@@ -550,7 +562,7 @@ class LoopsImplementation(LoopsModernBackward, LoopsBackward):
         h, h_kv, d_k = a.num_heads, a.num_kv_heads, a.d_k
 
         def attn(z):
-            q, k, v = _linear(z, a.w_q, a.b_q), _linear(z, a.w_k, a.b_k), _linear(z, a.w_v, a.b_v)
+            q, k, v = _projections(z, z, a, True)
             if p.rope is not None:  # every head rotated at once
                 rot = lambda y, heads: _merge_heads(
                     self.rotary_embedding(_split_heads(y, heads), [t], p.rope.base, p.rope.layout))
@@ -606,7 +618,7 @@ class LoopsImplementation(LoopsModernBackward, LoopsBackward):
 
         return np.concatenate(out, axis=-2), KVCache(stacked("k"), stacked("v"))
 
-    # -- packed sequences (cu_seqlens) and a paged KV cache: one sequence and one head at a time, the keys
+    # -- packed sequences (cu_seqlens) and a paged KV cache: one sequence at a time (every head at once), the keys
     # gathered position by position, attention by the online softmax above
     def _bottom_right(self, n_q: int, n_k: int) -> np.ndarray:
         """Query i (of the last n_q positions) sees keys 0 … i + n_k − n_q."""
@@ -618,10 +630,12 @@ class LoopsImplementation(LoopsModernBackward, LoopsBackward):
         return allowed
 
     def _sequence(self, out, q, k, v, allowed, scale):
-        """out[:, head] = attention of head ``head`` with K/V head head // r, for every head."""
+        """out[:, head] = attention of head ``head`` with K/V head head // r, every head at once (heads as a
+        batch axis). q, out (n_q, h, ·); k, v (n_k, h_kv, ·)."""
         r = q.shape[1] // k.shape[1]
-        for head in range(q.shape[1]):
-            out[:, head] = _online_attention(q[:, head], k[:, head // r], v[:, head // r], allowed, scale)
+        heads = lambda t: np.swapaxes(t, 0, 1)  # (n, h, ·) <-> (h, n, ·)
+        out[...] = heads(_online_attention(heads(q), np.repeat(heads(k), r, axis=0), np.repeat(heads(v), r, axis=0),
+                                           allowed, scale))
 
     def varlen_attention(self, q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, scale=None):
         q, k, v = _f64(q), _f64(k), _f64(v)
