@@ -8,6 +8,8 @@ equivalent (no input can tell them apart) are listed with the reason in
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -18,7 +20,11 @@ from attnclaims.reference import (
     padding_mask, sinusoidal_encoding, softmax, split_heads,
 )
 from attnclaims.reference._validate import check_count
-from attnclaims.reference.attention import dot_product_scores
+from attnclaims.reference.attention import (
+    _row_softmax, alibi_attention, alibi_bias, alibi_slopes, attention_lse, attention_vjp, causal_attention,
+    causal_attention_vjp, dot_product_scores, softcap_attention, softcap_scores, softmax_axes, softmax_axes_vjp,
+    softmax_vjp,
+)
 from attnclaims.reference.baselines import (
     conv1d, fixed_context_encoder, l2_attention, linear_rnn_scan, linear_rnn_sequential, restricted_attention,
     rnn_input_jacobian, rnn_log_jacobian_norms, rnn_state_jacobian, tanh_rnn, tanh_rnn_step, window_mask,
@@ -1198,3 +1204,234 @@ def test_annotations_resolve():
     hints = typing.get_type_hints(wiring.residual_sublayer)
     assert hints["x"] is np.ndarray and hints["return"] is np.ndarray
     assert hints["sublayer"] == hints["norm"] == Callable[[np.ndarray], np.ndarray]
+
+
+# ---------------------------------------------------------------------------------------------
+# attention.py: validation and corners of the modern functions (causal attention and its vjp, the
+# softmax and attention vjps, the multi-head softmax, softmax over several axes, the returned
+# log-sum-exp, logit soft-capping, ALiBi)
+# ---------------------------------------------------------------------------------------------
+# Each test names the survivors of bench/mutation.sh (lines of attnclaims/reference/attention.py) it
+# was written for; the equivalent ones are in docs/mutation.md. The kernel features' own tests
+# (tests/reference/test_reference_scores.py) are not among the tests bench/mutation.sh runs for this
+# file, so their validation and corners are pinned here too.
+
+_d_out = np.ones((2, 3, 4))  # the output's shape for _q, _k, _v
+
+
+@pytest.mark.parametrize("call, message", [
+    # causal_attention (271 … 274) and causal_attention_vjp (376 … 378)
+    pytest.param(lambda: causal_attention(_q[0, 0], _k, _v), "q.ndim=1 (q.shape=(8,)), but should be >= 2",
+                 id="causal-q"),
+    pytest.param(lambda: causal_attention(_q, _k[0, 0], _v), "k.ndim=1 (k.shape=(8,)), but should be >= 2",
+                 id="causal-k"),
+    pytest.param(lambda: causal_attention(_q, _k, _v, alignment="center"),
+                 "alignment='center', but should be one of ('top-left', 'bottom-right')", id="causal-alignment"),
+    pytest.param(lambda: causal_attention_vjp(_q[0, 0], _k, _v, _d_out), "q.ndim=1 (q.shape=(8,)), but should be >= 2",
+                 id="causal-vjp-q"),
+    pytest.param(lambda: causal_attention_vjp(_q, _k[0, 0], _v, _d_out), "k.ndim=1 (k.shape=(8,)), but should be >= 2",
+                 id="causal-vjp-k"),
+    pytest.param(lambda: causal_attention_vjp(_q, _k, _v, _d_out, alignment="center"),
+                 "alignment='center', but should be one of ('top-left', 'bottom-right')", id="causal-vjp-alignment"),
+    # softmax_vjp (312 … 315)
+    pytest.param(lambda: softmax_vjp(np.array(1.0), np.array(1.0)), "x.ndim=0 (x.shape=()), but should be >= 1",
+                 id="softmax-vjp-x"),
+    pytest.param(lambda: softmax_vjp(np.ones(3), np.ones(3, complex)),
+                 "d_out.dtype=complex128, but should be a real floating or integer dtype", id="softmax-vjp-d-dtype"),
+    pytest.param(lambda: softmax_vjp(np.ones(3), np.ones(4)), "d_out.shape=(4,), but should be x.shape=(3,)",
+                 id="softmax-vjp-d-shape"),
+    # attention_vjp (347 … 359)
+    pytest.param(lambda: attention_vjp(_q[0, 0], _k, _v, _d_out), "q.ndim=1 (q.shape=(8,)), but should be >= 2",
+                 id="attention-vjp-q"),
+    pytest.param(lambda: attention_vjp(_q, _k[0, 0], _v, _d_out), "k.ndim=1 (k.shape=(8,)), but should be >= 2",
+                 id="attention-vjp-k"),
+    pytest.param(lambda: attention_vjp(_q, _k, _v[0, 0], _d_out), "v.ndim=1 (v.shape=(4,)), but should be >= 2",
+                 id="attention-vjp-v"),
+    pytest.param(lambda: attention_vjp(_q, _k[..., :6], _v, _d_out), "q.shape[-1]=8 != k.shape[-1]=6",
+                 id="attention-vjp-dk"),
+    pytest.param(lambda: attention_vjp(_q, _k, _v[..., :4, :], _d_out), "k.shape[-2]=5 != v.shape[-2]=4",
+                 id="attention-vjp-nk"),
+    pytest.param(lambda: attention_vjp(_q, _k, _v, _d_out[0, 0]), "d_out.ndim=1 (d_out.shape=(4,)), but should be >= 2",
+                 id="attention-vjp-d-ndim"),
+    pytest.param(lambda: attention_vjp(_q, _k, _v, _d_out[0]),
+                 "d_out.shape=(3, 4), but should be (2, 3, 4) (the output's shape)", id="attention-vjp-d-shape"),
+    pytest.param(lambda: attention_vjp(_q, _k, _v, _d_out, mask=np.ones((3, 5))),
+                 "mask.dtype=float64, but should be bool (True = may attend)", id="attention-vjp-mask"),
+    # softmax over several axes: _axes (402 … 413), softmax_axes and its vjp (435 … 450)
+    pytest.param(lambda: softmax_axes(np.ones((2, 3)), axis=()), "axis=(), but should name at least one axis",
+                 id="axes-empty"),
+    pytest.param(lambda: softmax_axes(np.ones((2, 3)), axis=(0, 1.5)),
+                 "axis=(0, 1.5), but should be an int or a tuple of ints", id="axes-float"),
+    pytest.param(lambda: softmax_axes(np.ones((2, 3)), axis=(True,)),
+                 "axis=(True,), but should be an int or a tuple of ints", id="axes-bool"),
+    pytest.param(lambda: softmax_axes(np.ones((2, 3)), axis=(0, 2)), "axis=(0, 2) is out of range for x.ndim=2",
+                 id="axes-high"),
+    pytest.param(lambda: softmax_axes(np.ones((2, 3)), axis=(-3, 1)), "axis=(-3, 1) is out of range for x.ndim=2",
+                 id="axes-low"),
+    pytest.param(lambda: softmax_axes(np.ones((2, 3)), axis=[1, -1]), "axis=[1, -1] names an axis twice",
+                 id="axes-twice"),
+    pytest.param(lambda: softmax_axes(np.array(1.0)), "x.ndim=0 (x.shape=()), but should be >= 1", id="axes-x"),
+    pytest.param(lambda: softmax_axes(np.ones((2, 3)), mask=np.ones((2, 3))),
+                 "mask.dtype=float64, but should be bool (True = may attend)", id="axes-mask"),
+    pytest.param(lambda: softmax_axes_vjp(np.array(1.0), np.array(1.0)), "x.ndim=0 (x.shape=()), but should be >= 1",
+                 id="axes-vjp-x"),
+    pytest.param(lambda: softmax_axes_vjp(np.ones((2, 3)), np.ones((2, 3), complex)),
+                 "d_out.dtype=complex128, but should be a real floating or integer dtype", id="axes-vjp-d-dtype"),
+    pytest.param(lambda: softmax_axes_vjp(np.ones((2, 3)), np.ones((3, 2))),
+                 "d_out.shape=(3, 2), but should be x.shape=(2, 3)", id="axes-vjp-d-shape"),
+    pytest.param(lambda: softmax_axes_vjp(np.ones((2, 3)), np.ones((2, 3)), axis=(0, 0)),
+                 "axis=(0, 0) names an axis twice", id="axes-vjp-axis"),
+    # attention_lse (468 … 474)
+    pytest.param(lambda: attention_lse(_q, _k, _v, mask=np.ones((3, 5))),
+                 "mask.dtype=float64, but should be bool (True = may attend)", id="lse-mask"),
+    # softcap (490 … 505): a finite number > 0
+    *[pytest.param(lambda cap=cap: softcap_scores(_q, _k, cap), f"softcap={cap!r}, but should be a finite number > 0",
+                   id=f"softcap-{cap!r}") for cap in (0, -1.0, float("inf"), float("nan"), "1")],
+    pytest.param(lambda: softcap_attention(_q, _k, _v, True), "softcap=True, but should be a finite number > 0",
+                 id="softcap-bool"),
+    # ALiBi (520 … 554)
+    pytest.param(lambda: alibi_slopes(0), "num_heads=0, but should be >= 1", id="alibi-slopes-zero"),
+    pytest.param(lambda: alibi_bias(2, 3, np.ones((1, 2))), "slopes.shape=(1, 2), but should be (num_heads,)",
+                 id="alibi-bias-slopes"),
+    pytest.param(lambda: alibi_bias(2, 3, np.ones(2, complex)),
+                 "slopes.dtype=complex128, but should be a real floating or integer dtype", id="alibi-bias-dtype"),
+    pytest.param(lambda: alibi_attention(_q[0], _k, _v, np.ones(2)), "q.ndim=2 (q.shape=(3, 8)), but should be >= 3",
+                 id="alibi-q"),
+    pytest.param(lambda: alibi_attention(_q, _k[0], _v, np.ones(2)), "k.ndim=2 (k.shape=(5, 8)), but should be >= 3",
+                 id="alibi-k"),
+    pytest.param(lambda: alibi_attention(_q, _k, _v[0], np.ones(2)), "v.ndim=2 (v.shape=(5, 4)), but should be >= 3",
+                 id="alibi-v"),
+    pytest.param(lambda: alibi_attention(_q, _k, _v, np.ones(3)),
+                 "slopes.shape=(3,), but should be (2,) (one slope per head, axis -3)", id="alibi-slopes"),
+    pytest.param(lambda: alibi_attention(_q, _k, _v, np.ones(2, complex)),
+                 "slopes.dtype=complex128, but should be a real floating or integer dtype", id="alibi-slopes-dtype"),
+    pytest.param(lambda: alibi_attention(_q, _k, _v[:, :4], np.ones(2)), "s.shape[-1]=5 != v.shape[-2]=4",
+                 id="alibi-nk"),
+    pytest.param(lambda: alibi_attention(_q, _k, _v, np.ones(2), mask=np.ones((2, 3, 5))),
+                 "mask.dtype=float64, but should be bool (True = may attend)", id="alibi-mask"),
+])
+def test_messages_of_the_modern_attention(call, message):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value) == message
+
+
+def test_causal_attention_defaults_to_top_left_and_takes_two_dimensional_inputs():
+    """causal_attention and its vjp default to the top-left alignment (265, 369) and take q, k of two axes
+    (271, 272, 377, 378: min_ndim 2, not 3)."""
+    q, k, v, d = _q[0], _k[0], _v[0], np.ones((3, 4))  # n_q = 3 < n_k = 5: the alignments differ
+    mask = causal_mask(3, 5)
+    np.testing.assert_array_equal(causal_attention(q, k, v), attention(q, k, v, mask=mask))
+    for got, want in zip(causal_attention_vjp(q, k, v, d), attention_vjp(q, k, v, d, mask=mask)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_softmax_vjp_does_not_read_the_gradient_where_the_weight_is_zero():
+    """dx = p ⊙ (d − ⟨p, d⟩) with d read only where p > 0 (297: ``p >= 0`` reads a NaN at a weight of 0 and
+    poisons ⟨p, d⟩)."""
+    dx = softmax_vjp(np.array([0.0, -np.inf, 0.0]), np.array([1.0, np.nan, 3.0]))
+    assert dx.tolist() == [-0.5, 0.0, 0.5]  # p = (1/2, 0, 1/2), ⟨p, d⟩ = 2
+
+
+def test_row_softmax_of_the_multi_head_backward_subtracts_the_max_and_zeroes_empty_rows():
+    """The dtype-generic softmax of the multi-head and block backward passes: shifted by the row max (290: ``s + m``
+    overflows for scores of 800) and a row with nothing allowed all zeros (292: ``total >= 0`` divides 0 by 0)."""
+    s = np.array([[800.0, 800.0], [1.0, 2.0]])
+    allowed = np.array([[True, True], [False, False]])
+    assert _row_softmax(s, allowed).tolist() == [[0.5, 0.5], [0.0, 0.0]]
+    assert _row_softmax(s[:1], None).tolist() == [[0.5, 0.5]]
+    p = _row_softmax(np.array([[0.0, np.log(3.0)]], dtype=np.float32), None)
+    assert p.dtype == np.float32 and np.allclose(p, [[0.25, 0.75]], rtol=1e-6, atol=0)
+
+
+def _flat_softmax(f, x, axes, *others):
+    """f over the last axis with ``axes`` moved to the end and flattened (an independent _over_axes)."""
+    ends = tuple(range(-len(axes), 0))
+    moved = [np.moveaxis(a, axes, ends) for a in (x,) + others]
+    shape = moved[0].shape
+    out = f(*[m.reshape(shape[:-len(axes)] + (-1,)) for m in moved]).reshape(shape)
+    return np.moveaxis(out, ends, axes)
+
+
+def test_softmax_over_axes_is_the_softmax_of_the_flattened_slice():
+    """Every axis form (402 … 414: a tuple, a list, negative, unsorted, one int, a numpy int) and the masked and
+    unmasked paths (436 … 440) against the flattened slice; the vjp likewise (446 … 451); softmax and softmax_vjp
+    hand a tuple of axes on (115, 311)."""
+    rng = np.random.default_rng(5)
+    x, d = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 3, 4))
+    mask = rng.random((2, 3, 4)) < 0.7
+    mask[:, 0, 0] = False  # the slice at axis 1 = 0 … and one with nothing allowed
+    mask[:, 1, :] = False
+    want = _flat_softmax(lambda a: softmax(a, -1), x, (0, 2))
+    assert np.allclose(want.sum(axis=(0, 2)), 1.0, rtol=1e-15, atol=0)
+    for axis in ((0, 2), [2, 0], (-3, -1), (0, np.int64(-1))):
+        np.testing.assert_allclose(softmax_axes(x, axis), want, rtol=1e-15, atol=0, err_msg=str(axis))
+    np.testing.assert_allclose(softmax(x, axis=(0, 2)), want, rtol=1e-15, atol=0)
+    masked = _flat_softmax(lambda a, m: softmax(a, -1, mask=m), x, (0, 2), mask)
+    assert (masked[:, 1, :] == 0.0).all() and (masked[:, 0, 0] == 0.0).all()
+    np.testing.assert_allclose(softmax_axes(x, (2, 0), mask=mask), masked, rtol=1e-15, atol=0)
+    np.testing.assert_allclose(softmax_axes(x, (1, 2)), _flat_softmax(lambda a: softmax(a, -1), x, (1, 2)),
+                               rtol=1e-15, atol=0)
+    for axis in (1, np.int64(-2)):
+        np.testing.assert_allclose(softmax_axes(x, axis), softmax(x, axis=1), rtol=1e-15, atol=0)
+    dx = _flat_softmax(lambda a, g: softmax_vjp(a, g, -1), x, (0, 2), d)
+    np.testing.assert_allclose(softmax_axes_vjp(x, d, (0, 2)), dx, rtol=1e-13, atol=1e-16)
+    np.testing.assert_allclose(softmax_vjp(x, d, axis=[2, 0]), dx, rtol=1e-13, atol=1e-16)
+    np.testing.assert_allclose(softmax_axes_vjp(x[0], d[0]), _flat_softmax(lambda a, g: softmax_vjp(a, g, -1),
+                               x[0], (0, 1), d[0]), rtol=1e-13, atol=1e-16)  # the default axes: the last two
+
+
+def test_lse_corners():
+    """lse = m + log Σ exp(s − m) over the allowed keys (476 … 487): log n for equal scores, the max plus log 2
+    for two huge ones (no overflow), −inf for a query with nothing allowed; q of two axes (469 … 471: min_ndim 2);
+    q's batch broadcast against k's (472, 473)."""
+    q, k, v = np.zeros((2, 3, 4)), _k[:1, :, :4], _v[:1]
+    mask = np.array([[True] * 5, [True, True, False, False, False], [False] * 5])
+    out, lse = attention_lse(q, k, v, mask=mask)
+    assert lse.shape == (2, 3) and lse.tolist() == [[math.log(5.0), math.log(2.0), -math.inf]] * 2
+    np.testing.assert_array_equal(out, attention(q, k, v, mask=mask))
+    for sign, scale in ((1.0, 1.0), (-1.0, 1.0), (1.0, 2.0)):
+        out, lse = attention_lse(np.array([[sign * 1000.0]]), np.ones((2, 1)), np.array([[1.0], [3.0]]), scale=scale)
+        assert lse.tolist() == [sign * 1000.0 * scale + math.log(2.0)] and out.tolist() == [[2.0]]
+    _, lse = attention_lse(np.array([[1000.0]]), np.array([[1.0], [2.0]]), np.ones((2, 1)),
+                           mask=np.array([[False, True]]))
+    assert lse.tolist() == [2000.0]  # one allowed key: its score exactly (the default scale is 1 for d_k = 1)
+
+
+def test_softcap_is_c_tanh_of_the_scaled_scores_over_c():
+    """S' = c·tanh(S/c) after the scale (497 … 513), a cap of any real number type (490 … 494), attention over the
+    capped scores with the mask."""
+    s = dot_product_scores(_q, _k, 0.9)
+    want = 2.5 * np.tanh(s / 2.5)
+    np.testing.assert_array_equal(softcap_scores(_q, _k, 2.5, scale=0.9), want)
+    mask = np.arange(5) < np.array([[1], [3], [5]])
+    np.testing.assert_array_equal(softcap_attention(_q, _k, _v, 2.5, mask=mask, scale=0.9),
+                                  attention_from_scores(want, _v, mask))
+    for cap in (2, np.int64(2), np.float32(2.0), 2.0):
+        np.testing.assert_array_equal(softcap_scores(_q, _k, cap), 2.0 * np.tanh(dot_product_scores(_q, _k) / 2.0))
+    assert np.abs(softcap_scores(np.full((1, 1), 1e200), np.full((1, 1), 1e200), 3.0)).tolist() == [[3.0]]
+
+
+def test_alibi_slopes_bias_and_attention_values():
+    """Press et al.'s slopes (520 … 526) for powers of two and between them, the bias −m·(p_i − j) with
+    bottom-right positions (533 … 538), and alibi_attention as attention over the biased scores under the
+    bottom-right causal mask and the padding mask (548 … 562), heads broadcast from k, zero rows for n_q > n_k."""
+    assert alibi_slopes(8).tolist() == [2.0 ** -e for e in range(1, 9)]
+    assert alibi_slopes(1).tolist() == [2.0 ** -8]
+    assert alibi_slopes(np.int64(2)).tolist() == [2.0 ** -4, 2.0 ** -8]
+    assert alibi_slopes(3).tolist() == [2.0 ** -4, 2.0 ** -8, 2.0 ** -2]
+    assert alibi_slopes(6).tolist() == [2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8, 2.0 ** -1, 2.0 ** -3]
+    bias = alibi_bias(2, 4, [1.0, 0.5])
+    assert bias.shape == (2, 2, 4)
+    assert bias.tolist() == [[[-2.0, -1.0, 0.0, 1.0], [-3.0, -2.0, -1.0, 0.0]],
+                             [[-1.0, -0.5, 0.0, 0.5], [-1.5, -1.0, -0.5, 0.0]]]
+    slopes = np.array([0.5, 0.25])
+    pad = np.array([True, True, False, True, True])
+    s = dot_product_scores(_q, _k, 0.7) + alibi_bias(3, 5, slopes)
+    causal = np.arange(5) <= np.arange(3)[:, None] + 2  # bottom-right: query i sees keys 0 … i + 2
+    np.testing.assert_array_equal(alibi_attention(_q, _k, _v, slopes, mask=pad, scale=0.7),
+                                  attention_from_scores(s, _v, causal & pad))
+    s = dot_product_scores(_q[:1], _k) + alibi_bias(3, 5, slopes)  # one head of q against k's two
+    np.testing.assert_array_equal(alibi_attention(_q[:1], _k, _v, slopes), attention_from_scores(s, _v, causal))
+    out = alibi_attention(_q[:, :3], _k[:, :2], _v[:, :2], slopes)  # n_q = 3 > n_k = 2
+    assert (out[:, 0] == 0.0).all() and not (out[:, 1:] == 0.0).any()
