@@ -23,7 +23,11 @@ def exists(*paths: str) -> list[str]:
 
 extra = exists("tests/reference/test_reference_edges.py")
 core = exists("tests/reference/test_reference.py", "tests/reference/test_reference_backward.py",
-              "tests/reference/test_reference_layers.py") + extra
+              "tests/reference/test_reference_layers.py",
+              # the kernel features' reference functions (scores: log-sum-exp, softmax over several axes,
+              # soft-capping, ALiBi; packed: varlen, paged; the FFN activations) have their own modules
+              "tests/reference/test_reference_scores.py", "tests/reference/test_reference_packed.py",
+              "tests/reference/test_reference_activations.py") + extra
 # The tolerance meta-tests of tests/checks/test_strategies.py (the rest of that module tests the strategies).
 tolerance_meta = [f"tests/checks/test_strategies.py::{name}" for name in (
     "test_assert_close_message_and_measured_bound", "test_exact_zero_and_differs_checks",
