@@ -1271,6 +1271,12 @@ _d_out = np.ones((2, 3, 4))  # the output's shape for _q, _k, _v
     pytest.param(lambda: softmax_axes(np.ones((2, 3)), axis=[1, -1]), "axis=[1, -1] names an axis twice",
                  id="axes-twice"),
     pytest.param(lambda: softmax_axes(np.array(1.0)), "x.ndim=0 (x.shape=()), but should be >= 1", id="axes-x"),
+    *[pytest.param(call, "x has 1 NaN or +inf entries at unmasked positions, but should be finite there (-inf is "
+                   "allowed and gets weight 0)", id=f"axes-nan-{name}") for name, call in [
+        ("unmasked", lambda: softmax_axes(np.array([[0.0, np.nan], [1.0, 2.0]]))),
+        ("masked", lambda: softmax_axes(np.array([[0.0, np.nan], [np.inf, 2.0]]), mask=np.array([[1, 1], [0, 1]], bool))),
+        ("vjp", lambda: softmax_axes_vjp(np.array([[0.0, np.inf], [1.0, 2.0]]), np.ones((2, 2)))),
+    ]],
     pytest.param(lambda: softmax_axes(np.ones((2, 3)), mask=np.ones((2, 3))),
                  "mask.dtype=float64, but should be bool (True = may attend)", id="axes-mask"),
     pytest.param(lambda: softmax_axes_vjp(np.array(1.0), np.array(1.0)), "x.ndim=0 (x.shape=()), but should be >= 1",
@@ -1374,6 +1380,14 @@ def test_softmax_over_axes_is_the_softmax_of_the_flattened_slice():
                                rtol=1e-15, atol=0)
     for axis in (1, np.int64(-2)):
         np.testing.assert_allclose(softmax_axes(x, axis), softmax(x, axis=1), rtol=1e-15, atol=0)
+    # one axis of three (the flattened slice keeps two other axes) and every axis (none is left), masked
+    np.testing.assert_allclose(softmax_axes(x, (1,), mask=mask), softmax(x, axis=1, mask=mask), rtol=1e-15, atol=0)
+    np.testing.assert_allclose(softmax_axes(x[0], (0, 1), mask=mask[0]).ravel(),
+                               softmax(x[0].ravel(), mask=mask[0].ravel()), rtol=1e-15, atol=0)
+    # the default axes are the last two, also for three axes (426, 440)
+    np.testing.assert_allclose(softmax_axes(x), _flat_softmax(lambda a: softmax(a, -1), x, (1, 2)), rtol=1e-15, atol=0)
+    np.testing.assert_allclose(softmax_axes_vjp(x, d), _flat_softmax(lambda a, g: softmax_vjp(a, g, -1), x, (1, 2), d),
+                               rtol=1e-13, atol=1e-16)
     dx = _flat_softmax(lambda a, g: softmax_vjp(a, g, -1), x, (0, 2), d)
     np.testing.assert_allclose(softmax_axes_vjp(x, d, (0, 2)), dx, rtol=1e-13, atol=1e-16)
     np.testing.assert_allclose(softmax_vjp(x, d, axis=[2, 0]), dx, rtol=1e-13, atol=1e-16)
@@ -1407,8 +1421,9 @@ def test_softcap_is_c_tanh_of_the_scaled_scores_over_c():
     mask = np.arange(5) < np.array([[1], [3], [5]])
     np.testing.assert_array_equal(softcap_attention(_q, _k, _v, 2.5, mask=mask, scale=0.9),
                                   attention_from_scores(want, _v, mask))
-    for cap in (2, np.int64(2), np.float32(2.0), 2.0):
-        np.testing.assert_array_equal(softcap_scores(_q, _k, cap), 2.0 * np.tanh(dot_product_scores(_q, _k) / 2.0))
+    for cap in (2, np.int64(2), np.float32(2.0), 2.0, 1, 0.5):  # any real number type, any size > 0
+        c = float(cap)
+        np.testing.assert_array_equal(softcap_scores(_q, _k, cap), c * np.tanh(dot_product_scores(_q, _k) / c))
     assert np.abs(softcap_scores(np.full((1, 1), 1e200), np.full((1, 1), 1e200), 3.0)).tolist() == [[3.0]]
 
 
