@@ -2,8 +2,9 @@
 contracted index, in order, each step vectorised over the other axes only. Each test compares a piece of the
 style, bit for bit, with the plain loop it stands for (one Python step per term, the online softmax one key
 at a time), at sizes that cross 16 and 64 and at a prime. Caught: a sum handed to np.einsum, a matmul or
-np.sum (blocked or pairwise summation changes the last bits; each test checks that einsum's bits differ on
-its inputs, so that the comparison can tell), and a vectorisation that reorders the additions.
+np.sum (blocked or pairwise summation changes the last bits; the score and feed-forward tests check that
+einsum's and matmul's bits differ on their inputs, so that the comparison can tell), and a vectorisation
+that reorders the additions.
 """
 from __future__ import annotations
 
