@@ -31,6 +31,7 @@ from attnclaims.reference.baselines import (
 )
 from attnclaims.reference import params as P
 from attnclaims.reference.layers import decoder, decoder_layer_vjp, encoder, encoder_layer_vjp
+from attnclaims.reference.norms import layer_norm_vjp, rms_norm, rms_norm_vjp
 from attnclaims.reference.params import (
     DecoderLayerParams, EncoderLayerParams, FeedForwardParams, LayerNormParams, MultiHeadParams, init_layer_norm,
     xavier_uniform,
@@ -1450,3 +1451,106 @@ def test_alibi_slopes_bias_and_attention_values():
     np.testing.assert_array_equal(alibi_attention(_q[:1], _k, _v, slopes), attention_from_scores(s, _v, causal))
     out = alibi_attention(_q[:, :3], _k[:, :2], _v[:, :2], slopes)  # n_q = 3 > n_k = 2
     assert (out[:, 0] == 0.0).all() and not (out[:, 1:] == 0.0).any()
+
+
+# ---------------------------------------------------------------------------------------------
+# norms.py: messages, and the first-order error bounds of the |·|-evaluation (attnclaims.checks) pinned
+# against the formulas their docstrings state
+# ---------------------------------------------------------------------------------------------
+# The error helpers run only inside the checks' same-precision bounds, whose tests bench/mutation.sh does not
+# run for the reference; each formula is restated here row by row and compared to rounding (rtol 1e-13 on
+# terms that differ by orders of magnitude when a constant or an index changes). u = 2⁻¹⁰ keeps every
+# u-term well above that rtol.
+
+_U = 2.0 ** -10
+# (2, 2, 3): rows of n = 3 under two batch axes of another size, so that axis 1 for -1 shows
+_xn = np.array([[[1.0, -2.0, 3.5], [0.25, 0.0, -0.5]], [[-7.0, 6.0, 1.0], [2.0, 2.5, 3.0]]])
+_ex = np.array([[[1e-3, 2e-3, 0.0], [0.0, 5e-4, 1e-4]], [[3e-3, 0.0, 1e-3], [2e-4, 2e-4, 0.0]]])
+
+
+class _Widened(np.ndarray):
+    """An output gradient that asks the backward cores for the |·|-evaluation's widened forward values."""
+
+    forward_u = _U
+
+
+@pytest.mark.parametrize("call, message", [
+    pytest.param(lambda: rms_norm(np.ones((2, 3)), np.ones((1, 3))), "gamma.shape=(1, 3), but should be (d,)",
+                 id="rms-gamma"),
+    pytest.param(lambda: rms_norm(np.ones((2, 0)), np.ones(0)),
+                 "x.shape[-1]=0, but should be >= 1: there is nothing to normalise over", id="rms-empty"),
+    pytest.param(lambda: layer_norm_vjp(np.ones((2, 3)), np.ones(3), np.zeros(3), 1e-5, np.ones((3, 2))),
+                 "d_out.shape=(3, 2), but should be x.shape=(2, 3)", id="ln-vjp-d"),
+    pytest.param(lambda: rms_norm_vjp(np.ones((2, 3)), np.ones((1, 3)), 1e-6, np.ones((2, 3))),
+                 "gamma.shape=(1, 3), but should be (d,)", id="rms-vjp-gamma"),
+    pytest.param(lambda: rms_norm_vjp(np.ones((2, 3)), np.ones(3), 1e-6, np.ones((3, 2))),
+                 "d_out.shape=(3, 2), but should be x.shape=(2, 3)", id="rms-vjp-d"),
+])
+def test_messages_of_the_norms(call, message):
+    """norms.py 93, 96, 166, 266, 270."""
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value) == message
+
+
+def _per_row(f, a):
+    """f of each row (last axis) of a, as a (..., 1) array."""
+    a = np.asarray(a)
+    return np.array([f(row.tolist()) for row in a.reshape(-1, a.shape[-1])]).reshape(a.shape[:-1] + (1,))
+
+
+def _row_max(a):
+    return _per_row(lambda row: max(abs(v) for v in row), a)
+
+
+def _row_mean(a):
+    return _per_row(lambda row: sum(row) / len(row), a)
+
+
+def test_norm_error_helpers_follow_their_docstrings():
+    """_widened_input (175, 176), _ln_forward_error (187 … 195), _ln_output_error (201 … 204) and
+    _norm_output_error (286 … 296) as their docstrings state them, with and without an input error."""
+    from attnclaims.reference import norms as N
+
+    n, c_mean = 3, 2.0 * 4 + 4.0 * math.log(3) + 4.0  # 2(n + 1) + 4 ln n + 4
+    np.testing.assert_allclose(N._widened_input(_xn, _U), np.abs(_xn) + _U * c_mean * _row_max(_xn), rtol=1e-13)
+    xhat, r = N._normalized(_xn, 1e-5)
+    for ex in (None, _ex):
+        e = np.zeros(_xn.shape) if ex is None else ex
+        uc = _U * np.abs(xhat) / r
+        dc = uc + _U * c_mean * _row_max(_xn) + e + _row_mean(e)
+        rho = r * _row_mean(np.abs(xhat) * (e + uc)) + (1.5 * (n + 2) + 4.0) * _U
+        got_e, got_rho = N._ln_forward_error(_xn, xhat, r, ex, _U)
+        np.testing.assert_allclose(got_rho, rho, rtol=1e-13)
+        np.testing.assert_allclose(got_e, r * dc + np.abs(xhat) * rho, rtol=1e-13)
+        gamma, beta = np.array([2.0, -1.0, 0.5]), np.array([0.1, 0.2, -3.0])
+        want = np.abs(gamma) * got_e + _U * (np.abs(gamma * xhat) + np.abs(gamma * xhat + beta))
+        np.testing.assert_allclose(N._ln_output_error(_xn, (gamma, beta), 1e-5, ex, _U), want, rtol=1e-13)
+        ln = LayerNormParams(gamma, beta)
+        np.testing.assert_allclose(N._norm_output_error(_xn.tolist(), ln, 1e-5, _U, ex), want, rtol=1e-13)
+        rms = P.RMSNormParams(gamma)
+        xr, rr = N._rms_normalized(_xn, 1e-6)
+        e_x = (n / 2 + 4) * _U * np.abs(xr) + rr * (e + np.abs(xr) * _row_mean(np.abs(xr) * e))
+        np.testing.assert_allclose(N._norm_output_error(_xn, rms, 1e-6, _U, ex),
+                                   np.abs(gamma) * e_x + 2 * _U * np.abs(gamma * xr), rtol=1e-13)
+
+
+def test_norm_backward_cores_widen_the_forward_values_in_a_magnitude_evaluation():
+    """With d carrying forward_u, layer norm's core widens x̂ to |x̂| + Δx̂ and r to r(1 + ρ) (143, 144), RMSNorm's
+    x̂ to |x̂|(1 + (n/2 + 4)u) (244); the same formulas as the plain backward with those values."""
+    from attnclaims.reference import norms as N
+
+    gamma, d = np.array([2.0, -1.0, 0.5]), np.array([[[1.0, -0.5, 2.0], [0.3, 0.7, -1.1]]] * 2) * [[[1.0]], [[-2.0]]]
+    xhat, r = N._normalized(_xn, 1e-5)
+    e_xhat, rho = N._ln_forward_error(_xn, xhat, r, None, _U)
+    xw, rw = np.abs(xhat) + e_xhat, r * (1 + rho)
+    g = d * gamma
+    dx, dg, db = N._layer_norm_backward(_xn, gamma, 1e-5, d.view(_Widened))
+    np.testing.assert_allclose(dx, rw * (g - _row_mean(g) - xw * _row_mean(g * xw)), rtol=1e-13)
+    np.testing.assert_allclose(dg, d * xw, rtol=1e-13)
+    np.testing.assert_array_equal(db, d)
+    xr, rr = N._rms_normalized(_xn, 1e-6)
+    xw = np.abs(xr) * (1 + (3 / 2 + 4) * _U)
+    dx, dg = N._rms_norm_backward(_xn, gamma, 1e-6, d.view(_Widened))
+    np.testing.assert_allclose(dx, rr * (g - xw * _row_mean(g * xw)), rtol=1e-13)
+    np.testing.assert_allclose(dg, d * xw, rtol=1e-13)
