@@ -31,6 +31,9 @@ from attnclaims.reference.baselines import (
 )
 from attnclaims.reference import params as P
 from attnclaims.reference.layers import decoder, decoder_layer_vjp, encoder, encoder_layer_vjp
+from attnclaims.reference.ffn import (
+    feed_forward_vjp, ffn_activation, gated_activation, gated_feed_forward, gated_feed_forward_vjp,
+)
 from attnclaims.reference.norms import layer_norm_vjp, rms_norm, rms_norm_vjp
 from attnclaims.reference.params import (
     DecoderLayerParams, EncoderLayerParams, FeedForwardParams, LayerNormParams, MultiHeadParams, init_layer_norm,
@@ -1554,3 +1557,168 @@ def test_norm_backward_cores_widen_the_forward_values_in_a_magnitude_evaluation(
     dx, dg = N._rms_norm_backward(_xn, gamma, 1e-6, d.view(_Widened))
     np.testing.assert_allclose(dx, rr * (g - xw * _row_mean(g * xw)), rtol=1e-13)
     np.testing.assert_allclose(dg, d * xw, rtol=1e-13)
+
+
+# ---------------------------------------------------------------------------------------------
+# ffn.py: messages, the tanh GELU and the smooth FFN backward against their formulas, and the
+# |·|-evaluation's widened backward cores (as for the norms above)
+# ---------------------------------------------------------------------------------------------
+
+_ffp, _gfp = P.init_feed_forward(0, 3, 4), P.init_gated_feed_forward(0, 3, 4)
+_xf = _xn  # (2, 2, 3)
+_df = np.array([[[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]], [[-2.0, 1.0, 0.5], [0.1, -0.2, 0.3]]])
+
+
+@pytest.mark.parametrize("call, message", [
+    pytest.param(lambda: ffn_activation(np.ones(2), "tanh"),
+                 "activation='tanh', but should be one of ('relu', 'gelu', 'gelu_tanh', 'silu')", id="ffn-activation"),
+    pytest.param(lambda: gated_activation(np.ones(2), "relu"),
+                 "activation='relu', but should be one of ('silu', 'gelu', 'gelu_tanh')", id="gated-activation"),
+    pytest.param(lambda: gated_feed_forward(np.ones((2, 3)), _ffp),
+                 "params is FeedForwardParams, but should be GatedFeedForwardParams", id="gated-params"),
+    pytest.param(lambda: feed_forward_vjp(np.ones((2, 3)), _gfp, np.ones((2, 3))),
+                 "params is GatedFeedForwardParams, but should be FeedForwardParams", id="ffn-vjp-params"),
+    pytest.param(lambda: feed_forward_vjp(np.ones((2, 3)), _ffp, np.ones((3, 2))),
+                 "d_out.shape=(3, 2), but should be x.shape=(2, 3)", id="ffn-vjp-d"),
+    pytest.param(lambda: gated_feed_forward_vjp(np.ones((2, 3)), _ffp, np.ones((2, 3))),
+                 "params is FeedForwardParams, but should be GatedFeedForwardParams", id="gated-vjp-params"),
+    pytest.param(lambda: gated_feed_forward_vjp(np.ones((2, 3)), _gfp, np.ones((3, 2))),
+                 "d_out.shape=(3, 2), but should be x.shape=(2, 3)", id="gated-vjp-d"),
+])
+def test_messages_of_the_ffns(call, message):
+    """ffn.py 75, 82, 92, 145, 150, 286, 291."""
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value) == message
+
+
+def _gelu_tanh_and_slope(a):
+    """a(1 + t)/2 and (1 + t)/2 + a(1 − t²)·√(2/π)(1 + 3·0.044715a²)/2, t = tanh(√(2/π)(a + 0.044715a³)), per entry."""
+    out, slope = [], []
+    for v in np.asarray(a, dtype=np.float64).ravel().tolist():
+        t = math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3))
+        out.append(0.5 * v * (1 + t))
+        slope.append(0.5 * (1 + t) + 0.5 * v * (1 - t * t) * math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * v * v))
+    shape = np.shape(a)
+    return np.reshape(out, shape), np.reshape(slope, shape)
+
+
+def test_tanh_gelu_and_its_slope_follow_the_formula():
+    """ffn_activation and _activation_and_derivative for "gelu_tanh" (52, 53, 73, 74, 181 … 187): the formula, a
+    float32 input kept float32, and the tails where a³ overflows: t = ±1 and the slope's second term 0."""
+    from attnclaims.reference import ffn as F
+
+    a = np.array([[-3.0, -1.0, -0.1], [0.0, 0.7, 2.7]])
+    want, slope = _gelu_tanh_and_slope(a)
+    np.testing.assert_allclose(ffn_activation(a, "gelu_tanh"), want, rtol=1e-14, atol=1e-300)
+    got, dgot = F._activation_and_derivative(a, "gelu_tanh")
+    np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-300)
+    np.testing.assert_allclose(dgot, slope, rtol=1e-14, atol=1e-300)
+    got32, d32 = F._activation_and_derivative(a.astype(np.float32), "gelu_tanh")
+    assert got32.dtype == d32.dtype == np.float32
+    np.testing.assert_allclose(d32, slope, rtol=1e-6, atol=1e-7)
+    huge = np.array([1e200, -1e200, 50.0])
+    assert ffn_activation(huge, "gelu_tanh").tolist() == [1e200, 0.0, 50.0]
+    out, dout = F._activation_and_derivative(huge, "gelu_tanh")
+    assert out.tolist() == [1e200, 0.0, 50.0] and dout.tolist() == [1.0, 0.0, 1.0]
+    with pytest.raises(ValueError) as info:
+        F._activation_and_derivative(a, "relu")
+    assert str(info.value) == "activation='relu', but should be one of ('silu', 'gelu', 'gelu_tanh')"
+
+
+def _dense_backward(x, w1, w2, d, slope, hidden):
+    """dx, dW₁, db₁, dW₂, db₂ of a two-layer FFN with dP = (d W₂ᵀ) ⊙ slope (feed_forward_vjp's formulas), summed
+    over every position."""
+    dpre = (d @ w2.T) * slope
+    xr, dr, hr = x.reshape(-1, x.shape[-1]), dpre.reshape(-1, dpre.shape[-1]), hidden.reshape(-1, hidden.shape[-1])
+    return dpre @ w1.T, xr.T @ dr, dr.sum(axis=0), hr.T @ d.reshape(-1, d.shape[-1]), d.reshape(-1, d.shape[-1]).sum(axis=0)
+
+
+def test_smooth_ffn_vjp_and_block_pieces():
+    """feed_forward_vjp of a GELU FFN (152, 153: Φ(a) + a φ(a) as the slope, the activation copied) and the block's
+    pieces of a smooth FFN (303 … 309: forward and backward the FFN's own)."""
+    from attnclaims.reference import ffn as F
+
+    p = P.init_feed_forward(1, 3, 4, activation="gelu")
+    pre = _xf @ p.w1 + p.b1
+    phi = 0.5 * np.vectorize(math.erfc)(-pre / math.sqrt(2))
+    slope = phi + pre * np.exp(-0.5 * pre * pre) / math.sqrt(2 * math.pi)
+    dx, grads = feed_forward_vjp(_xf, p, _df)
+    want = _dense_backward(_xf, p.w1, p.w2, _df, slope, pre * phi)
+    for got, w in zip((dx, grads.w1, grads.b1, grads.w2, grads.b2), want):
+        np.testing.assert_allclose(got, w, rtol=1e-13, atol=1e-15)
+    assert grads.activation == "gelu"
+    forward, backward = F._ffn_pieces(p, np.float64)
+    np.testing.assert_allclose(forward(_xf), feed_forward(_xf, p), rtol=1e-14)
+    bdx, bgrads = backward(_xf, _df)
+    np.testing.assert_allclose(bdx, dx, rtol=1e-14)
+    for name in ("w1", "b1", "w2", "b2"):
+        np.testing.assert_allclose(bgrads[name], getattr(grads, name), rtol=1e-14, err_msg=name)
+
+
+def test_ffn_backward_cores_widen_the_forward_values_in_a_magnitude_evaluation():
+    """The |·|-evaluation branches: the ReLU kink counted twice within its error (131 … 133), the ReLU cores (117 …
+    121, 259 … 265), the smooth core with slope_error (224, 225, 240 … 245) and the gated core (200 … 207), each
+    against its docstring's widening, with and without an input error."""
+    from attnclaims.reference import ffn as F
+
+    # the kink: a unit with |P| ≤ ΔP is counted once more, live (P > 0) or not
+    w1, w2 = np.array([[1.0, -1.0], [0.5, 2.0]]), np.array([[1.0, 2.0], [-1.0, 0.5]])
+    x, d = np.array([[1.0, 2.0], [0.5, -1.0]]), np.array([[1.0, -1.0], [2.0, 0.5]])
+    pre, e_pre, hidden = np.array([[0.1, -0.1], [3.0, -3.0]]), np.full((2, 2), 0.2), np.array([[1.0, 2.0], [3.0, 4.0]])
+    got = F._relu_kink_backward(x, w1, w2, d, pre, e_pre, hidden)
+    for g, w in zip(got, _dense_backward(x, w1, w2, d, np.array([[2.0, 1.0], [1.0, 0.0]]), hidden)):
+        np.testing.assert_array_equal(g, w)
+    assert F.slope_error(np.array([-2.0, 0.5]), np.array([1e-3, 0.0]), _U).tolist() == [
+        0.8e-3 + _U * (24.0 + 16.0 * (1.0 + 0.54)), _U * (24.0 + 4.0 * (1.0 + 0.135 * 0.25))]
+    f = _ffn_dict_of(_ffp)
+    dw = _df.view(_Widened)
+    for ex in (None, _ex):
+        e_x = np.zeros(_xf.shape) if ex is None else ex
+        width = _U * (3 + 1)
+        pre = _xf @ f["w1"] + f["b1"]
+        # _feed_forward_backward: x widened by the layer norm's rounding, then the projection's error
+        xw = np.abs(_xf) + _U * (2.0 * 4 + 4.0 * math.log(3) + 4.0) * _row_max(_xf) + e_x
+        e_p = width * (xw @ np.abs(f["w1"]) + np.abs(f["b1"])) + e_x @ np.abs(f["w1"])
+        want = F._relu_kink_backward(xw, f["w1"], f["w2"], _df, pre, e_p, np.maximum(0.0, pre) + e_p)
+        for g, w in zip(F._feed_forward_backward(_xf, f["w1"], f["b1"], f["w2"], dw, ex), want):
+            np.testing.assert_allclose(g, w, rtol=1e-13)
+        # _relu_backward: |x| + e_x, the projection's error from |x|
+        xa = np.abs(_xf) + e_x
+        e_p = width * (np.abs(_xf) @ np.abs(f["w1"]) + np.abs(f["b1"])) + e_x @ np.abs(f["w1"])
+        want = F._relu_kink_backward(xa, f["w1"], f["w2"], _df, pre, e_p, np.maximum(0.0, pre) + e_p)
+        dx, grads = F._relu_backward(_xf, f, dw, ex)
+        for g, w in zip((dx, grads["w1"], grads["b1"], grads["w2"], grads["b2"]), want):
+            np.testing.assert_allclose(g, w, rtol=1e-13)
+        # _smooth_backward: the activation's rounding u(6|act| + 2|P|) and the slope's slope_error
+        for act_name in ("gelu", "silu", "gelu_tanh"):
+            act, dact = F._activation_and_derivative(pre, act_name)
+            hidden = np.abs(act) + 1.2 * e_p + _U * (6 * np.abs(act) + 2 * np.abs(pre))
+            slope = np.abs(dact) + 0.8 * e_p + _U * (24.0 + 8.0 * np.abs(pre) * (1.0 + 0.135 * pre * pre))
+            want = _dense_backward(xa, f["w1"], f["w2"], _df, slope, hidden)
+            dx, grads = F._smooth_backward(_xf, f, act_name, dw, ex)
+            for g, w in zip((dx, grads["w1"], grads["b1"], grads["w2"], grads["b2"]), want):
+                np.testing.assert_allclose(g, w, rtol=1e-13, err_msg=act_name)
+        # _gated_backward: both projections' errors, the gate's through its slope (1.2) and its rounding (6u)
+        g = {k: np.asarray(getattr(_gfp, k)) for k in ("w_gate", "b_gate", "w_up", "b_up", "w_down", "b_down")}
+        pre_g, up = _xf @ g["w_gate"] + g["b_gate"], _xf @ g["w_up"] + g["b_up"]
+        act, dact = F._activation_and_derivative(pre_g, "silu")
+        e_g = width * (np.abs(_xf) @ np.abs(g["w_gate"]) + np.abs(g["b_gate"])) + e_x @ np.abs(g["w_gate"])
+        e_u = width * (np.abs(_xf) @ np.abs(g["w_up"]) + np.abs(g["b_up"])) + e_x @ np.abs(g["w_up"])
+        up_w = np.abs(up) + e_u
+        act_w = np.abs(act) + 1.2 * e_g + 6 * _U * np.abs(act)
+        hidden = act_w * up_w + np.abs(act * up) * 2 * _U
+        dh = _df @ g["w_down"].T
+        d_up, d_gate = dh * act_w, dh * up_w * dact
+        rows = lambda a: a.reshape(-1, a.shape[-1])
+        dx, grads = F._gated_backward(_xf, g, "silu", dw, ex)
+        np.testing.assert_allclose(dx, d_gate @ g["w_gate"].T + d_up @ g["w_up"].T, rtol=1e-13)
+        want = {"w_down": rows(hidden).T @ rows(_df), "b_down": rows(_df).sum(axis=0),
+                "w_up": rows(xa).T @ rows(d_up), "b_up": rows(d_up).sum(axis=0),
+                "w_gate": rows(xa).T @ rows(d_gate), "b_gate": rows(d_gate).sum(axis=0)}
+        for name, w in want.items():
+            np.testing.assert_allclose(grads[name], w, rtol=1e-13, err_msg=name)
+
+
+def _ffn_dict_of(p):
+    return {k: np.asarray(getattr(p, k), dtype=np.float64) for k in ("w1", "b1", "w2", "b2")}
