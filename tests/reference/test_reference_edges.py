@@ -30,10 +30,12 @@ from attnclaims.reference.baselines import (
     rnn_input_jacobian, rnn_log_jacobian_norms, rnn_state_jacobian, tanh_rnn, tanh_rnn_step, window_mask,
 )
 from attnclaims.reference import params as P
+from attnclaims.reference import multihead as MH
 from attnclaims.reference.layers import decoder, decoder_layer_vjp, encoder, encoder_layer_vjp
 from attnclaims.reference.ffn import (
     feed_forward_vjp, ffn_activation, gated_activation, gated_feed_forward, gated_feed_forward_vjp,
 )
+from attnclaims.reference.multihead import multi_head_attention_vjp
 from attnclaims.reference.norms import layer_norm_vjp, rms_norm, rms_norm_vjp
 from attnclaims.reference.params import (
     DecoderLayerParams, EncoderLayerParams, FeedForwardParams, LayerNormParams, MultiHeadParams, init_layer_norm,
@@ -1663,11 +1665,13 @@ def test_ffn_backward_cores_widen_the_forward_values_in_a_magnitude_evaluation()
     from attnclaims.reference import ffn as F
 
     # the kink: a unit with |P| ≤ ΔP is counted once more, live (P > 0) or not
-    w1, w2 = np.array([[1.0, -1.0], [0.5, 2.0]]), np.array([[1.0, 2.0], [-1.0, 0.5]])
+    # (P = 0 is dead but within the error; |P| = ΔP exactly counts as within)
+    w1, w2 = np.array([[1.0, -1.0, 3.0], [0.5, 2.0, -2.0]]), np.array([[1.0, 2.0], [-1.0, 0.5], [0.25, -3.0]])
     x, d = np.array([[1.0, 2.0], [0.5, -1.0]]), np.array([[1.0, -1.0], [2.0, 0.5]])
-    pre, e_pre, hidden = np.array([[0.1, -0.1], [3.0, -3.0]]), np.full((2, 2), 0.2), np.array([[1.0, 2.0], [3.0, 4.0]])
+    pre, e_pre = np.array([[0.1, -0.1, 0.0], [3.0, -3.0, -0.2]]), np.full((2, 3), 0.2)
+    hidden = np.array([[1.0, 2.0, 0.5], [3.0, 4.0, -1.0]])
     got = F._relu_kink_backward(x, w1, w2, d, pre, e_pre, hidden)
-    for g, w in zip(got, _dense_backward(x, w1, w2, d, np.array([[2.0, 1.0], [1.0, 0.0]]), hidden)):
+    for g, w in zip(got, _dense_backward(x, w1, w2, d, np.array([[2.0, 1.0, 1.0], [1.0, 0.0, 1.0]]), hidden)):
         np.testing.assert_array_equal(g, w)
     assert F.slope_error(np.array([-2.0, 0.5]), np.array([1e-3, 0.0]), _U).tolist() == [
         0.8e-3 + _U * (24.0 + 16.0 * (1.0 + 0.54)), _U * (24.0 + 4.0 * (1.0 + 0.135 * 0.25))]
@@ -1722,3 +1726,65 @@ def test_ffn_backward_cores_widen_the_forward_values_in_a_magnitude_evaluation()
 
 def _ffn_dict_of(p):
     return {k: np.asarray(getattr(p, k), dtype=np.float64) for k in ("w1", "b1", "w2", "b2")}
+
+
+# ---------------------------------------------------------------------------------------------
+# multihead.py: messages and the |·|-evaluation's widened attention (as for the norms above)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("call, message", [
+    pytest.param(lambda: MH.expand_kv(_ffp),
+                 "params is FeedForwardParams, but should be MultiHeadParams", id="expand-kv-params"),
+    pytest.param(lambda: MH._mha_dict(_gqa, np.float64), "num_kv_heads=3 != num_heads=6: the reference "
+                 "backward covers multi-head attention without grouped-query heads", id="mha-dict-gqa"),
+    pytest.param(lambda: multi_head_attention_vjp(np.ones((3, 4)), np.ones((3, 4)), _ffp, np.ones((3, 4))),
+                 "params is FeedForwardParams, but should be MultiHeadParams", id="mha-vjp-params"),
+    pytest.param(lambda: multi_head_attention_vjp(np.ones((2, 3, 4)), np.ones((5, 4)), init_multi_head(0, 4, 2),
+                                                  np.ones((3, 4))),
+                 "d_out.shape=(3, 4), but should be (2, 3, 4) (the output's shape)", id="mha-vjp-d"),
+])
+def test_messages_of_multihead(call, message):
+    """multihead.py 157, 249, 279, 288."""
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value) == message
+
+
+def test_widened_attention_follows_its_docstring_and_feeds_the_backward():
+    """_widened_attention (225 … 243): inputs widened by a layer norm's rounding plus ex, the projections'
+    u(d + 1)(|x||W| + |b|) + ex|W|, the scores' c(Δq|k|ᵀ + |q|Δkᵀ), the weights' A ⊙ (u(8(n_k + 1) + 4 ln n_k) + Δs +
+    ⟨A, Δs⟩), the weighted sum's u(n_k + 2)|A||V| + ΔA|V| + |A|ΔV; _mha_backward runs on those values when d carries
+    forward_u (199)."""
+    p = MH._mha_dict(init_multi_head(2, 4, 2), np.float64)  # d_model 4, two heads of d_k = 2
+    rng = np.random.default_rng(9)
+    x_q, x_kv = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 5, 4))
+    mask = np.ones((2, 3, 5), bool)
+    mask[0, 1, 3:] = False
+    _, cache = MH._mha_forward(x_q, x_kv, p, mask)
+    q, k, v, a, merged, c = cache
+    split = lambda t: np.moveaxis(t.reshape(t.shape[:-1] + (2, 2)), -2, -3)  # (..., n, 4) -> (..., 2, n, 2)
+    merge = lambda t: np.moveaxis(t, -3, -2).reshape(t.shape[:-3] + (t.shape[-2], 4))
+    kt = lambda t: np.swapaxes(t, -1, -2)
+    d = rng.normal(size=(2, 3, 4))
+    for ex_q, ex_kv in ((None, None), (np.full((2, 3, 4), 1e-3), np.full((2, 5, 4), 2e-3))):
+        eq_in = np.zeros((2, 3, 4)) if ex_q is None else ex_q
+        ekv_in = np.zeros((2, 5, 4)) if ex_kv is None else ex_kv
+        c_mean = 2.0 * 5 + 4.0 * math.log(4) + 4.0  # 2(d + 1) + 4 ln d + 4, d = 4
+        ax_q = np.abs(x_q) + _U * c_mean * _row_max(x_q) + eq_in
+        ax_kv = np.abs(x_kv) + _U * c_mean * _row_max(x_kv) + ekv_in
+        err = {n: split(_U * 5 * (ax @ np.abs(p["w_" + n]) + np.abs(p["b_" + n])) + e @ np.abs(p["w_" + n]))
+               for n, ax, e in (("q", ax_q, eq_in), ("k", ax_kv, ekv_in), ("v", ax_kv, ekv_in))}
+        es = (err["q"] @ kt(np.abs(k)) + np.abs(q) @ kt(err["k"])) / math.sqrt(2.0)
+        ea = a * (_U * (8.0 * 6 + 4.0 * math.log(5)) + es + (a * es).sum(axis=-1, keepdims=True))
+        m = merge(np.abs(a @ v) + _U * 7 * (a @ np.abs(v)) + ea @ np.abs(v) + a @ err["v"])
+        want = (np.abs(q) + err["q"], np.abs(k) + err["k"], np.abs(v) + err["v"], a + ea, m, ax_q, ax_kv)
+        got = MH._widened_attention(x_q, x_kv, p, q, k, v, a, _U, ex_q, ex_kv)
+        for name, g, w in zip(("q", "k", "v", "a", "merged", "x_q", "x_kv"), got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-13, err_msg=name)
+    wq, wk, wv, wa, wm, wxq, wxkv = MH._widened_attention(x_q, x_kv, p, q, k, v, a, _U)
+    plain = MH._mha_backward(wxq, wxkv, p, (wq, wk, wv, wa, wm, c), d)
+    widened = MH._mha_backward(x_q, x_kv, p, cache, d.view(_Widened))
+    for g, w in zip(widened[:2], plain[:2]):
+        np.testing.assert_allclose(g, w, rtol=1e-13)
+    for name in plain[2]:
+        np.testing.assert_allclose(widened[2][name], plain[2][name], rtol=1e-13, err_msg=name)
