@@ -1436,7 +1436,8 @@ def test_softcap_is_c_tanh_of_the_scaled_scores_over_c():
 def test_alibi_slopes_bias_and_attention_values():
     """Press et al.'s slopes (520 … 526) for powers of two and between them, the bias −m·(p_i − j) with
     bottom-right positions (533 … 538), and alibi_attention as attention over the biased scores under the
-    bottom-right causal mask and the padding mask (548 … 562), heads broadcast from k, zero rows for n_q > n_k."""
+    bottom-right causal mask and the padding mask (548 … 562), heads broadcast from any of q, k, v (552), zero rows
+    for n_q > n_k."""
     assert alibi_slopes(8).tolist() == [2.0 ** -e for e in range(1, 9)]
     assert alibi_slopes(1).tolist() == [2.0 ** -8]
     assert alibi_slopes(np.int64(2)).tolist() == [2.0 ** -4, 2.0 ** -8]
@@ -1452,8 +1453,10 @@ def test_alibi_slopes_bias_and_attention_values():
     causal = np.arange(5) <= np.arange(3)[:, None] + 2  # bottom-right: query i sees keys 0 … i + 2
     np.testing.assert_array_equal(alibi_attention(_q, _k, _v, slopes, mask=pad, scale=0.7),
                                   attention_from_scores(s, _v, causal & pad))
-    s = dot_product_scores(_q[:1], _k) + alibi_bias(3, 5, slopes)  # one head of q against k's two
-    np.testing.assert_array_equal(alibi_attention(_q[:1], _k, _v, slopes), attention_from_scores(s, _v, causal))
+    for which in range(3):  # the head count from whichever of q, k, v has two heads (the others broadcast one)
+        qq, kk, vv = (t if i == which else t[:1] for i, t in enumerate((_q, _k, _v)))
+        s = dot_product_scores(qq, kk) + alibi_bias(3, 5, slopes)
+        np.testing.assert_array_equal(alibi_attention(qq, kk, vv, slopes), attention_from_scores(s, vv, causal))
     out = alibi_attention(_q[:, :3], _k[:, :2], _v[:, :2], slopes)  # n_q = 3 > n_k = 2
     assert (out[:, 0] == 0.0).all() and not (out[:, 1:] == 0.0).any()
 
@@ -1755,36 +1758,41 @@ def test_widened_attention_follows_its_docstring_and_feeds_the_backward():
     u(d + 1)(|x||W| + |b|) + ex|W|, the scores' c(Δq|k|ᵀ + |q|Δkᵀ), the weights' A ⊙ (u(8(n_k + 1) + 4 ln n_k) + Δs +
     ⟨A, Δs⟩), the weighted sum's u(n_k + 2)|A||V| + ΔA|V| + |A|ΔV; _mha_backward runs on those values when d carries
     forward_u (199)."""
-    p = MH._mha_dict(init_multi_head(2, 4, 2), np.float64)  # d_model 4, two heads of d_k = 2
+    p = MH._mha_dict(init_multi_head(2, 6, 2), np.float64)  # d_model 6, two heads of d_k = 3
     rng = np.random.default_rng(9)
-    x_q, x_kv = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 5, 4))
-    mask = np.ones((2, 3, 5), bool)
-    mask[0, 1, 3:] = False
-    _, cache = MH._mha_forward(x_q, x_kv, p, mask)
-    q, k, v, a, merged, c = cache
-    split = lambda t: np.moveaxis(t.reshape(t.shape[:-1] + (2, 2)), -2, -3)  # (..., n, 4) -> (..., 2, n, 2)
-    merge = lambda t: np.moveaxis(t, -3, -2).reshape(t.shape[:-3] + (t.shape[-2], 4))
+    split = lambda t: np.moveaxis(t.reshape(t.shape[:-1] + (2, 3)), -2, -3)  # (..., n, 6) -> (..., 2, n, 3)
+    merge = lambda t: np.moveaxis(t, -3, -2).reshape(t.shape[:-3] + (t.shape[-2], 6))
     kt = lambda t: np.swapaxes(t, -1, -2)
-    d = rng.normal(size=(2, 3, 4))
-    for ex_q, ex_kv in ((None, None), (np.full((2, 3, 4), 1e-3), np.full((2, 5, 4), 2e-3))):
-        eq_in = np.zeros((2, 3, 4)) if ex_q is None else ex_q
-        ekv_in = np.zeros((2, 5, 4)) if ex_kv is None else ex_kv
-        c_mean = 2.0 * 5 + 4.0 * math.log(4) + 4.0  # 2(d + 1) + 4 ln d + 4, d = 4
-        ax_q = np.abs(x_q) + _U * c_mean * _row_max(x_q) + eq_in
-        ax_kv = np.abs(x_kv) + _U * c_mean * _row_max(x_kv) + ekv_in
-        err = {n: split(_U * 5 * (ax @ np.abs(p["w_" + n]) + np.abs(p["b_" + n])) + e @ np.abs(p["w_" + n]))
-               for n, ax, e in (("q", ax_q, eq_in), ("k", ax_kv, ekv_in), ("v", ax_kv, ekv_in))}
-        es = (err["q"] @ kt(np.abs(k)) + np.abs(q) @ kt(err["k"])) / math.sqrt(2.0)
-        ea = a * (_U * (8.0 * 6 + 4.0 * math.log(5)) + es + (a * es).sum(axis=-1, keepdims=True))
-        m = merge(np.abs(a @ v) + _U * 7 * (a @ np.abs(v)) + ea @ np.abs(v) + a @ err["v"])
-        want = (np.abs(q) + err["q"], np.abs(k) + err["k"], np.abs(v) + err["v"], a + ea, m, ax_q, ax_kv)
-        got = MH._widened_attention(x_q, x_kv, p, q, k, v, a, _U, ex_q, ex_kv)
-        for name, g, w in zip(("q", "k", "v", "a", "merged", "x_q", "x_kv"), got, want):
-            np.testing.assert_allclose(g, w, rtol=1e-13, err_msg=name)
-    wq, wk, wv, wa, wm, wxq, wxkv = MH._widened_attention(x_q, x_kv, p, q, k, v, a, _U)
-    plain = MH._mha_backward(wxq, wxkv, p, (wq, wk, wv, wa, wm, c), d)
-    widened = MH._mha_backward(x_q, x_kv, p, cache, d.view(_Widened))
-    for g, w in zip(widened[:2], plain[:2]):
-        np.testing.assert_allclose(g, w, rtol=1e-13)
-    for name in plain[2]:
-        np.testing.assert_allclose(widened[2][name], plain[2][name], rtol=1e-13, err_msg=name)
+    c_mean = 2.0 * 7 + 4.0 * math.log(6) + 4.0  # 2(d + 1) + 4 ln d + 4, d = 6
+    # a batch axis and a mask; no batch axis and a single key (ln n_k = 0)
+    for shape_q, shape_kv in (((2, 3, 6), (2, 5, 6)), ((3, 6), (1, 6))):
+        x_q, x_kv = rng.normal(size=shape_q), rng.normal(size=shape_kv)
+        mask = None
+        if len(shape_q) == 3:
+            mask = np.ones((2, 3, 5), bool)
+            mask[0, 1, 3:] = False
+        _, cache = MH._mha_forward(x_q, x_kv, p, mask)
+        q, k, v, a, merged, c = cache
+        n_k = shape_kv[-2]
+        for ex_q, ex_kv in ((None, None), (np.full(shape_q, 1e-3), np.full(shape_kv, 2e-3))):
+            eq_in = np.zeros(shape_q) if ex_q is None else ex_q
+            ekv_in = np.zeros(shape_kv) if ex_kv is None else ex_kv
+            ax_q = np.abs(x_q) + _U * c_mean * _row_max(x_q) + eq_in
+            ax_kv = np.abs(x_kv) + _U * c_mean * _row_max(x_kv) + ekv_in
+            err = {n: split(_U * 7 * (ax @ np.abs(p["w_" + n]) + np.abs(p["b_" + n])) + e @ np.abs(p["w_" + n]))
+                   for n, ax, e in (("q", ax_q, eq_in), ("k", ax_kv, ekv_in), ("v", ax_kv, ekv_in))}
+            es = (err["q"] @ kt(np.abs(k)) + np.abs(q) @ kt(err["k"])) / math.sqrt(3.0)
+            ea = a * (_U * (8.0 * (n_k + 1) + 4.0 * math.log(n_k)) + es + (a * es).sum(axis=-1, keepdims=True))
+            m = merge(np.abs(a @ v) + _U * (n_k + 2) * (a @ np.abs(v)) + ea @ np.abs(v) + a @ err["v"])
+            want = (np.abs(q) + err["q"], np.abs(k) + err["k"], np.abs(v) + err["v"], a + ea, m, ax_q, ax_kv)
+            got = MH._widened_attention(x_q, x_kv, p, q, k, v, a, _U, ex_q, ex_kv)
+            for name, g, w in zip(("q", "k", "v", "a", "merged", "x_q", "x_kv"), got, want):
+                np.testing.assert_allclose(g, w, rtol=1e-13, err_msg=name)
+        d = rng.normal(size=shape_q)
+        wq, wk, wv, wa, wm, wxq, wxkv = MH._widened_attention(x_q, x_kv, p, q, k, v, a, _U)
+        plain = MH._mha_backward(wxq, wxkv, p, (wq, wk, wv, wa, wm, c), d)
+        widened = MH._mha_backward(x_q, x_kv, p, cache, d.view(_Widened))
+        for g, w in zip(widened[:2], plain[:2]):
+            np.testing.assert_allclose(g, w, rtol=1e-13)
+        for name in plain[2]:
+            np.testing.assert_allclose(widened[2][name], plain[2][name], rtol=1e-13, err_msg=name)
