@@ -37,6 +37,9 @@ from attnclaims.reference.ffn import (
 )
 from attnclaims.reference.multihead import multi_head_attention_vjp
 from attnclaims.reference.norms import layer_norm_vjp, rms_norm, rms_norm_vjp
+from attnclaims.reference.positional import (
+    rotary_angles, rotary_embedding, rotary_embedding_vjp, rotary_frequencies, rotary_pairs,
+)
 from attnclaims.reference.params import (
     DecoderLayerParams, EncoderLayerParams, FeedForwardParams, LayerNormParams, MultiHeadParams, init_layer_norm,
     xavier_uniform,
@@ -1796,3 +1799,40 @@ def test_widened_attention_follows_its_docstring_and_feeds_the_backward():
             np.testing.assert_allclose(g, w, rtol=1e-13)
         for name in plain[2]:
             np.testing.assert_allclose(widened[2][name], plain[2][name], rtol=1e-13, err_msg=name)
+
+
+# ---------------------------------------------------------------------------------------------
+# positional.py: rotary embeddings' messages and angles
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("call, message", [
+    *[pytest.param(lambda base=base: rotary_frequencies(4, base), f"base={base!r}, but should be a finite number > 1",
+                   id=f"rope-base-{base!r}") for base in (1, 0.5, float("inf"), float("nan"), True, "10")],
+    *[pytest.param(lambda d=d: rotary_frequencies(d), f"d={d!r}, but should be an even integer >= 2 (rotary "
+                   "embeddings rotate pairs)", id=f"rope-d-{d!r}") for d in (True, 3, 4.0)],
+    pytest.param(lambda: rotary_embedding(np.ones((2, 4)), [0, 1, 2]),
+                 "positions.shape=(3,), but should be (2,): one position per row of x", id="rope-positions-length"),
+    pytest.param(lambda: rotary_angles([[0, 1]], 4),  # no length fits positions of two axes
+                 "positions.shape=(1, 2), but should be (-1,): one position per row of x", id="rope-angles-2d"),
+    pytest.param(lambda: rotary_embedding(np.ones((2, 4)), np.array([0.0, 1.0])),
+                 "positions.dtype=float64, but should be an integer dtype", id="rope-positions-dtype"),
+    pytest.param(lambda: rotary_pairs(4, "pairs"), "layout='pairs', but should be one of ('interleaved', 'half')",
+                 id="rope-layout"),
+    pytest.param(lambda: rotary_embedding_vjp(np.ones((2, 4)), [0, 1], np.ones((4, 2))),
+                 "d_out.shape=(4, 2), but should be x.shape=(2, 4)", id="rope-vjp-d"),
+])
+def test_messages_of_rotary_embeddings(call, message):
+    """positional.py 120 … 135, 139 … 142, 148, 209."""
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value) == message
+
+
+def test_rotary_angles_and_an_empty_sequence():
+    """θ_{m,i} = m·ω_i, ω_i = base^(−2i/d) (117, 136, 141, 142: the default base 10000, any base > 1), any integer
+    positions; no positions need no integer dtype (134)."""
+    assert rotary_angles([0, 3, -2], 4, base=100.0).tolist() == [[0.0, 0.0], [3.0, 3 * 0.1], [-2.0, -2 * 0.1]]
+    assert rotary_angles(np.array([5], np.int32), 2).tolist() == [[5.0]]
+    assert rotary_angles([0, 1], 4).tolist() == [[0.0, 0.0], [1.0, 0.01]]  # the default base, 10000
+    assert rotary_frequencies(4).tolist() == [1.0, 0.01] and rotary_frequencies(2, 1.5).tolist() == [1.0]
+    assert rotary_embedding(np.ones((0, 4)), np.array([])).shape == (0, 4)
