@@ -37,6 +37,9 @@ from attnclaims.reference.ffn import (
 )
 from attnclaims.reference.multihead import multi_head_attention_vjp
 from attnclaims.reference.norms import layer_norm_vjp, rms_norm, rms_norm_vjp
+from attnclaims.reference.packed import (
+    gather_pages, paged_attention, paged_mask, sequence_bounds, varlen_attention, varlen_mask,
+)
 from attnclaims.reference.positional import (
     rotary_angles, rotary_embedding, rotary_embedding_vjp, rotary_frequencies, rotary_pairs,
 )
@@ -1836,3 +1839,159 @@ def test_rotary_angles_and_an_empty_sequence():
     assert rotary_angles([0, 1], 4).tolist() == [[0.0, 0.0], [1.0, 0.01]]  # the default base, 10000
     assert rotary_frequencies(4).tolist() == [1.0, 0.01] and rotary_frequencies(2, 1.5).tolist() == [1.0]
     assert rotary_embedding(np.ones((0, 4)), np.array([])).shape == (0, 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# packed.py: varlen and paged attention's messages and values (their own tests,
+# tests/reference/test_reference_packed.py, are not among those bench/mutation.sh runs for it)
+# ---------------------------------------------------------------------------------------------
+
+_pk_rng = np.random.default_rng(31)
+_vq, _vk, _vv = _pk_rng.normal(size=(5, 4, 3)), _pk_rng.normal(size=(6, 2, 3)), _pk_rng.normal(size=(6, 2, 2))
+_cq, _ck = [0, 2, 5], [0, 4, 6]
+_kc, _vc = _pk_rng.normal(size=(5, 2, 2, 3)), _pk_rng.normal(size=(5, 2, 2, 2))
+_pq, _table, _lens = _pk_rng.normal(size=(2, 2, 4, 3)), np.array([[3, 1, 0], [2, 4, 0]]), np.array([5, 2])
+_CU = "but should start at 0, never decrease and end at {} (cumulative sequence lengths, not the lengths)"
+_ROWS = "but each should be in [n_q=2, block_table.shape[1]·block_size=6] (the queries are the last n_q positions)"
+
+
+def _varlen(q=_vq, k=_vk, v=_vv, cq=_cq, ck=_ck, **kw):
+    return varlen_attention(q, k, v, cq, ck, **kw)
+
+
+def _paged(q=_pq, kc=_kc, vc=_vc, table=_table, lens=_lens):
+    return paged_attention(q, kc, vc, table, lens)
+
+
+@pytest.mark.parametrize("call, message", [
+    # cu_seqlens (43 … 52, 71 … 73)
+    pytest.param(lambda: varlen_mask([0], [0, 1]), "cu_seqlens_q.shape=(1,), but should be (batch + 1,) with batch >= 1",
+                 id="cu-short"),
+    pytest.param(lambda: _varlen(cq=[[0, 5]]), "cu_seqlens_q.shape=(1, 2), but should be (batch + 1,) with batch >= 1",
+                 id="cu-2d"),
+    pytest.param(lambda: _varlen(cq=np.array([0.0, 2.0, 5.0])),
+                 "cu_seqlens_q.dtype=float64, but should be an integer dtype (cumulative sequence lengths)", id="cu-float"),
+    pytest.param(lambda: _varlen(ck=np.array([False, True, True])),
+                 "cu_seqlens_k.dtype=bool, but should be an integer dtype (cumulative sequence lengths)", id="cu-bool"),
+    pytest.param(lambda: _varlen(cq=[1, 2, 5]), "cu_seqlens_q=[1, 2, 5], " + _CU.format(5), id="cu-start"),
+    pytest.param(lambda: _varlen(ck=[0, 4, 5]), "cu_seqlens_k=[0, 4, 5], " + _CU.format(6), id="cu-end"),
+    pytest.param(lambda: _varlen(cq=[0, 3, 2, 5], ck=[0, 1, 2, 6]), "cu_seqlens_q=[0, 3, 2, 5], " + _CU.format(5),
+                 id="cu-decrease"),
+    pytest.param(lambda: _varlen(ck=[0, 6]), "len(cu_seqlens_q)=3 != len(cu_seqlens_k)=2", id="cu-count"),
+    # varlen_attention's arrays (57, 58, 96 … 107)
+    pytest.param(lambda: _varlen(q=_vq[:, :3]), "k has 2 heads and q 3, but the K/V heads should divide the query heads",
+                 id="varlen-heads"),
+    pytest.param(lambda: _varlen(k=_vk[:, :0], v=_vv[:, :0]),
+                 "k has 0 heads and q 4, but the K/V heads should divide the query heads", id="varlen-no-kv-heads"),
+    *[pytest.param(lambda name=name, shape=shape: _varlen(**{name: np.ones(shape)}),
+                   f"{name}.shape={shape}, but should be (total, heads, d): 3 axes", id=f"varlen-{name}-ndim")
+      for name, shape in (("q", (5, 3)), ("k", (6, 3)), ("v", (6, 2)))],
+    *[pytest.param(lambda name=name: _varlen(**{name: np.ones((5, 2, 3), complex)}),
+                   f"{name}.dtype=complex128, but should be a real floating or integer dtype", id=f"varlen-{name}-dtype")
+      for name in ("q", "k", "v")],
+    pytest.param(lambda: _varlen(q=_vq[..., :2]), "q.shape[-1]=2 != k.shape[-1]=3", id="varlen-dk"),
+    pytest.param(lambda: _varlen(v=_vv[:5]), "k.shape[0]=6 != v.shape[0]=5", id="varlen-kv-total"),
+    pytest.param(lambda: _varlen(v=_vv[:, :1]), "k.shape[1]=2 != v.shape[1]=1", id="varlen-kv-heads"),
+    pytest.param(lambda: _varlen(causal="yes"), "causal='yes', but should be True or False", id="varlen-causal"),
+    pytest.param(lambda: _varlen(causal=None), "causal=None, but should be True or False", id="varlen-causal-none"),
+    # paged_attention (127 … 152, 178 … 184)
+    pytest.param(lambda: _paged(q=_pq[0]), "q.shape=(2, 4, 3), but should be (batch, n_q, heads, d_k): 4 axes",
+                 id="paged-q-ndim"),
+    pytest.param(lambda: _paged(q=_pq.astype(complex)), "q.dtype=complex128, but should be a real floating or integer "
+                 "dtype", id="paged-q-dtype"),
+    *[pytest.param(lambda name=name, a=a: _paged(**{name: a[0]}), f"{cache}.shape={a.shape[1:]}, but should be "
+                   "(num_blocks, block_size, heads_kv, d): 4 axes", id=f"paged-{cache}-ndim")
+      for name, cache, a in (("kc", "k_cache", _kc), ("vc", "v_cache", _vc))],
+    *[pytest.param(lambda name=name, a=a: _paged(**{name: a.astype(complex)}), f"{cache}.dtype=complex128, but should "
+                   "be a real floating or integer dtype", id=f"paged-{cache}-dtype")
+      for name, cache, a in (("kc", "k_cache", _kc), ("vc", "v_cache", _vc))],
+    pytest.param(lambda: _paged(vc=_vc[:, :, :1]), "k_cache.shape[:3]=(5, 2, 2) != v_cache.shape[:3]=(5, 2, 1)",
+                 id="paged-cache-shapes"),
+    pytest.param(lambda: _paged(table=_table.astype(float)), "block_table.dtype=float64, but should be an integer dtype",
+                 id="paged-table-float"),
+    pytest.param(lambda: _paged(table=_table > 0), "block_table.dtype=bool, but should be an integer dtype",
+                 id="paged-table-bool"),
+    pytest.param(lambda: _paged(lens=_lens.astype(float)), "seq_lens.dtype=float64, but should be an integer dtype",
+                 id="paged-lens-float"),
+    pytest.param(lambda: _paged(table=_table[0]), "block_table.shape=(3,), but should have 2 axes", id="paged-table-ndim"),
+    pytest.param(lambda: _paged(lens=_lens[None]), "seq_lens.shape=(1, 2), but should have 1 axes", id="paged-lens-ndim"),
+    pytest.param(lambda: _paged(table=_table[:1]), "block_table.shape[0]=1 != len(seq_lens)=2", id="paged-batch"),
+    pytest.param(lambda: _paged(lens=np.array([5, 1])), "seq_lens=[5, 1], " + _ROWS, id="paged-lens-low"),
+    pytest.param(lambda: _paged(lens=np.array([7, 2])), "seq_lens=[7, 2], " + _ROWS, id="paged-lens-high"),
+    pytest.param(lambda: _paged(table=np.array([[3, 1, 5], [2, 4, 0]])), "block_table[0] holds pages [3, 1, 5] for its "
+                 "5 positions, but each should be in [0, num_blocks=5)", id="paged-page-high"),
+    pytest.param(lambda: _paged(table=np.array([[3, 1, 0], [-1, 4, 0]])), "block_table[1] holds pages [-1] for its "
+                 "2 positions, but each should be in [0, num_blocks=5)", id="paged-page-negative"),
+    pytest.param(lambda: _paged(q=_pq[..., :2]), "q.shape[-1]=2 != k_cache.shape[-1]=3", id="paged-dk"),
+    pytest.param(lambda: _paged(q=_pq[:1]), "q.shape[0]=1 != len(seq_lens)=2", id="paged-q-batch"),
+    pytest.param(lambda: _paged(q=_pq[:, :, :3]), "k has 2 heads and q 3, but the K/V heads should divide the query "
+                 "heads", id="paged-heads"),
+])
+def test_messages_of_packed_attention(call, message):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value) == message
+
+
+def _attend(q, k, v, n_q, n_k, scale):
+    """softmax(q kᵀ·scale) v over the keys j <= i + n_k − n_q of each query i (bottom-right), by hand."""
+    out = np.zeros((q.shape[0], v.shape[-1]))
+    for i in range(q.shape[0]):
+        seen = [j for j in range(k.shape[0]) if j <= i + n_k - n_q]
+        if not seen:
+            continue
+        s = np.array([q[i] @ k[j] * scale for j in seen])
+        w = np.exp(s - s.max())
+        out[i] = (w / w.sum()) @ v[seen]
+    return out
+
+
+def test_varlen_attention_is_each_sequences_attention():
+    """Sequences without keys, without queries, with fewer queries than keys; grouped-query heads (query head h reads
+    K/V head h // 2); causal bottom-right per sequence; the default scale 1/√d_k (59 … 118); sequence_bounds and
+    varlen_mask (71 … 87)."""
+    cq, ck = [0, 2, 2, 5, 7], [0, 0, 3, 6, 9]
+    q, k, v = _pk_rng.normal(size=(7, 4, 3)), _pk_rng.normal(size=(9, 2, 3)), _pk_rng.normal(size=(9, 2, 2))
+    assert sequence_bounds(cq, ck, 7, 9) == [(0, 2, 0, 0), (2, 2, 0, 3), (2, 5, 3, 6), (5, 7, 6, 9)]
+    for causal in (False, True):
+        want_mask = np.zeros((7, 9), bool)
+        for q0, q1, k0, k1 in sequence_bounds(cq, ck, 7, 9):
+            for i in range(q1 - q0):
+                for j in range(k1 - k0):
+                    want_mask[q0 + i, k0 + j] = not causal or j <= i + (k1 - k0) - (q1 - q0)
+        np.testing.assert_array_equal(varlen_mask(np.array(cq, np.int32), ck, causal=causal), want_mask)
+        for scale in (None, 0.5):
+            c = 1 / math.sqrt(3) if scale is None else scale
+            got = varlen_attention(q, k, v, cq, ck, causal=causal, scale=scale)
+            assert got.shape == (7, 4, 2) and (got[:2] == 0.0).all()  # queries without a key: zero rows
+            for q0, q1, k0, k1 in [(2, 5, 3, 6), (5, 7, 6, 9)]:
+                n_k = (k1 - k0) if causal else 10 ** 6  # not causal: every key is seen
+                for h in range(4):
+                    want = _attend(q[q0:q1, h], k[k0:k1, h // 2], v[k0:k1, h // 2], q1 - q0 if causal else 0, n_k, c)
+                    np.testing.assert_allclose(got[q0:q1, h], want, rtol=1e-12, atol=1e-15)
+
+
+def test_paged_attention_reads_the_pages_of_each_sequence():
+    """Position t from page block_table[b, t // block_size], slot t % block_size (gather_pages, 158 … 161); the
+    queries the last n_q positions (paged_mask, 166); table entries past a sequence's last page never read nor
+    checked; seq_lens at both ends of [n_q, capacity]; grouped-query heads; the default scale (127 … 192)."""
+    table = np.array([[3, 1, 0], [2, 4, -7], [4, 0, 1]])  # sequence 1 uses two pages: the -7 is never read
+    lens = np.array([5, 4, 6])  # 6 = 3 pages of 2: the capacity; 2 = n_q below
+    q = _pk_rng.normal(size=(3, 2, 4, 3))
+    got = paged_attention(q, _kc, _vc, table, lens)
+    assert got.shape == (3, 2, 4, 2)
+    for b in range(3):
+        keys = np.array([_kc[table[b, t // 2], t % 2] for t in range(lens[b])])  # (n, heads_kv, d)
+        values = np.array([_vc[table[b, t // 2], t % 2] for t in range(lens[b])])
+        np.testing.assert_array_equal(gather_pages(_kc, table[b], lens[b]), keys)
+        for h in range(4):
+            want = _attend(q[b, :, h], keys[:, h // 2], values[:, h // 2], 2, lens[b], 1 / math.sqrt(3))
+            np.testing.assert_allclose(got[b, :, h], want, rtol=1e-12, atol=1e-15)
+    np.testing.assert_array_equal(paged_mask(2, 4), [[1, 1, 1, 0], [1, 1, 1, 1]])
+    short = paged_attention(q[:1], _kc, _vc, np.array([[4, 0, 1]]), np.array([2]))  # seq_lens = n_q
+    np.testing.assert_allclose(short[0, :, 0], _attend(q[0, :, 0], _kc[4, :, 0], _vc[4, :, 0], 2, 2, 1 / math.sqrt(3)),
+                               rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(paged_attention(q, _kc, _vc, table, lens, scale=0.5)[0, :, 1],
+                               _attend(q[0, :, 1], np.array([_kc[table[0, t // 2], t % 2, 0] for t in range(5)]),
+                                       np.array([_vc[table[0, t // 2], t % 2, 0] for t in range(5)]), 2, 5, 0.5),
+                               rtol=1e-12, atol=1e-15)
