@@ -1948,11 +1948,13 @@ def _attend(q, k, v, n_q, n_k, scale):
 
 def test_varlen_attention_is_each_sequences_attention():
     """Sequences without keys, without queries, with fewer queries than keys; grouped-query heads (query head h reads
-    K/V head h // 2); causal bottom-right per sequence; the default scale 1/√d_k (59 … 118); sequence_bounds and
-    varlen_mask (71 … 87)."""
+    K/V head h // r: r = 2 and multi-query r = 4); causal bottom-right per sequence, not by default; the default scale
+    1/√d_k; d_v apart from the head counts (59 … 118); sequence_bounds and varlen_mask (71 … 87)."""
     cq, ck = [0, 2, 2, 5, 7], [0, 0, 3, 6, 9]
-    q, k, v = _pk_rng.normal(size=(7, 4, 3)), _pk_rng.normal(size=(9, 2, 3)), _pk_rng.normal(size=(9, 2, 2))
+    q, k, v = _pk_rng.normal(size=(7, 4, 3)), _pk_rng.normal(size=(9, 2, 3)), _pk_rng.normal(size=(9, 2, 5))
     assert sequence_bounds(cq, ck, 7, 9) == [(0, 2, 0, 0), (2, 2, 0, 3), (2, 5, 3, 6), (5, 7, 6, 9)]
+    np.testing.assert_array_equal(varlen_mask(cq, ck), varlen_mask(cq, ck, causal=False))
+    np.testing.assert_array_equal(varlen_attention(q, k, v, cq, ck), varlen_attention(q, k, v, cq, ck, causal=False))
     for causal in (False, True):
         want_mask = np.zeros((7, 9), bool)
         for q0, q1, k0, k1 in sequence_bounds(cq, ck, 7, 9):
@@ -1960,38 +1962,40 @@ def test_varlen_attention_is_each_sequences_attention():
                 for j in range(k1 - k0):
                     want_mask[q0 + i, k0 + j] = not causal or j <= i + (k1 - k0) - (q1 - q0)
         np.testing.assert_array_equal(varlen_mask(np.array(cq, np.int32), ck, causal=causal), want_mask)
-        for scale in (None, 0.5):
+        for scale, kv in ((None, 2), (0.5, 2), (None, 1)):
             c = 1 / math.sqrt(3) if scale is None else scale
-            got = varlen_attention(q, k, v, cq, ck, causal=causal, scale=scale)
-            assert got.shape == (7, 4, 2) and (got[:2] == 0.0).all()  # queries without a key: zero rows
+            got = varlen_attention(q, k[:, :kv], v[:, :kv], cq, ck, causal=causal, scale=scale)
+            assert got.shape == (7, 4, 5) and (got[:2] == 0.0).all()  # queries without a key: zero rows
             for q0, q1, k0, k1 in [(2, 5, 3, 6), (5, 7, 6, 9)]:
                 n_k = (k1 - k0) if causal else 10 ** 6  # not causal: every key is seen
                 for h in range(4):
-                    want = _attend(q[q0:q1, h], k[k0:k1, h // 2], v[k0:k1, h // 2], q1 - q0 if causal else 0, n_k, c)
+                    g = h // (4 // kv)
+                    want = _attend(q[q0:q1, h], k[k0:k1, g], v[k0:k1, g], q1 - q0 if causal else 0, n_k, c)
                     np.testing.assert_allclose(got[q0:q1, h], want, rtol=1e-12, atol=1e-15)
 
 
 def test_paged_attention_reads_the_pages_of_each_sequence():
     """Position t from page block_table[b, t // block_size], slot t % block_size (gather_pages, 158 … 161); the
     queries the last n_q positions (paged_mask, 166); table entries past a sequence's last page never read nor
-    checked; seq_lens at both ends of [n_q, capacity]; grouped-query heads; the default scale (127 … 192)."""
-    table = np.array([[3, 1, 0], [2, 4, -7], [4, 0, 1]])  # sequence 1 uses two pages: the -7 is never read
-    lens = np.array([5, 4, 6])  # 6 = 3 pages of 2: the capacity; 2 = n_q below
+    checked; seq_lens at both ends of [n_q, capacity]; grouped-query and multi-query heads; the default scale;
+    block size, K/V heads and d_v all different (127 … 192)."""
+    kc, vc = _pk_rng.normal(size=(6, 3, 2, 3)), _pk_rng.normal(size=(6, 3, 2, 5))  # block_size 3, 2 K/V heads, d_v 5
+    table = np.array([[3, 1, 0], [2, 5, -7], [4, 0, 1]])  # sequence 1 uses two pages: the -7 is never read
+    lens = np.array([5, 4, 9])  # 9 = 3 pages of 3: the capacity
     q = _pk_rng.normal(size=(3, 2, 4, 3))
-    got = paged_attention(q, _kc, _vc, table, lens)
-    assert got.shape == (3, 2, 4, 2)
-    for b in range(3):
-        keys = np.array([_kc[table[b, t // 2], t % 2] for t in range(lens[b])])  # (n, heads_kv, d)
-        values = np.array([_vc[table[b, t // 2], t % 2] for t in range(lens[b])])
-        np.testing.assert_array_equal(gather_pages(_kc, table[b], lens[b]), keys)
-        for h in range(4):
-            want = _attend(q[b, :, h], keys[:, h // 2], values[:, h // 2], 2, lens[b], 1 / math.sqrt(3))
-            np.testing.assert_allclose(got[b, :, h], want, rtol=1e-12, atol=1e-15)
+    for kv, scale in ((2, None), (1, None), (2, 0.5)):
+        got = paged_attention(q, kc[:, :, :kv], vc[:, :, :kv], table, lens, scale=scale)
+        assert got.shape == (3, 2, 4, 5)
+        for b in range(3):
+            keys = np.array([kc[table[b, t // 3], t % 3, :kv] for t in range(lens[b])])  # (n, heads_kv, d)
+            values = np.array([vc[table[b, t // 3], t % 3, :kv] for t in range(lens[b])])
+            np.testing.assert_array_equal(gather_pages(kc[:, :, :kv], table[b], lens[b]), keys)
+            for h in range(4):
+                g = h // (4 // kv)
+                want = _attend(q[b, :, h], keys[:, g], values[:, g], 2, lens[b], 1 / math.sqrt(3) if scale is None
+                               else scale)
+                np.testing.assert_allclose(got[b, :, h], want, rtol=1e-12, atol=1e-15)
     np.testing.assert_array_equal(paged_mask(2, 4), [[1, 1, 1, 0], [1, 1, 1, 1]])
-    short = paged_attention(q[:1], _kc, _vc, np.array([[4, 0, 1]]), np.array([2]))  # seq_lens = n_q
-    np.testing.assert_allclose(short[0, :, 0], _attend(q[0, :, 0], _kc[4, :, 0], _vc[4, :, 0], 2, 2, 1 / math.sqrt(3)),
-                               rtol=1e-12, atol=1e-15)
-    np.testing.assert_allclose(paged_attention(q, _kc, _vc, table, lens, scale=0.5)[0, :, 1],
-                               _attend(q[0, :, 1], np.array([_kc[table[0, t // 2], t % 2, 0] for t in range(5)]),
-                                       np.array([_vc[table[0, t // 2], t % 2, 0] for t in range(5)]), 2, 5, 0.5),
+    short = paged_attention(q[:1], kc, vc, np.array([[4, 0, 1]]), np.array([2]))  # seq_lens = n_q
+    np.testing.assert_allclose(short[0, :, 0], _attend(q[0, :, 0], kc[4, :2, 0], vc[4, :2, 0], 2, 2, 1 / math.sqrt(3)),
                                rtol=1e-12, atol=1e-15)
