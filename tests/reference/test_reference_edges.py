@@ -1499,12 +1499,45 @@ class _Widened(np.ndarray):
                  "gamma.shape=(1, 3), but should be (d,)", id="rms-vjp-gamma"),
     pytest.param(lambda: rms_norm_vjp(np.ones((2, 3)), np.ones(3), 1e-6, np.ones((3, 2))),
                  "d_out.shape=(3, 2), but should be x.shape=(2, 3)", id="rms-vjp-d"),
+    # the names in rms_norm's and layer_norm_vjp's messages (87 … 91, 157 … 161)
+    pytest.param(lambda: rms_norm(np.array(1.0), np.ones(1)), "x.ndim=0 (x.shape=()), but should be >= 1", id="rms-x"),
+    pytest.param(lambda: rms_norm(np.ones(3), np.ones(3, complex)),
+                 "gamma.dtype=complex128, but should be a real floating or integer dtype", id="rms-gamma-dtype"),
+    pytest.param(lambda: rms_norm(np.ones((2, 3)), np.ones(4)), "x.shape[-1]=3 != gamma.shape[0]=4", id="rms-d"),
+    pytest.param(lambda: layer_norm_vjp(np.array(1.0), np.ones(1), np.ones(1), 1e-5, np.array(1.0)),
+                 "x.ndim=0 (x.shape=()), but should be >= 1", id="ln-vjp-x"),
+    *[pytest.param(lambda name=name: layer_norm_vjp(**{**dict(x=np.ones(3), gamma=np.ones(3), beta=np.ones(3), eps=1e-5,
+                                                            d_out=np.ones(3)), name: np.ones(3, complex)}),
+                   f"{name}.dtype=complex128, but should be a real floating or integer dtype", id=f"ln-vjp-{name}-dtype")
+      for name in ("gamma", "beta", "d_out")],
+    pytest.param(lambda: layer_norm_vjp(np.ones((2, 3)), np.ones(4), np.ones(4), 1e-5, np.ones((2, 3))),
+                 "x.shape[-1]=3 != gamma.shape[0]=4", id="ln-vjp-d"),
+    pytest.param(lambda: layer_norm_vjp(np.ones((2, 3)), np.ones((1, 3)), np.ones(3), 1e-5, np.ones((2, 3))),
+                 "x.shape[-1]=3 != gamma.shape[0]=-1", id="ln-vjp-gamma-ndim"),  # a gamma of two axes never matches
 ])
 def test_messages_of_the_norms(call, message):
     """norms.py 93, 96, 166, 266, 270."""
     with pytest.raises(ValueError) as info:
         call()
     assert str(info.value) == message
+
+
+def test_norm_shapes_defaults_and_constant_rows():
+    """rms_norm takes one axis (88: min_ndim 1) and an empty axis before the last (92: shape[-1], not [+1]), its
+    default eps is 1e-6 (79); layer_norm_vjp takes one axis (157), sums dγ, dβ over every leading axis (165), and a
+    constant row has x̂ = 0 exactly, so dγ = 0 (122: the shift by the first entry)."""
+    np.testing.assert_allclose(rms_norm(np.array([1e-3, -1e-3]), np.ones(2)), np.array([1e-3, -1e-3]) / math.sqrt(2e-6),
+                               rtol=1e-14)
+    assert rms_norm(np.ones((2, 0, 3)), np.ones(3)).shape == (2, 0, 3)
+    dx, dg, db = layer_norm_vjp(np.array([1.0, 2.0, 4.0]), np.ones(3), np.zeros(3), 1e-5, np.array([1.0, 0.0, 0.0]))
+    assert dx.shape == dg.shape == db.shape == (3,) and db.tolist() == [1.0, 0.0, 0.0]
+    x, d = _xn, _df
+    dx, dg, db = layer_norm_vjp(x, np.ones(3), np.zeros(3), 1e-5, d)
+    np.testing.assert_array_equal(db, d.sum(axis=(0, 1)))
+    np.testing.assert_allclose(dg, (d * layer_norm(x, np.ones(3), np.zeros(3), 1e-5)).sum(axis=(0, 1)), rtol=1e-14)
+    _, dg, _ = layer_norm_vjp(np.array([[0.1, 0.1, 0.1], [0.3, 0.3, 0.3]]), np.ones(3), np.zeros(3), 1e-5,
+                              np.array([[1.0, 2.0, 4.0], [1.0, 2.0, 4.0]]))
+    assert dg.tolist() == [0.0, 0.0, 0.0]
 
 
 def _per_row(f, a):
