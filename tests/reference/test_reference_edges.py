@@ -1804,11 +1804,11 @@ def test_widened_attention_follows_its_docstring_and_feeds_the_backward():
     kt = lambda t: np.swapaxes(t, -1, -2)
     c_mean = 2.0 * 7 + 4.0 * math.log(6) + 4.0  # 2(d + 1) + 4 ln d + 4, d = 6
     # a batch axis and a mask; no batch axis and a single key (ln n_k = 0)
-    for shape_q, shape_kv in (((2, 3, 6), (2, 5, 6)), ((3, 6), (1, 6))):
+    for shape_q, shape_kv in (((2, 4, 6), (2, 5, 6)), ((4, 6), (1, 6))):  # n_q = 4, n_k, d_k = 3 all apart
         x_q, x_kv = rng.normal(size=shape_q), rng.normal(size=shape_kv)
         mask = None
         if len(shape_q) == 3:
-            mask = np.ones((2, 3, 5), bool)
+            mask = np.ones((2, 4, 5), bool)
             mask[0, 1, 3:] = False
         _, cache = MH._mha_forward(x_q, x_kv, p, mask)
         q, k, v, a, merged, c = cache
