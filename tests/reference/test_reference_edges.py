@@ -1499,11 +1499,19 @@ class _Widened(np.ndarray):
                  "gamma.shape=(1, 3), but should be (d,)", id="rms-vjp-gamma"),
     pytest.param(lambda: rms_norm_vjp(np.ones((2, 3)), np.ones(3), 1e-6, np.ones((3, 2))),
                  "d_out.shape=(3, 2), but should be x.shape=(2, 3)", id="rms-vjp-d"),
-    # the names in rms_norm's and layer_norm_vjp's messages (87 … 91, 157 … 161)
+    # the names in rms_norm's, layer_norm_vjp's and rms_norm_vjp's messages (87 … 91, 157 … 161, 260 … 265)
     pytest.param(lambda: rms_norm(np.array(1.0), np.ones(1)), "x.ndim=0 (x.shape=()), but should be >= 1", id="rms-x"),
     pytest.param(lambda: rms_norm(np.ones(3), np.ones(3, complex)),
                  "gamma.dtype=complex128, but should be a real floating or integer dtype", id="rms-gamma-dtype"),
-    pytest.param(lambda: rms_norm(np.ones((2, 3)), np.ones(4)), "x.shape[-1]=3 != gamma.shape[0]=4", id="rms-d"),
+    pytest.param(lambda: rms_norm(np.ones((2, 3)), np.ones(4)), "x.shape[-1]=3 != gamma.shape[0]=4", id="rms-width"),
+    pytest.param(lambda: rms_norm_vjp(np.array(1.0), np.ones(1), 1e-6, np.array(1.0)),
+                 "x.ndim=0 (x.shape=()), but should be >= 1", id="rms-vjp-x"),
+    *[pytest.param(lambda name=name: rms_norm_vjp(**{**dict(x=np.ones(3), gamma=np.ones(3), eps=1e-6, d_out=np.ones(3)),
+                                                   name: np.ones(3, complex)}),
+                   f"{name}.dtype=complex128, but should be a real floating or integer dtype", id=f"rms-vjp-{name}-dtype")
+      for name in ("gamma", "d_out")],
+    pytest.param(lambda: rms_norm_vjp(np.ones((2, 3)), np.ones(4), 1e-6, np.ones((2, 3))),
+                 "x.shape[-1]=3 != gamma.shape[0]=4", id="rms-vjp-width"),
     pytest.param(lambda: layer_norm_vjp(np.array(1.0), np.ones(1), np.ones(1), 1e-5, np.array(1.0)),
                  "x.ndim=0 (x.shape=()), but should be >= 1", id="ln-vjp-x"),
     *[pytest.param(lambda name=name: layer_norm_vjp(**{**dict(x=np.ones(3), gamma=np.ones(3), beta=np.ones(3), eps=1e-5,
@@ -1511,7 +1519,7 @@ class _Widened(np.ndarray):
                    f"{name}.dtype=complex128, but should be a real floating or integer dtype", id=f"ln-vjp-{name}-dtype")
       for name in ("gamma", "beta", "d_out")],
     pytest.param(lambda: layer_norm_vjp(np.ones((2, 3)), np.ones(4), np.ones(4), 1e-5, np.ones((2, 3))),
-                 "x.shape[-1]=3 != gamma.shape[0]=4", id="ln-vjp-d"),
+                 "x.shape[-1]=3 != gamma.shape[0]=4", id="ln-vjp-width"),
     pytest.param(lambda: layer_norm_vjp(np.ones((2, 3)), np.ones((1, 3)), np.ones(3), 1e-5, np.ones((2, 3))),
                  "x.shape[-1]=3 != gamma.shape[0]=-1", id="ln-vjp-gamma-ndim"),  # a gamma of two axes never matches
 ])
