@@ -1708,6 +1708,15 @@ def test_smooth_ffn_vjp_and_block_pieces():
         np.testing.assert_allclose(bgrads[name], getattr(grads, name), rtol=1e-14, err_msg=name)
 
 
+def test_relu_ffn_vjp_takes_the_derivative_at_the_kink_as_zero():
+    """ReLU'(0) = 0 (feed_forward_vjp's docstring; 122: ``pre >= 0`` passes the gradient of a unit at exactly P = 0)."""
+    p = FeedForwardParams(w1=np.ones((2, 2)), b1=np.array([-3.0, 0.0]), w2=np.array([[1.0, 2.0], [3.0, 4.0]]),
+                          b2=np.zeros(2))
+    dx, grads = feed_forward_vjp(np.array([[1.0, 2.0]]), p, np.array([[1.0, 1.0]]))  # P = (0, 3)
+    assert grads.b1.tolist() == [0.0, 7.0] and grads.w1.tolist() == [[0.0, 7.0], [0.0, 14.0]]
+    assert dx.tolist() == [[7.0, 7.0]]
+
+
 def test_ffn_backward_cores_widen_the_forward_values_in_a_magnitude_evaluation():
     """The |·|-evaluation branches: the ReLU kink counted twice within its error (131 … 133), the ReLU cores (117 …
     121, 259 … 265), the smooth core with slope_error (224, 225, 240 … 245) and the gated core (200 … 207), each
