@@ -57,6 +57,14 @@ _x = _rng.normal(size=(2, 3, 8))
 W, B = np.ones((4, 4)), np.zeros(4)
 
 
+def _refused_with(call, message: str) -> None:
+    """``call()`` raises ValueError whose message is exactly ``message``: a changed name, value or wording of
+    any ``raise`` in the reference is caught, where a fragment match would let it pass."""
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value) == message
+
+
 # ---------------------------------------------------------------------------------------------
 # Every validation message, whole (the reference's own table checks a fragment of each)
 # ---------------------------------------------------------------------------------------------
@@ -276,9 +284,7 @@ W, B = np.ones((4, 4)), np.zeros(4)
 def test_invalid_input_gets_exactly_this_message(call, message):
     """docs/design.md "How we write" rule 4: the message says what came and what was expected, in one format — whole, so that a
     changed name, value or wording (a survivor of every ``raise`` in reference/) is caught."""
-    with pytest.raises(ValueError) as info:
-        call()
-    assert str(info.value) == message
+    _refused_with(call, message)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -612,9 +618,7 @@ _Xb, _Wb, _Ub, _Sb, _Cb = np.ones((3, 2)), np.eye(4) * 0.5, np.ones((2, 4)), np.
                  'mask.shape=(3, 2) does not broadcast to (3, 3)', id="l2-mask"),
 ])
 def test_baselines_reject_invalid_input_with_exactly_this_message(call, message):
-    with pytest.raises(ValueError) as info:
-        call()
-    assert str(info.value) == message
+    _refused_with(call, message)
 
 
 @pytest.mark.parametrize("call, message", [
@@ -636,9 +640,7 @@ def test_baselines_reject_invalid_input_with_exactly_this_message(call, message)
                  id="lnp-gamma-dtype"),
 ])
 def test_more_messages(call, message):
-    with pytest.raises(ValueError) as info:
-        call()
-    assert str(info.value) == message
+    _refused_with(call, message)
 
 
 @pytest.mark.parametrize("params", [_mh, _enc.ffn, _enc.norm1, _enc, _dec], ids=lambda p: type(p).__name__)
@@ -774,9 +776,7 @@ def test_assert_within_and_exactly_zero_and_differs():
     pytest.param(lambda: attention(_q, np.ones(8), _v), "k.ndim=1 (k.shape=(8,)), but should be >= 2", id="attention-k"),
 ])
 def test_messages_of_attention_from_scores(call, message):
-    with pytest.raises(ValueError) as info:
-        call()
-    assert str(info.value) == message
+    _refused_with(call, message)
 
 
 def test_attention_from_scores_normalises_the_last_axis_of_batched_scores():
@@ -816,9 +816,8 @@ def test_window_masks_and_a_three_dimensional_initial_state():
     rows = {r: window_mask(6, r)[3].astype(int).tolist() for r in range(1, 6)}
     assert rows == {1: [0, 0, 0, 1, 0, 0], 2: [0, 0, 0, 1, 1, 0], 3: [0, 0, 1, 1, 1, 0],
                     4: [0, 0, 1, 1, 1, 1], 5: [0, 1, 1, 1, 1, 1]}
-    with pytest.raises(ValueError) as info:
-        tanh_rnn(np.ones((3, 3, 2)), _Wb, _Ub, h0=np.ones((2, 2, 4)))
-    assert str(info.value) == "h0.shape[:-1]=(2, 2) does not broadcast with x.shape[:-2]=(3,)"
+    _refused_with(lambda: tanh_rnn(np.ones((3, 3, 2)), _Wb, _Ub, h0=np.ones((2, 2, 4))),
+                  "h0.shape[:-1]=(2, 2) does not broadcast with x.shape[:-2]=(3,)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -910,9 +909,7 @@ def test_check_boundaries_and_defaults():
     pytest.param(lambda: decoder(np.ones(8), _x, []), "y.ndim=1 (y.shape=(8,)), but should be >= 2", id="decoder-y"),
 ])
 def test_messages_of_the_layers(call, message):
-    with pytest.raises(ValueError) as info:
-        call()
-    assert str(info.value) == message
+    _refused_with(call, message)
 
 
 def test_layer_defaults_and_the_final_norm_eps():
@@ -945,9 +942,7 @@ def test_layer_defaults_and_the_final_norm_eps():
                  "pe.dtype=complex128, but should be a real floating or integer dtype", id="add-pe-dtype"),
 ])
 def test_messages_of_inputs_and_encodings(call, message):
-    with pytest.raises(ValueError) as info:
-        call()
-    assert str(info.value) == message
+    _refused_with(call, message)
 
 
 def test_encodings_edges_and_the_reference_object():
@@ -1077,9 +1072,7 @@ _VJP_RELU_ONLY = ("{}: params.ffn.activation='gelu', but the encoder and decoder
                  _VJP_RELU_ONLY.format("encoder_layer_vjp"), id="encoder-vjp-relu-only"),
 ])
 def test_messages_of_the_modern_params(call, message):
-    with pytest.raises(ValueError) as info:
-        call()
-    assert str(info.value) == message
+    _refused_with(call, message)
 
 
 def test_decoder_layer_takes_any_activation_and_its_vjp_only_relu():
@@ -1087,9 +1080,8 @@ def test_decoder_layer_takes_any_activation_and_its_vjp_only_relu():
     backward is ReLU's, refuses another one with its own name (never differentiates a GELU as a ReLU)."""
     p, y, mem = _gelu_layer(P.init_decoder_layer), np.ones((3, 4)), np.ones((2, 4))
     assert decoder_layer(y, mem, p).shape == (3, 4)
-    with pytest.raises(ValueError) as info:
-        decoder_layer_vjp(y, mem, p, np.ones((3, 4)))
-    assert str(info.value) == _VJP_RELU_ONLY.format("decoder_layer_vjp")
+    _refused_with(lambda: decoder_layer_vjp(y, mem, p, np.ones((3, 4))),
+                  _VJP_RELU_ONLY.format("decoder_layer_vjp"))
 
 
 def test_grouped_query_heads_shapes_and_columns():
@@ -1329,9 +1321,7 @@ _d_out = np.ones((2, 3, 4))  # the output's shape for _q, _k, _v
                  "mask.dtype=float64, but should be bool (True = may attend)", id="alibi-mask"),
 ])
 def test_messages_of_the_modern_attention(call, message):
-    with pytest.raises(ValueError) as info:
-        call()
-    assert str(info.value) == message
+    _refused_with(call, message)
 
 
 def test_causal_attention_defaults_to_top_left_and_takes_two_dimensional_inputs():
@@ -1525,9 +1515,7 @@ class _Widened(np.ndarray):
 ])
 def test_messages_of_the_norms(call, message):
     """norms.py 93, 96, 166, 266, 270."""
-    with pytest.raises(ValueError) as info:
-        call()
-    assert str(info.value) == message
+    _refused_with(call, message)
 
 
 def test_norm_shapes_defaults_and_constant_rows():
@@ -1639,9 +1627,7 @@ _df = np.array([[[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]], [[-2.0, 1.0, 0.5], [0.1,
 ])
 def test_messages_of_the_ffns(call, message):
     """ffn.py 75, 82, 92, 145, 150, 286, 291."""
-    with pytest.raises(ValueError) as info:
-        call()
-    assert str(info.value) == message
+    _refused_with(call, message)
 
 
 def _gelu_tanh_and_slope(a):
@@ -1673,9 +1659,8 @@ def test_tanh_gelu_and_its_slope_follow_the_formula():
     assert ffn_activation(huge, "gelu_tanh").tolist() == [1e200, 0.0, 50.0]
     out, dout = F._activation_and_derivative(huge, "gelu_tanh")
     assert out.tolist() == [1e200, 0.0, 50.0] and dout.tolist() == [1.0, 0.0, 1.0]
-    with pytest.raises(ValueError) as info:
-        F._activation_and_derivative(a, "relu")
-    assert str(info.value) == "activation='relu', but should be one of ('silu', 'gelu', 'gelu_tanh')"
+    _refused_with(lambda: F._activation_and_derivative(a, "relu"),
+                  "activation='relu', but should be one of ('silu', 'gelu', 'gelu_tanh')")
 
 
 def _dense_backward(x, w1, w2, d, slope, hidden):
@@ -1804,9 +1789,7 @@ def _ffn_dict_of(p):
 ])
 def test_messages_of_multihead(call, message):
     """multihead.py 157, 249, 279, 288."""
-    with pytest.raises(ValueError) as info:
-        call()
-    assert str(info.value) == message
+    _refused_with(call, message)
 
 
 def test_widened_attention_follows_its_docstring_and_feeds_the_backward():
@@ -1876,9 +1859,7 @@ def test_widened_attention_follows_its_docstring_and_feeds_the_backward():
 ])
 def test_messages_of_rotary_embeddings(call, message):
     """positional.py 120 … 135, 139 … 142, 148, 209."""
-    with pytest.raises(ValueError) as info:
-        call()
-    assert str(info.value) == message
+    _refused_with(call, message)
 
 
 def test_rotary_angles_and_an_empty_sequence():
@@ -1978,9 +1959,7 @@ def _paged(q=_pq, kc=_kc, vc=_vc, table=_table, lens=_lens):
                  "heads", id="paged-heads"),
 ])
 def test_messages_of_packed_attention(call, message):
-    with pytest.raises(ValueError) as info:
-        call()
-    assert str(info.value) == message
+    _refused_with(call, message)
 
 
 def _attend(q, k, v, n_q, n_k, scale):
