@@ -363,9 +363,8 @@ def seq_lengths(min_value: int = 1, max_value: int | None = None) -> st.SearchSt
     return _seq_lengths(int(min_value), int(max(top, min_value)))
 
 
-@functools.lru_cache(maxsize=None)
+@reused
 def _seq_lengths(min_value: int, top: int) -> st.SearchStrategy[int]:
-    # one strategy object per (min, top): hypothesis validates a new object at its first draw (strategy_cache)
     return st.integers(min_value, min(top, max(SHORT_SEQ, min_value))) | st.integers(min_value, top)
 
 
@@ -374,7 +373,7 @@ def batch_shapes(min_ndim: int = 0, max_ndim: int = 2, max_size: int | None = No
     return _batch_shapes(int(min_ndim), int(max_ndim), int(top))
 
 
-@functools.lru_cache(maxsize=None)
+@reused
 def _batch_shapes(min_ndim: int, max_ndim: int, top: int) -> st.SearchStrategy:
     return st.lists(st.integers(1, top), min_size=min_ndim, max_size=max_ndim).map(tuple)
 
@@ -658,7 +657,7 @@ def _arrays(draw, shape, scale, offset, dtype) -> np.ndarray:
     return flush_subnormals((offset + scale * base).astype(dtype))
 
 
-@functools.lru_cache(maxsize=4096)
+@reused
 def _elementwise(shape: tuple, dtype: np.dtype) -> st.SearchStrategy[np.ndarray]:
     return hnp.arrays(np.float64, shape, elements=_unit_floats(dtype))
 
