@@ -285,6 +285,8 @@ def attention_cases(rng: np.random.Generator, quick: bool) -> dict[str, tuple[np
     """(q, k, v) triples; scale 1/√d_k. d_k = 4096 (exact √) is the long dot product."""
     big = 1024 if quick else 4096
     n_big = 4 if quick else 16
+    n = 8 if quick else 32  # the ordinary case's length (the mpmath reference costs n² d_k products)
+    n_inexact = 4 if quick else 16
 
     def qkv(n_q, n_k, d_k, d_v, q_scale=1.0):
         return (q_scale * rng.standard_normal((n_q, d_k)), rng.standard_normal((n_k, d_k)),
@@ -293,13 +295,13 @@ def attention_cases(rng: np.random.Generator, quick: bool) -> dict[str, tuple[np
     q, k, v = qkv(8, 16, 64, 16)
     k_tied = k[:1] + 1e-12 * rng.standard_normal((16, 64))  # keys equal up to 1e-12: scores nearly tied
     return {
-        "ordinary d_k=64, n=32": qkv(32, 32, 64, 32),
+        f"ordinary d_k=64, n={n}": qkv(n, n, 64, 32),
         "d_k=1, n=64": qkv(64, 64, 1, 8),
         f"d_k={big}, n={n_big}": qkv(n_big, n_big, big, 16),
         f"d_k={big}, n={n_big}, q×8 (peaked)": qkv(n_big, n_big, big, 16, q_scale=8.0),
         "huge scores q×1e3, d_k=64": qkv(16, 16, 64, 16, q_scale=1e3),
         "near-tied keys (±1e-12), d_k=64": (q, k_tied, v),
-        "d_k=1000 (inexact √), n=16": qkv(16, 16, 1000, 16),
+        f"d_k=1000 (inexact √), n={n_inexact}": qkv(n_inexact, n_inexact, 1000, 16),
     }
 
 

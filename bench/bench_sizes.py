@@ -17,7 +17,8 @@ cases each test drew (``tile_crossings_drawn``, read before and after the test: 
 
 Run: ``.venv/bin/python bench/bench_sizes.py [--quick] [--examples N] [--time-profiles dev ci]``; the tables go
 to the terminal and ``bench/results/sizes.json``. ``--quick`` draws 8 examples per strategy and times only
-the ``dev`` run of the softmax tests (``-k softmax``): a smoke run of a minute or less.
+the ``dev`` run of the softmax tests (``-k softmax``) of ``attnclaims.suite.test_s31_attention``: a smoke run of
+seconds.
 """
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results" / "sizes.json"
 PROFILES = ("dev", "ci", "thorough")
+#: ``--quick`` times the softmax tests of this module only (importing and collecting the whole suite would be
+#: most of a smoke run's time)
+QUICK_TARGET = "attnclaims.suite.test_s31_attention"
 #: the environment variable that makes this module, loaded by pytest as a plugin, write its records
 PLUGIN_OUT = "BENCH_SIZES_OUT"
 #: the capabilities whose tests are marked ``crosses_tiles`` in the suite (their vjps share the strategies)
@@ -163,13 +167,14 @@ def draw_sizes(profile: str, examples: int | None) -> dict:
 # Time per capability
 # ---------------------------------------------------------------------------------------------
 
-def time_capabilities(profile: str, select: str | None, tmp: Path) -> dict:
-    """Run the reference's implementation tests under ``profile`` in a child with this module as a plugin:
+def time_capabilities(profile: str, select: str | None, tmp: Path, target: str = "attnclaims.suite") -> dict:
+    """Run the reference's implementation tests of ``target`` (the claim suite, or one of its modules) under
+    ``profile`` in a child with this module as a plugin:
     {"wall_s", "exit", "tests", "per_capability": {capability: {"tests", "seconds", "failed"}}}."""
     out = tmp / f"durations_{profile}.json"
     env = dict(os.environ, **{PLUGIN_OUT: str(out)})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", "attnclaims.suite", "-m", "impl_test", "--attn-impl",
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", target, "-m", "impl_test", "--attn-impl",
            "reference", "--hypothesis-profile", profile, "-p", "no:xdist", "-p", "no:cacheprovider", "-p",
            "bench_sizes", "-q", "--no-header", "-rN"]
     if select:
@@ -231,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true",
-                    help="8 draws per strategy; time only the dev run of the softmax tests (a smoke run)")
+                    help="8 draws per strategy; time only the dev run of test_s31_attention's softmax tests (a smoke run)")
     ap.add_argument("--examples", type=int, default=None,
                     help="draws per strategy and profile (default: the profile's max_examples)")
     ap.add_argument("--profiles", nargs="+", choices=PROFILES, default=list(PROFILES),
@@ -245,10 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     examples = 8 if args.quick and args.examples is None else args.examples
     timed = (["dev"] if args.quick else ["dev", "ci"]) if args.time_profiles is None else args.time_profiles
     select = args.select or ("softmax" if args.quick else None)
+    target = QUICK_TARGET if args.quick else "attnclaims.suite"
     sizes = {p: draw_sizes(p, examples) for p in args.profiles}
     with tempfile.TemporaryDirectory(prefix="bench_sizes_") as tmp:
-        times = {p: time_capabilities(p, select, Path(tmp)) for p in timed}
-    doc = {"benchmark": "sizes", "quick": args.quick, "examples": examples, "select": select,
+        times = {p: time_capabilities(p, select, Path(tmp), target) for p in timed}
+    doc = {"benchmark": "sizes", "quick": args.quick, "examples": examples, "select": select, "target": target,
            "machine": machine(), "results": {"sizes": sizes, "time": times},
            "elapsed_s": round(time.perf_counter() - start, 2)}
     print_tables(doc)
