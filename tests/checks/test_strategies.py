@@ -202,3 +202,35 @@ def test_attention_bound_covers_a_float32_evaluation(case):
     bound = T.flush_to_zero_allowance(T.conformance(T.attention_error, q, k, v, c.mask, s, dtype=np.float32),
                                       expected, np.float32, flush=False)
     T.assert_close(out32, expected, bound, "float32 evaluation")
+
+
+def test_reachable_weights_never_marks_a_weight_that_underflows_at_extreme_magnitudes():
+    """``reachable_weights`` promises that a marked weight is positive in every correct implementation. Its
+    G_i = 2·|scale|·‖q_i‖·max‖k_l‖ must not underflow: with ``np.linalg.norm`` (which squares the entries) a query
+    of entries ~1e-237 had norm 0, so at scale 1e300 a weight of exp(−1.6e63) = 0 was marked positive and the
+    reference itself failed ``test_causal_weights_on_future_positions_are_exactly_zero`` (found under ``dev``, a
+    random seed, against torch). Here: that case, then magnitudes from 1e-300 to 1e300 against the reference's
+    own weights."""
+    from attnclaims.checks.strategies.attention import reachable_weights
+
+    q = np.array([[1.63290358e-237], [1.63290358e-237]])
+    k = np.array([[0.0], [1.0]])
+    mask = np.array([[True, False], [True, True]])
+    assert attention_weights(q, k, mask, 1e300)[1, 0] == 0.0
+    assert not reachable_weights(q, k, mask, 1e300, np.float64)[1, 0]
+    rng = np.random.default_rng(7)
+    marked = 0
+    for e_q in (-300, -237, -150, -1, 0, 150):
+        for e_k in (-300, -150, 0, 150, 300):
+            for scale in (1e-300, 1e-3, 1.0, 1e150, 1e300):
+                q = rng.uniform(-1, 1, size=(5, 3)) * 10.0 ** e_q
+                k = rng.uniform(-1, 1, size=(7, 3)) * 10.0 ** e_k
+                with np.errstate(all="ignore"):
+                    scores = (q @ k.T) * scale
+                if not np.isfinite(scores).all():
+                    continue  # the reference refuses non-finite scores; nothing to compare
+                reach = reachable_weights(q, k, None, scale, np.float64)
+                a = attention_weights(q, k, None, scale)
+                assert (a[reach] > 0).all(), (e_q, e_k, scale)
+                marked += int(reach.sum())
+    assert marked > 1000  # generic magnitudes are marked: the check is not vacuous

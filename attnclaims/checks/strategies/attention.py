@@ -484,6 +484,18 @@ def causal_weights_probe(impl, q, k, alignment, window, scale):
     return out, (qp, kp, s)
 
 
+def _norms(x: np.ndarray) -> np.ndarray:
+    """‖x_i‖ over the last axis, with no underflow: ``np.linalg.norm`` squares the entries, so a row of
+    entries ~1e-200 has norm 0 there, and with a scale ~1e300 a G_i of ~1e100 would read as 0 (every weight
+    "provably" positive where the true weights underflow: a false alarm). Each row is divided by its largest
+    magnitude first (exact up to one rounding per entry, far inside the factor-2 margin below); rows of
+    infinities or NaNs give inf or NaN, which count as not reachable."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        top = np.max(np.abs(x), axis=-1, keepdims=True) if x.shape[-1] else np.zeros(x.shape[:-1] + (1,))
+        safe = np.where((top > 0) & np.isfinite(top), top, 1.0)
+        return np.linalg.norm(x / safe, axis=-1) * np.where(np.isfinite(top), safe, top)[..., 0]
+
+
 def reachable_weights(q, k, mask, scale, dtype) -> np.ndarray:
     """Where an allowed weight is provably positive in a correct implementation's result (…, n_q, n_k) bool,
     from the inputs alone (no reference).
@@ -504,8 +516,8 @@ def reachable_weights(q, k, mask, scale, dtype) -> np.ndarray:
     u = float(info.eps) / 2
     n_k, d_k = k.shape[-2], q.shape[-1]
     s = abs(1.0 / math.sqrt(d_k) if scale is None else float(scale))
-    qn = np.linalg.norm(q, axis=-1)  # (..., n_q)
-    kmax = np.max(np.linalg.norm(k, axis=-1), axis=-1)[..., None] if n_k else np.zeros(qn.shape[:-1] + (1,))
+    qn = _norms(q)  # (..., n_q)
+    kmax = np.max(_norms(k), axis=-1)[..., None] if n_k else np.zeros(qn.shape[:-1] + (1,))
     with np.errstate(over="ignore", invalid="ignore"):
         g = 2.0 * s * qn * kmax
         low = np.exp(-g * (1.0 + (d_k + 2) * u) - 2.0 * (n_k + 4) * u) / n_k
