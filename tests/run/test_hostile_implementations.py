@@ -13,7 +13,8 @@
   that computed nothing is not applicable and records nothing.
 
 The claim suite's tests run here as a user runs them — in pytest children against each implementation
-(``--attn-impl``), read back from their results files — never imported as a library.
+(``--attn-impl``), read back from their results files — never imported as a library; the children are forked
+from the fork server that already imported the suite (``suite_tests`` in ``tests/conftest.py``).
 
 Harness tests, not evidence for a claim: no claim marker.
 """
@@ -247,12 +248,33 @@ RUNS = {
 }
 
 
+class _Runs:
+    """The children of :data:`RUNS`, each run when a test first asks for it — the named tests of the claim suite
+    against its implementation, under the derandomized ``ci`` profile, forked from this worker's fork server
+    (``suite_tests`` in ``tests/conftest.py``): ``runs[name]`` is the evidence of its results file."""
+
+    def __init__(self):
+        self.evidence: dict[str, list[dict]] = {}
+        self.suite_tests = None  # the asking test's fixture: its runs go under that test's tmp_path
+
+    def __getitem__(self, name: str) -> list[dict]:
+        if name not in self.evidence:
+            spec, tests = RUNS[name]
+            targets = [t.replace(".py", "", 1) for t in tests]  # module or module::test, under attnclaims.suite
+            self.evidence[name] = self.suite_tests(spec, pythonpath=[HERE], modules=targets).evidence
+        return self.evidence[name]
+
+
 @pytest.fixture(scope="module")
-def suite_runs(tmp_path_factory, suite_children) -> dict[str, list[dict]]:
-    """Each child of :data:`RUNS` — the named tests of the claim suite against its implementation, under the
-    derandomized ``ci`` profile, all started at once: name -> the evidence of its results file."""
-    done = suite_children(tmp_path_factory.mktemp("hostile"), RUNS, pythonpath=[HERE])
-    return {name: data["evidence"] for name, data in done.items()}
+def _runs() -> _Runs:
+    return _Runs()
+
+
+@pytest.fixture
+def suite_runs(_runs, suite_tests) -> _Runs:
+    """:class:`_Runs`, shared by this module's tests: each child runs once, for the first test that reads it."""
+    _runs.suite_tests = suite_tests
+    return _runs
 
 
 def _entries(evidence: list[dict], test: str) -> list[dict]:
