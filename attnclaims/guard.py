@@ -195,6 +195,7 @@ class Watchdog:
         self.grace = grace
         # kept open for the life of the process: faulthandler writes to its descriptor when it fires
         self._file = open(path, "w+b", buffering=0) if path else (stream or sys.stderr)
+        self._length = 0  # of the label in the file (and so the descriptor's offset), after the last arm
         self._alarm = bool(path) and _alarm_free()
         if self._alarm:
             faulthandler.register(signal.SIGALRM, file=self._file, all_threads=True, chain=True)
@@ -207,10 +208,20 @@ class Watchdog:
 
     def arm(self, label: str, timeout: float) -> None:
         if self.path:
+            # The file holds exactly the label, and the descriptor's offset (where faulthandler writes)
+            # stands at its end. A label of the previous one's length (the calls of one test) is one
+            # pwrite over it, the offset already in place; otherwise written from the start and, when
+            # shorter, the file cut to it (ftruncate is the costly call: ~10 µs on this machine's disk).
+            text = f"call: {label}\nlimit: {timeout:g}\n".encode("utf-8", "replace")
             fd = self._file.fileno()
-            os.ftruncate(fd, 0)
-            os.lseek(fd, 0, os.SEEK_SET)
-            os.write(fd, f"call: {label}\nlimit: {timeout:g}\n".encode("utf-8", "replace"))
+            if len(text) == self._length:
+                os.pwrite(fd, text, 0)
+            else:
+                os.lseek(fd, 0, os.SEEK_SET)
+                os.write(fd, text)
+                if len(text) < self._length:
+                    os.ftruncate(fd, len(text))
+                self._length = len(text)
         if self._alarm:
             signal.setitimer(signal.ITIMER_REAL, timeout + self.grace)
         else:
@@ -255,10 +266,14 @@ def _alarm_free() -> bool:
 
 
 class _Worker:
-    """One daemon thread that runs calls, so that a call that never returns can be abandoned."""
+    """One daemon thread that runs calls, so that a call that never returns can be abandoned.
+
+    The jobs go through a ``queue.SimpleQueue`` and each call's end is a plain lock released by the
+    thread (the caller waits on it with the limit, as ``threading.Event.wait`` would, without the
+    Python-level condition around it): ~15 µs of CPU per call instead of ~22 µs."""
 
     def __init__(self):
-        self._jobs: queue.Queue = queue.Queue()
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         threading.Thread(target=self._loop, daemon=True, name="attnclaims-call").start()
 
     def _loop(self):
@@ -268,16 +283,17 @@ class _Worker:
                 box.append((True, fn()))
             except BaseException as exc:
                 box.append((False, exc))
-            done.set()
+            done.release()
 
     def run(self, fn, timeout: float, label: str = "", watchdog: Watchdog | None = None):
         box: list = []
-        done = threading.Event()
+        done = threading.Lock()
+        done.acquire()  # released by the thread when the call has ended
         if watchdog is not None:
             watchdog.arm(label, timeout)
         try:
             self._jobs.put((fn, box, done))
-            if not done.wait(timeout):
+            if not done.acquire(True, timeout):
                 raise _Timeout
         finally:
             if watchdog is not None:
@@ -313,7 +329,7 @@ def _copy_array_once(a: np.ndarray, memo: dict) -> np.ndarray:
     if entry is None:
         entry = memo[id(root)] = (root, root.ravel(order="K").copy())  # memory order: byte offsets carry over
     flat = entry[1]
-    offset = a.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    offset = 0 if root is a else a.__array_interface__["data"][0] - root.__array_interface__["data"][0]
     out = np.ndarray(a.shape, dtype=a.dtype, buffer=flat, offset=offset, strides=a.strides)
     if not a.flags.writeable:
         out.flags.writeable = False
