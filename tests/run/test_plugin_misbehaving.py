@@ -1,8 +1,8 @@
 """A run survives every kind of misbehaving implementation (docs/design.md, "Calls into an implementation
 are guarded"; ``attnclaims/zoo/misbehaving.py``).
 
-For each misbehaving implementation a few property tests run in a fresh pytest process, exactly as
-a user's CI would run them::
+For each misbehaving implementation a few property tests run in a pytest child, as a user's CI would
+run them::
 
     python -m pytest --pyargs attnclaims.suite.test_s31_attention -k "<three tests>"
         --attn-impl attnclaims.zoo.misbehaving:Hangs --attn-call-timeout 1
@@ -11,13 +11,16 @@ a user's CI would run them::
 and the test asserts: the run finished (pytest's exit status 1: tests failed, nothing crashed), the
 results file was written, the tests that call the misbehaving capability (``attention``) failed
 with a message that says what happened, and the test that does not (``softmax``) still passed.
+These children (``MISBEHAVING``: what the guard catches within a call) are forked from the fork server that
+already imported the suite (``suite_tests`` in ``tests/conftest.py``), each when a test first reads it.
 
-The implementations that misbehave towards the process (``PROCESS_LEVEL``) run the same way, under
-the plugin alone (no orchestrator): a thread that never ends does not keep pytest alive (it leaves
+The implementations that misbehave towards the process (``PROCESS_LEVEL``) run in fresh ``python -m pytest``
+processes, exactly as above, under the plugin alone (no orchestrator): how such a process ends is what is
+tested, so none is forked. A thread that never ends does not keep pytest alive (it leaves
 with ``os._exit``), a call that holds the GIL is ended by the watchdog, and a run stopped by
 ``KeyboardInterrupt`` or ``os._exit(0)`` leaves a results file that says ``"complete": false`` — the
 only way to tell, for ``os._exit(0)``, since pytest's exit status is then 0.
-The runs start together, so the module takes about as long as the slowest two or three.
+These runs start together, so they take about as long as the slowest two or three.
 """
 from __future__ import annotations
 
@@ -36,20 +39,51 @@ MODULE = "attnclaims.suite.test_s31_attention"
 AFFECTED = ("test_one_hot_weights_pick_a_value_row", "test_output_is_in_the_convex_hull_of_allowed_values")
 #: a test that only calls ``softmax``: its result must stand
 UNAFFECTED = ("test_softmax_is_a_distribution",)
+#: the -k expression of every run: the three tests above, not the negative controls
+SELECT = f"({' or '.join(AFFECTED + UNAFFECTED)}) and not rejects_broken"
 TIMEOUT_S = 1
 RUN_LIMIT_S = 240  # a run that takes this long has hung despite the per-call time limit
 
 
+class _Guarded:
+    """The runs of the ``MISBEHAVING`` implementations, each forked from the fork server when a test first
+    reads it (``suite_tests``, under ``ci``): ``guarded[name]`` is its :class:`SuiteRun` (the parsed results
+    file, pytest's exit status, the output's tail)."""
+
+    def __init__(self):
+        self.runs: dict = {}
+        self.suite_tests = None  # the asking test's fixture: its run goes under that test's tmp_path
+
+    def __getitem__(self, name: str):
+        if name not in self.runs:
+            self.runs[name] = self.suite_tests(f"attnclaims.zoo.misbehaving:{name}", modules=[MODULE.rpartition(".")[2]],
+                                               select=SELECT, extra=("--attn-call-timeout", str(TIMEOUT_S)),
+                                               limit=RUN_LIMIT_S)
+        return self.runs[name]
+
+
+@pytest.fixture(scope="module")
+def _guarded() -> _Guarded:
+    return _Guarded()
+
+
+@pytest.fixture
+def guarded(_guarded, suite_tests) -> _Guarded:
+    """:class:`_Guarded`, shared by this module's tests: each run once, for the first test that reads it."""
+    _guarded.suite_tests = suite_tests
+    return _guarded
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess | str, Path]]:
-    """Start one pytest process per misbehaving implementation, all at once; wait for all."""
+    """Start one fresh pytest process per ``PROCESS_LEVEL`` implementation, all at once; wait for all."""
     folder = tmp_path_factory.mktemp("misbehaving")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HYPOTHESIS_"))}
     started = {}
-    for name in [*MISBEHAVING, *PROCESS_LEVEL]:
+    for name in PROCESS_LEVEL:
         results = folder / f"{name}.json"
         cmd = [sys.executable, "-m", "pytest", "--pyargs", MODULE, "-q", "-p", "no:cacheprovider",
-               "-k", f"({' or '.join(AFFECTED + UNAFFECTED)}) and not rejects_broken",  # not the negative controls
+               "-k", SELECT,
                "--attn-impl", f"attnclaims.zoo.misbehaving:{name}",
                "--attn-call-timeout", str(TIMEOUT_S), "--attn-results", str(results)]
         proc = subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -102,14 +136,12 @@ def test_a_stopped_run_leaves_results_that_say_incomplete(runs, name, status):
 
 
 @pytest.mark.parametrize("name", list(MISBEHAVING))
-def test_run_finishes_and_fails_only_the_affected_checks(runs, name):
+def test_run_finishes_and_fails_only_the_affected_checks(guarded, name):
     cls = MISBEHAVING[name]
-    result, results = runs[name]
-    assert not isinstance(result, str), result
+    run = guarded[name]  # its results file was written and says the run completed (suite_tests asserts both)
     # 1 = some tests failed; anything else (2 interrupted, 3 internal error, 4 usage, a signal) is a crash
-    assert result.returncode == 1, f"exit status {result.returncode}:\n{result.stdout[-3000:]}"
-    assert results.exists(), f"no results file written:\n{result.stdout[-3000:]}"
-    payload = json.loads(results.read_text(encoding="utf-8"))
+    assert run.returncode == 1, f"exit status {run.returncode}:\n{run.output[-3000:]}"
+    payload = run.results
     assert payload["implementation"]["name"] == cls.name
     by_test = {}
     for item in payload["evidence"]:
@@ -127,9 +159,8 @@ def test_run_finishes_and_fails_only_the_affected_checks(runs, name):
             assert item["outcome"] == "passed", f"{test} should be unaffected: {item['outcome']} {item['message']}"
 
 
-def test_hang_is_cut_off_by_the_call_time_limit(runs):
-    item = next(e for e in json.loads(runs["Hangs"][1].read_text(encoding="utf-8"))["evidence"]
-                if e["name"].endswith(AFFECTED[0]))
+def test_hang_is_cut_off_by_the_call_time_limit(guarded):
+    item = next(e for e in guarded["Hangs"].evidence if e["name"].endswith(AFFECTED[0]))
     assert f"did not return within {TIMEOUT_S} s" in item["message"]
     assert item["seconds"] < 10 * TIMEOUT_S  # one time-out, then the hung capability fails at once
 
