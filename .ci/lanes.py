@@ -28,7 +28,7 @@ from attnclaims.run import process
 #: the dev profile's seed in CI
 DEV_SEED = "20261206"
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "ci-results"
+OUT = ROOT / "ci-results"  # --out
 LIBRARY_META = ["-q", "-p", "no:xdist", "-W", "ignore::pytest.PytestAssertRewriteWarning", "tests/adapters/test_library_findings.py",
                 "tests/adapters/test_library_adapters.py", "tests/run/test_merge.py"]
 #: imported by every server before it forks (the suite's own imports come with its collection)
@@ -44,15 +44,15 @@ def last_line(log: Path) -> str:
     return process.last_line(text)
 
 
-def suite_args(entry: str, profile: str) -> list[str]:
+def suite_args(entry: str, profile: str, out: Path = OUT) -> list[str]:
     # the server imported the plugin's modules before this session: pytest cannot rewrite their asserts again
     # (the suite's own modules were rewritten by the server's collection) and would say so in every run
     args = ["-p", "no:xdist", "-q", "-W", "ignore::pytest.PytestAssertRewriteWarning", "-m", "impl_test"]
     if profile == "dev":
         # dev draws from a seed; CI fixes it, so a run is reproducible and a CI result never depends on luck
         args += ["--hypothesis-profile", "dev", "--hypothesis-seed", DEV_SEED]
-    return args + ["--attn-impl", entry, "--attn-results", str(OUT / f"{entry}.json"), "--pyargs",
-                   "attnclaims.suite", "--attn-watchdog", str(OUT / f"{entry}.watchdog")]
+    return args + ["--attn-impl", entry, "--attn-results", str(out / f"{entry}.json"), "--pyargs",
+                   "attnclaims.suite", "--attn-watchdog", str(out / f"{entry}.watchdog")]
 
 
 def collect_args(profile: str) -> list[str]:
@@ -62,7 +62,8 @@ def collect_args(profile: str) -> list[str]:
             "attnclaims.suite"]
 
 
-def run_lane(entries: list[str], dev: set[str], preload: tuple[str, ...], lines: list[str], lock) -> None:
+def run_lane(entries: list[str], dev: set[str], preload: tuple[str, ...], lines: list[str], lock,
+             out: Path = OUT) -> None:
     servers: dict[str, process.ForkServer] = {}
     try:
         for entry in entries:
@@ -72,8 +73,8 @@ def run_lane(entries: list[str], dev: set[str], preload: tuple[str, ...], lines:
             if key not in servers:
                 servers[key] = process.ForkServer(preload=PRELOAD + preload, env=process.child_env(one_thread=True),
                                                   collect=None if key == "meta" else collect_args(profile))
-            args = LIBRARY_META if entry == "library-meta" else suite_args(entry, profile)
-            log = OUT / f"{entry}.log"
+            args = LIBRARY_META if entry == "library-meta" else suite_args(entry, profile, out)
+            log = out / f"{entry}.log"
             try:
                 child = servers[key].start(args, log, ROOT)
                 while (code := child.poll()) is None:
@@ -82,7 +83,7 @@ def run_lane(entries: list[str], dev: set[str], preload: tuple[str, ...], lines:
                 log.write_text(f"CI: {exc}\n", encoding="utf-8")
                 code = 3
                 servers.pop(key).close()
-            (OUT / f"{entry}.rc").write_text(f"{code}\n", encoding="utf-8")
+            (out / f"{entry}.rc").write_text(f"{code}\n", encoding="utf-8")
             line = f"CI: {entry}: {last_line(log)} [{round(time.monotonic() - start)} s]"
             with lock:
                 print(line, flush=True)
@@ -96,14 +97,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dev", default="", help="entries run under the dev profile (comma-separated)")
     ap.add_argument("--preload", default="", help="modules each server imports before forking (comma-separated)")
+    ap.add_argument("--out", type=Path, default=OUT, help="the folder of the results, logs and exit statuses")
     ap.add_argument("lanes", nargs="+")
     ns = ap.parse_args(argv)
-    OUT.mkdir(exist_ok=True)
+    ns.out.mkdir(parents=True, exist_ok=True)
     dev = {e for e in ns.dev.split(",") if e}
     preload = tuple(m for m in ns.preload.split(",") if m)
     lines: list[str] = []
     lock = threading.Lock()
-    threads = [threading.Thread(target=run_lane, args=(lane.split(), dev, preload, lines, lock)) for lane in ns.lanes]
+    threads = [threading.Thread(target=run_lane, args=(lane.split(), dev, preload, lines, lock, ns.out.resolve())) for lane in ns.lanes]
     for t in threads:
         t.start()
     for t in threads:
