@@ -6,9 +6,9 @@ under that draw (``attnclaims check --profile dev --seed S``). The controls ther
 derandomized draw (``CONTROL_PROFILE``); the ``ci`` run of the suite shows that each control fails
 under it, and this test runs every control again as ``attnclaims check`` would under ``--profile dev``
 with two seeds — among them the two that once let a control miss (2149641773: "RMSNorm does not remove a
-constant offset"; 1: ``cache_not_updated`` in the cached-decoding test) — in fresh processes, so that the
-test modules are imported under ``dev`` as they are in such a run. Every control must fail there too.
-The two runs go in parallel (~25 s each on one core).
+constant offset"; 1: ``cache_not_updated`` in the cached-decoding test) — in pytest children forked from the
+``dev`` fork server (``suite_tests`` in ``tests/conftest.py``), which imported the test modules under ``dev``
+as such a run does. Every control must fail there too.
 
 The suite's modules are read here as source (``ast``), never imported: a meta test does not use the claim
 suite as a library.
@@ -16,10 +16,7 @@ suite as a library.
 from __future__ import annotations
 
 import ast
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -96,33 +93,13 @@ def test_a_test_without_a_control_is_found():
     assert _uncontrolled(_read("test_s63_layer_norm")) == []
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[int, tuple[int, str]]:
-    """One pytest process per seed, under the dev profile, all started at once: seed -> (exit status, output)."""
-    folder = tmp_path_factory.mktemp("controls")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HYPOTHESIS_"))}
-    started = {}
-    for seed in SEEDS:
-        cmd = [sys.executable, "-m", "pytest", "--pyargs", "attnclaims.suite", "-q",
-               "-p", "no:cacheprovider", "-p", "no:xdist", "-k", C.CONTROL_TEST,
-               "--hypothesis-profile", PROFILE, f"--hypothesis-seed={seed}", "--rootdir", str(folder)]
-        started[seed] = subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                         text=True)
-    done = {}
-    for seed, proc in started.items():
-        try:
-            out, _ = proc.communicate(timeout=RUN_LIMIT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
-            out = f"did not finish within {RUN_LIMIT_S} s\n{out}"
-        done[seed] = (proc.returncode, out)
-    return done
-
-
 @pytest.mark.parametrize("seed", SEEDS)
-def test_every_control_fails_its_broken_implementation_under_dev_with_this_seed(runs, seed):
-    code, out = runs[seed]
+def test_every_control_fails_its_broken_implementation_under_dev_with_this_seed(suite_tests, seed):
+    """Every control of the suite (``-k CONTROL_TEST``; ``-m ""`` lifts the implementation-test marker filter
+    that ``suite_tests`` sets: the controls judge their own broken implementations) under ``dev`` and ``seed``."""
+    run = suite_tests("reference", profile=PROFILE, select=C.CONTROL_TEST, extra=("-m", "", f"--hypothesis-seed={seed}"),
+                      limit=RUN_LIMIT_S)
+    code, out = run.returncode, run.output
     tail = "\n".join(out.splitlines()[-30:])
     assert code == 0, f"--hypothesis-profile {PROFILE} --hypothesis-seed={seed}: exit status {code}\n{tail}"
     passed = re.search(r"(\d+) passed", out)
