@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             python = sys.executable
             env["PYTHONPATH"] = str(repo)
             attnclaims = [python, "-m", "attnclaims"]
-            claim = ["--claim", "softmax-distribution"]
+            claim = ["--claim", "score-functions"]  # among the cheapest claims with a proof or tests to run
         else:
             venv_python = repo / ".venv" / "bin" / "python"
             rows.append(_step("venv + pip install -e .", ["sh", "-c", "python3 -m venv .venv && "
