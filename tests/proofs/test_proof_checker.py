@@ -283,6 +283,12 @@ def test_reindex_step():
               permutations=perms)
     _rejected([Step(sp.Sum(f[sigma(j)], (j, 1, n - 1)), "start"), Step(sp.Sum(f[j], (j, 1, n - 1)), "part of the range",
                                                                      method="reindex")], at=1, permutations=perms)
+    # a reindexing step renames only: algebra that simplify would prove (Σ 2f = 2Σ f) needs a step of its own
+    _rejected([Step(sp.Sum(2 * f[sigma(j)], (j, 1, n)), "start"), Step(2 * sp.Sum(f[j], (j, 1, n)), "reindex and factor",
+                                                                     method="reindex")],
+              at=1, match="a step of its own", permutations=perms)
+    _passes([Step(sp.Sum(2 * f[sigma(j)], (j, 1, n)), "start"), Step(sp.Sum(2 * f[j], (j, 1, n)), "reindex", method="reindex"),
+             Step(2 * sp.Sum(f[j], (j, 1, n)), "factor")], permutations=perms)
 
 
 # --------------------------------------------------------------------------
