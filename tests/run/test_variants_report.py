@@ -13,12 +13,16 @@ Two families of adapters:
 * the small numpy ones of ``test_variants.py`` (``PostLNOnly``, ``PreLNOnly``, ``SelfAttentionOnly``,
   ``EvenHeadDimOnly``), which compute as the libraries do (a fixed placement whatever
   ``params.norm_first`` says, keys and values from ``x_q``, odd head dimensions rejected);
-* the torch adapter restricted the same way (below), with the capabilities such a library module ships
-  — the layers, their layer norm and their backward passes (torch autograd), the decoder block and its
-  KV-cache step — and *strict*: a call with a variant it does not declare raises ``ValueError`` instead of
-  computing something else, as HuggingFace's config checks do. A check that hands such an adapter an
-  undeclared variant therefore fails instead of passing by accident, so these runs can fail for exactly the
-  bug they look for (``test_strict_adapters_reject_what_they_do_not_declare`` shows the rejections).
+* *strict* adapters (below), restricted the same way with the capabilities such a library module ships —
+  the layers, their layer norm and their backward passes, the decoder block and its KV-cache step — that
+  raise ``ValueError`` on a call with a variant they do not declare instead of computing something else, as
+  HuggingFace's config checks do. A check that hands such an adapter an undeclared variant therefore fails
+  instead of passing by accident — also a check that compares the implementation only with itself — so
+  these runs can fail for exactly the bug they look for (``test_strict_adapters_reject_what_they_do_not_declare``
+  shows the rejections). They compute with the built-in reference: what they test is which variants the
+  suite hands an adapter, not a library's arithmetic (the torch adapter's own full runs are CI's torch
+  lanes; ``tests/run/test_variants.py`` runs a restricted torch adapter through the layer modules). With
+  torch underneath, the four runs cost about 45 s of CPU each instead of about 16.
 """
 from __future__ import annotations
 
@@ -31,13 +35,12 @@ import pytest
 HERE = Path(__file__).resolve().parent
 
 PROBLEMS = ("refuted", "blocked", "error")
-#: ``ci``: derandomized, the verdicts reproducible. Cost, 2 cores shared: 15-20 s of CPU per small adapter (mostly
-#: collecting the suite), about 45 s per torch one (``dev`` with a fixed seed: 33 s).
+#: ``ci``: derandomized, the verdicts reproducible. Cost, 2 cores shared: 15-25 s of CPU per adapter.
 PROFILE = "ci"
 
 
 # ---------------------------------------------------------------------------------------------
-# torch, restricted (resolved in the subprocess as ``test_variants_report:<Class>``)
+# strict, restricted (resolved in the subprocess as ``test_variants_report:<Class>``)
 # ---------------------------------------------------------------------------------------------
 
 def _even(p) -> None:
@@ -46,26 +49,25 @@ def _even(p) -> None:
         raise ValueError(f"head_dim={d_head} (d_model={p.d_model}, num_heads={p.num_heads}) must be even")
 
 
-class _TorchRestricted:
-    """Delegates the listed capabilities to :class:`TorchImplementation`; every other one is absent."""
+class _StrictRestricted:
+    """Delegates the listed capabilities to the built-in reference; every other one is absent."""
 
     dtype = np.dtype(np.float64)
     capabilities: tuple[str, ...] = ()
 
     def __init__(self):
-        from attnclaims.adapters.torch_adapter import TorchImplementation
+        from attnclaims.reference.impl import Reference
 
-        self._torch = TorchImplementation()
-        self.versions = getattr(self._torch, "versions", {})
+        self._base = Reference()
 
     def __getattr__(self, name):
         if name in type(self).capabilities:
-            return getattr(self._torch, name)
+            return getattr(self._base, name)
         raise AttributeError(name)
 
 
-class _TorchPlacement(_TorchRestricted):
-    """``nn.TransformerEncoderLayer`` / ``DecoderLayer`` built with one ``norm_first`` only."""
+class _StrictPlacement(_StrictRestricted):
+    """An encoder / decoder layer built with one ``norm_first`` only (``nn.TransformerEncoderLayer``'s way)."""
 
     placement = False
     capabilities = ("layer_norm", "layer_norm_vjp")
@@ -76,36 +78,36 @@ class _TorchPlacement(_TorchRestricted):
         return p
 
     def encoder_layer(self, x, params, mask=None):
-        return self._torch.encoder_layer(x, self._only(params), mask)
+        return self._base.encoder_layer(x, self._only(params), mask)
 
     def decoder_layer(self, y, memory, params, self_mask=None, memory_mask=None):
-        return self._torch.decoder_layer(y, memory, self._only(params), self_mask, memory_mask)
+        return self._base.decoder_layer(y, memory, self._only(params), self_mask, memory_mask)
 
     def encoder_layer_vjp(self, x, params, d_out, mask=None):
-        return self._torch.encoder_layer_vjp(x, self._only(params), d_out, mask)
+        return self._base.encoder_layer_vjp(x, self._only(params), d_out, mask)
 
     def decoder_layer_vjp(self, y, memory, params, d_out, self_mask=None, memory_mask=None):
-        return self._torch.decoder_layer_vjp(y, memory, self._only(params), d_out, self_mask, memory_mask)
+        return self._base.decoder_layer_vjp(y, memory, self._only(params), d_out, self_mask, memory_mask)
 
 
-class TorchPostLNOnly(_TorchPlacement):
-    name = "torch-post-ln-only"
+class StrictPostLNOnly(_StrictPlacement):
+    name = "strict-post-ln-only"
     placement = False
     variants = {"norm_first": (False,)}
 
 
-class TorchPreLNOnly(_TorchPlacement):
-    name = "torch-pre-ln-only"
+class StrictPreLNOnly(_StrictPlacement):
+    name = "strict-pre-ln-only"
     placement = True
     variants = {"norm_first": (True,)}
 
 
-class TorchSelfAttentionOnly(_TorchRestricted):
-    """``nn.MultiheadAttention`` behind a one-sequence interface (``forward(hidden_states)``), the layers and
+class StrictSelfAttentionOnly(_StrictRestricted):
+    """Multi-head attention behind a one-sequence interface (``forward(hidden_states)``), the layers and
     the decoder block that use it. No ``multi_head_attention_vjp``: with one input, dx_q and dx_kv do not come
     apart."""
 
-    name = "torch-self-attention-only"
+    name = "strict-self-attention-only"
     variants = {"cross_attention": False}
     capabilities = ("attention", "encoder_layer", "encoder_layer_vjp", "decoder_block", "decoder_block_vjp",
                     "decoder_block_step")
@@ -113,50 +115,50 @@ class TorchSelfAttentionOnly(_TorchRestricted):
     def multi_head_attention(self, x_q, x_kv, params, mask=None):
         if x_kv is not x_q:
             raise ValueError("self-attention only: x_kv must be the x_q array itself")
-        return self._torch.multi_head_attention(x_q, x_q, params, mask)
+        return self._base.multi_head_attention(x_q, x_q, params, mask)
 
 
-class TorchEvenHeadDimOnly(_TorchRestricted):
-    """torch's modules behind a config that rejects odd head dimensions (HuggingFace's rotary check)."""
+class StrictEvenHeadDimOnly(_StrictRestricted):
+    """The modules behind a config that rejects odd head dimensions (HuggingFace's rotary check)."""
 
-    name = "torch-even-head-dim-only"
+    name = "strict-even-head-dim-only"
     variants = {"head_dim": "even"}
 
     def multi_head_attention(self, x_q, x_kv, params, mask=None):
         _even(params)
-        return self._torch.multi_head_attention(x_q, x_kv, params, mask)
+        return self._base.multi_head_attention(x_q, x_kv, params, mask)
 
     def multi_head_attention_vjp(self, x_q, x_kv, params, d_out, mask=None):
         _even(params)
-        return self._torch.multi_head_attention_vjp(x_q, x_kv, params, d_out, mask)
+        return self._base.multi_head_attention_vjp(x_q, x_kv, params, d_out, mask)
 
     def encoder_layer(self, x, params, mask=None):
         _even(params.self_attn)
-        return self._torch.encoder_layer(x, params, mask)
+        return self._base.encoder_layer(x, params, mask)
 
     def encoder_layer_vjp(self, x, params, d_out, mask=None):
         _even(params.self_attn)
-        return self._torch.encoder_layer_vjp(x, params, d_out, mask)
+        return self._base.encoder_layer_vjp(x, params, d_out, mask)
 
     def decoder_layer(self, y, memory, params, self_mask=None, memory_mask=None):
         _even(params.self_attn), _even(params.cross_attn)
-        return self._torch.decoder_layer(y, memory, params, self_mask, memory_mask)
+        return self._base.decoder_layer(y, memory, params, self_mask, memory_mask)
 
     def decoder_layer_vjp(self, y, memory, params, d_out, self_mask=None, memory_mask=None):
         _even(params.self_attn), _even(params.cross_attn)
-        return self._torch.decoder_layer_vjp(y, memory, params, d_out, self_mask, memory_mask)
+        return self._base.decoder_layer_vjp(y, memory, params, d_out, self_mask, memory_mask)
 
     def decoder_block(self, x, params, mask=None):
         _even(params.self_attn)
-        return self._torch.decoder_block(x, params, mask)
+        return self._base.decoder_block(x, params, mask)
 
     def decoder_block_vjp(self, x, params, d_out, mask=None):
         _even(params.self_attn)
-        return self._torch.decoder_block_vjp(x, params, d_out, mask)
+        return self._base.decoder_block_vjp(x, params, d_out, mask)
 
     def decoder_block_step(self, x_t, cache, params, position):
         _even(params.self_attn)
-        return self._torch.decoder_block_step(x_t, cache, params, position)
+        return self._base.decoder_block_step(x_t, cache, params, position)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -183,13 +185,13 @@ CASES = {  # spec, a claim that must come out positive, a test that must be not 
     "pre-ln": ("test_variants:PreLNOnly", "decoder-masking", "test_encoder_layer_matches_reference"),
     "self-only": ("test_variants:SelfAttentionOnly", "self-attention", "test_separate_inputs_give_cross_attention"),
     "even-head": ("test_variants:EvenHeadDimOnly", "multihead-structure", None),
-    "torch-post-ln": ("test_variants_report:TorchPostLNOnly", "encoder-structure",
+    "strict-post-ln": ("test_variants_report:StrictPostLNOnly", "encoder-structure",
                       "test_pre_ln_encoder_layer_matches_reference"),
-    "torch-pre-ln": ("test_variants_report:TorchPreLNOnly", "decoder-masking",
+    "strict-pre-ln": ("test_variants_report:StrictPreLNOnly", "decoder-masking",
                      "test_encoder_layer_matches_reference"),
-    "torch-self-only": ("test_variants_report:TorchSelfAttentionOnly", "self-attention",
+    "strict-self-only": ("test_variants_report:StrictSelfAttentionOnly", "self-attention",
                         "test_separate_inputs_give_cross_attention"),
-    "torch-even-head": ("test_variants_report:TorchEvenHeadDimOnly", "multihead-structure", None),
+    "strict-even-head": ("test_variants_report:StrictEvenHeadDimOnly", "multihead-structure", None),
 }
 POSITIVE = ("proven", "verified", "qualified", "illustrative")
 
@@ -200,8 +202,6 @@ def test_a_correct_restricted_adapter_has_no_refuted_blocked_or_error_claim(kind
     verdict is positive or not applicable; the claim the restriction concerns is positive; the tests that
     need the undeclared variant are not applicable by its name."""
     spec, concerned, not_applicable = CASES[kind]
-    if kind.startswith("torch"):
-        pytest.importorskip("torch")
     name, verdicts, data = _verdicts(suite_run, spec)
     problems = {cid: f"{v.verdict}: {v.reason[:400]}" for cid, v in verdicts.items()
                 if v.is_problem or v.verdict.startswith(PROBLEMS)}
@@ -214,9 +214,8 @@ def test_a_correct_restricted_adapter_has_no_refuted_blocked_or_error_claim(kind
 
 
 def test_strict_adapters_reject_what_they_do_not_declare():
-    """The torch adapters above raise (one line) on the variants they lack and compute the ones they declare,
+    """The strict adapters above raise (one line) on the variants they lack and compute the ones they declare,
     so a check that draws an undeclared variant fails in the runs above instead of passing by accident."""
-    pytest.importorskip("torch")
     from attnclaims.reference import init_decoder_layer, init_encoder_layer, init_multi_head
     from attnclaims.reference.layers import encoder_layer as ref_encoder_layer
     from attnclaims.reference.multihead import multi_head_attention as ref_mha
@@ -224,9 +223,9 @@ def test_strict_adapters_reject_what_they_do_not_declare():
     rng = np.random.default_rng(0)
     x, memory = rng.standard_normal((1, 3, 6)), rng.standard_normal((1, 4, 6))
     post, pre = (init_encoder_layer(rng, 6, 2, 8, norm_first=nf, dtype=np.float64) for nf in (False, True))
-    np.testing.assert_allclose(TorchPostLNOnly().encoder_layer(x, post), ref_encoder_layer(x, post), rtol=1e-12,
+    np.testing.assert_allclose(StrictPostLNOnly().encoder_layer(x, post), ref_encoder_layer(x, post), rtol=1e-12,
                                atol=1e-12)
-    for impl, wrong in ((TorchPostLNOnly(), pre), (TorchPreLNOnly(), post)):
+    for impl, wrong in ((StrictPostLNOnly(), pre), (StrictPreLNOnly(), post)):
         with pytest.raises(ValueError, match="norm_first="):
             impl.encoder_layer(x, wrong)
         with pytest.raises(ValueError, match="norm_first="):
@@ -235,14 +234,14 @@ def test_strict_adapters_reject_what_they_do_not_declare():
         with pytest.raises(ValueError, match="norm_first="):
             impl.decoder_layer(x, memory, dec)
     three = init_multi_head(rng, 6, 2, dtype=np.float64)  # head_dim 3
-    np.testing.assert_allclose(TorchSelfAttentionOnly().multi_head_attention(x, x, three), ref_mha(x, x, three),
+    np.testing.assert_allclose(StrictSelfAttentionOnly().multi_head_attention(x, x, three), ref_mha(x, x, three),
                                rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="self-attention only"):
-        TorchSelfAttentionOnly().multi_head_attention(x, memory, three)
+        StrictSelfAttentionOnly().multi_head_attention(x, memory, three)
     with pytest.raises(ValueError, match="head_dim=3"):
-        TorchEvenHeadDimOnly().multi_head_attention(x, x, three)
+        StrictEvenHeadDimOnly().multi_head_attention(x, x, three)
     odd_layer = dataclasses.replace(post, self_attn=three)
     with pytest.raises(ValueError, match="head_dim=3"):
-        TorchEvenHeadDimOnly().encoder_layer(x, odd_layer)
-    assert not hasattr(TorchSelfAttentionOnly(), "multi_head_attention_vjp")
-    assert not hasattr(TorchPostLNOnly(), "attention") and hasattr(TorchPostLNOnly(), "layer_norm_vjp")
+        StrictEvenHeadDimOnly().encoder_layer(x, odd_layer)
+    assert not hasattr(StrictSelfAttentionOnly(), "multi_head_attention_vjp")
+    assert not hasattr(StrictPostLNOnly(), "attention") and hasattr(StrictPostLNOnly(), "layer_norm_vjp")
