@@ -5,8 +5,8 @@
 A LANE is a space-separated list of entries run one after the other; the lanes run side by side (one per
 core). An entry is an implementation — ``pytest -p no:xdist -q -m impl_test --attn-impl NAME --pyargs
 attnclaims.suite`` with its results, log and watchdog file in ``ci-results/`` (under the ``dev`` profile when
-it is named in ``--dev``, else ``ci``) — or ``library-meta`` (the findings' repros and the library adapters'
-mapping tests). Each entry writes ``ci-results/ENTRY.log`` and ``ci-results/ENTRY.rc`` (pytest's exit status)
+it is named in ``--dev``, else ``ci``; without hypothesis' shrink phase, ``--attn-no-shrink``) — or
+``library-meta`` (the findings' repros and the library adapters' mapping tests). Each entry writes ``ci-results/ENTRY.log`` and ``ci-results/ENTRY.rc`` (pytest's exit status)
 and prints ``CI: ENTRY: <its last line> [N s]``; the caller reads the statuses.
 
 Why a server: each run used to be a fresh interpreter that imported numpy, scipy, sympy, hypothesis, the
@@ -47,7 +47,12 @@ def last_line(log: Path) -> str:
 def suite_args(entry: str, profile: str, out: Path = OUT) -> list[str]:
     # the server imported the plugin's modules before this session: pytest cannot rewrite their asserts again
     # (the suite's own modules were rewritten by the server's collection) and would say so in every run
-    args = ["-p", "no:xdist", "-q", "-W", "ignore::pytest.PytestAssertRewriteWarning", "-m", "impl_test"]
+    # --attn-no-shrink: every test passes or fails as it would; a failure's counterexample is the first failing
+    # example, not minimised (the libraries' failures are known findings, gated by the function each names:
+    # .ci/library_findings.py). --tb=native: Python's tracebacks in the log; pytest's own parses the source of
+    # every file in each traceback (a quarter of a library run's time; attnclaims.run.process.base_args).
+    args = ["-p", "no:xdist", "-q", "-W", "ignore::pytest.PytestAssertRewriteWarning", "-m", "impl_test",
+            "--attn-no-shrink", "--tb=native"]
     if profile == "dev":
         # dev draws from a seed; CI fixes it, so a run is reproducible and a CI result never depends on luck
         args += ["--hypothesis-profile", "dev", "--hypothesis-seed", DEV_SEED]

@@ -17,6 +17,8 @@ Options
                            implementation, hypothesis' shrink phase dropped (``--attn-kill-shrink`` keeps it)
   --attn-kill-claims ID,ID in kill-matrix mode, only the implementation tests tagged with these claims
   --attn-kill-first        in kill-matrix mode, skip a test once every claim it is relevant to has failed
+  --attn-no-shrink         hypothesis' shrink phase dropped: every test passes or fails as it would, a
+                           failure's counterexample is the first failing example, not minimised
 
 The event stream (one JSON object per line, each with ``event``, ``t`` = seconds since the plugin
 was configured, and ``pid``):
@@ -169,6 +171,10 @@ def pytest_addoption(parser):
                     help="kill-matrix mode: skip a test once each claim it is relevant to has a failing test")
     group.addoption("--attn-kill-shrink", action="store_true", default=False,
                     help="kill-matrix mode: keep hypothesis' shrink phase (minimal counterexamples, slower)")
+    group.addoption("--attn-no-shrink", action="store_true", default=False,
+                    help="without hypothesis' shrink phase: every test passes or fails as it would, a failure's "
+                         "counterexample is the first failing example, not minimised (CI's runs of libraries "
+                         "whose failures are known findings)")
 
 
 def pytest_configure(config):
@@ -189,7 +195,8 @@ def pytest_configure(config):
     state.kill = bool(config.getoption("attn_kill", default=False) or kill_claims)
     state.kill_claims = {c for c in kill_claims.split(",") if c} if kill_claims else None
     state.kill_first = bool(config.getoption("attn_kill_first", default=False))
-    if state.kill and not config.getoption("attn_kill_shrink", default=False):
+    if (state.kill and not config.getoption("attn_kill_shrink", default=False)) or config.getoption(
+            "attn_no_shrink", default=False):
         _drop_shrink_phase()
     config.pluginmanager.register(_Reporter(config), "attnclaims-reporter")
     if config.getoption("attn_impl", default=None):

@@ -573,13 +573,17 @@ def suite_rootdir(tests_package: str, fallback: Path) -> str:
 
 
 def base_args(targets: list[str], work: Path, *, rootdir: str | None = None, pyargs: bool = True) -> list[str]:
-    """The pytest arguments every child gets: a private ini file, no cache, the importlib import mode."""
+    """The pytest arguments every child gets: a private ini file, no cache, the importlib import mode, and
+    Python's own tracebacks (``--tb=native``). The evidence takes a failure's message from the exception, not
+    from pytest's report; pytest's default report parses the source of every file in the traceback to show
+    its statements, which was a quarter of a run's time against an implementation that fails many checks
+    (hf-llama under dev: 23 s, 17.7 s native)."""
     ini = work / "pytest.ini"
     if not ini.exists():
         ini.write_text("[pytest]\n", encoding="utf-8")
     return [*(["--pyargs"] if pyargs else []), *targets, "-q", "--no-header", "-p", "no:cacheprovider",
             "-c", str(ini), "--rootdir", rootdir or str(work), "--import-mode=importlib", "--strict-markers",
-            "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+            "-W", "ignore::pytest.PytestAssertRewriteWarning", "--tb=native"]
 
 
 def collect(tests_package: str | None = None, extra: list[str] | None = None, marker: str = "claim",

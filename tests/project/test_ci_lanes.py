@@ -31,7 +31,7 @@ def test_each_entry_is_the_documented_suite_run_and_dev_has_a_fixed_seed(tmp_pat
         assert args[args.index("--attn-results") + 1] == str(tmp_path / f"{entry}.json")
         assert args[args.index("--attn-watchdog") + 1] == str(tmp_path / f"{entry}.watchdog")
         assert args[args.index("-m") + 1] == "impl_test" and "--pyargs" in args and "attnclaims.suite" in args
-        assert "no:xdist" in args
+        assert "no:xdist" in args and "--attn-no-shrink" in args  # the findings are gated, not minimised
     assert "--hypothesis-profile" not in ci and "--hypothesis-seed" not in ci  # ci: the default profile
     assert dev[dev.index("--hypothesis-profile") + 1] == "dev"
     assert dev[dev.index("--hypothesis-seed") + 1] == lanes.DEV_SEED

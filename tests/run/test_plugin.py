@@ -341,6 +341,41 @@ def test_the_kill_matrix_options(project):
     assert finished["test_k2"]["kill_skipped"] is True
 
 
+_SHRINK_TEST = '''
+import os
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+@pytest.mark.claim("self-attention")
+@pytest.mark.requires("attention")
+@given(n=st.integers(0, 10**6))
+def test_drawn(impl, n):
+    with open(os.environ["DRAWN_LOG"], "a") as f:
+        f.write(f"{n}\\n")
+    assert n < 1000
+'''
+
+
+@pytest.mark.parametrize("no_shrink", [False, True])
+def test_attn_no_shrink_keeps_the_failure_and_drops_the_minimising(project, no_shrink, monkeypatch):
+    """``--attn-no-shrink`` (CI's library runs): the test fails as it would; its counterexample is the first
+    failing example, run once more to report it, where the shrink phase tries many and ends at exactly 1000."""
+    (project / "test_shrink.py").write_text(_SHRINK_TEST, encoding="utf-8")
+    log = project / "drawn.txt"
+    monkeypatch.setenv("DRAWN_LOG", str(log))
+    result = _run(project, "test_shrink.py", "--attn-impl", "user_impl:WrongAttention", "--hypothesis-profile", "ci",
+                  *(["--attn-no-shrink"] if no_shrink else []))
+    assert result.returncode == 1, result.stdout + result.stderr
+    drawn = [int(v) for v in log.read_text().split()]
+    first = next(i for i, v in enumerate(drawn) if v >= 1000)
+    after = drawn[first:]
+    if no_shrink:
+        assert len(set(after)) == 1 and len(after) <= 3, after  # the first failure, replayed
+    else:
+        assert after[-1] == 1000 and len(set(after)) > 3, after
+
+
 # -- the claim marker's part=, self_comparison= and declined examples -----------------------------
 
 _MARKER_TESTS = '''
