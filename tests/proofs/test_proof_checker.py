@@ -263,6 +263,15 @@ def test_permutation_equivariance_with_a_causal_softmax_is_rejected():
     result = _general(("causal_softmax", causal_softmax_entry)).check()
     assert result.outcome == "failed" and result.failed_step == 1, result.reason
     assert "after reindexing" in result.reason
+    # the same causal softmax written with Heaviside: rejected with the same reason (it used to end in
+    # "error: StopIteration" inside sympy's simplify)
+    from attnclaims.proofs.permutation_equivariance import n as n_
+
+    def heaviside_entry(A, r, c):
+        return sp.Heaviside(r - c, 1) * sp.exp(A(r, c)) / sp.Sum(sp.Heaviside(r - j, 1) * sp.exp(A(r, j)), (j, 1, n_))
+
+    result = _general(("causal_softmax", heaviside_entry)).check()
+    assert result.outcome == "failed" and result.failed_step == 1 and "after reindexing" in result.reason, result.reason
     # renamed with no entry definition: the lemma cannot be compared with its steps
     d = _general(("causal_softmax", softmax_entry))
     d.entries = {}
