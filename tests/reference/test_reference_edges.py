@@ -1630,6 +1630,29 @@ def test_messages_of_the_ffns(call, message):
     _refused_with(call, message)
 
 
+@pytest.mark.parametrize("call", [
+    pytest.param(lambda x, d: gated_feed_forward(x, _gfp), id="gated"),
+    pytest.param(lambda x, d: feed_forward_vjp(x, _ffp, d), id="ffn-vjp"),
+    pytest.param(lambda x, d: gated_feed_forward_vjp(x, _gfp, d), id="gated-vjp"),
+])
+def test_the_gated_ffn_and_the_ffn_vjps_name_their_inputs_and_take_one_position(call):
+    """gated_feed_forward, feed_forward_vjp and gated_feed_forward_vjp validate x as feed_forward does (lines
+    whose text repeats feed_forward's, which mutmut 2 leaves untested: bench/mutation_untested.py found their
+    names and the one-position form unchecked): a complex x and a width other than d_model are refused naming x
+    and params.d_model, and one position x (d_model,) is accepted, the result that of the (1, d_model) row."""
+    _refused_with(lambda: call(np.ones(3, complex), np.ones(3)),
+                  "x.dtype=complex128, but should be a real floating or integer dtype")
+    _refused_with(lambda: call(np.ones((2, 2)), np.ones((2, 2))), "x.shape[-1]=2 != params.d_model=3")
+    x, d = np.array([0.5, -1.0, 2.0]), np.array([1.0, 0.25, -0.5])
+    one, row = call(x, d), call(x[None], d[None])
+    if isinstance(one, tuple):  # a vjp: (dx, dparams)
+        np.testing.assert_array_equal(one[0], row[0][0])
+        one, row = one[0], row[0]
+    else:
+        np.testing.assert_array_equal(one, row[0])
+    assert one.shape == (3,)
+
+
 def _gelu_tanh_and_slope(a):
     """a(1 + t)/2 and (1 + t)/2 + a(1 − t²)·√(2/π)(1 + 3·0.044715a²)/2, t = tanh(√(2/π)(a + 0.044715a³)), per entry."""
     out, slope = [], []
