@@ -2051,3 +2051,132 @@ def test_paged_attention_reads_the_pages_of_each_sequence():
     short = paged_attention(q[:1], kc, vc, np.array([[4, 0, 1]]), np.array([2]))  # seq_lens = n_q
     np.testing.assert_allclose(short[0, :, 0], _attend(q[0, :, 0], kc[4, :2, 0], vc[4, :2, 0], 2, 2, 1 / math.sqrt(3)),
                                rtol=1e-12, atol=1e-15)
+
+
+# ---------------------------------------------------------------------------------------------
+# The second mutmut run's survivors: input names of the FFNs, multi-head vjp, repeat_kv and rotary
+# embeddings; the block's ReLU FFN pieces; the multi-head backward's cache; rotary defaults and the
+# lower-precision rotary backward
+# ---------------------------------------------------------------------------------------------
+
+_COMPLEX = "dtype=complex128, but should be a real floating or integer dtype"
+_mh4 = init_multi_head(0, 4, 2)
+
+
+@pytest.mark.parametrize("call, message", [
+    pytest.param(lambda: ffn_activation(np.ones(2, complex), "relu"), "a." + _COMPLEX, id="ffn-activation-a"),
+    pytest.param(lambda: feed_forward_vjp(np.ones((2, 3)), _ffp, np.ones((2, 3), complex)), "d_out." + _COMPLEX,
+                 id="ffn-vjp-d-name"),
+    pytest.param(lambda: gated_feed_forward_vjp(np.ones((2, 3)), _gfp, np.ones((2, 3), complex)),
+                 "d_out." + _COMPLEX, id="gated-vjp-d-name"),
+    pytest.param(lambda: multi_head_attention_vjp(np.ones((3, 4), complex), np.ones((5, 4)), _mh4, np.ones((3, 4))),
+                 "x_q." + _COMPLEX, id="mha-vjp-x_q"),
+    pytest.param(lambda: multi_head_attention_vjp(np.ones((3, 4)), np.ones((5, 4), complex), _mh4, np.ones((3, 4))),
+                 "x_kv." + _COMPLEX, id="mha-vjp-x_kv"),
+    pytest.param(lambda: multi_head_attention_vjp(np.ones((3, 6)), np.ones((5, 4)), _mh4, np.ones((3, 6))),
+                 "x_q.shape[-1]=6 != params.d_model=4", id="mha-vjp-x_q-width"),
+    pytest.param(lambda: multi_head_attention_vjp(np.ones((3, 4)), np.ones((5, 6)), _mh4, np.ones((3, 4))),
+                 "x_kv.shape[-1]=6 != params.d_model=4", id="mha-vjp-x_kv-width"),
+    pytest.param(lambda: multi_head_attention_vjp(np.ones((3, 4)), np.ones((5, 4)), _mh4, np.ones((3, 4), complex)),
+                 "d_out." + _COMPLEX, id="mha-vjp-d-name"),
+    pytest.param(lambda: multi_head_attention_vjp(np.ones((3, 4)), np.ones((5, 4)), _mh4, np.ones((3, 4)),
+                                                  mask=np.ones((3, 5))),
+                 "mask.dtype=float64, but should be bool (True = may attend)", id="mha-vjp-mask"),
+    pytest.param(lambda: MH.repeat_kv(np.ones((2, 3, 4), complex), 2), "x." + _COMPLEX, id="repeat-kv-x"),
+    pytest.param(lambda: MH.repeat_kv(np.ones((3, 4)), 2), "x.ndim=2 (x.shape=(3, 4)), but should be >= 3",
+                 id="repeat-kv-ndim"),
+    pytest.param(lambda: MH.repeat_kv(np.ones((2, 3, 4)), 0), "group_size=0, but should be >= 1",
+                 id="repeat-kv-group"),
+    pytest.param(lambda: rotary_embedding(np.ones((2, 4), complex), [0, 1]), "x." + _COMPLEX, id="rope-x"),
+    pytest.param(lambda: rotary_embedding_vjp(np.ones((2, 4), complex), [0, 1], np.ones((2, 4))), "x." + _COMPLEX,
+                 id="rope-vjp-x"),
+    pytest.param(lambda: rotary_embedding_vjp(np.ones((2, 4)), [0, 1], np.ones((2, 4), complex)),
+                 "d_out." + _COMPLEX, id="rope-vjp-d-name"),
+])
+def test_inputs_are_named_in_every_message(call, message):
+    """The name each input is refused by: ffn.py 66, 148, 289; multihead.py 148, 149, 280 … 289; positional.py 159,
+    206, 207."""
+    _refused_with(call, message)
+
+
+def test_repeat_kv_takes_three_axes_and_repeats_each_head_in_place():
+    """repeat_kv (148 … 150): x (h_kv, n, d_k) with exactly the three axes its docstring names is accepted, and head g
+    lands at g·r … g·r + r − 1."""
+    x = np.arange(2 * 1 * 2, dtype=np.float64).reshape(2, 1, 2)
+    assert MH.repeat_kv(x, 2).tolist() == [[[0.0, 1.0]], [[0.0, 1.0]], [[2.0, 3.0]], [[2.0, 3.0]]]
+
+
+def test_the_blocks_relu_ffn_pieces_are_feed_forward_and_its_vjp():
+    """_ffn_pieces for a ReLU FFN (312, 313) and _relu_backward (266): the forward is feed_forward (biases added,
+    negative units cut at 0) and the backward feed_forward_vjp, ReLU'(0) = 0 included (a unit with P = 0 exactly
+    passes no gradient)."""
+    from attnclaims.reference import ffn as F
+
+    p = FeedForwardParams(w1=np.array([[1.0, -1.0, 2.0], [0.5, 1.0, -1.0]]), b1=np.array([0.5, -2.5, 1.0]),
+                          w2=np.array([[1.0, 2.0], [3.0, -4.0], [-0.5, 1.5]]), b2=np.array([0.25, -0.75]))
+    x = np.array([[[1.0, 3.5], [-1.0, 0.5]], [[2.0, -3.0], [0.0, 0.0]]])  # P[0, 0, 1] = 0 exactly; units below 0
+    pre = x @ p.w1 + p.b1
+    assert pre[0, 0, 1] == 0.0 and (pre < 0).any() and (pre > 0).any()
+    d = np.array([[[1.0, -1.0], [0.5, 2.0]], [[-1.5, 0.25], [1.0, 1.0]]])
+    forward, backward = F._ffn_pieces(p, np.float64)
+    np.testing.assert_array_equal(forward(x), feed_forward(x, p))
+    np.testing.assert_array_equal(forward(x), np.maximum(0.0, pre) @ p.w2 + p.b2)
+    dx, grads = backward(x, d)
+    want = _dense_backward(x, p.w1, p.w2, d, (pre > 0).astype(np.float64), np.maximum(0.0, pre))
+    for got, w in zip((dx, grads["w1"], grads["b1"], grads["w2"], grads["b2"]), want):
+        np.testing.assert_array_equal(got, w)
+    vdx, vgrads = feed_forward_vjp(x, p, d)
+    np.testing.assert_array_equal(dx, vdx)
+    for name in ("w1", "b1", "w2", "b2"):
+        np.testing.assert_array_equal(grads[name], getattr(vgrads, name), err_msg=name)
+
+
+def test_the_multihead_backwards_cache_holds_the_projected_heads():
+    """_mha_forward (182 … 184): the cache's q, k, v are the heads of x W + b — what the |·|-evaluation reads as |k|
+    (_widened_attention), where a wrong key bias would not cancel as it does in the softmax."""
+    mh = init_multi_head(4, 6, 2)
+    p = MH._mha_dict(mh, np.float64)
+    rng = np.random.default_rng(31)
+    x_q, x_kv = rng.normal(size=(3, 6)), rng.normal(size=(4, 6))
+    _, (q, k, v, _, _, _) = MH._mha_forward(x_q, x_kv, p, None)
+    for got, x, name in ((q, x_q, "q"), (k, x_kv, "k"), (v, x_kv, "v")):
+        np.testing.assert_array_equal(got, MH._split(x @ p["w_" + name] + p["b_" + name], 2), err_msg=name)
+
+
+def test_rotary_defaults_and_the_half_layouts_pairs():
+    """rotary_embedding's and rotary_embedding_vjp's defaults base 10000 and the interleaved layout (153, 195), and the
+    half layout's pairs (i, i + d/2) as indices in [0, d) (150; the suite indexes with them)."""
+    x = np.arange(1.0, 13.0).reshape(2, 6) / 4
+    d = x[::-1] - 1.0
+    pos = [3, -5]
+    np.testing.assert_array_equal(rotary_embedding(x, pos), rotary_embedding(x, pos, 10000.0, "interleaved"))
+    assert not np.array_equal(rotary_embedding(x, pos), rotary_embedding(x, pos, 10001.0))
+    np.testing.assert_array_equal(rotary_embedding_vjp(x, pos, d),
+                                  rotary_embedding_vjp(x, pos, d, base=10000.0, layout="interleaved"))
+    assert not np.array_equal(rotary_embedding_vjp(x, pos, d), rotary_embedding_vjp(x, pos, d, base=10001.0))
+    a, b = rotary_pairs(6, "half")
+    assert a.tolist() == [0, 1, 2] and b.tolist() == [3, 4, 5]
+    a, b = rotary_pairs(6, "interleaved")
+    assert a.tolist() == [0, 2, 4] and b.tolist() == [1, 3, 5]
+
+
+def test_the_float32_rotary_backward_rotates_by_the_float32_frequencies():
+    """_rotary_backward in float32 (184: ω_i = base^(−2i/d) computed in float32) against the float64 vjp.
+
+    Error model (u = 2⁻²⁴): −2i/d rounds once (u), base^y adds ≤ |y ln base|·u + u ≤ (ln base + 1)u, m·ω one more u,
+    so |Δθ| ≤ |θ|(ln base + 3)u; cos, sin, the two products and the sum add ≤ 4u of |d_a| + |d_b|. Per entry
+    |Δ| ≤ (|d_a| + |d_b|)(|θ|(ln base + 3) + 4)u; checked against twice that (θ ≤ 7, base 10⁴: ≈ 190u·max|d|).
+    Which float32 rounding of ω_i is used (the float32 power or the float64 ω_i rounded, ≤ 7u apart for d ≤ 512) is
+    a rounding the model covers, not pinned here."""
+    from attnclaims.reference import positional as PO
+
+    rng = np.random.default_rng(37)
+    d = rng.normal(size=(2, 4, 8))
+    pos = np.array([0, 1, -4, 7])
+    u, base = 2.0 ** -24, 10000.0
+    for layout in ("interleaved", "half"):
+        want = rotary_embedding_vjp(d, pos, d, base=base, layout=layout)
+        got = PO._rotary_backward(d.astype(np.float32), pos, base, layout)
+        assert got.dtype == np.float32
+        tol = 2 * 2 * np.abs(d).max() * (7 * (math.log(base) + 3) + 4) * u
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=tol, err_msg=layout)
