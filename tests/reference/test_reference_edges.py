@@ -2180,3 +2180,123 @@ def test_the_float32_rotary_backward_rotates_by_the_float32_frequencies():
         assert got.dtype == np.float32
         tol = 2 * 2 * np.abs(d).max() * (7 * (math.log(base) + 3) + 4) * u
         np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=tol, err_msg=layout)
+
+
+# --- the decoder block's validation, KVCache, decoder_block_step and cached_decode (layers.py 175 … 296) ---
+
+def _block():
+    from attnclaims.reference import init_decoder_block
+
+    return init_decoder_block(0, 8, 4, 10, num_kv_heads=2)
+
+
+def test_the_decoder_blocks_refusals_name_the_argument():
+    """_check_block (176 … 179) and decoder_block's mask (195): the exact messages of a wrong params type, an x of
+    fewer than 2 dims, a width that is not d_model and a mask that does not broadcast to (n, n); an x of exactly
+    2 dims (n, d_model) is accepted (min_ndim=2) and equals the block of the same x with a batch of one."""
+    from attnclaims.reference import decoder_block
+
+    p, x = _block(), np.random.default_rng(41).normal(size=(3, 8))
+    _refused_with(lambda: decoder_block(x, "p"), "params is str, but should be DecoderBlockParams")
+    _refused_with(lambda: decoder_block(np.ones(8), p), "x.ndim=1 (x.shape=(8,)), but should be >= 2")
+    _refused_with(lambda: decoder_block(np.ones((3, 5)), p), "x.shape[-1]=5 != params.d_model=8")
+    _refused_with(lambda: decoder_block(x, p, mask=np.ones((4, 4), bool)),
+                  "mask.shape=(4, 4) does not broadcast to (3, 3)")
+    np.testing.assert_array_equal(decoder_block(x, p), decoder_block(x[None], p)[0])
+
+
+def test_kv_cache_checks_its_shapes_and_is_frozen():
+    """KVCache (207 … 219): k and v of different shapes, or of fewer than 3 dims, are refused with the exact
+    message; 3 dims (h_kv, length, d_k) are enough; length is the second-last axis (not axis 2); the cache is
+    frozen (decoder_block_step promises not to modify the cache passed in)."""
+    import dataclasses
+
+    from attnclaims.reference.layers import KVCache
+
+    msg = "KVCache k.shape={} and v.shape={}, but should be equal (..., h_kv, length, d_k)"
+    _refused_with(lambda: KVCache(np.zeros((2, 3, 4)), np.zeros((2, 3, 5))), msg.format((2, 3, 4), (2, 3, 5)))
+    _refused_with(lambda: KVCache(np.zeros((3, 4)), np.zeros((3, 4))), msg.format((3, 4), (3, 4)))
+    cache = KVCache(np.zeros((2, 5, 4)), np.zeros((2, 5, 4)))
+    assert cache.length == 5
+    assert KVCache(np.zeros((1, 2, 6, 3)), np.zeros((1, 2, 6, 3))).length == 6
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cache.k = np.zeros((2, 6, 4))
+
+
+def test_decoder_block_step_refusals_name_the_argument():
+    """decoder_block_step (233 … 242): the exact messages of a negative position, a cache that is not a KVCache
+    and a cache whose length is not the position."""
+    from attnclaims.reference.layers import decoder_block_step
+
+    p, x = _block(), np.ones((3, 8))
+    _refused_with(lambda: decoder_block_step(x, None, p, -1), "position=-1, but should be >= 0")
+    _refused_with(lambda: decoder_block_step(x, "c", p, 0), "cache is str, but should be KVCache or None")
+    _refused_with(lambda: decoder_block_step(x, None, p, 2),
+                  "cache.length=0 != position=2: the cache should hold exactly the positions before this step")
+
+
+def test_decoder_block_step_broadcasts_a_batch_between_cache_and_step():
+    """decoder_block_step's attn (250 … 254): the cache's batch and the step's batch broadcast (cache.k.shape[:-3]
+    with k_new.shape[:-3]) and keys join on the length axis (−2, not axis 2). A batched prefill then an unbatched
+    step, and an unbatched prefill then a batched step, each give the full block's last rows."""
+    from attnclaims.reference import decoder_block
+    from attnclaims.reference.layers import decoder_block_step
+
+    p = _block()
+    x = np.random.default_rng(43).normal(size=(2, 4, 8))
+    tail = x[0, 3:]                                          # (1, 8): the same last position for both rows
+    xs = np.concatenate([x[:, :3], np.broadcast_to(tail, (2, 1, 8))], axis=-2)
+    _, cache = decoder_block_step(x[:, :3], None, p, 0)       # batched cache (2, h_kv, 3, d_k)
+    y, new = decoder_block_step(tail, cache, p, 3)            # unbatched step
+    assert new.length == 4 and new.k.shape[:-3] == (2,)
+    np.testing.assert_allclose(y, decoder_block(xs, p)[:, 3:], rtol=0, atol=1e-13)
+    _, cache = decoder_block_step(x[0, :3], None, p, 0)      # unbatched cache (h_kv, 3, d_k)
+    y, new = decoder_block_step(x[:, 3:], cache, p, 3)        # batched step
+    assert new.length == 4 and new.k.shape[:-3] == (2,)
+    want = decoder_block(np.concatenate([np.broadcast_to(x[0, :3], (2, 3, 8)), x[:, 3:]], axis=-2), p)
+    np.testing.assert_allclose(y, want[:, 3:], rtol=0, atol=1e-13)
+
+
+def test_cached_decode_refusals_bounds_and_default_chunk():
+    """cached_decode (266 … 289): the exact messages of an x of fewer than 2 dims, a negative prompt_length, a
+    chunk < 1 and a prompt longer than n; an x of exactly 2 dims is decoded; n is x.shape[-2] (not axis 2);
+    the calls' bounds are the prompt then ``chunk`` positions (default 1) at a time; n = 0 gives an empty
+    output. decoder_block_decode (292 … 296) equals the full block and decodes one position at a time by
+    default."""
+    from attnclaims.reference import decoder_block
+    from attnclaims.reference import layers as L
+
+    p = _block()
+    x = np.random.default_rng(47).normal(size=(2, 5, 8))
+    _refused_with(lambda: L.cached_decode(None, np.ones(3), p, 0), "x.ndim=1, but should be >= 2 (..., n, d_model)")
+    _refused_with(lambda: L.cached_decode(None, x, p, -1), "prompt_length=-1, but should be >= 0")
+    _refused_with(lambda: L.cached_decode(None, x, p, 0, 0), "chunk=0, but should be >= 1")
+    _refused_with(lambda: L.cached_decode(None, x, p, 6), "prompt_length=6, but should be <= n=5")
+    _refused_with(lambda: L.decoder_block_decode(x, p, 6), "prompt_length=6, but should be <= n=5")
+    calls = []
+
+    def step(x_t, cache, params, position):
+        calls.append((position, x_t.shape[-2]))
+        return x_t * 2.0, (cache or 0) + 1
+
+    np.testing.assert_array_equal(L.cached_decode(step, x[0], p, 2), x[0] * 2.0)
+    assert calls == [(0, 2), (2, 1), (3, 1), (4, 1)]
+    calls.clear()
+    np.testing.assert_array_equal(L.cached_decode(step, x, p, 1, 3), x * 2.0)
+    assert calls == [(0, 1), (1, 3), (4, 1)]
+    assert L.cached_decode(L.decoder_block_step, x[:, :0], p, 0).shape == (2, 0, 8)
+    for xi in (x, x[0]):
+        np.testing.assert_allclose(L.decoder_block_decode(xi, p, 2), decoder_block(xi, p), rtol=0, atol=1e-13)
+    seen, real = [], L.decoder_block_step
+
+    def recording(x_t, cache, params, position):
+        seen.append(x_t.shape[-2])
+        return real(x_t, cache, params, position)
+
+    monkey = pytest.MonkeyPatch()
+    try:
+        monkey.setattr(L, "decoder_block_step", recording)
+        L.decoder_block_decode(x, p, 2)
+    finally:
+        monkey.undo()
+    assert seen == [2, 1, 1, 1]
