@@ -2184,7 +2184,7 @@ def test_the_float32_rotary_backward_rotates_by_the_float32_frequencies():
 
 # --- the decoder block's validation, KVCache, decoder_block_step and cached_decode (layers.py 175 … 296) ---
 
-def _block():
+def _gqa_block():
     from attnclaims.reference import init_decoder_block
 
     return init_decoder_block(0, 8, 4, 10, num_kv_heads=2)
@@ -2196,7 +2196,7 @@ def test_the_decoder_blocks_refusals_name_the_argument():
     2 dims (n, d_model) is accepted (min_ndim=2) and equals the block of the same x with a batch of one."""
     from attnclaims.reference import decoder_block
 
-    p, x = _block(), np.random.default_rng(41).normal(size=(3, 8))
+    p, x = _gqa_block(), np.random.default_rng(41).normal(size=(3, 8))
     _refused_with(lambda: decoder_block(x, "p"), "params is str, but should be DecoderBlockParams")
     _refused_with(lambda: decoder_block(np.ones(8), p), "x.ndim=1 (x.shape=(8,)), but should be >= 2")
     _refused_with(lambda: decoder_block(np.ones((3, 5)), p), "x.shape[-1]=5 != params.d_model=8")
@@ -2228,7 +2228,7 @@ def test_decoder_block_step_refusals_name_the_argument():
     and a cache whose length is not the position."""
     from attnclaims.reference.layers import decoder_block_step
 
-    p, x = _block(), np.ones((3, 8))
+    p, x = _gqa_block(), np.ones((3, 8))
     _refused_with(lambda: decoder_block_step(x, None, p, -1), "position=-1, but should be >= 0")
     _refused_with(lambda: decoder_block_step(x, "c", p, 0), "cache is str, but should be KVCache or None")
     _refused_with(lambda: decoder_block_step(x, None, p, 2),
@@ -2242,7 +2242,7 @@ def test_decoder_block_step_broadcasts_a_batch_between_cache_and_step():
     from attnclaims.reference import decoder_block
     from attnclaims.reference.layers import decoder_block_step
 
-    p = _block()
+    p = _gqa_block()
     x = np.random.default_rng(43).normal(size=(2, 4, 8))
     tail = x[0, 3:]                                          # (1, 8): the same last position for both rows
     xs = np.concatenate([x[:, :3], np.broadcast_to(tail, (2, 1, 8))], axis=-2)
@@ -2266,7 +2266,7 @@ def test_cached_decode_refusals_bounds_and_default_chunk():
     from attnclaims.reference import decoder_block
     from attnclaims.reference import layers as L
 
-    p = _block()
+    p = _gqa_block()
     x = np.random.default_rng(47).normal(size=(2, 5, 8))
     _refused_with(lambda: L.cached_decode(None, np.ones(3), p, 0), "x.ndim=1, but should be >= 2 (..., n, d_model)")
     _refused_with(lambda: L.cached_decode(None, x, p, -1), "prompt_length=-1, but should be >= 0")
