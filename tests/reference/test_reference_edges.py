@@ -2300,3 +2300,60 @@ def test_cached_decode_refusals_bounds_and_default_chunk():
     finally:
         monkey.undo()
     assert seen == [2, 1, 1, 1]
+
+
+def test_the_sublayers_forward_errors_are_the_bounds_linear_errors():
+    """_ffn_sub's forward_error (406 … 411) is bounds.feed_forward_error (linear_error twice through the ReLU) and
+    _mha_sub's (380 … 388) is linear_error of the output projection with the merged heads' widening from
+    _widened_attention (index 4) as its input error — self-attention with e_kv = eh, cross-attention with the
+    memory exact (e_kv = 0). Each keeps its input error for its backward (state["ex"]): the |·|-evaluation's
+    backward then differs from one that never propagated errors."""
+    import dataclasses
+
+    from attnclaims.checks.bounds import Magnitude, feed_forward_error
+    from attnclaims.checks.bounds.common import linear_error
+    from attnclaims.reference import layers as L
+    from attnclaims.reference.ffn import _ffn_dict
+
+    rng = np.random.default_rng(53)
+    u = 2.0 ** -24
+    h, eh = rng.normal(size=(2, 3, 6)), rng.uniform(0.0, 1e-6, size=(2, 3, 6))
+    ffn = FeedForwardParams(rng.normal(size=(6, 10)), rng.normal(size=(10,)), rng.normal(size=(10, 6)),
+                            rng.normal(size=(6,)))
+
+    class _Widened(Magnitude):
+        forward_u = u
+
+    d = np.abs(rng.normal(size=(2, 3, 6))).view(_Widened)
+
+    def widens(sub, *args):
+        """forward_error(h, eh, u) of a fresh sub-layer, and whether its backward's |·|-evaluation (dx and every
+        gradient) is at least, and somewhere above, that of one that never propagated errors."""
+        runs = []
+        for propagate in (False, True):
+            grads: dict = {}
+            forward, backward = sub(*args[:1], grads, *args[1:])
+            forward(h)
+            error = backward.forward_error(h, eh, u) if propagate else None
+            dx = backward(d)
+            runs.append((error, [np.asarray(a).view(np.ndarray) for a in [dx, *grads["s"].values()]]))
+        pairs = list(zip(runs[0][1], runs[1][1]))
+        return runs[1][0], all(np.all(w >= p) for p, w in pairs) and any(not np.array_equal(p, w) for p, w in pairs)
+
+    got, widened = widens(L._ffn_sub, _ffn_dict(ffn, np.float64), "s")
+    np.testing.assert_allclose(got, feed_forward_error(h, ffn, u=u, ex=eh), rtol=1e-14, atol=0)
+    assert widened
+
+    mh = init_multi_head(5, 6, 2)
+    mh = dataclasses.replace(mh, **{b: rng.normal(size=6) for b in ("b_q", "b_k", "b_v", "b_o")})
+    p = MH._mha_dict(mh, np.float64)
+    memory = rng.normal(size=(2, 4, 6))
+    for mem in (None, memory):
+        got, widened = widens(lambda p_, grads, *rest: L._mha_sub(p_, None, grads, "s", mem, []), p)
+        kv = h if mem is None else mem
+        e_kv = eh if mem is None else np.zeros(kv.shape)
+        q, k, v, a, merged, _ = MH._mha_forward(h, kv, p, None)[1]
+        wide = MH._widened_attention(h, kv, p, q, k, v, a, u, eh, e_kv)[4]
+        want = linear_error(merged, p["w_o"], p["b_o"], u=u, ex=wide - np.abs(merged))
+        np.testing.assert_allclose(got, want, rtol=1e-14, atol=0, err_msg=str(mem is None))
+        assert widened
