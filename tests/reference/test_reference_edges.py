@@ -2357,3 +2357,63 @@ def test_the_sublayers_forward_errors_are_the_bounds_linear_errors():
         want = linear_error(merged, p["w_o"], p["b_o"], u=u, ex=wide - np.abs(merged))
         np.testing.assert_allclose(got, want, rtol=1e-14, atol=0, err_msg=str(mem is None))
         assert widened
+
+
+def test_a_sublayers_error_propagation_pre_and_post_ln():
+    """_Sub.propagate (325 … 338) and _propagate_errors (348 … 358) against the formulas they state, with an F
+    whose forward_error is known: Pre-LN keeps e_ln = ex and F's input error ex_F = LN's output error, and returns
+    ex + forward_error(h, ex_F) + u|x + F(h)|; Post-LN keeps ex_F = ex, e_ln = ex + forward_error(x, ex) + u|z|
+    and returns LN's output error at z. Without forward_error F passes its input error on unchanged. The first
+    sub-layer starts from error 0 at the layer's input; the next from the previous one's output error."""
+    from attnclaims.reference import layers as L
+    from attnclaims.reference.norms import _ln_output_error, _norm_tuple
+
+    rng = np.random.default_rng(59)
+    u, eps = 2.0 ** -24, 1e-5
+    x, ex = rng.normal(size=(3, 4)), rng.uniform(0.0, 1e-6, size=(3, 4))
+    norm = _norm_tuple(LayerNormParams(rng.uniform(0.5, 2.0, size=4), rng.normal(size=4)), np.float64)
+    w = rng.normal(size=(4, 4))
+    seen = []
+
+    def forward(h):
+        return np.tanh(h @ w)
+
+    def backward(d):
+        return d @ w.T
+
+    def forward_error(h, eh, u_):
+        seen.append((h, eh, u_))
+        return 3.0 * eh + 1e-9
+
+    def bare_backward(d):
+        return d @ w.T
+
+    backward.forward_error = forward_error
+    pre = L._Sub(forward, backward, norm, "n", eps, True)
+    pre.run(x)
+    assert pre.ex is None and pre.e_ln is None
+    e_f = _ln_output_error(x, norm, eps, ex, u)
+    want = ex + (3.0 * e_f + 1e-9) + u * np.abs(x + forward(pre.h))
+    np.testing.assert_array_equal(pre.propagate(ex, u), want)
+    np.testing.assert_array_equal(pre.e_ln, ex)
+    np.testing.assert_array_equal(pre.ex, e_f)
+    np.testing.assert_array_equal(seen[-1][0], pre.h)
+    assert seen[-1][2] == u
+    post = L._Sub(forward, backward, norm, "n", eps, False)
+    post.run(x)
+    z = x + forward(x)
+    e_ln = ex + (3.0 * ex + 1e-9) + u * np.abs(z)
+    np.testing.assert_array_equal(post.propagate(ex, u), _ln_output_error(z, norm, eps, e_ln, u))
+    np.testing.assert_array_equal(post.e_ln, e_ln)
+    np.testing.assert_array_equal(post.ex, ex)
+    np.testing.assert_array_equal(seen[-1][0], x)
+    bare = L._Sub(forward, bare_backward, norm, "n", eps, True)
+    bare.run(x)
+    np.testing.assert_array_equal(bare.propagate(ex, u), ex + e_f + u * np.abs(x + forward(bare.h)))
+    np.testing.assert_array_equal(bare.ex, e_f)
+
+    first, second = (L._Sub(forward, backward, norm, "n", eps, True) for _ in range(2))
+    second.run(first.run(x))
+    L._propagate_errors([first, second], x, u)
+    np.testing.assert_array_equal(first.e_ln, np.zeros(x.shape))
+    np.testing.assert_array_equal(second.e_ln, first.propagate(np.zeros(x.shape), u))
