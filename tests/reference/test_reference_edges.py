@@ -2237,7 +2237,8 @@ def test_decoder_block_step_refusals_name_the_argument():
 
 def test_decoder_block_step_broadcasts_a_batch_between_cache_and_step():
     """decoder_block_step's attn (250 … 254): the cache's batch and the step's batch broadcast (cache.k.shape[:-3]
-    with k_new.shape[:-3]) and keys join on the length axis (−2, not axis 2). A batched prefill then an unbatched
+    with k_new.shape[:-3]) and keys join on the length axis (−2, not axis 2); an empty cache takes x_t's whole
+    batch (243: x_t.shape[:-2]), which a batch of two unequal dims needs. A batched prefill then an unbatched
     step, and an unbatched prefill then a batched step, each give the full block's last rows."""
     from attnclaims.reference import decoder_block
     from attnclaims.reference.layers import decoder_block_step
@@ -2255,6 +2256,10 @@ def test_decoder_block_step_broadcasts_a_batch_between_cache_and_step():
     assert new.length == 4 and new.k.shape[:-3] == (2,)
     want = decoder_block(np.concatenate([np.broadcast_to(x[0, :3], (2, 3, 8)), x[:, 3:]], axis=-2), p)
     np.testing.assert_allclose(y, want[:, 3:], rtol=0, atol=1e-13)
+    x2 = np.random.default_rng(44).normal(size=(3, 2, 2, 8))  # batch (3, 2): the empty cache's batch is x_t's
+    y, new = decoder_block_step(x2, None, p, 0)
+    assert new.k.shape[:-3] == (3, 2)
+    np.testing.assert_allclose(y, decoder_block(x2, p), rtol=0, atol=1e-13)
 
 
 def test_cached_decode_refusals_bounds_and_default_chunk():
