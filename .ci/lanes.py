@@ -6,8 +6,9 @@ A LANE is a space-separated list of entries run one after the other; the lanes r
 core). An entry is an implementation — ``pytest -p no:xdist -q -m impl_test --attn-impl NAME --pyargs
 attnclaims.suite`` with its results, log and watchdog file in ``ci-results/`` (under the ``dev`` profile when
 it is named in ``--dev``, else ``ci``; without hypothesis' shrink phase, ``--attn-no-shrink``) — or
-``library-meta`` (the findings' repros and the library adapters' mapping tests). Each entry writes ``ci-results/ENTRY.log`` and ``ci-results/ENTRY.rc`` (pytest's exit status)
-and prints ``CI: ENTRY: <its last line> [N s]``; the caller reads the statuses.
+``library-meta`` (the findings' repros and the library adapters' mapping tests). Each entry writes
+``ci-results/ENTRY.log`` and ``ci-results/ENTRY.rc`` (pytest's exit status) and prints ``CI: ENTRY: <its last
+line> [N s]``; the caller reads the statuses.
 
 Why a server: each run used to be a fresh interpreter that imported numpy, scipy, sympy, hypothesis, the
 library (``--preload``) and the claim suite, and collected the suite, before its first test — about 5 s of

@@ -2298,12 +2298,9 @@ def test_cached_decode_refusals_bounds_and_default_chunk():
         seen.append(x_t.shape[-2])
         return real(x_t, cache, params, position)
 
-    monkey = pytest.MonkeyPatch()
-    try:
+    with pytest.MonkeyPatch.context() as monkey:
         monkey.setattr(L, "decoder_block_step", recording)
         L.decoder_block_decode(x, p, 2)
-    finally:
-        monkey.undo()
     assert seen == [2, 1, 1, 1]
 
 
