@@ -225,15 +225,21 @@ COLD_REPORT_TARGET_S = 90.0
 COLLECTION_TARGET_S = 2.0
 
 
+#: The claim suite's package; a baseline tree from before the suite moved to ``attnclaims/suite/`` names its
+#: own with ``--baseline-suite``.
+SUITE_PACKAGE = ["attnclaims.suite"]
+
+
 def _packages(python: str) -> tuple[str, list[str]]:
     """The claim suite's package in the tree of ``python`` and the modules its warm check does not import."""
-    code = ("import importlib.util, json\n"
-            "pkg = 'attnclaims.tests' if importlib.util.find_spec('attnclaims.tests') else 'attnclaims.suite'\n"
+    pkg = "attnclaims.suite" if python == sys.executable else SUITE_PACKAGE[0]
+    code = ("import json, sys\n"
+            "pkg = sys.argv[1]\n"
             "try:\n    from attnclaims.orchestrator import INDEPENDENT_MODULES, _package_dir\n"
             "    ignore = [str(_package_dir(pkg) / m) for m in INDEPENDENT_MODULES]\n"
             "except ImportError:\n    ignore = []\n"
             "print(json.dumps([pkg, ignore]))")
-    out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    out = subprocess.run([python, "-c", code, pkg], capture_output=True, text=True, check=True, cwd="/")
     pkg, ignore = json.loads(out.stdout.strip().splitlines()[-1])
     return pkg, ignore
 
@@ -509,6 +515,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS, help=f"JSON output (default {RESULTS})")
     ap.add_argument("--baseline", metavar="PYTHON", default=None,
                     help="also run every timed command with this interpreter (another tree's), side by side")
+    ap.add_argument("--baseline-suite", metavar="PACKAGE", default=SUITE_PACKAGE[0],
+                    help="the baseline tree's claim-suite package (default %(default)s; a tree from before the "
+                         "suite moved under attnclaims/ names its own)")
     ap.add_argument("--targets", action="store_true",
                     help="the README's figures instead: several implementations at once, warm check, "
                          "collection, cold-cache report, where the time goes (see the module's docstring)")
@@ -518,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.only and not args.targets:
         ap.error("--only goes with --targets")
+    SUITE_PACKAGE[0] = args.baseline_suite
     start = time.perf_counter()
     if args.targets:
         impls = args.impl or (["reference"] if args.quick else ["reference", "torch", "jax"])
