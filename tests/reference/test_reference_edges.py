@@ -2419,3 +2419,22 @@ def test_a_sublayers_error_propagation_pre_and_post_ln():
     L._propagate_errors([first, second], x, u)
     np.testing.assert_array_equal(first.e_ln, np.zeros(x.shape))
     np.testing.assert_array_equal(second.e_ln, first.propagate(np.zeros(x.shape), u))
+
+
+def test_bfloat16_inputs_are_computed_in_float64():
+    """ml_dtypes' bfloat16 is not a numpy number, yet the reference takes it (the bfloat16 adapters hand it their
+    inputs): ``as_float64`` casts it up, which is exact, so the result equals the float64 computation's bit for
+    bit, and a bfloat16 array is never refused as "not a real dtype"."""
+    import ml_dtypes
+
+    from attnclaims.reference import attention
+    from attnclaims.reference._validate import as_float64
+
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.uniform(-1.0, 1.0, (2, 3, 4)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    got = as_float64("q", q)
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, q.astype(np.float64))
+    out = attention(q, k, v)
+    assert out.dtype == np.float64
+    np.testing.assert_array_equal(out, attention(*(a.astype(np.float64) for a in (q, k, v))))
