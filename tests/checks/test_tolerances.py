@@ -1243,3 +1243,137 @@ def test_a_weight_that_underflows_float64_keeps_its_score_error():
     # underflowed weight's term stays e^{t + x} = 0: the bound is the rounding of the kept weight alone
     q, k, v = np.array([[1000.0, 0.0]]), np.array([[1.0, 0.0], [0.0, 0.0]]), np.array([[0.0], [1.0]])
     assert np.all(T.attention_error(q, k, v, None, 1.0, u=2.0 ** -53) < 1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# mutmut survivors of attnclaims/checks/bounds/ (2026-12-06 late run)
+# ---------------------------------------------------------------------------------------------
+
+class _Declares:
+    """A stub implementation that declares only a dtype and, optionally, ``flush_to_zero`` (what
+    :func:`~attnclaims.checks.bounds.flush_to_zero_allowance` reads from the followed implementation)."""
+
+    name = "declares-stub"
+
+    def __init__(self, dtype, flush=None):
+        self.dtype = np.dtype(dtype)
+        self.variants = {} if flush is None else {"flush_to_zero": flush}
+
+
+def _four_x_bound(expected, u):
+    """Bound 4u·|expected| in units of u: its scale is 4|expected|, so with max|expected| = 2 (≥ every λ)
+    the allowance's conditioning κ = max(scale) / max|expected| = 8 / 2 = 4."""
+    return T.Bound(4.0 * u * np.abs(expected), u)
+
+
+def test_reduced_precision_table_holds_each_dtypes_unit_roundoff():
+    """REDUCED_PRECISION is documented as the 16-bit dtypes with their unit roundoff u = 2^−p, p the
+    significand bits with the implicit one: float16 p = 10 + 1, bfloat16 p = 7 + 1 (their finfo's nmant
+    + 1). Only membership is read by the code, so nothing else pins the documented values: a wrong one
+    (3^−11, 2^+11, 2^−12, 2·−8, …) would mislead any reader of the table."""
+    import ml_dtypes
+
+    p = {"float16": np.finfo(np.float16).nmant + 1, "bfloat16": ml_dtypes.finfo(ml_dtypes.bfloat16).nmant + 1}
+    assert p == {"float16": 11, "bfloat16": 8}
+    assert set(T.REDUCED_PRECISION) == {"float16", "bfloat16"}
+    for name, bits in p.items():
+        assert T.REDUCED_PRECISION[name] == 2.0 ** -bits == T.unit_roundoff(name), name
+        assert T.reduced_precision(name)
+    assert not T.reduced_precision(np.float32) and not T.reduced_precision(np.float64)
+
+
+@pytest.mark.parametrize("dtype_name, u_text", [("float16", "0.000488"), ("bfloat16", "0.00391")])
+def test_require_resolving_power_names_the_dtype_and_its_unit_roundoff(dtype_name, u_text):
+    """The skip a 16-bit implementation gets in the tests that must show a difference beyond rounding says
+    which dtype, its u (2⁻¹¹ = 0.00048828… and 2⁻⁸ = 0.00390625, to 3 digits) and what could not be
+    shown — the whole message, as the not-applicable record shows it to a user. float32 and float64 run."""
+    from attnclaims.checks.bounds import common as C
+    import ml_dtypes
+
+    dtype = ml_dtypes.bfloat16 if dtype_name == "bfloat16" else np.float16
+    with pytest.raises(pytest.skip.Exception) as stopped:
+        C.require_resolving_power(dtype, "show that the output changes with the memory")
+    assert stopped.value.msg == (f"not applicable (dtype {dtype_name}): u = {u_text} makes the derived rounding "
+                                 f"bound too wide to show that the output changes with the memory")
+    assert C.require_resolving_power(np.float32, "anything") is None
+    assert C.require_resolving_power(np.float64, "anything") is None
+
+
+def test_rotary_scores_bound_covers_a_subnormal_float64_product():
+    """ETA64 is float64's smallest subnormal 2⁻¹⁰⁷⁴ (an η of gradual underflow is at most half of it).
+    Where it matters: the docstring's case of rotary_scores_error, a score of q ≈ 1e-16 times k ≈ 1e-298
+    formed in float64. At position 0 the rotation is the identity, so the test's score is the single
+    product fl(x·y), subnormal (~1e-314), whose rounding error (up to 2⁻¹⁰⁷⁵) is far above every relative
+    term (u·|x||y| ≈ 1e-330, which itself underflows to 0). The bound must still cover it: with η's bound
+    0 (3.0**-1074 or 2.0**-1075 both round to 0.0 in float64) the bound is 0 and the error is not."""
+    from fractions import Fraction
+
+    assert T.ETA64 == float(np.finfo(np.float64).smallest_subnormal) == math.ldexp(1.0, -1074) > 0.0
+    x, y = 1.2345678901234567e-16, 3.1415926535897931e-298
+    q, k = np.array([[x, 0.0]]), np.array([[y, 0.0]])
+    pos = np.array([0])
+    score = (q @ k.T)[0, 0]
+    error = abs(Fraction(float(score)) - Fraction(x) * Fraction(y))
+    assert 0.0 < score < np.finfo(np.float64).smallest_normal and 0 < error <= Fraction(2) ** -1075
+    for u in (U32, U64):
+        bound = T.rotary_scores_error(q, k, pos, pos, 10000.0, "interleaved", u=u)
+        assert bound.shape == (1, 1) and Fraction(float(bound[0, 0])) >= error, (u, bound)
+    # with the float64 u every relative term underflows: the bound is the d·η term alone, d = 2
+    assert T.rotary_scores_error(q, k, pos, pos, 10000.0, "interleaved", u=U64)[0, 0] == 2 * 2.0 ** -1074
+
+
+def test_flush_to_zero_allowance_for_a_given_dtype_flushes_unless_told_not_to():
+    """With a dtype given, ``flush`` defaults to True (the docstring: "flushing as ``flush`` says", the
+    signature's default): float64 then gets λ·κ on every element, λ = 2⁻¹⁰²² its smallest normal, κ = 4
+    (:func:`_four_x_bound`); the tol is kept. With flush=False float64 — the reference's own dtype — is
+    exempt: the bound comes back unchanged (the element whose bound is 0 stays 0)."""
+    expected = np.array([0.0, 1.0, -2.0])
+    bound = _four_x_bound(expected, U64)
+    lam = 2.0 ** -1022
+    for widened in (T.flush_to_zero_allowance(bound, expected, np.float64),
+                    T.flush_to_zero_allowance(bound, expected, np.float64, flush=True)):
+        assert widened.tol == bound.tol
+        assert widened.abs[0] == 4 * lam  # the zero element: the allowance alone
+        assert np.array_equal(widened.abs, bound.abs + 4 * lam)  # added to every element
+    kept = T.flush_to_zero_allowance(bound, expected, np.float64, flush=False)
+    assert kept.tol == bound.tol and np.array_equal(kept.abs, bound.abs) and kept.abs[0] == 0.0
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float16"])
+def test_flush_to_zero_allowance_without_flushing_below_float64_is_the_gradual_underflow_term(dtype_name):
+    """A dtype narrower than float64 that does not flush still gets gradual underflow's u·λ·κ (half its
+    smallest subnormal per rounding, times the conditioning): float32 u·λ = 2⁻²⁴·2⁻¹²⁶ = 2⁻¹⁵⁰, float16
+    2⁻¹¹·2⁻¹⁴ = 2⁻²⁵; with flushing the whole λ. Only float64 is exempt."""
+    dtype = np.dtype(dtype_name)
+    u, lam = {"float32": (2.0 ** -24, 2.0 ** -126), "float16": (2.0 ** -11, 2.0 ** -14)}[dtype_name]
+    expected = np.array([0.0, 1.0, -2.0])
+    bound = _four_x_bound(expected, u)
+    gradual = T.flush_to_zero_allowance(bound, expected, dtype, flush=False)
+    assert gradual.tol == bound.tol and gradual.abs[0] == 4 * u * lam
+    assert np.array_equal(gradual.abs, bound.abs + 4 * u * lam)  # added to every element
+    flushed = T.flush_to_zero_allowance(bound, expected, dtype, flush=True)
+    assert flushed.abs[0] == 4 * lam
+
+
+def test_flush_to_zero_allowance_without_a_dtype_reads_the_followed_implementation():
+    """With no dtype the allowance is the followed implementation's: its dtype and its declared
+    ``flush_to_zero`` variant. A float64 implementation that declares flushing gets λ·κ (λ = 2⁻¹⁰²²,
+    κ = 4); one that does not is exempt; a float32 one that does not flush gets u·λ·κ = 2⁻¹⁵⁰·4; with none
+    followed the bound itself comes back."""
+    from attnclaims.checks import strategies as S
+
+    expected = np.array([0.0, 1.0, -2.0])
+    bound = _four_x_bound(expected, U64)
+    with S.following(None):
+        assert T.flush_to_zero_allowance(bound, expected) is bound
+    with S.following(_Declares(np.float64, flush=True)):
+        assert T.flush_to_zero_allowance(bound, expected).abs[0] == 4 * 2.0 ** -1022
+    with S.following(_Declares(np.float64, flush=False)):
+        assert np.array_equal(T.flush_to_zero_allowance(bound, expected).abs, bound.abs)
+    with S.following(_Declares(np.float64)):  # undeclared: the default, no flushing
+        assert np.array_equal(T.flush_to_zero_allowance(bound, expected).abs, bound.abs)
+    bound32 = _four_x_bound(expected, U32)
+    with S.following(_Declares(np.float32)):
+        assert T.flush_to_zero_allowance(bound32, expected).abs[0] == 4 * 2.0 ** -150
+    with S.following(_Declares(np.float32, flush=True)):
+        assert T.flush_to_zero_allowance(bound32, expected).abs[0] == 4 * 2.0 ** -126
