@@ -1377,3 +1377,23 @@ def test_flush_to_zero_allowance_without_a_dtype_reads_the_followed_implementati
         assert T.flush_to_zero_allowance(bound32, expected).abs[0] == 4 * 2.0 ** -150
     with S.following(_Declares(np.float32, flush=True)):
         assert T.flush_to_zero_allowance(bound32, expected).abs[0] == 4 * 2.0 ** -126
+
+
+def test_flush_to_zero_allowance_conditioning_is_at_least_one_and_relative_to_the_expected_magnitude():
+    """κ = max(scale) / max(max|expected|, λ), at least 1 (the docstring), for a float64 implementation that
+    flushes (λ = 2⁻¹⁰²²): a bound whose scale (½|x|) is below the values' magnitude gets κ = 1, not ½; one
+    whose scale is 6|x| gets κ = 6; expected values all 0 make κ relative to λ (max(scale)/λ), so the
+    allowance is λ·κ = max(scale) = 3 exactly; a non-finite scale leaves κ = 1 (the bound is already
+    infinite there; the finite elements get λ)."""
+    lam = 2.0 ** -1022
+    expected = np.array([0.0, 1.0, -2.0])
+    half = T.Bound(0.5 * U64 * np.abs(expected), U64)
+    assert T.flush_to_zero_allowance(half, expected, np.float64).abs[0] == lam
+    six = T.Bound(6.0 * U64 * np.abs(expected), U64)
+    assert T.flush_to_zero_allowance(six, expected, np.float64).abs[0] == 6 * lam
+    zeros = np.zeros(3)
+    scale3 = T.Bound(np.array([0.0, 3.0 * U64, U64]), U64)
+    assert np.array_equal(T.flush_to_zero_allowance(scale3, zeros, np.float64).abs, scale3.abs + 3.0)
+    infinite = T.Bound(np.array([0.0, np.inf, U64]), U64)
+    widened = T.flush_to_zero_allowance(infinite, expected, np.float64)
+    assert widened.abs[0] == lam and widened.abs[1] == np.inf and widened.abs[2] == U64 + lam
