@@ -187,3 +187,15 @@ def test_sizes_quick(tmp_path):
     timed = doc["results"]["time"]["dev"]
     assert timed["exit"] == 0 and timed["tests"] > 0, timed
     assert "softmax" in timed["per_capability"] and timed["per_capability"]["softmax"]["seconds"] > 0
+
+
+def test_draws_quick(tmp_path):
+    doc = _run("bench_draws.py", tmp_path)
+    assert doc["benchmark"] == "draws" and doc["examples"] == 10 and doc["calls"] == 500
+    rows = doc["results"]["draws"]
+    assert rows[0]["what"].startswith("hypothesis' floor")
+    # every shape is drawn both ways, and every figure is a positive time
+    assert sorted((tuple(r["shape"]), r["style"]) for r in rows[1:]) == sorted(
+        (shape, style) for shape in ((1, 4, 8), (2, 6, 6), (3, 12, 12)) for style in ("entries", "seeded"))
+    assert all(r["ms_per_example"] > 0 for r in rows)
+    assert doc["results"]["hand_off_us"]["wall"] > 0 and doc["results"]["hand_off_us"]["cpu"] >= 0
