@@ -17,7 +17,7 @@ from attnclaims.reference import (
     additive_scores, add_positional_encoding, attention, attention_from_scores, attention_weights, causal_mask,
     combine_masks, decoder_layer, encoder_layer, feed_forward, frequencies, init_encoder_layer, init_decoder_layer,
     init_feed_forward, init_multi_head, layer_norm, learned_encoding, merge_heads, multi_head_attention,
-    padding_mask, sinusoidal_encoding, softmax, split_heads,
+    padding_mask, sinusoidal_encoding, sliding_window_mask, softmax, split_heads,
 )
 from attnclaims.reference._validate import check_count
 from attnclaims.reference.attention import (
@@ -2438,3 +2438,19 @@ def test_bfloat16_inputs_are_computed_in_float64():
     out = attention(q, k, v)
     assert out.dtype == np.float64
     np.testing.assert_array_equal(out, attention(*(a.astype(np.float64) for a in (q, k, v))))
+
+
+@pytest.mark.parametrize("alignment", ["top-left", "bottom-right"])
+@pytest.mark.parametrize("n_q, n_k", [(1, 1), (3, 7), (7, 3), (5, 5), (2, 9)])
+@pytest.mark.parametrize("window", [1, 2, 3, 10])
+def test_sliding_window_mask_is_its_definition_in_both_alignments(n_q, n_k, window, alignment):
+    """M_ij = (p_i − w < j <= p_i) with p_i = i + offset, offset 0 (top-left) or n_k − n_q (bottom-right), entry by
+    entry — with n_q ≠ n_k, where the two alignments differ, and windows wider than the keys."""
+    offset = 0 if alignment == "top-left" else n_k - n_q
+    want = np.array([[i + offset - window < j <= i + offset for j in range(n_k)] for i in range(n_q)], dtype=bool)
+    np.testing.assert_array_equal(sliding_window_mask(n_q, n_k, window, alignment), want)
+
+
+def test_sliding_window_mask_refuses_an_empty_window():
+    with pytest.raises(ValueError, match=r"^window=0, but should be >= 1$"):
+        sliding_window_mask(4, 4, 0)
