@@ -1397,3 +1397,24 @@ def test_flush_to_zero_allowance_conditioning_is_at_least_one_and_relative_to_th
     infinite = T.Bound(np.array([0.0, np.inf, U64]), U64)
     widened = T.flush_to_zero_allowance(infinite, expected, np.float64)
     assert widened.abs[0] == lam and widened.abs[1] == np.inf and widened.abs[2] == U64 + lam
+
+
+def test_a_scalar_comparison_names_no_index():
+    """A 0-d comparison has no index to name: the plain lead is ``out is 50 % off the reference: out = 1,
+    ref = 2`` (|1 − 2| / 2 = 50 %), with nothing between "reference" and the colon (docs/design.md's one
+    message format, whose " at index (…)" only appears for arrays)."""
+    with pytest.raises(CheckFailure) as failed:
+        T.assert_close(np.array(1.0), np.array(2.0), T.Bound(1e-20, U64), "scalar")
+    assert str(failed.value).startswith("out is 50 % off the reference: out = 1, ref = 2, allowed |diff| <= 1e-20 "
+                                        "[scalar]; "), str(failed.value)
+
+
+@pytest.mark.parametrize("out, ref, shown", [(1.0, 0.9999999, "0.9999999"), (2.0, 1.9999998, "1.9999998")])
+def test_values_that_agree_to_seven_digits_are_printed_with_the_digits_that_differ(out, ref, shown):
+    """The message prints both values with enough significant digits to show their difference (_digits: 4,
+    or ⌈−log₁₀(|x − y| / max(|x|, |y|))⌉ + 2 when they agree to more): a relative difference of 10⁻⁷ needs
+    7 + 2 = 9 digits, so ref is shown as 0.9999999, not as 1 (which would read "out = 1, ref = 1"). The case
+    max(|x|, |y|) = 1 exactly is included: nothing special happens at 1."""
+    with pytest.raises(CheckFailure) as failed:
+        T.assert_close(np.array([out]), np.array([ref]), T.Bound(np.array([1e-20]), U64), "digits")
+    assert f"at index (0,): out = {out:g}, ref = {shown}, allowed" in str(failed.value), str(failed.value)
