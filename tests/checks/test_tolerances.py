@@ -1399,22 +1399,52 @@ def test_flush_to_zero_allowance_conditioning_is_at_least_one_and_relative_to_th
     assert widened.abs[0] == lam and widened.abs[1] == np.inf and widened.abs[2] == U64 + lam
 
 
-def test_a_scalar_comparison_names_no_index():
-    """A 0-d comparison has no index to name: the plain lead is ``out is 50 % off the reference: out = 1,
-    ref = 2`` (|1 − 2| / 2 = 50 %), with nothing between "reference" and the colon (docs/design.md's one
-    message format, whose " at index (…)" only appears for arrays)."""
-    with pytest.raises(CheckFailure) as failed:
-        T.assert_close(np.array(1.0), np.array(2.0), T.Bound(1e-20, U64), "scalar")
-    assert str(failed.value).startswith("out is 50 % off the reference: out = 1, ref = 2, allowed |diff| <= 1e-20 "
-                                        "[scalar]; "), str(failed.value)
-
-
-@pytest.mark.parametrize("out, ref, shown", [(1.0, 0.9999999, "0.9999999"), (2.0, 1.9999998, "1.9999998")])
+@pytest.mark.parametrize("out, ref, shown", [(1.0, 0.9999999, "0.9999999"), (2.0, 1.9999998, "1.9999998"),
+                                             (1000.0, 999.9999, "999.9999")])
 def test_values_that_agree_to_seven_digits_are_printed_with_the_digits_that_differ(out, ref, shown):
     """The message prints both values with enough significant digits to show their difference (_digits: 4,
     or ⌈−log₁₀(|x − y| / max(|x|, |y|))⌉ + 2 when they agree to more): a relative difference of 10⁻⁷ needs
     7 + 2 = 9 digits, so ref is shown as 0.9999999, not as 1 (which would read "out = 1, ref = 1"). The case
-    max(|x|, |y|) = 1 exactly is included: nothing special happens at 1."""
+    max(|x|, |y|) = 1 exactly is included (nothing special happens at 1), and the difference is relative to
+    max(|x|, |y|): 1000 vs 999.9999 is the same 10⁻⁷ (an absolute 10⁻⁴ would need only 4 digits and print 1000)."""
     with pytest.raises(CheckFailure) as failed:
         T.assert_close(np.array([out]), np.array([ref]), T.Bound(np.array([1e-20]), U64), "digits")
     assert f"at index (0,): out = {out:g}, ref = {shown}, allowed" in str(failed.value), str(failed.value)
+
+
+@pytest.mark.parametrize("out, ref, lead", [
+    # the docstring's example: 7.4 % apart, 4 digits (the fewest) show it
+    ([0.22291234], [0.24081234], "out is 7.4 % off the reference at index (0,): out = 0.2229, ref = 0.2408"),
+    # adjacent doubles (a relative 2.2e-16): 17 significant digits, the most, which tell any two doubles apart
+    ([1.0 + 2.0 ** -52], [1.0], "out is off the reference by a relative 2.2e-16 at index (0,): "
+                                "out = 1.0000000000000002, ref = 1"),
+    # a non-finite value: named as such, the other value with the 4 digits of the default
+    ([np.nan], [1.0 / 3.0], "out is not finite at index (0,): out = nan, ref = 0.3333"),
+    # a percentage of 99.5 or more: a whole number of percent (150 %, 100 % for 99.5), never 1e+02 %
+    ([2.5], [1.0], "out is 150 % off the reference at index (0,): out = 2.5, ref = 1"),
+    ([1.0], [200.0], "out is 100 % off the reference at index (0,): out = 1, ref = 200"),
+    # 0.01 % is still a percentage; below it (0.005 %) the relative error is a number (10⁻⁴ and below)
+    ([10001.0], [10000.0], "out is 0.01 % off the reference at index (0,): out = 10001, ref = 10000"),
+    ([1.00005], [1.0], "out is off the reference by a relative 5e-05 at index (0,): out = 1.00005, ref = 1"),
+    ([1.005], [1.0], "out is 0.5 % off the reference at index (0,): out = 1.005, ref = 1"),
+    # a reference value of exactly 1 is relative like any other
+    ([1.5], [1.0], "out is 50 % off the reference at index (0,): out = 1.5, ref = 1"),
+    # expected all 0: no relative error, the absolute difference
+    ([1.0], [0.0], "out is off the reference by 1 at index (0,): out = 1, ref = 0"),
+    # |ref| exactly 10⁻³ of the largest expected value: still relative; 0.5·10⁻³ of it: absolute
+    ([0.0, 1.5], [1000.0, 1.0], "out is 50 % off the reference at index (1,): out = 1.5, ref = 1"),
+    ([0.0, 1.0], [1000.0, 0.5], "out is off the reference by 0.5 at index (1,): out = 1, ref = 0.5"),
+])
+def test_the_plain_lead_of_a_failure_message(out, ref, lead):
+    """assert_close's plain lead (docs/design.md's message format; _plain_lead, _relative, _digits): the
+    relative error as a percentage with 2 significant digits from 10⁻⁴ (0.01 %) up, a whole percentage from
+    99.5 % (where 2 digits would print 1e+02), a plain number below 10⁻⁴; the absolute difference where the
+    reference value is 0 or below 10⁻³ of the largest |expected| (the boundary itself counts as relative);
+    both values with the digits that show their difference: 4 at least, 17 at most. Each expected lead is
+    worked out by hand from those rules (the worst element is the only one off, or the one with no bound:
+    the first element of the two-element cases has a bound of 1e6)."""
+    out, ref = np.array(out), np.array(ref)
+    bound = T.Bound(np.array([1e-20]) if out.size == 1 else np.array([1e6, 1e-20]), U64)
+    with pytest.raises(CheckFailure) as failed:
+        T.assert_close(out, ref, bound, "lead")
+    assert str(failed.value).startswith(lead + ", allowed |diff| <= "), str(failed.value)
