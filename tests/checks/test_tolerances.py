@@ -1418,14 +1418,15 @@ def test_values_that_agree_to_seven_digits_are_printed_with_the_digits_that_diff
     # adjacent doubles (a relative 2.2e-16): 17 significant digits, the most, which tell any two doubles apart
     ([1.0 + 2.0 ** -52], [1.0], "out is off the reference by a relative 2.2e-16 at index (0,): "
                                 "out = 1.0000000000000002, ref = 1"),
-    # a non-finite value: named as such, the other value with the 4 digits of the default
+    # a non-finite value (either side): named as such, the other value with the 4 digits of the default
     ([np.nan], [1.0 / 3.0], "out is not finite at index (0,): out = nan, ref = 0.3333"),
+    ([1.0], [np.inf], "ref is not finite at index (0,): out = 1, ref = inf"),
     # a percentage of 99.5 or more: a whole number of percent (150 %, 100 % for 99.5), never 1e+02 %
     ([2.5], [1.0], "out is 150 % off the reference at index (0,): out = 2.5, ref = 1"),
     ([1.0], [200.0], "out is 100 % off the reference at index (0,): out = 1, ref = 200"),
-    # 0.01 % is still a percentage; below it (0.005 %) the relative error is a number (10⁻⁴ and below)
+    # 0.01 % is still a percentage; below it (0.005 %: |diff| / |ref| = 10⁻⁴ / 2) a plain number
     ([10001.0], [10000.0], "out is 0.01 % off the reference at index (0,): out = 10001, ref = 10000"),
-    ([1.00005], [1.0], "out is off the reference by a relative 5e-05 at index (0,): out = 1.00005, ref = 1"),
+    ([2.0001], [2.0], "out is off the reference by a relative 5e-05 at index (0,): out = 2.0001, ref = 2"),
     ([1.005], [1.0], "out is 0.5 % off the reference at index (0,): out = 1.005, ref = 1"),
     # a reference value of exactly 1 is relative like any other
     ([1.5], [1.0], "out is 50 % off the reference at index (0,): out = 1.5, ref = 1"),
