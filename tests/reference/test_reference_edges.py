@@ -2454,3 +2454,49 @@ def test_sliding_window_mask_is_its_definition_in_both_alignments(n_q, n_k, wind
 def test_sliding_window_mask_refuses_an_empty_window():
     with pytest.raises(ValueError, match=r"^window=0, but should be >= 1$"):
         sliding_window_mask(4, 4, 0)
+
+
+@pytest.mark.parametrize("call, message", [
+    pytest.param(lambda: encoder_layer_vjp(np.ones((2, 3, 4)), init_encoder_layer(0, 4, 2, 6), np.array(["a"])),
+                 "d_out.dtype=<U1, but should be a real floating or integer dtype", id="d-dtype"),
+    pytest.param(lambda: encoder_layer_vjp(np.ones((2, 3, 4)), init_encoder_layer(0, 4, 2, 6), np.ones((3, 4))),
+                 "d_out.shape=(3, 4), but should be x.shape=(2, 3, 4)", id="d-shape"),
+    pytest.param(lambda: encoder_layer_vjp(np.ones((2, 3, 4)), init_encoder_layer(0, 4, 2, 6), np.ones((2, 3, 4)),
+                                           np.ones((3, 3))),
+                 "mask.dtype=float64, but should be bool (True = may attend)", id="mask-dtype"),
+    pytest.param(lambda: encoder_layer_vjp(np.ones((2, 3, 4)), init_encoder_layer(0, 4, 2, 6), np.ones((2, 3, 4)),
+                                           np.ones((4, 3), bool)),
+                 "mask.shape=(4, 3) does not broadcast to (2, 3, 3)", id="mask-shape"),
+])
+def test_messages_of_the_encoder_layer_vjp(call, message):
+    """encoder_layer_vjp's own refusals of d_out and the mask, each by its argument's name."""
+    _refused_with(call, message)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_the_encoder_layer_backward_widens_by_its_forward_errors(norm_first):
+    """Run on d_out = Magnitude(|d|) whose type carries ``forward_u`` (the bounds' |·|-evaluation), the encoder
+    layer's backward first propagates the sub-layers' forward errors (``_propagate_errors``), so every gradient is
+    at least, and somewhere above, the same evaluation with ``forward_u`` = 0 — as the decoder layer's and the
+    block's are (the widened term of ``measured_bounds``)."""
+    from attnclaims.checks.bounds import Magnitude
+    from attnclaims.reference.layers import _encoder_layer_backward
+
+    class _Widened(Magnitude):
+        forward_u = 2.0 ** -24
+
+    rng = np.random.default_rng(61)
+    p = init_encoder_layer(4, 6, 2, 10, norm_first=norm_first)
+    x = rng.normal(size=(2, 3, 6))
+    d = np.abs(rng.normal(size=(2, 3, 6)))
+    runs = []
+    for kind in (Magnitude, _Widened):
+        with np.errstate(all="ignore"):
+            dx, grads = _encoder_layer_backward(x, p, None, d.view(kind), np.float64)
+        runs.append([np.asarray(a).view(np.ndarray) for a in (dx, *(g for v in grads.values() for g in
+                                                                   (v.values() if isinstance(v, dict) else
+                                                                    (v if isinstance(v, tuple) else (v,)))))])
+    plain, widened = runs
+    assert len(plain) == len(widened) > 1
+    assert all(np.all(w >= p_) for p_, w in zip(plain, widened))
+    assert any(np.any(w > p_) for p_, w in zip(plain, widened))
