@@ -2473,30 +2473,59 @@ def test_messages_of_the_encoder_layer_vjp(call, message):
     _refused_with(call, message)
 
 
+@pytest.mark.parametrize("d_out, message", [
+    pytest.param(np.array(["a"]), "d_out.dtype=<U1, but should be a real floating or integer dtype", id="d-dtype"),
+    pytest.param(np.ones((3, 4)), "d_out.shape=(3, 4), but should be x.shape=(2, 3, 4)", id="d-shape"),
+])
+def test_messages_of_the_decoder_block_vjp(d_out, message):
+    """decoder_block_vjp's own refusals of d_out, by its name."""
+    from attnclaims.reference import decoder_block_vjp, init_decoder_block
+
+    _refused_with(lambda: decoder_block_vjp(np.ones((2, 3, 4)), init_decoder_block(0, 4, 2, 6), d_out), message)
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_the_encoder_layer_backward_widens_by_its_forward_errors(norm_first):
-    """Run on d_out = Magnitude(|d|) whose type carries ``forward_u`` (the bounds' |·|-evaluation), the encoder
-    layer's backward first propagates the sub-layers' forward errors (``_propagate_errors``), so every gradient is
-    at least, and somewhere above, the same evaluation with ``forward_u`` = 0 — as the decoder layer's and the
-    block's are (the widened term of ``measured_bounds``)."""
+def test_the_encoder_layer_backward_propagates_its_forward_errors(norm_first, monkeypatch):
+    """Run on d_out whose type carries ``forward_u`` > 0 (the bounds' |·|-evaluation, ``Magnitude``), the encoder
+    layer's backward first propagates the sub-layers' forward errors from x with that unit roundoff
+    (``_propagate_errors``, as the decoder layer's and the block's do); with ``forward_u`` = 0 or a plain array it
+    does not. The propagated errors widen the gradients: every one at least, and somewhere above, what the same
+    evaluation gives when the propagation is skipped."""
     from attnclaims.checks.bounds import Magnitude
-    from attnclaims.reference.layers import _encoder_layer_backward
+    from attnclaims.reference import layers as L
+
+    u = 2.0 ** -24
 
     class _Widened(Magnitude):
-        forward_u = 2.0 ** -24
+        forward_u = u
 
     rng = np.random.default_rng(61)
     p = init_encoder_layer(4, 6, 2, 10, norm_first=norm_first)
     x = rng.normal(size=(2, 3, 6))
     d = np.abs(rng.normal(size=(2, 3, 6)))
-    runs = []
-    for kind in (Magnitude, _Widened):
-        with np.errstate(all="ignore"):
-            dx, grads = _encoder_layer_backward(x, p, None, d.view(kind), np.float64)
-        runs.append([np.asarray(a).view(np.ndarray) for a in (dx, *(g for v in grads.values() for g in
-                                                                   (v.values() if isinstance(v, dict) else
-                                                                    (v if isinstance(v, tuple) else (v,)))))])
-    plain, widened = runs
-    assert len(plain) == len(widened) > 1
-    assert all(np.all(w >= p_) for p_, w in zip(plain, widened))
-    assert any(np.any(w > p_) for p_, w in zip(plain, widened))
+    real = L._propagate_errors
+    seen = []
+
+    def spy(subs, x0, u0):
+        seen.append((len(subs), x0, u0))
+        return real(subs, x0, u0)
+
+    def flat(dx, grads):
+        out = [np.asarray(dx).view(np.ndarray)]
+        for v in grads.values():
+            for g in (v.values() if isinstance(v, dict) else v if isinstance(v, tuple) else (v,)):
+                out.append(np.asarray(g).view(np.ndarray))
+        return out
+
+    monkeypatch.setattr(L, "_propagate_errors", spy)
+    with np.errstate(all="ignore"):
+        L._encoder_layer_backward(x, p, None, d, np.float64)
+        L._encoder_layer_backward(x, p, None, d.view(Magnitude), np.float64)
+        assert seen == []
+        widened = flat(*L._encoder_layer_backward(x, p, None, d.view(_Widened), np.float64))
+        assert len(seen) == 1 and seen[0][0] == 2 and seen[0][1] is x and seen[0][2] == u
+        monkeypatch.setattr(L, "_propagate_errors", lambda *args: None)  # the same evaluation, not propagated
+        skipped = flat(*L._encoder_layer_backward(x, p, None, d.view(_Widened), np.float64))
+    assert len(widened) == len(skipped) > 1
+    assert all(np.all(w >= s_) for s_, w in zip(skipped, widened))
+    assert any(np.any(w > s_) for s_, w in zip(skipped, widened))
