@@ -1449,3 +1449,71 @@ def test_the_plain_lead_of_a_failure_message(out, ref, lead):
     with pytest.raises(CheckFailure) as failed:
         T.assert_close(out, ref, bound, "lead")
     assert str(failed.value).startswith(lead + ", allowed |diff| <= "), str(failed.value)
+
+
+def test_assert_within_message_names_out_and_prints_six_digits():
+    """assert_within's message (docs/design.md's format, the one-sided form): the name defaults to ``out``;
+    value, low and high are printed with 6 significant digits (1.23456789 -> 1.23457), the excess with 3
+    (1.23456789 − 0.987654321 = 0.246913569 -> 0.247), and the scaled figure follows (scale 1 here, so the
+    ratio is the excess). A non-finite value is named as such, with the other numbers as before."""
+    from attnclaims.checks import strategies as S
+
+    with S.following(None), pytest.raises(CheckFailure) as failed:
+        T.assert_within([1.23456789], [0.123456789], [0.987654321], T.Bound(1e-3, 1e-3), "w")
+    assert str(failed.value) == ("out is 0.247 outside [low, high] at index (0,): out = 1.23457, [low, high] = "
+                                 "[0.123457, 0.987654], allowed excess <= 0.001 [w]; max |dist(out, [low, high]) "
+                                 "- 0| / scale = 0.247 > 0.001 (the smallest tol that passes: 0.247)")
+    with S.following(None), pytest.raises(CheckFailure) as failed:
+        T.assert_within([np.nan], [0.0], [1.0], T.Bound(0.1, 0.1), "w")
+    assert str(failed.value) == ("out is not finite at index (0,): out = nan, [low, high] = [0, 1], allowed excess "
+                                 "<= 0.1 [w]; max |dist(out, [low, high]) - 0| / scale = inf > 0.1 (no finite tol "
+                                 "passes)")
+
+
+def test_assert_within_passes_on_the_bound_on_nothing_and_targets_excess_over_bound(monkeypatch):
+    """assert_within, like assert_close: an excess exactly on the bound passes (0.5 outside, scale 1,
+    tol 0.5: ratio = tol); nothing to check (empty arrays) measures 0; hypothesis is steered by
+    measured / tol labelled by the check, and by the measured ratio itself where tol = 0 (no division)."""
+    from attnclaims.checks import strategies as S
+
+    seen = []
+    monkeypatch.setattr(BC, "target", lambda value, label: seen.append((value, label)))
+    with S.following(None):
+        assert T.assert_within([1.5], [0.0], [1.0], T.Bound(0.5, 0.5), "edge") == 0.5
+        assert seen == [(1.0, "error/bound edge")]
+        seen.clear()
+        assert T.assert_within(np.zeros(0), np.zeros(0), np.zeros(0), T.Bound(1.0, 1.0), "empty") == 0.0
+        seen.clear()
+        with np.errstate(invalid="ignore", divide="ignore"):  # scale = 0/0
+            assert T.assert_within([0.5], [0.0], [1.0], T.Bound(0.0, 0.0), "exact") == 0.0
+        assert seen == [(0.0, "error/bound exact")]
+        seen.clear()
+        assert T.assert_within([1.5], [0.0], [1.0], T.Bound(1.0, 0.25), "quarter") == 0.125  # 0.5 out, scale 4
+        assert seen == [(0.5, "error/bound quarter")]  # 0.125 / 0.25
+
+
+def test_assert_exactly_zero_message_prints_the_first_offender_with_six_digits():
+    """assert_exactly_zero's message: how many entries are not 0 (named ``weights`` by default), the
+    largest magnitude with 3 digits and the first offender with 6 (−3.14159265e-20 -> -3.14159e-20)."""
+    with pytest.raises(CheckFailure) as failed:
+        T.assert_exactly_zero([[0.0, -3.14159265e-20]], "w")
+    assert str(failed.value) == ("1 weights should be exactly 0 but are not; max |weights| = 3.14e-20 "
+                                 "(first at index (0, 1): -3.14159e-20) [w]")
+
+
+def test_assert_differs_measures_the_difference_in_units_of_the_scale():
+    """assert_differs returns max |a − b| / scale: 2 / 2 = 1 for scale 2 (abs 0.5, tol 0.25), 1 / 0.5 = 2
+    for scale 0.5. A difference exactly on the bound (ratio = tol) is not "beyond rounding": it fails, as do
+    two equal results under a zero bound (no difference at all, whatever the scale) and an empty comparison
+    (nothing differs)."""
+    from attnclaims.checks import strategies as S
+
+    with S.following(None):
+        assert T.assert_differs([1.0], [3.0], T.Bound(0.5, 0.25), "scale 2") == 1.0
+        assert T.assert_differs([1.0], [2.0], T.Bound(0.05, 0.1), "scale 0.5") == 2.0
+        with pytest.raises(CheckFailure, match=r"= 0.5 <= 0.5: no difference beyond rounding \[on the bound\]"):
+            T.assert_differs([1.0], [1.5], T.Bound(0.5, 0.5), "on the bound")
+        with pytest.raises(CheckFailure, match=r"= 0 <= 0.1: no difference beyond rounding \[equal\]"):
+            T.assert_differs([1.0, 2.0], [1.0, 2.0], T.Bound(np.zeros(2), 0.1), "equal")
+        with pytest.raises(CheckFailure, match=r"= 0 <= 0.1: no difference beyond rounding \[empty\]"):
+            T.assert_differs(np.zeros(0), np.zeros(0), T.Bound(np.zeros(0), 0.1), "empty")
