@@ -1517,3 +1517,26 @@ def test_assert_differs_measures_the_difference_in_units_of_the_scale():
             T.assert_differs([1.0, 2.0], [1.0, 2.0], T.Bound(np.zeros(2), 0.1), "equal")
         with pytest.raises(CheckFailure, match=r"= 0 <= 0.1: no difference beyond rounding \[empty\]"):
             T.assert_differs(np.zeros(0), np.zeros(0), T.Bound(np.zeros(0), 0.1), "empty")
+
+
+@pytest.mark.parametrize("full, shape, count", [
+    ((4, 3, 2), (3, 2), 4), ((2, 5, 1, 1), (1, 1), 10), ((2, 3, 2), (1, 3, 2), 2), ((3, 2), (3, 2), 1),
+    ((1, 1), (1, 1), 1), ((0, 3), (0, 3), 1), ((0, 3), (3,), 1),
+])
+def test_broadcast_count_is_the_number_of_terms_the_adjoint_adds(full, shape, count):
+    """_broadcast_count(full, shape): how many terms the adjoint of broadcasting ``shape`` to ``full`` (a
+    sum over the broadcast axes) adds into each entry of the gradient: prod(full) / prod(shape), and 1 where
+    nothing is broadcast, where an entry's single term is all there is (a single-entry input (1, 1) spread
+    over 10 outputs gets all 10), and never less than 1 (empty arrays: prod(full) = 0, counted as 1)."""
+    assert BC._broadcast_count(full, shape) == count
+
+
+def test_random_orders_draw_layer_norm_sums_in_one_to_eight_partial_sums():
+    """The random evaluation orders accumulate each layer norm's sums in 1–8 partial sums (the module
+    docstring: "the layer norms' sums accumulated in 1–8 partial sums, as SIMD and blocked reductions do",
+    1 being numpy's own reduction): over many seeded draws both ends, 1 and 8, occur and nothing outside
+    [1, 8] does; the identity order (rng None) is numpy's own reduction, 1."""
+    rng = np.random.default_rng(5)
+    drawn = {BC._Order(rng, 4, 8, 3, 2).lanes for _ in range(400)}
+    assert min(drawn) == 1 and max(drawn) == 8 and all(isinstance(k, int) for k in drawn), drawn
+    assert BC._Order(None, 4, 8, 3, 2).lanes == 1
