@@ -2529,3 +2529,86 @@ def test_the_encoder_layer_backward_propagates_its_forward_errors(norm_first, mo
     assert len(widened) == len(skipped) > 1
     assert all(np.all(w >= s_) for s_, w in zip(skipped, widened))
     assert any(np.any(w > s_) for s_, w in zip(skipped, widened))
+
+
+@pytest.mark.parametrize("rotated", [False, True])
+def test_widened_block_attention_follows_its_docstring(rotated):
+    """_widened_block_attention, piece by piece from its docstring, with grouped-query heads (h = 4 query heads
+    sharing h_kv = 2 key/value heads, r = 2), a causal mask (dead weights), with and without an input error: |x| + e_x;
+    each projection's u(d + 1)(|x||W| + |b|) + e_x|W|, split into its heads, keys and values repeated for their
+    groups, a rotation's 4u|q| and 4u|k| when rotated; e_s = c(e_q|k|ᵀ + |q|e_kᵀ) + u d_k c|q||k|ᵀ; each live
+    weight's A(u η(t) + e_s + ⟨A, e_s⟩), η of the shifted score t over the live keys, dead weights 0; the weighted
+    sum's u(n_k + 2)A|V| + e_A|V| + A e_V on top of |A V|, merged. Sizes all apart (n 5, d_model 12, d_k 3), with a batch
+    axis of 2 and without one."""
+    rng = np.random.default_rng(71)
+    u, h, kv, r, d_k, n = 2.0 ** -24, 4, 2, 2, 3, 5
+    d_model = h * d_k
+    c = 1.0 / math.sqrt(d_k)
+    w = {"w_q": rng.normal(size=(d_model, d_model)), "b_q": rng.normal(size=d_model),
+         "w_k": rng.normal(size=(d_model, kv * d_k)), "b_k": rng.normal(size=kv * d_k),
+         "w_v": rng.normal(size=(d_model, kv * d_k)), "b_v": rng.normal(size=kv * d_k)}
+    for shape in ((2, n, d_model), (n, d_model)):  # with a batch axis and without (the heads' axis is then first)
+        _check_widened_block_attention(rng.normal(size=shape), w, rng, u, h, kv, r, d_k, n, c, rotated)
+
+
+def _check_widened_block_attention(x, w, rng, u, h, kv, r, d_k, n, c, rotated):
+    from attnclaims.reference.attention import _row_softmax, _weight_relative_error
+    from attnclaims.reference.layers import _widened_block_attention
+    from attnclaims.reference.multihead import _merge, _split
+
+    d_model = x.shape[-1]
+    q = _split(x @ w["w_q"] + w["b_q"], h)
+    k = np.repeat(_split(x @ w["w_k"] + w["b_k"], kv), r, axis=-3)
+    v = np.repeat(_split(x @ w["w_v"] + w["b_v"], kv), r, axis=-3)
+    scores = (q @ np.swapaxes(k, -1, -2)) * c
+    allowed = causal_mask(n)
+    a = _row_softmax(scores, allowed)
+    s = {"q": q, "k": k, "v": v, "a": a, "scores": scores}
+    kt = lambda t: np.swapaxes(t, -1, -2)
+    for e_x in (None, rng.uniform(0.0, 1e-3, size=x.shape)):
+        ex = np.zeros(x.shape) if e_x is None else e_x
+        width = u * (d_model + 1)
+        proj = {m: width * (np.abs(x) @ np.abs(w["w_" + m]) + np.abs(w["b_" + m])) + ex @ np.abs(w["w_" + m])
+                for m in ("q", "k", "v")}
+        rot = 4 * u if rotated else 0.0
+        eq = _split(proj["q"], h) + rot * np.abs(q)
+        ek = np.repeat(_split(proj["k"], kv), r, axis=-3) + rot * np.abs(k)
+        ev = np.repeat(_split(proj["v"], kv), r, axis=-3)
+        e_s = c * (eq @ kt(np.abs(k)) + np.abs(q) @ kt(ek)) + u * d_k * c * (np.abs(q) @ kt(np.abs(k)))
+        t = np.where(allowed, scores - np.max(np.where(allowed, scores, -np.inf), axis=-1, keepdims=True), 0.0)
+        e_a = np.where(allowed, a * (u * _weight_relative_error(t, n) + e_s
+                                     + np.sum(a * e_s, axis=-1, keepdims=True)), 0.0)
+        merged = _merge(np.abs(a @ v) + u * (n + 2) * (a @ np.abs(v)) + e_a @ np.abs(v) + a @ ev)
+        want = (np.abs(x) + ex, np.abs(q) + eq, np.abs(k) + ek, np.abs(v) + ev, a + e_a, merged)
+        got = _widened_block_attention(x, e_x, w, s, h, kv, r, c, rotated, u)
+        assert len(got) == len(want)
+        for name, g, wanted in zip(("x", "q", "k", "v", "a", "merged"), got, want):
+            assert np.shape(g) == wanted.shape, name
+            np.testing.assert_allclose(g, wanted, rtol=1e-13, atol=0, err_msg=name)
+        assert np.all(got[4][..., ~allowed] == 0.0)  # the dead weights carry no error
+
+
+def test_messages_of_the_decoder_layer_vjp():
+    """decoder_layer_vjp's (and decoder_masks') refusals by the argument's name: self_mask, memory_mask, d_out."""
+    p = init_decoder_layer(0, 4, 2, 6)
+    y, mem = np.ones((2, 3, 4)), np.ones((2, 5, 4))
+    _refused_with(lambda: decoder_layer_vjp(y, mem, p, np.ones((2, 3, 4)), np.ones((3, 3))),
+                  "self_mask.dtype=float64, but should be bool (True = may attend)")
+    _refused_with(lambda: decoder_layer_vjp(y, mem, p, np.ones((2, 3, 4)), None, np.ones((3, 5))),
+                  "memory_mask.dtype=float64, but should be bool (True = may attend)")
+    _refused_with(lambda: decoder_layer_vjp(y, mem, p, np.ones((3, 4))),
+                  "d_out.shape=(3, 4), but should be (2, 3, 4) (the output's shape)")
+
+
+def test_the_decoder_layer_vjp_pairs_each_target_with_its_own_memory():
+    """With a batch of two targets and two memories, each element's gradients are those of that element alone
+    (its target with its own memory): the memory is broadcast over the batch axes only, never paired with the
+    other element's target."""
+    rng = np.random.default_rng(73)
+    p = init_decoder_layer(5, 6, 2, 8)
+    y, mem, d = rng.normal(size=(2, 3, 6)), rng.normal(size=(2, 4, 6)), rng.normal(size=(2, 3, 6))
+    dy, dmem, _ = decoder_layer_vjp(y, mem, p, d)
+    for b in range(2):
+        dy_b, dmem_b, _ = decoder_layer_vjp(y[b], mem[b], p, d[b])
+        np.testing.assert_allclose(dy[b], dy_b, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(dmem[b], dmem_b, rtol=1e-12, atol=1e-14)
