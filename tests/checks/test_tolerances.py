@@ -1270,7 +1270,7 @@ def test_reduced_precision_table_holds_each_dtypes_unit_roundoff():
     """REDUCED_PRECISION is documented as the 16-bit dtypes with their unit roundoff u = 2^−p, p the
     significand bits with the implicit one: float16 p = 10 + 1, bfloat16 p = 7 + 1 (their finfo's nmant
     + 1). Only membership is read by the code, so nothing else pins the documented values: a wrong one
-    (3^−11, 2^+11, 2^−12, 2·−8, …) would mislead any reader of the table."""
+    (3^−11, 2^+11, 2^−12, 2.0*-8 = −16, …) would mislead any reader of the table."""
     import ml_dtypes
 
     p = {"float16": np.finfo(np.float16).nmant + 1, "bfloat16": ml_dtypes.finfo(ml_dtypes.bfloat16).nmant + 1}
@@ -1304,8 +1304,9 @@ def test_rotary_scores_bound_covers_a_subnormal_float64_product():
     Where it matters: the docstring's case of rotary_scores_error, a score of q ≈ 1e-16 times k ≈ 1e-298
     formed in float64. At position 0 the rotation is the identity, so the test's score is the single
     product fl(x·y), subnormal (~1e-314), whose rounding error (up to 2⁻¹⁰⁷⁵) is far above every relative
-    term (u·|x||y| ≈ 1e-330, which itself underflows to 0). The bound must still cover it: with η's bound
-    0 (3.0**-1074 or 2.0**-1075 both round to 0.0 in float64) the bound is 0 and the error is not."""
+    term (u_64·|x||y| ≈ 1e-330, which itself underflows to 0). The bound must still cover it: with η's
+    bound 0 (3.0**-1074 or 2.0**-1075 both round to 0.0 in float64) the float64-u bound is 0 and the error
+    is not."""
     from fractions import Fraction
 
     assert T.ETA64 == float(np.finfo(np.float64).smallest_subnormal) == math.ldexp(1.0, -1074) > 0.0
