@@ -1541,3 +1541,22 @@ def test_random_orders_draw_layer_norm_sums_in_one_to_eight_partial_sums():
     drawn = {BC._Order(rng, 4, 8, 3, 2).lanes for _ in range(400)}
     assert min(drawn) == 1 and max(drawn) == 8 and all(isinstance(k, int) for k in drawn), drawn
     assert BC._Order(None, 4, 8, 3, 2).lanes == 1
+
+
+def test_stages_are_the_stage_counts_the_module_docstring_states():
+    """STAGES (the n_stages floor of each measured backward bound) holds one count per backward pass with an
+    evaluation (the keys of D_OUT_INDEX), and the counts the module docstring states: rms_norm_vjp 8,
+    gated_feed_forward_vjp 12, grouped_query_attention_vjp multi-head attention's 12 plus the group sum
+    (13), decoder_block_vjp 40, the encoder layer 30. (decoder_layer_vjp's count is not stated there.)"""
+    import re
+
+    doc = " ".join(BC.__doc__.split())
+    said = lambda pattern: int(re.search(pattern, doc).group(1))
+    assert set(T.STAGES) == set(T.D_OUT_INDEX)
+    mha = said(r"multi-head attention's (\d+) and the sum over each group \(one more\)")
+    assert T.STAGES["multi_head_attention_vjp"] == mha
+    assert T.STAGES["grouped_query_attention_vjp"] == mha + 1
+    assert T.STAGES["rms_norm_vjp"] == said(r"``rms_norm_vjp`` \(x, gamma, eps, d_out\): (\d+) rounded stages")
+    assert T.STAGES["gated_feed_forward_vjp"] == said(r"``gated_feed_forward_vjp`` \(x, params, d_out\): (\d+) \(")
+    assert T.STAGES["decoder_block_vjp"] == said(r"``decoder_block_vjp`` \(x, params, d_out, mask\): (\d+) —")
+    assert T.STAGES["encoder_layer_vjp"] == said(r"as in the encoder layer \((\d+)\)")
