@@ -2612,3 +2612,74 @@ def test_the_decoder_layer_vjp_pairs_each_target_with_its_own_memory():
         dy_b, dmem_b, _ = decoder_layer_vjp(y[b], mem[b], p, d[b])
         np.testing.assert_allclose(dy[b], dy_b, rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(dmem[b], dmem_b, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("rope", [None, "rope"])
+def test_the_block_vjp_without_a_batch_axis_is_the_batched_one(rope):
+    """decoder_block_vjp of x (n, d_model) is that of x[None] (1, n, d_model), less the axis: the block's attention
+    transposes and groups its heads by the trailing axes, which a leading index would confuse when the heads' axis
+    comes first (grouped-query: 4 query heads, 2 key/value heads)."""
+    import dataclasses
+
+    from attnclaims.reference import RotaryParams, decoder_block_vjp, init_decoder_block
+
+    rng = np.random.default_rng(79)
+    p = init_decoder_block(6, 8, 4, 10, num_kv_heads=2, rope=RotaryParams() if rope else None)
+    x, d = rng.normal(size=(5, 8)), rng.normal(size=(5, 8))
+    dx, dp = decoder_block_vjp(x, p, d)
+    dx1, dp1 = decoder_block_vjp(x[None], p, d[None])
+    np.testing.assert_allclose(dx, dx1[0], rtol=1e-12, atol=1e-14)
+    for f in dataclasses.fields(dp.self_attn):
+        a, b = getattr(dp.self_attn, f.name), getattr(dp1.self_attn, f.name)
+        if isinstance(a, np.ndarray):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14, err_msg=f.name)
+
+
+@pytest.mark.parametrize("rope", [None, "rope"])
+def test_the_block_backward_widens_its_attention_by_its_forward_errors(rope, monkeypatch):
+    """Run on d_out = Magnitude(|d|) with ``Magnitude.forward_u`` > 0 (as ``measured_bounds`` sets it: on the class,
+    so that every array the backward derives from d carries it), the block's attention backward runs on
+    ``_widened_block_attention``'s values, told whether the block rotates (RoPE) and given that unit roundoff; with
+    ``forward_u`` = 0 it is not called. The widening shows in the gradients: each at least, and somewhere above, the
+    same evaluation with the widening's error terms set to zero."""
+    from attnclaims.checks.bounds import Magnitude
+    from attnclaims.reference import RotaryParams, init_decoder_block
+    from attnclaims.reference import layers as L
+
+    u = 2.0 ** -24
+    rng = np.random.default_rng(83)
+    p = init_decoder_block(7, 8, 4, 10, num_kv_heads=2, rope=RotaryParams() if rope else None)
+    x, d = rng.normal(size=(2, 5, 8)), np.abs(rng.normal(size=(2, 5, 8)))
+    mask = causal_mask(5)
+    real = L._widened_block_attention
+    seen = []
+
+    def spy(*args):
+        import sys
+
+        seen.append((sys._getframe(1).f_code.co_name, args[8], args[9]))  # the caller: backward or output_error
+        return real(*args)
+
+    def flat(dx, grads):
+        out = [np.asarray(dx).view(np.ndarray)]
+        for v in grads.values():
+            for g in (v.values() if isinstance(v, dict) else v if isinstance(v, tuple) else (v,)):
+                out.append(np.asarray(g).view(np.ndarray))
+        return out
+
+    monkeypatch.setattr(L, "_widened_block_attention", spy)
+    with np.errstate(all="ignore"):
+        L._decoder_block_backward(x, p, mask, d.view(Magnitude), np.float64)
+        assert seen == []
+        monkeypatch.setattr(Magnitude, "forward_u", u)
+        widened = flat(*L._decoder_block_backward(x, p, mask, d.view(Magnitude), np.float64))
+        # the attention's backward itself runs on the widened values (the sub-layers' output errors use them too)
+        assert ("backward", rope is not None, u) in seen, seen
+        assert all(s[1:] == (rope is not None, u) for s in seen), seen
+        # the same evaluation with every widening term zero: the values as they are, nothing added
+        monkeypatch.setattr(L, "_widened_block_attention", lambda x_, e_x, w, s, *rest: (
+            np.abs(x_), np.abs(s["q"]), np.abs(s["k"]), np.abs(s["v"]), s["a"], np.abs(s["merged"])))
+        plain = flat(*L._decoder_block_backward(x, p, mask, d.view(Magnitude), np.float64))
+    assert len(widened) == len(plain) > 1
+    assert all(np.all(w >= q - 1e-12 * np.abs(q)) for q, w in zip(plain, widened))
+    assert any(np.any(w > q * (1 + 1e-9)) for q, w in zip(plain, widened))
