@@ -1560,3 +1560,20 @@ def test_stages_are_the_stage_counts_the_module_docstring_states():
     assert T.STAGES["gated_feed_forward_vjp"] == said(r"``gated_feed_forward_vjp`` \(x, params, d_out\): (\d+) \(")
     assert T.STAGES["decoder_block_vjp"] == said(r"``decoder_block_vjp`` \(x, params, d_out, mask\): (\d+) —")
     assert T.STAGES["encoder_layer_vjp"] == said(r"as in the encoder layer \((\d+)\)")
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float16"])
+def test_flush_to_zero_allowance_of_an_all_zero_expected_value_is_relative_to_the_smallest_normal(dtype_name):
+    """κ = max(scale) / max(|expected|, λ) with λ the smallest normal number, flushing or not (the docstring): for an
+    all-zero expected value the allowance is λ·max(scale) when the dtype flushes and u·λ·max(scale) when it does
+    not — never max(scale) itself, which dividing κ by u·λ gave (a bound 1/u too wide, blind where the float64
+    reference is exactly zero)."""
+    dtype = np.dtype(dtype_name)
+    u, lam = {"float32": (2.0 ** -24, 2.0 ** -126), "float16": (2.0 ** -11, 2.0 ** -14)}[dtype_name]
+    expected = np.zeros(3)
+    bound = T.Bound(np.array([3.0, 1.0, 0.5]) * u, u)  # scale = abs / tol = (3, 1, 0.5)
+    gradual = T.flush_to_zero_allowance(bound, expected, dtype, flush=False)
+    np.testing.assert_array_equal(gradual.abs, bound.abs + u * lam * (3.0 / lam))
+    assert np.all(gradual.abs - bound.abs <= 4 * u)  # u·max(scale), not max(scale)
+    flushed = T.flush_to_zero_allowance(bound, expected, dtype, flush=True)
+    np.testing.assert_array_equal(flushed.abs, bound.abs + lam * (3.0 / lam))

@@ -351,11 +351,14 @@ def flush_to_zero_allowance(bound: Bound, expected, dtype=None, *, flush: bool =
     # Gradual underflow (IEEE, no flushing) perturbs by at most half the smallest subnormal, u·λ, not λ
     # (Higham §2.1: fl(x op y) = (x op y)(1 + δ) + η, |η| ≤ u·λ): 7e-46 for float32, 3e-8 for float16 —
     # below anything the claims are about, but not below a float64 reference value of 1e-57.
-    lam = float(_finfo(dtype).smallest_normal) * (1.0 if flush else unit_roundoff(dtype))
+    # κ is relative to the smallest normal number whether or not the dtype flushes: dividing by u·λ instead would
+    # make the allowance of an all-zero expected value max(scale), 1/u times too wide.
+    smallest = float(_finfo(dtype).smallest_normal)
+    lam = smallest * (1.0 if flush else unit_roundoff(dtype))
     scale = np.asarray(bound.scale, dtype=np.float64)
     top = float(np.max(scale)) if scale.size else 0.0
     magnitude = float(np.max(np.abs(_f64(expected)))) if np.size(expected) else 0.0
-    kappa = max(1.0, top / max(magnitude, lam)) if np.isfinite(top) else 1.0
+    kappa = max(1.0, top / max(magnitude, smallest)) if np.isfinite(top) else 1.0
     return Bound(bound.abs + lam * kappa, bound.tol)
 
 
