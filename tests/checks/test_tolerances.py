@@ -1577,3 +1577,25 @@ def test_flush_to_zero_allowance_of_an_all_zero_expected_value_is_relative_to_th
     assert np.all(gradual.abs - bound.abs <= 4 * u)  # u·max(scale), not max(scale)
     flushed = T.flush_to_zero_allowance(bound, expected, dtype, flush=True)
     np.testing.assert_array_equal(flushed.abs, bound.abs + lam * (3.0 / lam))
+
+
+def test_measured_bounds_resets_the_forward_widening_when_an_evaluation_raises(monkeypatch):
+    """``measured_bounds`` sets ``Magnitude.forward_u`` on the class for its widened evaluation: an evaluation that
+    raises there must leave it 0, or every later |·|-evaluation in the process would be widened (looser bounds)."""
+    from attnclaims.checks.bounds import common as C
+
+    calls = []
+
+    def evaluate(x, d, dtype):
+        calls.append(C.Magnitude.forward_u)
+        if C.Magnitude.forward_u:
+            raise RuntimeError("an evaluation that fails")
+        return np.asarray(x, dtype=dtype) * np.asarray(d, dtype=dtype)
+
+    monkeypatch.setitem(C._EVALUATE, "toy_vjp", evaluate)
+    monkeypatch.setitem(C.D_OUT_INDEX, "toy_vjp", 1)
+    x, d = np.ones(3), np.ones(3)
+    with pytest.raises(RuntimeError, match="an evaluation that fails"):
+        C.measured_bounds("toy_vjp", x * d, (x, d), np.float32)
+    assert calls and calls[-1] > 0  # the widened evaluation ran, and raised
+    assert C.Magnitude.forward_u == 0.0

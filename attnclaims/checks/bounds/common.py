@@ -836,8 +836,10 @@ def measured_bounds(capability: str, reference_out, args: tuple, dtype) -> dict[
         # the same with every consumed forward value widened by its propagated first-order error: the difference
         # bounds what those errors change the gradient by (a constant row's x̂ is 0 here, ~u·r·|x| elsewhere)
         Magnitude.forward_u = u
-        widened = dict(leaves(evaluate(*bar_args, np.float64)))
-        Magnitude.forward_u = 0.0
+        try:
+            widened = dict(leaves(evaluate(*bar_args, np.float64)))
+        finally:  # an evaluation that raises must not leave every later |·|-evaluation of the process widened
+            Magnitude.forward_u = 0.0
     ref = dict(leaves(reference_out))
     out = {}
     for (name, gold), (_, nai) in zip(leaves(golden), leaves(naive)):
