@@ -2683,3 +2683,38 @@ def test_the_block_backward_widens_its_attention_by_its_forward_errors(rope, mon
     assert len(widened) == len(plain) > 1
     assert all(np.all(w >= q - 1e-12 * np.abs(q)) for q, w in zip(plain, widened))
     assert any(np.any(w > q * (1 + 1e-9)) for q, w in zip(plain, widened))
+
+
+@pytest.mark.parametrize("rope", [None, "rope"])
+def test_the_block_attentions_output_error_follows_its_docstring(rope, monkeypatch):
+    """The block's attention sub-layer's ``output_error(e_x, u)``: |merged|'s widening by
+    ``_widened_block_attention`` for that input error, through |W_O|, plus the output projection's
+    u(H + 1)(|merged||W_O| + |b_O|), H = the merged width (grouped-query: 4 query heads, 2 key/value heads)."""
+    import dataclasses
+
+    from attnclaims.reference import RotaryParams, init_multi_head
+    from attnclaims.reference import layers as L
+
+    rng = np.random.default_rng(89)
+    a = dataclasses.replace(init_multi_head(3, 8, 4, num_kv_heads=2), b_o=rng.normal(size=8))
+    forward, _ = L._attention_pieces(a, RotaryParams() if rope else None, causal_mask(5), np.dtype(np.float64))
+    x = rng.normal(size=(2, 5, 8))
+    forward(x)
+    seen = []
+    real = L._widened_block_attention
+
+    def spy(*args):
+        out = real(*args)
+        seen.append((args, out))
+        return out
+
+    monkeypatch.setattr(L, "_widened_block_attention", spy)
+    u, e_x = 2.0 ** -24, rng.uniform(0.0, 1e-3, size=x.shape)
+    got = forward.output_error(e_x, u)
+    assert len(seen) == 1
+    args, out = seen[0]
+    assert args[0] is not None and args[1] is e_x and args[8] == (rope is not None) and args[9] == u
+    merged, w_o = np.abs(args[3]["merged"]), np.abs(a.w_o)
+    want = (out[-1] - merged) @ w_o + u * (merged.shape[-1] + 1) * (merged @ w_o + np.abs(a.b_o))
+    np.testing.assert_allclose(got, want, rtol=1e-14, atol=0)
+    assert np.all(got > 0)
