@@ -9,6 +9,7 @@ equivalent (no input can tell them apart) are listed with the reason in
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -2484,9 +2485,19 @@ def test_messages_of_the_decoder_block_vjp(d_out, message):
     _refused_with(lambda: decoder_block_vjp(np.ones((2, 3, 4)), init_decoder_block(0, 4, 2, 6), d_out), message)
 
 
+def _gradient_arrays(dx, grads: dict) -> list:
+    """dx and every gradient of a layer backward's grads dict (dicts and tuples of arrays), as plain arrays."""
+    out = [np.asarray(dx).view(np.ndarray)]
+    for v in grads.values():
+        for g in (v.values() if isinstance(v, dict) else v if isinstance(v, tuple) else (v,)):
+            out.append(np.asarray(g).view(np.ndarray))
+    return out
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_the_encoder_layer_backward_propagates_its_forward_errors(norm_first, monkeypatch):
-    """Run on d_out whose type carries ``forward_u`` > 0 (the bounds' |·|-evaluation, ``Magnitude``), the encoder
+    """Run on d_out = Magnitude(|d|) with ``Magnitude.forward_u`` > 0 (set on the class, as ``measured_bounds`` does),
+    the encoder
     layer's backward first propagates the sub-layers' forward errors from x with that unit roundoff
     (``_propagate_errors``, as the decoder layer's and the block's do); with ``forward_u`` = 0 or a plain array it
     does not. The propagated errors widen the gradients: every one at least, and somewhere above, what the same
@@ -2495,10 +2506,6 @@ def test_the_encoder_layer_backward_propagates_its_forward_errors(norm_first, mo
     from attnclaims.reference import layers as L
 
     u = 2.0 ** -24
-
-    class _Widened(Magnitude):
-        forward_u = u
-
     rng = np.random.default_rng(61)
     p = init_encoder_layer(4, 6, 2, 10, norm_first=norm_first)
     x = rng.normal(size=(2, 3, 6))
@@ -2510,22 +2517,16 @@ def test_the_encoder_layer_backward_propagates_its_forward_errors(norm_first, mo
         seen.append((len(subs), x0, u0))
         return real(subs, x0, u0)
 
-    def flat(dx, grads):
-        out = [np.asarray(dx).view(np.ndarray)]
-        for v in grads.values():
-            for g in (v.values() if isinstance(v, dict) else v if isinstance(v, tuple) else (v,)):
-                out.append(np.asarray(g).view(np.ndarray))
-        return out
-
     monkeypatch.setattr(L, "_propagate_errors", spy)
     with np.errstate(all="ignore"):
         L._encoder_layer_backward(x, p, None, d, np.float64)
         L._encoder_layer_backward(x, p, None, d.view(Magnitude), np.float64)
         assert seen == []
-        widened = flat(*L._encoder_layer_backward(x, p, None, d.view(_Widened), np.float64))
+        monkeypatch.setattr(Magnitude, "forward_u", u)
+        widened = _gradient_arrays(*L._encoder_layer_backward(x, p, None, d.view(Magnitude), np.float64))
         assert len(seen) == 1 and seen[0][0] == 2 and seen[0][1] is x and seen[0][2] == u
         monkeypatch.setattr(L, "_propagate_errors", lambda *args: None)  # the same evaluation, not propagated
-        skipped = flat(*L._encoder_layer_backward(x, p, None, d.view(_Widened), np.float64))
+        skipped = _gradient_arrays(*L._encoder_layer_backward(x, p, None, d.view(Magnitude), np.float64))
     assert len(widened) == len(skipped) > 1
     assert all(np.all(w >= s_) for s_, w in zip(skipped, widened))
     assert any(np.any(w > s_) for s_, w in zip(skipped, widened))
@@ -2655,31 +2656,22 @@ def test_the_block_backward_widens_its_attention_by_its_forward_errors(rope, mon
     seen = []
 
     def spy(*args):
-        import sys
-
         seen.append((sys._getframe(1).f_code.co_name, args[8], args[9]))  # the caller: backward or output_error
         return real(*args)
-
-    def flat(dx, grads):
-        out = [np.asarray(dx).view(np.ndarray)]
-        for v in grads.values():
-            for g in (v.values() if isinstance(v, dict) else v if isinstance(v, tuple) else (v,)):
-                out.append(np.asarray(g).view(np.ndarray))
-        return out
 
     monkeypatch.setattr(L, "_widened_block_attention", spy)
     with np.errstate(all="ignore"):
         L._decoder_block_backward(x, p, mask, d.view(Magnitude), np.float64)
         assert seen == []
         monkeypatch.setattr(Magnitude, "forward_u", u)
-        widened = flat(*L._decoder_block_backward(x, p, mask, d.view(Magnitude), np.float64))
+        widened = _gradient_arrays(*L._decoder_block_backward(x, p, mask, d.view(Magnitude), np.float64))
         # the attention's backward itself runs on the widened values (the sub-layers' output errors use them too)
         assert ("backward", rope is not None, u) in seen, seen
         assert all(s[1:] == (rope is not None, u) for s in seen), seen
         # the same evaluation with every widening term zero: the values as they are, nothing added
         monkeypatch.setattr(L, "_widened_block_attention", lambda x_, e_x, w, s, *rest: (
             np.abs(x_), np.abs(s["q"]), np.abs(s["k"]), np.abs(s["v"]), s["a"], np.abs(s["merged"])))
-        plain = flat(*L._decoder_block_backward(x, p, mask, d.view(Magnitude), np.float64))
+        plain = _gradient_arrays(*L._decoder_block_backward(x, p, mask, d.view(Magnitude), np.float64))
     assert len(widened) == len(plain) > 1
     assert all(np.all(w >= q - 1e-12 * np.abs(q)) for q, w in zip(plain, widened))
     assert any(np.any(w > q * (1 + 1e-9)) for q, w in zip(plain, widened))
