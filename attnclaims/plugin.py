@@ -46,7 +46,9 @@ Markers
       extension="RMSNorm"     the test checks a variant the article does not state
       part="default-scale"    the part of the claim (registry ``parts``) the test exercises
       self_comparison=True    the test compares the implementation only with itself (determinism, batch
-                              independence, inputs unmodified, strided views): supports no claim on its own
+                              independence, inputs unmodified, strided views): supports no claim on its own;
+                              run on the built-in reference, every ``kind="conformance"`` check is one too
+                              (it compares the reference with itself)
       kind="contract"         a check of the protocol's edges, reported apart from the claims
   @pytest.mark.requires("attention", ...)                           capabilities the test needs
 
@@ -293,6 +295,14 @@ def _guard(config) -> GuardedImplementation:
     state.guard = guard
     _emit(config, "implementation", **implementation_info(guard))
     return guard
+
+
+def _is_builtin_reference(guard: GuardedImplementation) -> bool:
+    """Whether the implementation under test is the built-in reference itself (its class exactly: a subclass,
+    such as the zoo's composed base or a misbehaving implementation, computes its own way)."""
+    from attnclaims.reference.impl import Reference
+
+    return type(guard.impl) is Reference
 
 
 def implementation_info(guard: GuardedImplementation) -> dict:
@@ -561,6 +571,12 @@ def pytest_runtest_makereport(item, call):
         "extension": claim_extension(item),
         "seconds": round(rep.duration, 4), "message": "",
     }
+    if guard is not None and _is_builtin_reference(guard):
+        # A conformance check compares the implementation with the reference: run on the reference itself it
+        # compares the reference with itself, and can support no verdict of the reference's column.
+        for cid, (kind, _) in entry["tags"].items():
+            if kind == "conformance":
+                entry["options"].setdefault(cid, {})["self_comparison"] = True
     if rep.passed:
         entry["outcome"] = "passed"
     elif rep.skipped:

@@ -5,8 +5,8 @@
     这种架构带来了两个显著优势：一是完全并行化的训练方式，大幅提升了训练速度；二是长距离依赖建模能力显著增强，
     任意两个位置之间的交互路径长度仅为常数，有效缓解了 RNN 中信息传递衰减的问题。
 
-Claims: ``encoder-structure`` (the layer matches the reference, Post-LN and Pre-LN,
-keeps its shape and stacks), ``decoder-masking`` (no dependence on later targets;
+Claims: ``encoder-structure`` (the layer is the implementation's own self-attention and FFN, each in
+residual + LN; it matches the reference, Post-LN and Pre-LN, keeps its shape and stacks), ``decoder-masking`` (no dependence on later targets;
 future weights exactly 0), ``cross-attention`` (target length out, depends on the
 memory and only through unmasked rows, invariant to permuting the memory),
 ``parallel-training`` (one masked pass = decoding on growing prefixes),
@@ -77,6 +77,31 @@ def test_pre_ln_encoder_layer_matches_reference(impl, data):
     norm after the residual meets rows whose mean is far larger than their spread (a one-pass variance
     E[x²] − E[x]² cancels there; the decoder layer's and the decoder block's conformance tests draw it too)."""
     check_encoder_layer(impl, data)
+
+
+@pytest.mark.claim("encoder-structure")
+@pytest.mark.requires("encoder_layer", "multi_head_attention", "layer_norm", "feed_forward")
+@S.needs_variant(norm_first=False)
+@given(data=encoder_cases(norm_first=False))
+def test_encoder_layer_is_its_own_sub_layers_in_residual_and_layer_norm(impl, data):
+    """The structure itself, on the implementation's own pieces: its encoder layer equals
+    LN₂(h + FFN(h)) with h = LN₁(x + SelfAttn(x)), each piece computed by the same implementation's
+    ``layer_norm``, ``multi_head_attention`` (keys and values from the same input) and ``feed_forward``.
+
+    Unlike the conformance tests above this does not compare with the reference, so it is evidence for the
+    built-in reference too (whose conformance with itself is a self-comparison and counts for nothing). Both
+    sides evaluate the same exact quantity with the implementation's arithmetic: each lies within the derived
+    bound of one evaluation, so their difference within twice it (``self_consistency``)."""
+    case, p, mask = data
+    x = case.cast(impl.dtype).x
+    out = impl.encoder_layer(x, p, mask)
+    assert out.shape == x.shape, f"out.shape={out.shape}, but should be {x.shape} [encoder_layer]"
+    h = impl.layer_norm(x + impl.multi_head_attention(x, x, p.self_attn, mask), p.norm1.gamma, p.norm1.beta, p.eps)
+    composed = impl.layer_norm(h + impl.feed_forward(h, p.ffn), p.norm2.gamma, p.norm2.beta, p.eps)
+    bound = T.self_consistency(T.encoder_layer_error, x, p, mask, dtype=impl.dtype)
+    T.assert_close(out, composed, bound,
+                   "encoder_layer(x) vs LN₂(h + FFN(h)), h = LN₁(x + SelfAttn(x)), from the implementation's own "
+                   f"layer_norm, multi_head_attention and feed_forward (norm_first={p.norm_first})")
 
 
 def check_stack(impl, data, more, n_layers):
@@ -388,6 +413,8 @@ def test_every_output_depends_on_every_input_after_one_layer(impl, capability, c
 CONTROLS = [
     (test_encoder_layer_matches_reference, {}, C.zoo("pre_ln_always")),
     (test_encoder_layer_matches_reference, {}, C.zoo("norm1_reused")),
+    (test_encoder_layer_is_its_own_sub_layers_in_residual_and_layer_norm, {}, C.zoo("residual_from_layer_input")),
+    (test_encoder_layer_is_its_own_sub_layers_in_residual_and_layer_norm, {}, C.zoo("pre_ln_always")),
     (test_pre_ln_encoder_layer_matches_reference, {}, C.zoo("residual_missing")),
     (test_pre_ln_encoder_layer_matches_reference, {}, C.zoo("norm1_reused")),
     (test_a_stack_of_pre_ln_layers_composes, {}, C.zoo("residual_missing")),

@@ -439,6 +439,46 @@ def test_part_and_self_comparison_and_declined_examples_are_recorded(tmp_path):
     assert declined["examples"] >= 1 and "only d_k = 2" in declined["message"], declined
 
 
+_CONFORMANCE_TESTS = '''
+import numpy as np
+import pytest
+
+from attnclaims.reference import softmax as ref_softmax
+
+@pytest.mark.claim("softmax-saturation", kind="conformance")
+@pytest.mark.claim("softmax-distribution")
+@pytest.mark.requires("softmax")
+def test_conforms(impl):
+    x = np.array([[1.0, 2.0, 4.0]])
+    got = impl.softmax(x)
+    assert np.allclose(got, ref_softmax(x)) and np.isclose(got.sum(), 1.0)
+'''
+
+_SUBCLASS = '''
+from attnclaims.reference.impl import Reference
+
+class OwnReference(Reference):
+    name = "own-reference"
+'''
+
+
+@pytest.mark.parametrize("spec, self_compared", [("reference", True), ("subclass:OwnReference", False)])
+def test_a_conformance_check_run_on_the_built_in_reference_is_a_self_comparison(tmp_path, spec, self_compared):
+    """A conformance check compares the implementation with the reference; on the built-in reference itself it
+    compares the reference with itself, so its evidence is a self-comparison (it supports no verdict of the
+    reference's column) — only the conformance kind (the same test's other claim keeps its evidence), and
+    only the reference's own class (a subclass computes its own way and is compared for real)."""
+    (tmp_path / "test_conf.py").write_text(textwrap.dedent(_CONFORMANCE_TESTS), encoding="utf-8")
+    (tmp_path / "subclass.py").write_text(textwrap.dedent(_SUBCLASS), encoding="utf-8")
+    out = tmp_path / "results.json"
+    result = _run(tmp_path, "test_conf.py", "--attn-impl", spec, "--attn-results", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    by_claim = {e["claim"]: e for e in json.loads(out.read_text(encoding="utf-8"))["evidence"]}
+    assert by_claim["softmax-saturation"]["outcome"] == "passed"
+    assert by_claim["softmax-saturation"]["self_comparison"] is self_compared
+    assert by_claim["softmax-distribution"]["self_comparison"] is False
+
+
 @pytest.mark.parametrize("mark, says", [
     ('part="no-such-part"', "part='no-such-part' is not a part of claim 'softmax-saturation'"),
     ('colour="red"', "claim marker has unknown argument 'colour'"),
