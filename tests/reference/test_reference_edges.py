@@ -8,6 +8,7 @@ equivalent (no input can tell them apart) are listed with the reason in
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 
@@ -2710,3 +2711,59 @@ def test_the_block_attentions_output_error_follows_its_docstring(rope, monkeypat
     want = (out[-1] - merged) @ w_o + u * (merged.shape[-1] + 1) * (merged @ w_o + np.abs(a.b_o))
     np.testing.assert_allclose(got, want, rtol=1e-14, atol=0)
     assert np.all(got > 0)
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+@pytest.mark.parametrize("rms", [False, True])
+def test_the_block_backward_carries_the_attentions_error_into_the_ffns_norm(norm_first, rms, monkeypatch):
+    """With ``forward_u`` > 0 the block's backward bounds the error of the FFN sub-layer's input stream (Pre-LN: y = x
+    + Attn(N₁x), the second norm's input; Post-LN: z = x + Attn(x), the first norm's input) by the attention
+    sub-layer's ``output_error`` for its own input's error (Pre-LN: N₁'s output error for the exact x; Post-LN: zero,
+    x is exact) plus the residual add's rounding u|stream|, and hands it to the norm before the FFN
+    (``_norm_output_error``'s ``ex``); the attention's own norm (Pre-LN) gets no incoming error. Checked on the
+    calls the backward makes: the stream is the x of the FFN-side norm call, the attention's forward is the one the
+    block built (``_attention_pieces``)."""
+    from attnclaims.checks.bounds import Magnitude
+    from attnclaims.reference import init_decoder_block
+    from attnclaims.reference import layers as L
+    from attnclaims.reference.params import RMSNormParams
+
+    u = 2.0 ** -24
+    rng = np.random.default_rng(97)
+    p = init_decoder_block(5, 8, 2, 12, norm_first=norm_first)
+    if rms:
+        p = dataclasses.replace(p, norm1=RMSNormParams(rng.uniform(0.5, 1.5, 8)),
+                                norm2=RMSNormParams(rng.uniform(0.5, 1.5, 8)))
+    x, d = rng.normal(size=(2, 4, 8)), np.abs(rng.normal(size=(2, 4, 8)))
+    calls, pieces = [], []
+    real_norm_error, real_pieces = L._norm_output_error, L._attention_pieces
+
+    def norm_error(x_, norm, eps, u_, ex=None):
+        out = real_norm_error(x_, norm, eps, u_, ex)
+        calls.append((x_, norm, eps, u_, ex, out))
+        return out
+
+    def attention_pieces(*args):
+        made = real_pieces(*args)
+        pieces.append(made)
+        return made
+
+    monkeypatch.setattr(L, "_norm_output_error", norm_error)
+    monkeypatch.setattr(L, "_attention_pieces", attention_pieces)
+    monkeypatch.setattr(Magnitude, "forward_u", u)
+    with np.errstate(all="ignore"):
+        L._decoder_block_backward(x, p, causal_mask(4), d.view(Magnitude), np.float64)
+    assert len(pieces) == 1 and all(c[2] == p.eps and c[3] == u for c in calls), [c[1:4] for c in calls]
+    forward = pieces[0][0]
+    if norm_first:  # N₁(x) for the attention's input; then, backwards, the FFN's norm N₂ and the attention's N₁
+        assert [id(c[1]) for c in calls] == [id(p.norm1), id(p.norm2), id(p.norm1)]
+        first, ffn_side, attn_side = calls
+        assert first[0] is x and first[4] is None and attn_side[0] is x and attn_side[4] is None
+        e_in = first[5]
+    else:  # only the FFN's input: the first norm's output, its input z carrying the stream's error
+        assert [id(c[1]) for c in calls] == [id(p.norm1)]
+        ffn_side, e_in = calls[0], np.zeros(x.shape)
+    stream = np.asarray(ffn_side[0], dtype=np.float64)
+    want = forward.output_error(e_in, u) + u * np.abs(stream)
+    np.testing.assert_allclose(ffn_side[4], want, rtol=1e-13, atol=0)
+    assert np.all(want > u * np.abs(stream))  # the attention's part is there, not only the add's rounding
