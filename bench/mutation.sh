@@ -75,7 +75,9 @@ RUNNER_FULL="$PY -S $ROOT/bench/mutation_server.py run-full $SOCK"
 
 echo "mutation.sh: copy in $WORK; mutating $KEEP; pytest $PYTEST_ARGS; tests per source: $ROUTES"
 cd "$WORK"
+base_start=$(date +%s)
 $RUNNER || { echo "mutation.sh: the tests fail on the unmutated copy" >&2; exit 1; }
+base_s=$(( $(date +%s) - base_start ))
 # mutmut 2 reads a source file in one process while another has a mutant of it on disk; a mutant
 # that joins two lines then shifts the line numbers it looks up, and its worker dies on
 # "assert line" while the main process waits for ever. The statuses already recorded stay in
@@ -100,7 +102,12 @@ restore() {
 }
 start=$(date +%s)
 rc=0
-stall="${MUTATION_STALL:-180}"
+# The watchdog's limit: a survivor runs its whole route, which on a loaded machine can take longer than a fixed
+# 180 s (a run of 2026-12-06 was restarted five times that way, and the restarts re-listed some lines under new
+# ids); so at least twice the unmutated run's time plus a minute, never below 180 s.
+stall_default=$(( 2 * base_s + 60 )); [ "$stall_default" -lt 180 ] && stall_default=180
+stall="${MUTATION_STALL:-$stall_default}"
+echo "mutation.sh: the unmutated tests took ${base_s} s; a restart after ${stall} s without a recorded mutant"
 # mutmut's time limit per mutant: TIMEOUT_BASE + 4 x the baseline run (a busy machine can need a larger base).
 TIMEOUT_BASE="${MUTATION_TIMEOUT_BASE:-30}"
 left_prev=""
