@@ -1565,9 +1565,9 @@ def test_stages_are_the_stage_counts_the_module_docstring_states():
 @pytest.mark.parametrize("dtype_name", ["float32", "float16"])
 def test_flush_to_zero_allowance_of_an_all_zero_expected_value_is_relative_to_the_smallest_normal(dtype_name):
     """κ = max(scale) / max(|expected|, λ) with λ the smallest normal number, flushing or not (the docstring): for an
-    all-zero expected value the allowance is λ·max(scale) when the dtype flushes and u·λ·max(scale) when it does
-    not — never max(scale) itself, which dividing κ by u·λ gave (a bound 1/u too wide, blind where the float64
-    reference is exactly zero)."""
+    all-zero expected value κ = max(scale)/λ, so the allowance λ·κ is max(scale) when the dtype flushes and u·λ·κ =
+    u·max(scale) when it does not — not max(scale), which dividing κ by u·λ gave the non-flushing dtype too (a
+    bound 1/u too wide, blind where the float64 reference is exactly zero)."""
     dtype = np.dtype(dtype_name)
     u, lam = {"float32": (2.0 ** -24, 2.0 ** -126), "float16": (2.0 ** -11, 2.0 ** -14)}[dtype_name]
     expected = np.zeros(3)
