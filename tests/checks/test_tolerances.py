@@ -1579,6 +1579,44 @@ def test_flush_to_zero_allowance_of_an_all_zero_expected_value_is_relative_to_th
     np.testing.assert_array_equal(flushed.abs, bound.abs + lam * (3.0 / lam))
 
 
+@pytest.mark.parametrize("flush", [True, False])
+def test_assert_within_of_a_flushing_implementation_reads_the_values_magnitude_not_the_distance(flush):
+    """``assert_within`` compares a distance to an all-zero target; the underflow allowance's κ is relative to the
+    value and its interval's ends (the docstring of ``flush_to_zero_allowance``), not to that target. Relative to the
+    zero target κ was max(scale)/λ: with flushing the allowance λ·κ was max(scale) — here 1, so a float32 weight of 1.5
+    in [0, 1] against a bound of u passed for every implementation that declares ``flush_to_zero`` (torch-float32,
+    torch-bfloat16); without flushing u·max(scale) on every element, so a value 500 of its element's bounds (scale
+    10⁻³) out passed. Now both fail and values inside their bounds pass; an infinite interval end is left out of the
+    magnitude (κ stays ≥ 1)."""
+    from attnclaims.checks import strategies as S
+
+    bound = T.Bound(np.array([1e-3, 1e-3, 1.0]) * U32, U32)  # scale (10⁻³, 10⁻³, 1)
+    with S.following(_Declares(np.float32, flush=flush)):
+        with pytest.raises(CheckFailure, match="outside"):
+            T.assert_within(np.array([0.5, 0.5, 1.5]), 0.0, 1.0, bound, "a weight")
+        with pytest.raises(CheckFailure, match="outside"):
+            T.assert_within(np.array([1.0 + 0.5 * U32, 0.5, 0.5]), 0.0, 1.0, bound, "a weight")
+        assert T.assert_within(np.array([1.0 + 0.5e-3 * U32, 0.5, 1.0 + 0.5 * U32]), 0.0, 1.0, bound,
+                               "a weight") <= U32
+        with pytest.raises(CheckFailure, match="outside"):
+            T.assert_within(np.array([0.5, 0.5, -0.25]), 0.0, np.inf, bound, "a nonnegative value")
+
+
+def test_assert_close_to_an_all_zero_value_of_a_flushing_implementation_reads_the_result_too():
+    """A sum that must vanish (Σ_j dk_j, Σ of a softmax vjp) is compared to an all-zero expected value: κ relative to
+    it alone made the allowance max(scale), so a float32 result of 0.5 against a bound of u·1 passed for a flushing
+    implementation. κ is relative to both sides: 0.5 fails, a result within the bound passes, and two all-zero
+    sides pass with nothing to widen."""
+    from attnclaims.checks import strategies as S
+
+    bound = T.Bound(np.full(4, U32), U32)
+    with S.following(_Declares(np.float32, flush=True)):
+        with pytest.raises(CheckFailure, match="off the reference by 0.5"):
+            T.assert_close(np.array([0.0, 0.5, 0.0, 0.0]), np.zeros(4), bound, "Σ_j dk_j")
+        assert T.assert_close(np.array([0.0, 0.5 * U32, 0.0, 0.0]), np.zeros(4), bound, "Σ_j dk_j") <= U32
+        assert T.assert_close(np.zeros(4), np.zeros(4), bound, "Σ_j dk_j") == 0.0
+
+
 def test_measured_bounds_resets_the_forward_widening_when_an_evaluation_raises(monkeypatch):
     """``measured_bounds`` sets ``Magnitude.forward_u`` on the class for its widened evaluation: an evaluation that
     raises there must leave it 0, or every later |·|-evaluation in the process would be widened (looser bounds)."""

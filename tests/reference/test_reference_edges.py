@@ -2486,6 +2486,19 @@ def test_messages_of_the_decoder_block_vjp(d_out, message):
     _refused_with(lambda: decoder_block_vjp(np.ones((2, 3, 4)), init_decoder_block(0, 4, 2, 6), d_out), message)
 
 
+@pytest.mark.parametrize("mask, message", [
+    pytest.param(np.ones((3, 3)), "mask.dtype=float64, but should be bool (True = may attend)", id="mask-dtype"),
+    pytest.param(np.ones((4, 3), bool), "mask.shape=(4, 3) does not broadcast to (2, 3, 3)", id="mask-shape"),
+])
+def test_messages_of_the_decoder_block_and_its_vjp_name_the_mask(mask, message):
+    """The block's mask (``block_mask``: causal ∧ mask), refused by its name in the forward and in the vjp."""
+    from attnclaims.reference import decoder_block, decoder_block_vjp, init_decoder_block
+
+    p, x = init_decoder_block(0, 4, 2, 6), np.ones((2, 3, 4))
+    _refused_with(lambda: decoder_block(x, p, mask), message)
+    _refused_with(lambda: decoder_block_vjp(x, p, np.ones((2, 3, 4)), mask), message)
+
+
 def _gradient_arrays(dx, grads: dict) -> list:
     """dx and every gradient of a layer backward's grads dict (dicts and tuples of arrays), as plain arrays."""
     out = [np.asarray(dx).view(np.ndarray)]
@@ -2531,6 +2544,106 @@ def test_the_encoder_layer_backward_propagates_its_forward_errors(norm_first, mo
     assert len(widened) == len(skipped) > 1
     assert all(np.all(w >= s_) for s_, w in zip(skipped, widened))
     assert any(np.any(w > s_) for s_, w in zip(skipped, widened))
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_the_decoder_layer_backward_propagates_its_forward_errors(norm_first, monkeypatch):
+    """As the encoder layer's (above): on d_out = Magnitude(|d|) with ``Magnitude.forward_u`` > 0 the decoder layer's
+    backward propagates its three sub-layers' forward errors from y with that unit roundoff, and not with
+    ``forward_u`` = 0 or a plain array; the propagated errors widen the gradients (each at least, and somewhere above,
+    the same evaluation with the propagation skipped)."""
+    from attnclaims.checks.bounds import Magnitude
+    from attnclaims.reference import layers as L
+
+    u = 2.0 ** -24
+    rng = np.random.default_rng(67)
+    p = init_decoder_layer(5, 6, 2, 10, norm_first=norm_first)
+    y, memory = rng.normal(size=(2, 3, 6)), rng.normal(size=(2, 4, 6))
+    d = np.abs(rng.normal(size=(2, 3, 6)))
+    own, mem_mask = L.decoder_masks(3, 4, (2,), None, None)
+    real = L._propagate_errors
+    seen = []
+
+    def spy(subs, y0, u0):
+        seen.append((len(subs), y0, u0))
+        return real(subs, y0, u0)
+
+    def backward(d_):
+        dy, dmem, grads = L._decoder_layer_backward(y, memory, p, own, mem_mask, d_, np.float64)
+        return [np.asarray(dmem).view(np.ndarray)] + _gradient_arrays(dy, grads)
+
+    monkeypatch.setattr(L, "_propagate_errors", spy)
+    with np.errstate(all="ignore"):
+        backward(d)
+        backward(d.view(Magnitude))
+        assert seen == []
+        monkeypatch.setattr(Magnitude, "forward_u", u)
+        widened = backward(d.view(Magnitude))
+        assert len(seen) == 1 and seen[0][0] == 3 and seen[0][1] is y and seen[0][2] == u
+        monkeypatch.setattr(L, "_propagate_errors", lambda *args: None)  # the same evaluation, not propagated
+        skipped = backward(d.view(Magnitude))
+    assert len(widened) == len(skipped) > 1
+    assert all(np.all(w >= s_) for s_, w in zip(skipped, widened))
+    assert any(np.any(w > s_) for s_, w in zip(skipped, widened))
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_the_block_backward_hands_each_sub_layer_its_own_inputs_error(norm_first, monkeypatch):
+    """On d_out = Magnitude(|d|) with ``forward_u`` > 0, which input error each sub-layer's backward is given (the
+    comments of ``_decoder_block_backward``): Post-LN — the attention's input is the block's own x, exact (no error),
+    and the FFN's is the first norm's output, that norm's output error for the attention sub-layer's error carried in
+    the stream; Pre-LN — each gets its own norm's output error, the attention's norm on the exact x (no input error),
+    the FFN's norm on the stream with that error. A block that gave the FFN's error to the attention would widen the
+    wrong sub-layer's gradients."""
+    from attnclaims.checks.bounds import Magnitude
+    from attnclaims.reference import init_decoder_block
+    from attnclaims.reference import layers as L
+
+    u = 2.0 ** -24
+    rng = np.random.default_rng(97)
+    p = init_decoder_block(9, 8, 4, 10, num_kv_heads=2, norm_first=norm_first)
+    x, d = rng.normal(size=(2, 5, 8)), np.abs(rng.normal(size=(2, 5, 8)))
+    given, norm_errors = {}, []
+    real_attention, real_ffn, real_norm_error = L._widened_block_attention, L._ffn_pieces, L._norm_output_error
+
+    def attention_spy(*args):
+        if sys._getframe(1).f_code.co_name == "backward":
+            given["self_attn"] = args[1]
+        return real_attention(*args)
+
+    def ffn_pieces(ffn, dtype):
+        forward, backward = real_ffn(ffn, dtype)
+
+        def spied(x_, d_, ex=None):
+            given["ffn"] = ex
+            return backward(x_, d_, ex)
+        return forward, spied
+
+    def norm_error(x_, norm, eps, u_, e_in=None):
+        out = real_norm_error(x_, norm, eps, u_, e_in)
+        norm_errors.append((norm, e_in, out))
+        return out
+
+    monkeypatch.setattr(L, "_widened_block_attention", attention_spy)
+    monkeypatch.setattr(L, "_ffn_pieces", ffn_pieces)
+    monkeypatch.setattr(L, "_norm_output_error", norm_error)
+    monkeypatch.setattr(Magnitude, "forward_u", u)
+    with np.errstate(all="ignore"):
+        L._decoder_block_backward(x, p, causal_mask(5), d.view(Magnitude), np.float64)
+    assert set(given) == {"self_attn", "ffn"} and given["ffn"] is not None
+
+    def made(error):  # the one recorded call of _norm_output_error whose result is ``error``
+        calls = [(norm, e_in) for norm, e_in, out in norm_errors if out is error]
+        assert len(calls) == 1, calls
+        return calls[0]
+
+    norm, e_in = made(given["ffn"])
+    assert norm is (p.norm2 if norm_first else p.norm1) and e_in is not None and np.all(np.asarray(e_in) > 0)
+    if norm_first:
+        norm, e_in = made(given["self_attn"])
+        assert norm is p.norm1 and e_in is None
+    else:
+        assert given["self_attn"] is None
 
 
 @pytest.mark.parametrize("rotated", [False, True])
@@ -2600,6 +2713,8 @@ def test_messages_of_the_decoder_layer_vjp():
                   "memory_mask.dtype=float64, but should be bool (True = may attend)")
     _refused_with(lambda: decoder_layer_vjp(y, mem, p, np.ones((3, 4))),
                   "d_out.shape=(3, 4), but should be (2, 3, 4) (the output's shape)")
+    _refused_with(lambda: decoder_layer_vjp(y, mem, p, np.array(["a"])),
+                  "d_out.dtype=<U1, but should be a real floating or integer dtype")
 
 
 def test_the_decoder_layer_vjp_pairs_each_target_with_its_own_memory():

@@ -320,7 +320,7 @@ def self_consistency(error: Callable[..., np.ndarray], *args, dtype, **kwargs) -
     return 2 * Bound(error_model(error, dtype)(*args, u=u, **kwargs), u)
 
 
-def flush_to_zero_allowance(bound: Bound, expected, dtype=None, *, flush: bool = True) -> Bound:
+def flush_to_zero_allowance(bound: Bound, values, dtype=None, *, flush: bool = True) -> Bound:
     """``bound`` widened for underflow: for an implementation that declares ``flush_to_zero`` (the followed
     one, unless ``dtype`` is given: then for that dtype, flushing as ``flush`` says), and for gradual
     underflow in any dtype narrower than float64; unchanged otherwise.
@@ -330,9 +330,16 @@ def flush_to_zero_allowance(bound: Bound, expected, dtype=None, *, flush: bool =
     terms. To first order a perturbation δ of an intermediate r changes the result by (∂out/∂r)·δ, and
     the bound already carries Σ_r |∂out/∂r|·|r| (its ``scale`` is u-free: abs/tol); the perturbations'
     effect is at most λ·Σ_r |∂out/∂r| = λ·κ with κ the bound's relative condition number, taken as
-    max(scale) / max(|expected|, λ) and at least 1 — the smallest normal times the conditioning. It is
+    max(scale) / max(|values|, λ) and at least 1 — the smallest normal times the conditioning. It is
     added to every element (in units of ``tol``), so an implementation that flushes is held to the same
     bound plus λ·κ, a few hundred bits below anything the claims are about.
+
+    ``values`` are the magnitudes the compared results have — the callers pass both sides of the comparison
+    (:func:`assert_close`: the result and the expected value; :func:`assert_within`: the value and its
+    interval's ends; :func:`assert_differs`: both results), never a distance or an all-zero target alone:
+    κ relative to an all-zero magnitude is max(scale)/λ, and the allowance λ·κ = max(scale) the whole u-free
+    bound — 1/u times the bound, blind to any error (the allowance only grows where every compared value is
+    below λ, where nothing is left to fail). Non-finite entries are left out of the magnitude.
 
     float16, bfloat16 and float32 without flushing get the gradual-underflow term u·λ·κ instead: their
     results can be subnormal (a softmax weight of 1e-7 is one in float16, with an absolute spacing of 6e-8),
@@ -357,7 +364,9 @@ def flush_to_zero_allowance(bound: Bound, expected, dtype=None, *, flush: bool =
     lam = smallest * (1.0 if flush else unit_roundoff(dtype))
     scale = np.asarray(bound.scale, dtype=np.float64)
     top = float(np.max(scale)) if scale.size else 0.0
-    magnitude = float(np.max(np.abs(_f64(expected)))) if np.size(expected) else 0.0
+    finite = np.abs(_f64(values))
+    finite = finite[np.isfinite(finite)]
+    magnitude = float(np.max(finite)) if finite.size else 0.0
     kappa = max(1.0, top / max(magnitude, smallest)) if np.isfinite(top) else 1.0
     return Bound(bound.abs + lam * kappa, bound.tol)
 
@@ -444,6 +453,12 @@ def _worst(ratio) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(int(np.argmax(ratio)), ratio.shape)) if ratio.size else ()
 
 
+def _both(*sides) -> np.ndarray:
+    """Every entry of the compared sides in one flat array (the magnitude :func:`flush_to_zero_allowance` reads;
+    an infinite interval end or a non-finite result does not hide the other sides' finite entries)."""
+    return np.concatenate([np.ravel(_f64(side)) for side in sides])
+
+
 def assert_close(actual, expected, bound: Bound, what: str, *, names: tuple[str, str] = ("out", "ref")) -> float:
     """Fail unless |actual − expected| ≤ bound.abs elementwise.
 
@@ -457,7 +472,9 @@ def assert_close(actual, expected, bound: Bound, what: str, *, names: tuple[str,
     actual, expected = _f64(actual), _f64(expected)
     if actual.shape != expected.shape:
         raise CheckFailure(f"{names[0]}.shape={actual.shape}, but should be {expected.shape} [{what}]")
-    bound = flush_to_zero_allowance(bound, expected)
+    # κ relative to both sides (an all-zero expected value — a sum that must vanish — alone would make the
+    # allowance the whole u-free bound; flush_to_zero_allowance)
+    bound = flush_to_zero_allowance(bound, _both(actual, expected))
     ratio = _ratio(actual, expected, bound)
     measured = float(ratio.max()) if ratio.size else 0.0
     _target(measured / bound.tol if bound.tol > 0 else measured, f"error/bound {what}")
@@ -483,7 +500,8 @@ def assert_within(value, low, high, bound: Bound, what: str, *, name: str = "out
     outside = np.where(np.isnan(value), np.inf, outside)
     zero = np.zeros_like(outside)
     names = (f"dist({name}, [low, high])", "0")
-    bound = flush_to_zero_allowance(bound, zero)
+    # κ relative to the value and its interval, not to the distance (0 wherever the value is inside)
+    bound = flush_to_zero_allowance(bound, _both(value, low, high))
     ratio = _ratio(outside, zero, bound)
     measured = float(ratio.max()) if ratio.size else 0.0
     _target(measured / bound.tol if bound.tol > 0 else measured, f"error/bound {what}")
@@ -519,7 +537,7 @@ def assert_differs(a, b, bound: Bound, what: str) -> float:
     a, b = _f64(a), _f64(b)
     # the allowance's κ is relative to the results' magnitude: the larger of the two sides (one side
     # exactly 0, as a bias-free draw gives, would otherwise make κ = scale/λ and the allowance everything)
-    bound = flush_to_zero_allowance(bound, np.maximum(np.abs(a), np.abs(b)))
+    bound = flush_to_zero_allowance(bound, _both(a, b))
     scale = np.broadcast_to(bound.scale, a.shape)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.where(scale > 0, np.abs(a - b) / np.where(scale > 0, scale, 1.0),
