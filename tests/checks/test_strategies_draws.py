@@ -1142,3 +1142,100 @@ def test_a_reused_strategy_draws_what_a_new_one_draws(name, build):
             assert a.dims == b.dims and np.array_equal(a.x, b.x) and np.array_equal(a.memory, b.memory)
         else:
             assert a == b
+
+
+# ---------------------------------------------------------------------------------------------
+# Positional encodings: rotary layouts, bases and positions; the permutation and encoding-size cases
+# ---------------------------------------------------------------------------------------------
+
+class _HalfOnly:
+    name, dtype = "half-only-stub", np.dtype(np.float64)
+    variants = {"rope_layout": ("half",)}
+
+
+def test_rope_bases_and_layouts_are_the_documented_ones():
+    """The three θ bases in use (10⁴, 5·10⁵, 100), each drawn; the pair layouts the followed implementation
+    declares (both by default, one when it declares one)."""
+    from attnclaims.checks.strategies import positional as PS
+
+    assert set(_sample(PS.rope_bases(), 60)) == {10000.0, 500000.0, 100.0}
+    assert set(_sample(PS.rope_layouts(), 40)) == {"interleaved", "half"}
+    with S.following(_HalfOnly()):
+        assert set(_sample(PS.rope_layouts(), 40)) == {"half"}
+
+
+def test_positions_are_runs_from_the_documented_offsets_or_distinct_scattered_integers():
+    """n int64 positions: a run start … start + n − 1 from each documented start (0, 1, 7, 1000 and the large
+    offset 2¹⁵, where the angles' rounding matters), or n distinct integers in 0 … 4096 in any order (reached out of
+    order); never anything else."""
+    from attnclaims.checks.strategies import positional as PS
+
+    def is_run(p):
+        return bool(np.array_equal(p, np.arange(p[0], p[0] + len(p))))
+
+    for n in (1, 5):
+        drawn = _sample(PS.positions(n), 200)
+        assert all(p.dtype == np.int64 and p.shape == (n,) for p in drawn)
+        for p in drawn:
+            assert (is_run(p) and int(p[0]) in {0, 1, 7, 1000, 2 ** 15}) or \
+                (len(set(p.tolist())) == n and p.min() >= 0 and p.max() <= 4096), p
+        if n == 5:
+            assert {int(p[0]) for p in drawn if is_run(p)} == {0, 1, 7, 1000, 2 ** 15}
+    assert _reach(PS.positions(5), lambda p: not is_run(p) and not np.all(np.diff(p) > 0))
+    assert _reach(PS.positions(5), lambda p: not is_run(p) and p.max() > 1000)
+
+
+def test_rope_cases_have_an_even_width_their_positions_and_a_declared_layout(patch_strategies):
+    """x (batch…, n, d) with d even and at most max_dim, n at least min_seq, positions of n rows, a base of the three,
+    a declared layout, entries scaled by 2⁻² … 2² (both ends reached); the note names them all."""
+    from attnclaims.checks.strategies import positional as PS
+
+    notes = _noted(patch_strategies)
+    drawn = _sample(PS.rope_cases(min_seq=3), 100, notes)
+    for (x, pos, base, layout), note in drawn:
+        assert x.shape[-1] % 2 == 0 and 2 <= x.shape[-1] <= CI.max_dim and x.shape[-2] >= 3
+        assert pos.shape == (x.shape[-2],) and base in (10000.0, 500000.0, 100.0) and layout in ("interleaved", "half")
+        assert note == f"rotary_embedding(x{x.shape}, positions={pos.tolist()}, base={base}, layout={layout!r})"
+    assert {x.shape[-1] for (x, *_), _ in drawn} >= {2, CI.max_dim - CI.max_dim % 2}
+    with S.following(_HalfOnly()):
+        assert {layout for *_, layout in _sample(PS.rope_cases(), 30)} == {"half"}
+    peak = lambda c: float(np.max(np.abs(c[0]))) if c[0].size else 0.0
+    assert _reach(PS.rope_cases(), lambda c: 0 < peak(c) <= 0.25) and _reach(PS.rope_cases(), lambda c: peak(c) > 2)
+    # the scales come from 2⁻² … 2² (arrays above ELEMENTWISE_LIMIT entries are seeded normals, unbounded: the
+    # range shows in the call, not in a bound on the entries)
+    asked, real = [], C.scales
+    patch_strategies("scales", lambda low=-3, high=3: asked.append((low, high)) or real(low, high))
+    _sample(PS.rope_cases.__wrapped__(), 5)
+    assert asked and set(asked) == {(-2, 2)}
+
+
+def test_permutation_cases_permute_the_sequence_with_or_without_a_mask(patch_strategies):
+    """A square model case (n_q = n_k, at least min_seq, at most max_seq), a permutation of its n positions (a
+    non-identity one reached), and a mask: none with mask=False, always one of the broadcastable forms with
+    mask=True, both with the default; the note names the permutation."""
+    from attnclaims.checks.strategies import positional as PS
+
+    notes = _noted(patch_strategies)
+    drawn = _sample(PS.permutation_cases(min_seq=2, max_seq=6), 80, notes)
+    for (case, perm, m), note in drawn:
+        n = case.dims.n_q
+        assert case.dims.n_k == n and 2 <= n <= 6 and sorted(perm.tolist()) == list(range(n))
+        assert m is None or np.broadcast_shapes(np.shape(m), case.dims.batch + (n, n)) == case.dims.batch + (n, n)
+        assert note == f"permutation {perm.tolist()}"
+    assert any(m is None for (_, _, m), _ in drawn) and any(m is not None for (_, _, m), _ in drawn)
+    assert _reach(PS.permutation_cases(min_seq=2), lambda c: not np.array_equal(c[1], np.arange(len(c[1]))))
+    assert all(m is None for _, _, m in _sample(PS.permutation_cases(mask=False), 30))
+    assert all(m is not None for _, _, m in _sample(PS.permutation_cases(mask=True), 30))
+
+
+def test_pe_sizes_reach_the_long_sequence_and_keep_d_model_even():
+    """(n_positions, d_model): n from min_positions up to the profile's long sequence (both ends reached, and n
+    above 16), d_model even, 2 … max_dim (both ends reached)."""
+    from attnclaims.checks.strategies import positional as PS
+
+    drawn = _sample(PS.pe_sizes(3), 300)
+    assert all(3 <= n <= CI.long_seq and d % 2 == 0 and 2 <= d <= CI.max_dim for n, d in drawn)
+    assert _reach(PS.pe_sizes(3), lambda s: s[0] == 3) and _reach(PS.pe_sizes(3), lambda s: s[0] == CI.long_seq)
+    assert _reach(PS.pe_sizes(), lambda s: s[0] == 1) and _reach(PS.pe_sizes(), lambda s: s[0] > 16)
+    assert _reach(PS.pe_sizes(), lambda s: s[1] == 2)
+    assert _reach(PS.pe_sizes(), lambda s: s[1] == 2 * (CI.max_dim // 2))

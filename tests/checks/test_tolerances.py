@@ -715,6 +715,138 @@ def test_positional_encoding_error_follows_its_docstring(u, n_positions, d_model
     check(T.positional_encoding_error(n_positions, d_model, u=u, base=base), want)
 
 
+def _rotary_error_loops(x, positions, base, layout, u, ex):
+    """rotary_error's docstring, entry by entry: pair i of feature indices (a, b) — interleaved (2i, 2i + 1), half
+    (i, i + d/2) — rotated by θ = |m|·base^(−2i/d), |Δθ| = uθ(3 ln(base)·2i/d + 4); each member's bound
+    ex_a + ex_b + (|x_a| + |x_b|)(|Δθ| + 4u) + 2·2⁻¹⁰⁷⁴."""
+    d = x.shape[-1]
+    want = np.zeros(x.shape)
+    for idx in np.ndindex(x.shape[:-1]):
+        m = positions[idx[-1]]
+        for i in range(d // 2):
+            a, b = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + d // 2)
+            theta = abs(m) * base ** (-2 * i / d)
+            dtheta = u * theta * (3.0 * math.log(base) * 2 * i / d + 4.0)
+            e = (ex[idx + (a,)] + ex[idx + (b,)] + (abs(x[idx + (a,)]) + abs(x[idx + (b,)])) * (dtheta + 4.0 * u)
+                 + 2 * 2.0 ** -1074)
+            want[idx + (a,)] = want[idx + (b,)] = e
+    return want
+
+
+@US
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+@pytest.mark.parametrize("base", [10000.0, 500.0])
+def test_rotary_error_follows_its_docstring(u, layout, base):
+    """rotary_error against :func:`_rotary_error_loops`: d = 6 (three pairs, the layouts apart), positions not
+    0 … n − 1 (negative, repeated, far), a batch axis, with and without an input error; the defaults are base 10⁴
+    and the interleaved layout. One row is all zero: without an input error its bound is the underflow term 2·2⁻¹⁰⁷⁴
+    alone, which every relative term would hide elsewhere."""
+    rng = np.random.default_rng(113)
+    x = rng.normal(size=(2, 4, 6))
+    x[1, 1] = 0.0
+    positions = np.array([3, -5, 0, 1000])
+    ex = np.abs(rng.normal(size=x.shape)) * u
+    for e in (None, ex):
+        want = _rotary_error_loops(x, positions, base, layout, u, np.zeros(x.shape) if e is None else e)
+        got = T.rotary_error(x, positions, base, layout, u=u, ex=e)
+        check(got, want)
+        if e is None:
+            assert np.all(got[1, 1] == 2 * 2.0 ** -1074)
+        if base == 10000.0:
+            check(T.rotary_error(x, positions, layout=layout, u=u, ex=e), want)
+            if layout == "interleaved":
+                check(T.rotary_error(x, positions, u=u, ex=e), want)
+
+
+@US
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+def test_rotary_scores_error_follows_its_docstring(u, layout):
+    """rotary_scores_error's |ΔS| ≤ Δq_r|k_r|ᵀ + |q_r|Δk_rᵀ + (d + 1)·u_64|q_r||k_r|ᵀ + d·2⁻¹⁰⁷⁴ entry by entry, with
+    Δq_r, Δk_r the rotation's own bounds (:func:`_rotary_error_loops`) and q_r, k_r the rotated q and k; queries and
+    keys at different positions and lengths (n_q 3, n_k 5), d = 4, a batch axis."""
+    from attnclaims.reference.positional import rotary_embedding
+
+    rng = np.random.default_rng(127)
+    q, k = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 5, 4))
+    pq, pk = np.array([7, 8, 9]), np.array([0, 2, 4, 6, 8])
+    qr, kr = rotary_embedding(q, pq, 10000.0, layout), rotary_embedding(k, pk, 10000.0, layout)
+    eq = _rotary_error_loops(q, pq, 10000.0, layout, u, np.zeros(q.shape))
+    ek = _rotary_error_loops(k, pk, 10000.0, layout, u, np.zeros(k.shape))
+    want = np.zeros((2, 3, 5))
+    for b, i, j in np.ndindex(want.shape):
+        want[b, i, j] = sum(eq[b, i, t] * abs(kr[b, j, t]) + abs(qr[b, i, t]) * ek[b, j, t]
+                            + 5 * U64 * abs(qr[b, i, t]) * abs(kr[b, j, t]) for t in range(4)) + 4 * 2.0 ** -1074
+    check(T.rotary_scores_error(q, k, pq, pk, 10000.0, layout, u=u), want)
+
+
+# ---------------------------------------------------------------------------------------------
+# Packed (varlen) and paged attention: attention's models on the inputs rearranged
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("sixteen", [False, True], ids=["general", "sixteen-bit"])
+def test_varlen_attention_error_is_attention_error_per_head_under_the_block_diagonal_mask(causal, sixteen):
+    """The packed module's docstring, built by hand: for each query head h (grouped-query, 4 heads reading 2 K/V
+    heads: K/V head h // 2), attention's bound of q[:, h], k[:, h // 2], v[:, h // 2] under the mask where query i of
+    sequence b sees key j of the same sequence (and, causal, j − k_b ≤ i − q_b + n_k − n_q: bottom-right), over all
+    total_k keys; (total_q, heads, d_v). Three sequences of unequal lengths, one with more queries than keys."""
+    from attnclaims.checks.bounds.packed import per_head
+
+    rng = np.random.default_rng(131)
+    cu_q, cu_k = np.array([0, 2, 7, 8]), np.array([0, 3, 5, 9])
+    q, k, v = rng.normal(size=(8, 4, 3)), rng.normal(size=(9, 2, 3)), rng.normal(size=(9, 2, 5))
+    mask = np.zeros((8, 9), bool)
+    for b in range(3):
+        nq, nk = cu_q[b + 1] - cu_q[b], cu_k[b + 1] - cu_k[b]
+        for i in range(nq):
+            for j in range(nk):
+                mask[cu_q[b] + i, cu_k[b] + j] = (not causal) or j <= i + nk - nq
+    error = T.sixteen_bit_attention_error if sixteen else T.attention_error
+    got = (T.sixteen_bit_varlen_attention_error if sixteen else T.varlen_attention_error)(
+        q, k, v, cu_q, cu_k, causal, 0.7, u=U32)
+    assert got.shape == (8, 4, 5)
+    for h in range(4):
+        check(got[:, h], error(q[:, h], k[:, h // 2], v[:, h // 2], mask, 0.7, u=U32))
+    # per_head: (n, heads, d) -> (heads·r, n, d), each head repeated r times consecutively; r = 1 by default
+    np.testing.assert_array_equal(per_head(k), np.moveaxis(k, 1, 0))
+    np.testing.assert_array_equal(per_head(k, 2), np.moveaxis(k[:, [0, 0, 1, 1]], 1, 0))
+
+
+@pytest.mark.parametrize("sixteen", [False, True], ids=["general", "sixteen-bit"])
+def test_paged_attention_error_is_attention_error_of_each_sequences_gathered_keys(sixteen):
+    """Per sequence b and query head h: attention's bound of its n_q queries against the keys and values at positions
+    0 … seq_len_b − 1, position t read from page block_table[b, t // block_size], slot t % block_size (gathered here
+    by hand), with query i at position seq_len_b − n_q + i seeing the keys up to it (bottom-right causal); scale None
+    is attention's default. Two sequences of different lengths through shuffled pages, grouped-query (r = 2)."""
+    rng = np.random.default_rng(137)
+    block = 3
+    k_cache, v_cache = rng.normal(size=(6, block, 1, 4)), rng.normal(size=(6, block, 1, 2))
+    table = np.array([[4, 1, 5], [0, 3, 2]])
+    lens = np.array([7, 4])
+    q = rng.normal(size=(2, 3, 2, 4))  # batch 2, n_q 3, 2 query heads on 1 K/V head
+    error = T.sixteen_bit_attention_error if sixteen else T.attention_error
+    got = (T.sixteen_bit_paged_attention_error if sixteen else T.paged_attention_error)(
+        q, k_cache, v_cache, table, lens, u=U32)
+    assert got.shape == (2, 3, 2, 2)
+    for b, n in enumerate(lens):
+        keys = np.array([k_cache[table[b, t // block], t % block, 0] for t in range(n)])
+        values = np.array([v_cache[table[b, t // block], t % block, 0] for t in range(n)])
+        mask = np.array([[t <= n - 3 + i for t in range(n)] for i in range(3)])
+        for h in range(2):
+            check(got[b, :, h], error(q[b, :, h], keys, values, mask, None, u=U32))
+
+
+def test_the_packed_bounds_have_their_sixteen_bit_models():
+    """conformance() and self_consistency() reach the 16-bit models of varlen and paged attention through
+    ``error_model`` (float16 and bfloat16), and the general ones otherwise."""
+    import ml_dtypes
+
+    for general, sixteen in ((T.varlen_attention_error, T.sixteen_bit_varlen_attention_error),
+                             (T.paged_attention_error, T.sixteen_bit_paged_attention_error)):
+        assert T.error_model(general, np.float16) is sixteen and T.error_model(general, ml_dtypes.bfloat16) is sixteen
+        assert T.error_model(general, np.float32) is general and T.error_model(general, np.float64) is general
+
+
 def _eps_f(u, n):
     return u * (8.0 * (n + 1) + 4.0 * (math.log(n) if n >= 1 else 0.0) + 20.0)
 

@@ -60,7 +60,8 @@ def rotary_error(x, positions, base: float = 10000.0, layout: str = "interleaved
 
 def rotary_scores_error(q, k, q_positions, k_positions, base: float, layout: str, *, u: float) -> np.ndarray:
     """Error bound of the scores S = R(q) R(k)ᵀ formed by a test in float64 from the implementation's
-    rotated q and k: |ΔS| ≤ Δq_r |k_r|ᵀ + |q_r| Δk_rᵀ + d·u_64 |q_r||k_r|ᵀ (the float64 dot products) + d·ETA64
+    rotated q and k: |ΔS| ≤ Δq_r |k_r|ᵀ + |q_r| Δk_rᵀ + (d + 1)·u_64 |q_r||k_r|ᵀ (the float64 dot products, γ_d with
+    room) + d·ETA64
     (each of the d products' gradual-underflow term: scores of 1e-315 from q ≈ 1e-16 and k ≈ 1e-298 are
     subnormal, where the relative terms underflow to 0). q (..., n_q, d), k (..., n_k, d) -> (..., n_q, n_k)."""
     qr = rotary_embedding(q, q_positions, base, layout)
