@@ -42,11 +42,21 @@ def modules(folder: str) -> list[str]:
 
 strategy_files = modules("attnclaims/checks/strategies")
 bound_files = modules("attnclaims/checks/bounds")
+# Every module of tests/checks/ that imports the package runs for its mutants (tests/project/test_mutation_routes.py
+# keeps it so), the quick ones first: a mutant stops at its first failing test.
 strategy_tests = exists("tests/checks/test_strategies.py", "tests/checks/test_strategies_draws.py",
-                        "tests/spec/test_documented_inputs.py")  # docs/adapters.md tables vs the code
+                        "tests/spec/test_documented_inputs.py",  # docs/adapters.md tables vs the code
+                        "tests/checks/test_strategies_layers.py", "tests/checks/test_tolerances.py",
+                        "tests/checks/test_backward_precision.py", "tests/checks/test_same_precision.py",
+                        "tests/checks/test_bounds_16bit.py")
 bound_tests = (exists("tests/checks/test_tolerances.py") + tolerance_meta + extra
                + exists("tests/checks/test_same_precision.py", "tests/checks/test_backward_precision.py",
-                        "tests/spec/test_documented_inputs.py"))
+                        "tests/spec/test_documented_inputs.py", "tests/checks/test_bounds_store.py",
+                        "tests/checks/test_bounds_16bit.py")
+               # the one test of the messages module that reads the error models: assert_close's failure message
+               + [f"tests/checks/test_messages.py::{name}" for name in (
+                   "test_a_conformance_failure_leads_with_the_relative_error_then_the_scaled_figure",)
+                  if os.path.exists("tests/checks/test_messages.py")])
 routes = {
     "*": core,
     "attnclaims/reference/baselines.py": exists("tests/reference/test_reference_baselines.py") + extra,
