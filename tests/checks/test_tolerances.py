@@ -777,6 +777,9 @@ def test_rotary_scores_error_follows_its_docstring(u, layout):
         want[b, i, j] = sum(eq[b, i, t] * abs(kr[b, j, t]) + abs(qr[b, i, t]) * ek[b, j, t]
                             + 5 * U64 * abs(qr[b, i, t]) * abs(kr[b, j, t]) for t in range(4)) + 4 * 2.0 ** -1074
     check(T.rotary_scores_error(q, k, pq, pk, 10000.0, layout, u=u), want)
+    # zero queries and keys: every other term is 0, the bound is the d underflow terms alone (d = 4, not n_q = 3)
+    zero = T.rotary_scores_error(np.zeros((2, 3, 4)), np.zeros((2, 5, 4)), pq, pk, 10000.0, layout, u=u)
+    assert zero.shape == (2, 3, 5) and np.all(zero == 4 * 2.0 ** -1074)
 
 
 # ---------------------------------------------------------------------------------------------
