@@ -1239,3 +1239,131 @@ def test_pe_sizes_reach_the_long_sequence_and_keep_d_model_even():
     assert _reach(PS.pe_sizes(), lambda s: s[0] == 1) and _reach(PS.pe_sizes(), lambda s: s[0] > 16)
     assert _reach(PS.pe_sizes(), lambda s: s[1] == 2)
     assert _reach(PS.pe_sizes(), lambda s: s[1] == 2 * (CI.max_dim // 2))
+
+
+# ---------------------------------------------------------------------------------------------
+# Feed-forward networks: activations, gated parameters, the claim suite's FFN cases
+# ---------------------------------------------------------------------------------------------
+
+class _Declares:
+    """A float64 stub declaring the given variants (the rest at their defaults)."""
+
+    dtype = np.dtype(np.float64)
+
+    def __init__(self, **variants):
+        self.name = "declares-stub"
+        self.variants = variants
+
+
+def test_ffn_activations_are_the_declared_ones_and_an_undeclared_one_is_not_applicable():
+    """ReLU alone by default (the article's); every declared one drawn; a fixed activation that is not declared
+    stops the check as not applicable, naming the variant; a declared fixed one is always that one."""
+    from attnclaims.checks.strategies import ffn as F
+
+    assert set(_sample(F.ffn_activations(), 20)) == {"relu"}
+    with S.following(_Declares(ffn_activation=("relu", "gelu", "silu"))):
+        assert set(_sample(F.ffn_activations(), 60)) == {"relu", "gelu", "silu"}
+        assert {p.activation for p in _sample(F.feed_forward_params(3, 4), 60)} == {"relu", "gelu", "silu"}
+        assert {p.activation for p in _sample(F.feed_forward_params(3, 4, activation="gelu"), 20)} == {"gelu"}
+    with S.following(_Declares()), pytest.raises(pytest.skip.Exception, match=r"variant ffn_activation='gelu'"):
+        F.feed_forward_params(3, 4, activation="gelu")
+    # with no implementation followed, asking for a non-default one is the test's own error, not a skip
+    with pytest.raises(ValueError, match=r"^variant ffn_activation='gelu' is not among the defaults \('relu',\)$"):
+        F.feed_forward_params(3, 4, activation="gelu")
+
+
+def test_gated_activations_follow_block_ffn_and_rebuild_from_their_notes(patch_strategies):
+    """The gated activations are those of ("silu", "gelu", "gelu_tanh") declared in ``block_ffn`` ("silu" and "gelu"
+    by default); none declared is not applicable (block_ffn='silu'). The parameters rebuild from their note
+    (seed, sizes, activation), the activation fixed when asked."""
+    from attnclaims.checks.strategies import ffn as F
+
+    assert set(_sample(F.gated_activations(), 40)) == {"silu", "gelu"}
+    with S.following(_Declares(block_ffn=("relu", "gelu_tanh", "silu"))):
+        assert set(_sample(F.gated_activations(), 40)) == {"silu", "gelu_tanh"}
+    with S.following(_Declares(block_ffn=("relu", "mlp"))):
+        with pytest.raises(pytest.skip.Exception, match=r"variant block_ffn='silu'"):
+            F.gated_activations()
+    notes = _noted(patch_strategies)
+    for p, note in _sample(F.gated_feed_forward_params(3, 5), 20, notes):
+        kw = _call(note, "gated_feed_forward_params")
+        assert (kw["d_model"], kw["d_ff"]) == (3, 5) and kw["activation"] == p.activation
+        want = RP.init_gated_feed_forward(kw["seed"], 3, 5, activation=kw["activation"])
+        assert np.array_equal(p.w_gate, want.w_gate) and np.array_equal(p.w_up, want.w_up)
+        assert np.array_equal(p.w_down, want.w_down)
+    assert {p.activation for p in _sample(F.gated_feed_forward_params(3, 5, activation="gelu"), 10)} == {"gelu"}
+
+
+@pytest.mark.parametrize("name", ["ffn_cases", "gated_cases"])
+def test_the_ffn_cases_pair_a_model_case_with_parameters_of_its_sizes(name, patch_strategies):
+    """A model case and FFN parameters (gated for gated_cases) of its d_model and d_ff; the case's inputs scaled by
+    2⁻¹ … 2² (the call to ``scales``); ffn_cases honours min_seq."""
+    from attnclaims.checks.strategies import ffn as F
+
+    asked, real = [], C.scales
+    patch_strategies("scales", lambda low=-3, high=3: asked.append((low, high)) or real(low, high))
+    build = getattr(F, name).__wrapped__
+    kind = RP.GatedFeedForwardParams if name == "gated_cases" else RP.FeedForwardParams
+    drawn = _sample(build(min_seq=3) if name == "ffn_cases" else build(), 20)
+    for case, params in drawn:
+        assert isinstance(params, kind)
+        w_in = params.w_up if name == "gated_cases" else params.w1
+        assert w_in.shape == (case.dims.d_model, case.dims.d_ff)
+        assert name == "gated_cases" or case.dims.n_q >= 3
+    assert (-1, 2) in asked
+
+
+# ---------------------------------------------------------------------------------------------
+# Norms: gains, a declared fixed ε, the 16-bit offsets, the claim suite's RMSNorm and affine cases
+# ---------------------------------------------------------------------------------------------
+
+def test_gammas_are_ones_or_one_plus_a_half_spread_never_zero():
+    """RMSNorm gains of d entries: all ones, or 1 + U[−½, ½] (reached beyond ±¼, never 0), in the followed dtype."""
+    from attnclaims.checks.strategies import norms as N
+
+    drawn = _sample(N.gammas(7), 60)
+    assert all(g.shape == (7,) and np.all(np.abs(g - 1) <= 0.5) and np.all(g > 0) for g in drawn)
+    assert any(np.all(g == 1) for g in drawn) and any(np.abs(g - 1).max() > 0.25 for g in drawn)
+    with S.following(_Float32()):
+        assert _sample(N.gammas(3), 1)[0].dtype == np.float32
+
+
+def test_an_implementation_with_a_fixed_eps_gets_that_eps_only():
+    from attnclaims.checks.strategies import norms as N
+
+    with S.following(_Declares(fixed_eps=1e-5)):
+        assert set(_sample(N.epsilons(), 20)) == {1e-5}
+
+
+def test_layer_norm_inputs_keep_float16s_offsets_and_their_max_seq():
+    """In float16 only the offsets r·σ + σ ≤ 65504/16 are drawn (so |x| stays far below its largest number, ~4.1e3 at
+    most), where float64 reaches 5.12e8; ``max_seq`` bounds the rows."""
+    from attnclaims.checks.strategies import norms as N
+
+    with S.following(SimpleNamespace(name="f16", dtype=np.dtype(np.float16))):
+        _never(N.layer_norm_inputs(), lambda x: np.abs(x.astype(np.float64)).max() > 65504 / 16 * (1 + 2 ** -10))
+        assert _reach(N.layer_norm_inputs(), lambda x: np.abs(x.astype(np.float64)).max() > 1000)
+    assert _reach(N.layer_norm_inputs(), lambda x: np.abs(x).max() > 1e8)
+    assert all(x.shape[-2] <= 3 for x in _sample(N.layer_norm_inputs(max_seq=3), 40))
+
+
+def test_rms_cases_and_affine_layer_norm_cases_are_what_their_docstrings_say(patch_strategies):
+    """rms_cases: layer-norm rows, a gain of their width, one of the four ε. affine_layer_norm_cases: n × d rows with
+    d in 2 … 12 (both ends reached), a power of two a from 2⁻⁴ to 2⁴ (both reached), b one of 0, 1, −3.5, 100 (each
+    reached), and rows that are not constant, seeded normals scaled by 2⁻² … 2² (the call to ``scales``)."""
+    from attnclaims.checks.strategies import norms as N
+
+    asked, real = [], C.scales
+    patch_strategies("scales", lambda low=-3, high=3: asked.append((low, high)) or real(low, high))
+    _sample(N.affine_layer_norm_cases.__wrapped__(), 3)
+    assert set(asked) == {(-2, 2), (-4, 4)}
+
+    for x, gamma, eps in _sample(N.rms_cases(), 40):
+        assert gamma.shape == (x.shape[-1],) and eps in (1e-5, 1e-6, 1e-12, 0.1)
+    drawn = _sample(N.affine_layer_norm_cases(), 150)
+    for x, a, b in drawn:
+        assert x.ndim == 2 and 2 <= x.shape[1] <= 12 and math.log2(a) == round(math.log2(a))
+        assert 2.0 ** -4 <= a <= 2.0 ** 4 and b in (0.0, 1.0, -3.5, 100.0)
+        assert np.all(np.ptp(x, axis=-1) > 0)
+    assert {x.shape[1] for x, _, _ in drawn} >= {2, 12}
+    assert {a for _, a, _ in drawn} >= {2.0 ** -4, 2.0 ** 4} and {b for *_, b in drawn} == {0.0, 1.0, -3.5, 100.0}
