@@ -1367,3 +1367,66 @@ def test_rms_cases_and_affine_layer_norm_cases_are_what_their_docstrings_say(pat
         assert np.all(np.ptp(x, axis=-1) > 0)
     assert {x.shape[1] for x, _, _ in drawn} >= {2, 12}
     assert {a for _, a, _ in drawn} >= {2.0 ** -4, 2.0 ** 4} and {b for *_, b in drawn} == {0.0, 1.0, -3.5, 100.0}
+
+
+# ---------------------------------------------------------------------------------------------
+# The contract tests' calls: one call of any capability with a batch of BATCH
+# ---------------------------------------------------------------------------------------------
+
+_U32 = 2.0 ** -24
+_CONTRACT_ERRORS = {  # capability -> (the error model's name in attnclaims.checks.bounds, the mask positions)
+    "softmax": ("softmax_error", ()), "attention": ("attention_error", (3,)),
+    "multi_head_attention": ("multi_head_error", (3,)), "positional_encoding": ("positional_encoding_error", ()),
+    "layer_norm": ("layer_norm_error", ()), "feed_forward": ("feed_forward_error", ()),
+    "encoder_layer": ("encoder_layer_error", (2,)), "decoder_layer": ("decoder_layer_error", (4,)),
+}
+
+
+@pytest.mark.parametrize("capability", sorted(_CONTRACT_ERRORS))
+def test_contract_calls_batch_every_batched_argument_and_carry_their_error_model(capability):
+    """Each call: the arguments named batched are exactly the arrays with a leading axis of BATCH = 3 (a mask may be
+    None); sequences of at most 8; the masks where the docstring puts them; ``error(args, u)`` is the capability's own
+    error model on those arguments (softmax along the last axis); ``slice(b)`` cuts element b of every batched
+    argument (a self-attention's one array stays one array) and leaves the rest as they are."""
+    from attnclaims.checks import bounds as T
+    from attnclaims.checks.strategies import contract as K
+
+    assert K.BATCH == 3  # the contract test's docstring: "a batch of 3 equals three batches of one"
+    name, mask_positions = _CONTRACT_ERRORS[capability]
+    drawn = _sample(K.calls(capability), 15)
+    for call in drawn:
+        assert call.masks == mask_positions
+        for i, a in enumerate(call.args):
+            if i in call.batched:
+                assert a is None or (isinstance(a, np.ndarray) and a.shape[0] == K.BATCH), (i, np.shape(a))
+            else:
+                assert not (isinstance(a, np.ndarray) and a.ndim >= 3 and a.shape[0] == K.BATCH), i
+            if isinstance(a, np.ndarray) and i in call.batched and i not in call.masks:
+                assert a.shape[-2] <= 8
+        want = getattr(T, name)(call.args[0], -1, u=_U32) if capability == "softmax" else \
+            getattr(T, name)(*call.args, u=_U32)
+        np.testing.assert_array_equal(call.error(call.args, _U32), want)
+        one = call.slice(1)
+        for i, (a, s) in enumerate(zip(call.args, one)):
+            if i in call.batched and a is not None:
+                np.testing.assert_array_equal(s, a[1:2])
+            else:
+                assert s is a
+        if capability == "multi_head_attention" and call.args[1] is call.args[0]:
+            assert one[1] is one[0]
+    if capability in ("attention", "multi_head_attention", "encoder_layer", "decoder_layer"):
+        assert any(call.args[call.masks[0]] is not None for call in drawn)
+    if capability == "multi_head_attention":
+        assert any(c.args[1] is c.args[0] for c in drawn) and any(c.args[1] is not c.args[0] for c in drawn)
+
+
+def test_contract_calls_generic_draws_seeded_normals_and_refuse_an_unknown_capability():
+    """``generic`` draws seeded normal arrays (entries beyond the unit interval's scale appear), the default
+    entry-by-entry ones in [−scale, scale] (softmax's scale is 4); an unknown capability is the test's own error."""
+    from attnclaims.checks.strategies import contract as K
+
+    assert all(np.abs(c.args[0]).max() <= 4.0 for c in _sample(K.calls("softmax"), 30))
+    assert _reach(K.calls("softmax", generic=True), lambda c: np.abs(c.args[0]).max() > 4.0, 200)
+    with pytest.raises(ValueError) as refused:
+        find(K.calls("gelu"), lambda c: True, settings=_settings(1))
+    assert refused.value.args == ("gelu",)
