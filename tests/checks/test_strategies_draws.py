@@ -1430,3 +1430,41 @@ def test_contract_calls_generic_draws_seeded_normals_and_refuse_an_unknown_capab
     with pytest.raises(ValueError) as refused:
         find(K.calls("gelu"), lambda c: True, settings=_settings(1))
     assert refused.value.args == ("gelu",)
+
+
+# the composites built from an array or a params object (unhashable: a cache entry per call would never be hit)
+_NOT_REUSED = {
+    "tile_padding": "takes the mask array it pads",
+    "offset_output_bias": "takes a layer's params object",
+    "tile_model_case": "takes a drawn ModelCase (arrays)",
+    "with_biases": "takes a params object",
+}
+
+
+def test_every_composite_strategy_is_reused_unless_it_takes_arrays():
+    """Each ``st.composite`` of the strategies package is also ``@reused`` (one strategy object per argument tuple,
+    which saves hypothesis' validation of a new object at every example: bench/README.md), but the four that take
+    arrays or params objects, each named with its reason; and a reused one gives the same object for the same
+    arguments."""
+    import ast
+    import importlib
+    import pkgutil
+
+    from attnclaims.checks import strategies as package
+
+    seen = set()
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        tree = ast.parse(open(module.__file__, encoding="utf-8").read())
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            names = {ast.unparse(d) for d in node.decorator_list}
+            if "st.composite" not in names:
+                continue
+            seen.add(node.name)
+            assert ("reused" in names) != (node.name in _NOT_REUSED), (info.name, node.name, names)
+    assert set(_NOT_REUSED) <= seen and len(seen) > 40
+    from attnclaims.checks.strategies import positional as PS
+
+    assert PS.positions(5) is PS.positions(5) and PS.rope_cases(min_seq=2) is PS.rope_cases(min_seq=2)

@@ -508,6 +508,7 @@ def crossing_now() -> bool:
     return _TILE_MODE[0] == "always" and _shape_menu() is None
 
 
+@reused
 @st.composite
 def tile_decision(draw) -> bool:
     """True where this draw is to cross tiles: always inside the crossing run of a test marked
@@ -525,6 +526,7 @@ def tile_decision(draw) -> bool:
     return True
 
 
+@reused
 @st.composite
 def tile_crossing(draw):
     """None, or (on a :func:`tile_decision`) ``(n_q, n_k, d_k)`` with n_k one of :func:`tile_lengths`, n_q 1
