@@ -810,6 +810,9 @@ def test_varlen_attention_error_is_attention_error_per_head_under_the_block_diag
     assert got.shape == (8, 4, 5)
     for h in range(4):
         check(got[:, h], error(q[:, h], k[:, h // 2], v[:, h // 2], mask, 0.7, u=U32))
+    if not causal:  # not causal by default
+        fn = T.sixteen_bit_varlen_attention_error if sixteen else T.varlen_attention_error
+        np.testing.assert_array_equal(fn(q, k, v, cu_q, cu_k, scale=0.7, u=U32), got)
     # per_head: (n, heads, d) -> (heads·r, n, d), each head repeated r times consecutively; r = 1 by default
     np.testing.assert_array_equal(per_head(k), np.moveaxis(k, 1, 0))
     np.testing.assert_array_equal(per_head(k, 2), np.moveaxis(k[:, [0, 0, 1, 1]], 1, 0))
