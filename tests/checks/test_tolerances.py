@@ -853,6 +853,34 @@ def test_the_packed_bounds_have_their_sixteen_bit_models():
         assert T.error_model(general, np.float32) is general and T.error_model(general, np.float64) is general
 
 
+@pytest.mark.parametrize("grouped", [False, True], ids=["mha", "gqa"])
+def test_the_measured_multi_head_evaluations_are_the_reference_vjp_in_their_dtype(grouped):
+    """The measured bounds' evaluations of the multi-head vjp (``_EVALUATE``: ordinary, and grouped-query under
+    ``GQA_KEY``) in float64 are the reference's ``multi_head_attention_vjp`` itself, with x_q and x_kv of different
+    batch shapes (broadcast: (2, 1, 1) against (3,)) and a mask broadcast over them, every gradient at its input's shape;
+    in float32 they compute in float32."""
+    from attnclaims.checks.bounds import common as C
+    from attnclaims.checks.bounds.multihead import GQA_KEY
+    from attnclaims.reference.multihead import multi_head_attention_vjp
+
+    rng = np.random.default_rng(139)
+    p = init_multi_head(5, 8, 4, num_kv_heads=2) if grouped else init_multi_head(5, 8, 2)
+    x_q, x_kv = rng.normal(size=(2, 1, 1, 3, 8)), rng.normal(size=(3, 4, 8))
+    d = rng.normal(size=(2, 1, 3, 3, 8))
+    mask = rng.random((3, 4)) < 0.7
+    mask[:, 0] = True
+    evaluate = C._EVALUATE[GQA_KEY if grouped else "multi_head_attention_vjp"]
+    dq, dkv, grads = evaluate(x_q, x_kv, p, d, mask, np.float64)
+    want_q, want_kv, want = multi_head_attention_vjp(x_q, x_kv, p, d, mask)
+    assert dq.shape == x_q.shape and dkv.shape == x_kv.shape
+    np.testing.assert_allclose(dq, want_q, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(dkv, want_kv, rtol=1e-12, atol=1e-13)
+    for name in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"):
+        np.testing.assert_allclose(getattr(grads, name), getattr(want, name), rtol=1e-12, atol=1e-13, err_msg=name)
+    dq32, dkv32, grads32 = evaluate(x_q, x_kv, p, d, mask, np.float32)
+    assert dq32.dtype == dkv32.dtype == grads32.w_k.dtype == np.float32
+
+
 def _eps_f(u, n):
     return u * (8.0 * (n + 1) + 4.0 * (math.log(n) if n >= 1 else 0.0) + 20.0)
 
