@@ -881,6 +881,67 @@ def test_the_measured_multi_head_evaluations_are_the_reference_vjp_in_their_dtyp
     assert dq32.dtype == dkv32.dtype == grads32.w_k.dtype == np.float32
 
 
+def _evaluation_cases(rng):
+    """For each capability of ``_EVALUATE`` but the multi-head ones (above): (the evaluation's arguments without the
+    dtype, the reference vjp's arguments), with masks and, for the decoder layer, batch shapes that broadcast."""
+    from attnclaims.reference import init_decoder_block, init_gated_feed_forward
+
+    x, d = rng.normal(size=(2, 4, 6)), rng.normal(size=(2, 4, 6))
+    mask = rng.random((4, 4)) < 0.7
+    mask[:, 0] = True
+    mask[2, 1] = mask[3, 2] = False  # keys the causal mask would let through: the caller's mask counts there too
+    gamma = 1 + 0.3 * rng.normal(size=6)
+    gated = init_gated_feed_forward(3, 6, 5, activation="gelu")
+    enc, dec, block = init_encoder_layer(4, 6, 2, 7), init_decoder_layer(6, 6, 2, 7), init_decoder_block(
+        7, 6, 2, 7, num_kv_heads=1)
+    y, memory, dy = rng.normal(size=(2, 1, 4, 6)), rng.normal(size=(3, 5, 6)), rng.normal(size=(2, 3, 4, 6))
+    memory_mask = rng.random((4, 5)) < 0.7
+    memory_mask[:, 0] = True
+    return {
+        "rms_norm_vjp": ((x, gamma, 1e-5, d), (x, gamma, 1e-5, d)),
+        "gated_feed_forward_vjp": ((x, gated, d), (x, gated, d)),
+        "encoder_layer_vjp": ((x, enc, d, mask), (x, enc, d, mask)),
+        "decoder_layer_vjp": ((y, memory, dec, dy, mask, memory_mask), (y, memory, dec, dy, mask, memory_mask)),
+        "decoder_block_vjp": ((x, block, d, mask), (x, block, d, mask)),
+    }
+
+
+def _arrays_of(value) -> list:
+    """The arrays of a vjp's result: arrays, params dataclasses (their array fields, in order), tuples of them."""
+    import dataclasses
+
+    if isinstance(value, np.ndarray):
+        return [value]
+    if dataclasses.is_dataclass(value):
+        return [a for f in dataclasses.fields(value) for a in _arrays_of(getattr(value, f.name))]
+    if isinstance(value, (tuple, list)):
+        return [a for v in value for a in _arrays_of(v)]
+    return []
+
+
+@pytest.mark.parametrize("capability", ["rms_norm_vjp", "gated_feed_forward_vjp", "encoder_layer_vjp",
+                                        "decoder_layer_vjp", "decoder_block_vjp"])
+def test_the_measured_evaluations_are_the_reference_vjps_in_float64(capability):
+    """Each evaluation of ``_EVALUATE`` (what ``measured_bounds`` runs in 16 orders) in float64 is the reference's own
+    vjp of the capability — masks and broadcast batches included — and in float32 computes in float32."""
+    from attnclaims.checks.bounds import common as C
+    from attnclaims.reference import decoder_block_vjp, gated_feed_forward_vjp, rms_norm_vjp
+    from attnclaims.reference.layers import decoder_layer_vjp, encoder_layer_vjp
+
+    reference = {"rms_norm_vjp": rms_norm_vjp, "gated_feed_forward_vjp": gated_feed_forward_vjp,
+                 "encoder_layer_vjp": encoder_layer_vjp, "decoder_layer_vjp": decoder_layer_vjp,
+                 "decoder_block_vjp": decoder_block_vjp}[capability]
+    args, ref_args = _evaluation_cases(np.random.default_rng(149))[capability]
+    with np.errstate(all="ignore"):
+        got, want = _arrays_of(C._EVALUATE[capability](*args, np.float64)), _arrays_of(reference(*ref_args))
+        got32 = _arrays_of(C._EVALUATE[capability](*args, np.float32))
+    assert len(got) == len(want) > 1
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape, i
+        np.testing.assert_allclose(g, w, rtol=1e-11, atol=1e-12, err_msg=str(i))
+    assert all(g.dtype == np.float32 for g in got32[:2])
+
+
 def _eps_f(u, n):
     return u * (8.0 * (n + 1) + 4.0 * (math.log(n) if n >= 1 else 0.0) + 20.0)
 
