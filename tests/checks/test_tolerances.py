@@ -857,7 +857,7 @@ def test_the_packed_bounds_have_their_sixteen_bit_models():
 def test_the_measured_multi_head_evaluations_are_the_reference_vjp_in_their_dtype(grouped):
     """The measured bounds' evaluations of the multi-head vjp (``_EVALUATE``: ordinary, and grouped-query under
     ``GQA_KEY``) in float64 are the reference's ``multi_head_attention_vjp`` itself, with x_q and x_kv of different
-    batch shapes (broadcast: (2, 1, 1) against (3,)) and a mask broadcast over them, every gradient at its input's shape;
+    batch shapes (broadcast: (2, 1, 1) against (5,)) and a mask broadcast over them, every gradient at its input's shape;
     in float32 they compute in float32."""
     from attnclaims.checks.bounds import common as C
     from attnclaims.checks.bounds.multihead import GQA_KEY
@@ -865,8 +865,8 @@ def test_the_measured_multi_head_evaluations_are_the_reference_vjp_in_their_dtyp
 
     rng = np.random.default_rng(139)
     p = init_multi_head(5, 8, 4, num_kv_heads=2) if grouped else init_multi_head(5, 8, 2)
-    x_q, x_kv = rng.normal(size=(2, 1, 1, 3, 8)), rng.normal(size=(3, 4, 8))
-    d = rng.normal(size=(2, 1, 3, 3, 8))
+    x_q, x_kv = rng.normal(size=(2, 1, 1, 3, 8)), rng.normal(size=(5, 4, 8))  # every size apart: n_q 3, n_k 4
+    d = rng.normal(size=(2, 1, 5, 3, 8))
     mask = rng.random((3, 4)) < 0.7
     mask[:, 0] = True
     evaluate = C._EVALUATE[GQA_KEY if grouped else "multi_head_attention_vjp"]
