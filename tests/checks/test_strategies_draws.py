@@ -876,7 +876,8 @@ def test_epsilons_follow_the_dtype_when_drawn():
     strategy = S.epsilons()
     with S.following(SimpleNamespace(name="f16", dtype=np.dtype(np.float16))):
         _never(strategy, lambda e: e == 1e-12, 100)
-        assert _reach(strategy, lambda e: e == 0.1)
+        assert _reach(strategy, lambda e: e == 0.1) and _reach(strategy, lambda e: e == 1e-5)
+        assert _reach(strategy, lambda e: e == 1e-6)
     with S.following(SimpleNamespace(name="f64", dtype=np.dtype(np.float64))):
         assert _reach(strategy, lambda e: e == 1e-12)
 
@@ -1324,6 +1325,7 @@ def test_gammas_are_ones_or_one_plus_a_half_spread_never_zero():
     drawn = _sample(N.gammas(7), 60)
     assert all(g.shape == (7,) and np.all(np.abs(g - 1) <= 0.5) and np.all(g > 0) for g in drawn)
     assert any(np.all(g == 1) for g in drawn) and any(np.abs(g - 1).max() > 0.25 for g in drawn)
+    assert any(g.min() < 0.9 and g.max() > 1.1 for g in drawn)  # spread both ways within one gain
     with S.following(_Float32()):
         assert _sample(N.gammas(3), 1)[0].dtype == np.float32
 
@@ -1418,6 +1420,17 @@ def test_contract_calls_batch_every_batched_argument_and_carry_their_error_model
         assert any(call.args[call.masks[0]] is not None for call in drawn)
     if capability == "multi_head_attention":
         assert any(c.args[1] is c.args[0] for c in drawn) and any(c.args[1] is not c.args[0] for c in drawn)
+    # the entries drawn entry by entry: in [−1, 1], the layer norm's rows in [−2, 2] with ε = 1e-5; the encoding's
+    # n_q + n_k ≥ 2 positions of an even width
+    for call in drawn:
+        if capability in ("attention", "multi_head_attention", "feed_forward", "encoder_layer", "decoder_layer"):
+            assert np.abs(call.args[0]).max() <= 1.0
+        if capability == "layer_norm":
+            assert np.abs(call.args[0]).max() <= 2.0 and call.args[3] == 1e-5
+        if capability == "positional_encoding":
+            assert call.args[0] >= 2 and call.args[1] >= 2 and call.args[1] % 2 == 0
+    if capability == "layer_norm":
+        assert any(np.abs(call.args[0]).max() > 1.0 for call in drawn)
 
 
 def test_contract_calls_generic_draws_seeded_normals_and_refuse_an_unknown_capability():
@@ -1426,6 +1439,7 @@ def test_contract_calls_generic_draws_seeded_normals_and_refuse_an_unknown_capab
     from attnclaims.checks.strategies import contract as K
 
     assert all(np.abs(c.args[0]).max() <= 4.0 for c in _sample(K.calls("softmax"), 30))
+    assert _reach(K.calls("softmax"), lambda c: np.abs(c.args[0]).max() > 2.0, 200)
     assert _reach(K.calls("softmax", generic=True), lambda c: np.abs(c.args[0]).max() > 4.0, 200)
     with pytest.raises(ValueError) as refused:
         find(K.calls("gelu"), lambda c: True, settings=_settings(1))
