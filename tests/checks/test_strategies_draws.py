@@ -1184,6 +1184,7 @@ def test_positions_are_runs_from_the_documented_offsets_or_distinct_scattered_in
             assert {int(p[0]) for p in drawn if is_run(p)} == {0, 1, 7, 1000, 2 ** 15}
     assert _reach(PS.positions(5), lambda p: not is_run(p) and not np.all(np.diff(p) > 0))
     assert _reach(PS.positions(5), lambda p: not is_run(p) and p.max() > 1000)
+    assert _reach(PS.positions(5), lambda p: not is_run(p) and 0 in p)  # scattered from 0 on
 
 
 def test_rope_cases_have_an_even_width_their_positions_and_a_declared_layout(patch_strategies):
@@ -1198,6 +1199,7 @@ def test_rope_cases_have_an_even_width_their_positions_and_a_declared_layout(pat
         assert pos.shape == (x.shape[-2],) and base in (10000.0, 500000.0, 100.0) and layout in ("interleaved", "half")
         assert note == f"rotary_embedding(x{x.shape}, positions={pos.tolist()}, base={base}, layout={layout!r})"
     assert {x.shape[-1] for (x, *_), _ in drawn} >= {2, CI.max_dim - CI.max_dim % 2}
+    assert _reach(PS.rope_cases(), lambda c: c[0].shape[-2] == 1)  # min_seq 1 by default
     with S.following(_HalfOnly()):
         assert {layout for *_, layout in _sample(PS.rope_cases(), 30)} == {"half"}
     peak = lambda c: float(np.max(np.abs(c[0]))) if c[0].size else 0.0
@@ -1367,7 +1369,7 @@ def test_rms_cases_and_affine_layer_norm_cases_are_what_their_docstrings_say(pat
         assert x.ndim == 2 and 2 <= x.shape[1] <= 12 and math.log2(a) == round(math.log2(a))
         assert 2.0 ** -4 <= a <= 2.0 ** 4 and b in (0.0, 1.0, -3.5, 100.0)
         assert np.all(np.ptp(x, axis=-1) > 0)
-    assert {x.shape[1] for x, _, _ in drawn} >= {2, 12}
+    assert {x.shape[1] for x, _, _ in drawn} >= {2, 12} and any(x.shape[0] == 1 for x, _, _ in drawn)
     assert {a for _, a, _ in drawn} >= {2.0 ** -4, 2.0 ** 4} and {b for *_, b in drawn} == {0.0, 1.0, -3.5, 100.0}
 
 
