@@ -1314,6 +1314,12 @@ def test_the_ffn_cases_pair_a_model_case_with_parameters_of_its_sizes(name, patc
         assert w_in.shape == (case.dims.d_model, case.dims.d_ff)
         assert name == "gated_cases" or case.dims.n_q >= 3
     assert (-1, 2) in asked
+    # not generic by default: inputs drawn entry by entry (|x| ≤ the scale, 2² at most); generic ones are seeded
+    # normals, beyond it; one row reached by default
+    peak = lambda c: float(np.abs(c[0].x).max()) if c[0].x.size else 0.0
+    _never(getattr(F, name)(), lambda c: c[0].x.size <= C.ELEMENTWISE_LIMIT and peak(c) > 4, 100)
+    assert _reach(getattr(F, name)(generic=True), lambda c: peak(c) > 4, 300)
+    assert _reach(getattr(F, name)(), lambda c: c[0].dims.n_q == 1, 300)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1433,6 +1439,8 @@ def test_contract_calls_batch_every_batched_argument_and_carry_their_error_model
             assert call.args[0] >= 2 and call.args[1] >= 2 and call.args[1] % 2 == 0
     if capability == "layer_norm":
         assert any(np.abs(call.args[0]).max() > 1.0 for call in drawn)
+    if capability == "decoder_layer":  # a padding self-mask (position 3) drawn besides the memory mask
+        assert any(call.args[3] is not None for call in drawn)
 
 
 def test_contract_calls_generic_draws_seeded_normals_and_refuse_an_unknown_capability():
