@@ -642,6 +642,40 @@ def test_feed_forward_error_follows_its_docstring(u):
         assert np.array_equal(BF._ffn_value(x, p), feed_forward(x, p))
 
 
+def test_the_activations_lipschitz_and_curvature_constants_are_their_suprema_rounded_up():
+    """ACT_LIPSCHITZ = sup |act'| and ACT_CURVATURE = sup |act''| over the smooth activations, rounded up to two and
+    one decimals (their comments: SiLU 1.0998 at |a| ≈ 2.4, GELU 1.1289 at |a| ≈ 1.5; curvature 0.7979 at 0): the
+    derivatives of the reference's own activations on a fine grid stay below them, and come within the rounding."""
+    from attnclaims.reference.ffn import _activation_and_derivative
+
+    a = np.linspace(-12.0, 12.0, 480001)
+    slopes, curvatures = [], []
+    for activation in ("gelu", "gelu_tanh", "silu"):
+        _, d1 = _activation_and_derivative(a, activation)
+        slopes.append(np.abs(d1).max())
+        curvatures.append(np.abs(np.gradient(d1, a)).max())
+    assert max(slopes) <= T.ACT_LIPSCHITZ < max(slopes) + 0.01, slopes
+    assert max(curvatures) <= BF.ACT_CURVATURE < max(curvatures) + 0.01, curvatures
+
+
+@US
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "silu"])
+def test_feed_forward_error_of_a_smooth_activation_follows_its_docstring(u, activation):
+    """A smooth activation adds its own error to the hidden one (``_activation_error``'s docstring): with the
+    pre-activation a = x W₁ + b₁ and its error Δa, the hidden error is L·Δa + u(6|act(a)| + 2|a|), L = 1.13 (the
+    activations' Lipschitz bound: the test below), and the output the second projection's bound of act(a) with that
+    error."""
+    from attnclaims.reference.ffn import ffn_activation
+
+    rng = _rng(41)
+    p = init_feed_forward(rng, 4, 7, activation=activation)
+    for x, ex in ((rng.normal(size=(2, 3, 4)), None), (rng.normal(size=(3, 4)), rng.uniform(0, 1e-6, (3, 4)))):
+        a = project(x, p.w1, p.b1)
+        hidden = ffn_activation(a, activation)
+        e_hidden = 1.13 * linear_loops(x, p.w1, p.b1, u, ex) + u * (6.0 * np.abs(hidden) + 2.0 * np.abs(a))
+        check(T.feed_forward_error(x, p, u=u, ex=ex), linear_loops(hidden, p.w2, p.b2, u, e_hidden))
+
+
 # ---------------------------------------------------------------------------------------------
 # Layers
 # ---------------------------------------------------------------------------------------------
