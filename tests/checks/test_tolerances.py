@@ -1201,6 +1201,31 @@ def test_sixteen_bit_feed_forward_error_follows_its_docstring(dtype_name):
 
 
 @SIXTEEN
+@pytest.mark.parametrize("activation", ["gelu", "silu"])
+def test_sixteen_bit_feed_forward_error_of_a_smooth_activation_follows_its_docstring(dtype_name, activation):
+    """A smooth activation under the 16-bit model (the docstring): ΔP from the linear bound; e = L·ΔP +
+    u₃₂(6(|act(P)| + L·ΔP) + 2(|P| + ΔP)), ΔH = e + u(|act(P)| + e), L = 1.13; the output as for the ReLU: the
+    linear bound of act(P) with ΔH, plus u₃₂(d_ff + 1)(1 + u)²ΔH|W₂|."""
+    from attnclaims.reference.ffn import ffn_activation
+
+    u = T.unit_roundoff(_dtype16(dtype_name))
+    rng = _rng(67)
+    p = init_feed_forward(5, 4, 6, activation=activation)
+    x = rng.normal(size=(2, 3, 4))
+    ex = rng.uniform(0, 1e-3, size=x.shape)
+    for e in (None, ex):
+        e0 = np.zeros(x.shape) if e is None else e
+        pre = x @ p.w1 + p.b1
+        e_pre = _linear16_loops(x, p.w1, p.b1, u, e0)
+        act = np.abs(ffn_activation(pre, activation))
+        e1 = 1.13 * e_pre + U32 * (6.0 * (act + 1.13 * e_pre) + 2.0 * (np.abs(pre) + e_pre))
+        e_h = e1 + u * (act + e1)
+        want = _linear16_loops(ffn_activation(pre, activation), p.w2, p.b2, u, e_h) + U32 * (p.w2.shape[0] + 1) * (
+            1 + u) ** 2 * (e_h @ np.abs(p.w2))
+        check(T.sixteen_bit_feed_forward_error(x, p, u=u, ex=e), want)
+
+
+@SIXTEEN
 def test_sixteen_bit_attention_error_on_one_key_rows_is_the_output_rounding(dtype_name):
     """A row with one allowed key has weight exactly 1: its bound is (1 + u)·u₃₂(n_k + 2)|v_j| + u|v_j|, no
     score or weight term — however large the scores — and the weights' bound there is 0."""
