@@ -903,6 +903,8 @@ def test_the_measured_multi_head_evaluations_are_the_reference_vjp_in_their_dtyp
     d = rng.normal(size=(2, 1, 5, 3, 8))
     mask = rng.random((3, 4)) < 0.7
     mask[:, 0] = True
+    # the key names the same capability in every table measured_bounds reads
+    assert GQA_KEY == "grouped_query_attention_vjp" and GQA_KEY in C.STAGES and GQA_KEY in C.D_OUT_INDEX
     evaluate = C._EVALUATE[GQA_KEY if grouped else "multi_head_attention_vjp"]
     dq, dkv, grads = evaluate(x_q, x_kv, p, d, mask, np.float64)
     want_q, want_kv, want = multi_head_attention_vjp(x_q, x_kv, p, d, mask)
