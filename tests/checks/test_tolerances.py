@@ -634,6 +634,51 @@ def test_layer_norm_moments_bound_follows_its_docstring(dtype, u):
 
 
 @US
+def test_feed_forward_vjp_error_follows_its_docstring(u):
+    """feed_forward_vjp_error of the ReLU FFN, entry by entry from its docstring: P = xW₁ + b₁ with ΔP (linear_error);
+    uncertain units |P| ≤ ΔP, active ones P > 0 or uncertain; |dH̄| = |d||W₂|ᵀ, ΔdH = u(d_model + 1)|dH̄|, ΔdP = ΔdH on
+    active units plus |dH̄| on uncertain ones, |dP̄| = |dH̄| on active units; dx: ΔdP|W₁|ᵀ + u(d_ff + 1)|dP̄||W₁|ᵀ; dW₁:
+    Σ|x|ᵀΔdP + u(R + 1)Σ|x|ᵀ|dP̄|; db₁: ΣΔdP + uRΣ|dP̄|; ΔH = ΔP on active units (0 on units sure to be off); dW₂:
+    ΣΔHᵀ|d| + u(R + 1)Σ(|H| + ΔH)ᵀ|d|; db₂: uRΣ|d|. R = 6 positions (a batch of 2 × 3), d_model 4, d_ff 5 (sizes apart),
+    one unit put on its kink (uncertain)."""
+    rng = _rng(43)
+    p = init_feed_forward(rng, 4, 5)
+    x, d = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 3, 4))
+    b1 = np.array(p.b1, dtype=np.float64)
+    b1[2] = -float(x[0, 1] @ p.w1[:, 2])  # position (0, 1), unit 2: P ≈ 0, inside its own error
+    p = p.__class__(w1=p.w1, b1=b1, w2=p.w2, b2=p.b2)
+    pre = project(x, p.w1, p.b1)
+    e_pre = linear_loops(x, p.w1, p.b1, u)
+    assert abs(pre[0, 1, 2]) <= e_pre[0, 1, 2]
+    rows = lambda a: a.reshape(-1, a.shape[-1])
+    X, D, P, EP = rows(x), rows(d), rows(pre), rows(e_pre)
+    R, d_model, d_ff = X.shape[0], 4, 5
+    w1, w2 = np.abs(p.w1), np.abs(p.w2)
+    e_dx, g_w1, g_b1, g_w2, g_b2 = (np.zeros(X.shape), np.zeros((d_model, d_ff)), np.zeros(d_ff),
+                                    np.zeros((d_ff, d_model)), np.zeros(d_model))
+    for i in range(R):
+        for j in range(d_ff):
+            uncertain = abs(P[i, j]) <= EP[i, j]
+            active = P[i, j] > 0 or uncertain
+            dh = sum(abs(D[i, m]) * w2[j, m] for m in range(d_model))
+            e_dp = u * (d_model + 1) * dh * active + dh * uncertain
+            dp = dh * active
+            e_h = EP[i, j] * active
+            for k in range(d_model):
+                e_dx[i, k] += e_dp * w1[k, j] + u * (d_ff + 1) * dp * w1[k, j]
+                g_w1[k, j] += abs(X[i, k]) * e_dp + u * (R + 1) * abs(X[i, k]) * dp
+            g_b1[j] += e_dp + u * R * dp
+            for m in range(d_model):
+                g_w2[j, m] += e_h * abs(D[i, m]) + u * (R + 1) * (max(P[i, j], 0.0) + e_h) * abs(D[i, m])
+    for m in range(d_model):
+        g_b2[m] = u * R * sum(abs(D[i, m]) for i in range(R))
+    got_dx, got = T.feed_forward_vjp_error(x, p, d, u=u)
+    check(got_dx, e_dx.reshape(x.shape))
+    for name, want in (("w1", g_w1), ("b1", g_b1), ("w2", g_w2), ("b2", g_b2)):
+        check(got[name], want)
+
+
+@US
 def test_feed_forward_error_follows_its_docstring(u):
     rng = _rng(37)
     p = init_feed_forward(rng, 4, 7)

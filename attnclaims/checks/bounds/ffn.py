@@ -90,7 +90,8 @@ def feed_forward_vjp_error(x, params, d, *, u: float) -> tuple[np.ndarray, dict]
     there (|dH̄| = |d||W₂|ᵀ), and the magnitudes count such units as active.
     dH = d W₂ᵀ: ΔdH ≤ u(d_model + 1)|dH̄|; dP = dH ⊙ 1[P > 0]: ΔdP ≤ ΔdH ⊙ active + |dH̄| ⊙ uncertain;
     dx = dP W₁ᵀ: ΔdP|W₁|ᵀ + u(d_ff + 1)|dP̄||W₁|ᵀ; dW₁ = Σ xᵀ dP: Σ|x|ᵀΔdP + u(R + 1)Σ|x|ᵀ|dP̄|;
-    db₁ = Σ dP: ΣΔdP + uRΣ|dP̄|; H = ReLU(P) is 1-Lipschitz: ΔH ≤ ΔP; dW₂ = Σ Hᵀ d:
+    db₁ = Σ dP: ΣΔdP + uRΣ|dP̄|; H = ReLU(P) is 1-Lipschitz: ΔH ≤ ΔP on active units, and 0 on the units sure to
+    be off (P < −ΔP: computed ≤ 0, so exactly 0 in both); dW₂ = Σ Hᵀ d:
     ΣΔHᵀ|d| + u(R + 1)Σ(|H| + ΔH)ᵀ|d|; db₂ = Σ d: uRΣ|d|. R = the number of positions.
     """
     p = params
