@@ -679,6 +679,48 @@ def test_feed_forward_vjp_error_follows_its_docstring(u):
 
 
 @US
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "silu"])
+def test_feed_forward_vjp_error_of_a_smooth_activation_follows_its_docstring(u, activation):
+    """``_smooth_vjp_error``, entry by entry from its docstring: ΔP (linear_error), ΔH (the activation's error: L·ΔP +
+    u(6|act(P)| + 2|P|)), the slope s = act'(P) with Δs = 0.8ΔP + u(24 + 8|P|(1 + 0.135P²)); |dH̄| = |d||W₂|ᵀ,
+    ΔdH = u(d_model + 1)|dH̄|; ΔdP = ΔdH(|s| + Δs) + |dH̄|Δs + u|dH̄|(|s| + Δs), |dP̄| = |dH̄|(|s| + Δs); dx, dW₁, db₁ as
+    the ReLU's with their roundings on |dP̄| + ΔdP; dW₂, db₂ as the ReLU's. R = 6 positions, d_model 4, d_ff 5."""
+    from attnclaims.reference.ffn import _activation_and_derivative
+
+    rng = _rng(47)
+    p = init_feed_forward(rng, 4, 5, activation=activation)
+    x, d = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 3, 4))
+    rows = lambda a: a.reshape(-1, a.shape[-1])
+    X, D = rows(x), rows(d)
+    P, EP = rows(project(x, p.w1, p.b1)), rows(linear_loops(x, p.w1, p.b1, u))
+    H, S = _activation_and_derivative(P, activation)
+    R, d_model, d_ff = X.shape[0], 4, 5
+    w1, w2 = np.abs(p.w1), np.abs(p.w2)
+    e_dx, g_w1, g_b1, g_w2, g_b2 = (np.zeros(X.shape), np.zeros((d_model, d_ff)), np.zeros(d_ff),
+                                    np.zeros((d_ff, d_model)), np.zeros(d_model))
+    for i in range(R):
+        for j in range(d_ff):
+            e_h = 1.13 * EP[i, j] + u * (6.0 * abs(H[i, j]) + 2.0 * abs(P[i, j]))
+            e_s = 0.8 * EP[i, j] + u * (24.0 + 8.0 * abs(P[i, j]) * (1.0 + 0.135 * P[i, j] ** 2))
+            s_bar = abs(S[i, j]) + e_s
+            dh = sum(abs(D[i, m]) * w2[j, m] for m in range(d_model))
+            e_dp = u * (d_model + 1) * dh * s_bar + dh * e_s + u * dh * s_bar
+            dp = dh * s_bar
+            for k in range(d_model):
+                e_dx[i, k] += e_dp * w1[k, j] + u * (d_ff + 1) * (dp + e_dp) * w1[k, j]
+                g_w1[k, j] += abs(X[i, k]) * e_dp + u * (R + 1) * abs(X[i, k]) * (dp + e_dp)
+            g_b1[j] += e_dp + u * R * (dp + e_dp)
+            for m in range(d_model):
+                g_w2[j, m] += e_h * abs(D[i, m]) + u * (R + 1) * (abs(H[i, j]) + e_h) * abs(D[i, m])
+    for m in range(d_model):
+        g_b2[m] = u * R * sum(abs(D[i, m]) for i in range(R))
+    got_dx, got = T.feed_forward_vjp_error(x, p, d, u=u)
+    check(got_dx, e_dx.reshape(x.shape))
+    for name, want in (("w1", g_w1), ("b1", g_b1), ("w2", g_w2), ("b2", g_b2)):
+        check(got[name], want)
+
+
+@US
 def test_feed_forward_error_follows_its_docstring(u):
     rng = _rng(37)
     p = init_feed_forward(rng, 4, 7)

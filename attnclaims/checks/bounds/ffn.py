@@ -142,7 +142,8 @@ def _smooth_vjp_error(x, params, d, *, u: float) -> tuple[np.ndarray, dict]:
     ACT_CURVATURE·ΔP and the slope's own rounding, which grows with |P|³ where 1 − tanh² cancels).
     dH = d W₂ᵀ: ΔdH ≤ u(d_model + 1)|dH̄| with |dH̄| = |d||W₂|ᵀ; dP = dH ⊙ act'(P):
     ΔdP ≤ ΔdH(|s| + Δs) + |dH̄|Δs + u|dH̄|(|s| + Δs), |dP̄| = |dH̄|(|s| + Δs); then dx, dW₁, db₁, dW₂, db₂ as in
-    the ReLU's bound (:func:`feed_forward_vjp_error`) with these."""
+    the ReLU's bound (:func:`feed_forward_vjp_error`) with these, the roundings of dx, dW₁ and db₁ charged on the
+    computed dP's magnitude |dP̄| + ΔdP."""
     p = params
     x, d = _f64(x), _f64(d)
     w1, b1, w2 = _f64(p.w1), _f64(p.b1), _f64(p.w2)
