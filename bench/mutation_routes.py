@@ -56,7 +56,11 @@ bound_tests = (exists("tests/checks/test_tolerances.py") + tolerance_meta + extr
                # the one test of the messages module that reads the error models: assert_close's failure message
                + [f"tests/checks/test_messages.py::{name}" for name in (
                    "test_a_conformance_failure_leads_with_the_relative_error_then_the_scaled_figure",)
-                  if os.path.exists("tests/checks/test_messages.py")])
+                  if os.path.exists("tests/checks/test_messages.py")]
+               # and the one draw test that does: the contract calls' error models
+               + [f"tests/checks/test_strategies_draws.py::{name}" for name in (
+                   "test_contract_calls_batch_every_batched_argument_and_carry_their_error_model",)
+                  if os.path.exists("tests/checks/test_strategies_draws.py")])
 routes = {
     "*": core,
     "attnclaims/reference/baselines.py": exists("tests/reference/test_reference_baselines.py") + extra,
