@@ -611,7 +611,9 @@ def test_layer_norm_error_follows_its_docstring(u, case):
 @pytest.mark.parametrize("dtype, u", [(np.float32, U32), (np.float64, U64)])
 def test_layer_norm_moments_bound_follows_its_docstring(dtype, u):
     rng = _rng(31)
-    for x, eps in ((rng.normal(size=(3, 6)) * 2 + 1, 1e-5), (rng.normal(size=(2, 2, 4)) * 0.2, 0.05)):
+    # the all-zero row last: its variance bound is the gradual-underflow term (2d + 2)·η·(1 + 1/ε) alone
+    for x, eps in ((rng.normal(size=(3, 6)) * 2 + 1, 1e-5), (rng.normal(size=(2, 2, 4)) * 0.2, 0.05),
+                   (np.zeros((1, 4)), 0.05)):
         mean_b, var_b, mean0, exact_var = T.layer_norm_moments_bound(x, eps, dtype=dtype)
         assert mean_b.tol == u and var_b.tol == u
         want_m, want_v, want_var = (np.zeros(x.shape[:-1]) for _ in range(3))
@@ -629,6 +631,8 @@ def test_layer_norm_moments_bound_follows_its_docstring(dtype, u):
             want_var[idx] = var / (var + eps)
         check(mean_b.abs, want_m)
         check(var_b.abs, want_v)
+        if not x.any():
+            assert var_b.abs[0] == 10 * 2.0 ** -1074 * (1.0 + 1.0 / eps) > 0
         assert np.array_equal(mean0, np.zeros(x.shape[:-1]))
         check(exact_var, want_var)
 
