@@ -608,6 +608,52 @@ def test_layer_norm_error_follows_its_docstring(u, case):
     assert np.array_equal(BN._ln_value(x, norm, eps), layer_norm(x, g, b, eps))
 
 
+@US
+def test_layer_norm_vjp_error_follows_its_docstring(u):
+    """layer_norm_vjp_error row by row from its docstring (and layer_norm_error's model it cites): Δc = u(|c| + (2(d + 1)
+    + 4 ln d + 4)·max|x|); Δσ² = 2 mean(|c|Δc) + mean Δc² + 3(d + 2)uσ²; ρ = ½Δσ²/(σ² + ε) + 4u; Δx̂ = r(Δc + |c|ρ) +
+    u|x̂|; g = |d γ|, Δg = u g; Δm₁ = mean Δg + (d + 1)u mean g; Δm₂ = mean(Δg|x̂| + gΔx̂) + (d + 2)u mean(g|x̂|);
+    |ī| = g + mean g + |x̂| mean(g|x̂|); Δi = Δg + Δm₁ + Δx̂ mean(g|x̂|) + |x̂|Δm₂ + 3u|ī|; Δdx = r(Δi + (ρ + u)|ī|);
+    Δdγ = Σ|d|Δx̂ + u(R + 1)Σ|d x̂|; Δdβ = uRΣ|d|. R = 6 rows (2 × 3), d = 5, one constant row at an offset."""
+    rng = _rng(53)
+    x = rng.normal(size=(2, 3, 5))
+    x[1, 2] = 7.0  # a constant row: c = 0, all its error is the second-order term
+    gamma, d_out, eps = 1 + 0.3 * rng.normal(size=5), rng.normal(size=(2, 3, 5)), 1e-5
+    n = 5
+    want_dx = np.zeros(x.shape)
+    want_dg, want_db = np.zeros(n), np.zeros(n)
+    R = 6
+    for idx in np.ndindex(2, 3):
+        row, dr = [float(v) for v in x[idx]], [float(v) for v in d_out[idx]]
+        mu = math.fsum(row) / n
+        c = [v - mu for v in row]
+        var = math.fsum(v * v for v in c) / n
+        r = 1.0 / math.sqrt(var + eps)
+        top = max(abs(v) for v in row)
+        dc = [u * (abs(v) + (2.0 * (n + 1) + 4.0 * math.log(n) + 4.0) * top) for v in c]
+        dvar = (2.0 * math.fsum(abs(c[k]) * dc[k] for k in range(n)) / n + math.fsum(e * e for e in dc) / n
+                + u * 3.0 * (n + 2) * var)
+        rho = 0.5 * dvar / (var + eps) + 4.0 * u
+        xh = [v * r for v in c]
+        e_xh = [r * (dc[k] + abs(c[k]) * rho) + u * abs(xh[k]) for k in range(n)]
+        g = [abs(dr[k] * gamma[k]) for k in range(n)]
+        e_g = [u * v for v in g]
+        mg = math.fsum(g) / n
+        mgx = math.fsum(g[k] * abs(xh[k]) for k in range(n)) / n
+        e_m1 = math.fsum(e_g) / n + (n + 1) * u * mg
+        e_m2 = math.fsum(e_g[k] * abs(xh[k]) + g[k] * e_xh[k] for k in range(n)) / n + (n + 2) * u * mgx
+        for k in range(n):
+            i_bar = g[k] + mg + abs(xh[k]) * mgx
+            e_i = e_g[k] + e_m1 + e_xh[k] * mgx + abs(xh[k]) * e_m2 + 3.0 * u * i_bar
+            want_dx[idx + (k,)] = r * (e_i + (rho + u) * i_bar)
+            want_dg[k] += abs(dr[k]) * e_xh[k] + u * (R + 1) * abs(dr[k] * xh[k])
+            want_db[k] += u * R * abs(dr[k])
+    e_dx, e_dg, e_db = T.layer_norm_vjp_error(x, gamma, eps, d_out, u=u)
+    check(e_dx, want_dx)
+    check(e_dg, want_dg)
+    check(e_db, want_db)
+
+
 @pytest.mark.parametrize("dtype, u", [(np.float32, U32), (np.float64, U64)])
 def test_layer_norm_moments_bound_follows_its_docstring(dtype, u):
     rng = _rng(31)
