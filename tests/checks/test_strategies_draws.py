@@ -83,6 +83,16 @@ class _Fixed:
     name, dtype, fixed_shapes = "fixed-stub", np.dtype(np.float64), True
 
 
+class _Declares:
+    """A float64 stub declaring the given variants (the rest at their defaults)."""
+
+    dtype = np.dtype(np.float64)
+
+    def __init__(self, **variants):
+        self.name = "declares-stub"
+        self.variants = variants
+
+
 # ---------------------------------------------------------------------------------------------
 # Following the implementation under test
 # ---------------------------------------------------------------------------------------------
@@ -1149,11 +1159,6 @@ def test_a_reused_strategy_draws_what_a_new_one_draws(name, build):
 # Positional encodings: rotary layouts, bases and positions; the permutation and encoding-size cases
 # ---------------------------------------------------------------------------------------------
 
-class _HalfOnly:
-    name, dtype = "half-only-stub", np.dtype(np.float64)
-    variants = {"rope_layout": ("half",)}
-
-
 def test_rope_bases_and_layouts_are_the_documented_ones():
     """The three θ bases in use (10⁴, 5·10⁵, 100), each drawn; the pair layouts the followed implementation
     declares (both by default, one when it declares one)."""
@@ -1161,7 +1166,7 @@ def test_rope_bases_and_layouts_are_the_documented_ones():
 
     assert set(_sample(PS.rope_bases(), 60)) == {10000.0, 500000.0, 100.0}
     assert set(_sample(PS.rope_layouts(), 40)) == {"interleaved", "half"}
-    with S.following(_HalfOnly()):
+    with S.following(_Declares(rope_layout=("half",))):
         assert set(_sample(PS.rope_layouts(), 40)) == {"half"}
 
 
@@ -1200,7 +1205,7 @@ def test_rope_cases_have_an_even_width_their_positions_and_a_declared_layout(pat
         assert note == f"rotary_embedding(x{x.shape}, positions={pos.tolist()}, base={base}, layout={layout!r})"
     assert {x.shape[-1] for (x, *_), _ in drawn} >= {2, CI.max_dim - CI.max_dim % 2}
     assert _reach(PS.rope_cases(), lambda c: c[0].shape[-2] == 1)  # min_seq 1 by default
-    with S.following(_HalfOnly()):
+    with S.following(_Declares(rope_layout=("half",))):
         assert {layout for *_, layout in _sample(PS.rope_cases(), 30)} == {"half"}
     peak = lambda c: float(np.max(np.abs(c[0]))) if c[0].size else 0.0
     assert _reach(PS.rope_cases(), lambda c: 0 < peak(c) <= 0.25) and _reach(PS.rope_cases(), lambda c: peak(c) > 2)
@@ -1247,16 +1252,6 @@ def test_pe_sizes_reach_the_long_sequence_and_keep_d_model_even():
 # ---------------------------------------------------------------------------------------------
 # Feed-forward networks: activations, gated parameters, the claim suite's FFN cases
 # ---------------------------------------------------------------------------------------------
-
-class _Declares:
-    """A float64 stub declaring the given variants (the rest at their defaults)."""
-
-    dtype = np.dtype(np.float64)
-
-    def __init__(self, **variants):
-        self.name = "declares-stub"
-        self.variants = variants
-
 
 def test_ffn_activations_are_the_declared_ones_and_an_undeclared_one_is_not_applicable():
     """ReLU alone by default (the article's); every declared one drawn; a fixed activation that is not declared

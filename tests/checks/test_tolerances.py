@@ -683,6 +683,33 @@ def test_layer_norm_moments_bound_follows_its_docstring(dtype, u):
         check(exact_var, want_var)
 
 
+def _check_ffn_vjp_error(x, p, d, u, unit):
+    """feed_forward_vjp_error(x, p, d) against the docstring's sums, entry by entry, given per position i and hidden
+    unit j (with |dH̄|_ij = Σ_m |d_im||W₂|_jm) ``unit(i, j, dh)`` = (ΔdP, the base the roundings of dx, dW₁, db₁ are
+    charged on, |H|, ΔH): dx: ΔdP|W₁|ᵀ + u(d_ff + 1)·base|W₁|ᵀ; dW₁: Σ|x|ᵀΔdP + u(R + 1)Σ|x|ᵀ·base; db₁:
+    ΣΔdP + uRΣ base; dW₂: ΣΔHᵀ|d| + u(R + 1)Σ(|H| + ΔH)ᵀ|d|; db₂: uRΣ|d|. R = the number of positions."""
+    X, D = x.reshape(-1, x.shape[-1]), d.reshape(-1, d.shape[-1])
+    R, (d_model, d_ff) = X.shape[0], p.w1.shape
+    w1, w2 = np.abs(p.w1), np.abs(p.w2)
+    e_dx, g_w1, g_b1, g_w2, g_b2 = (np.zeros(X.shape), np.zeros((d_model, d_ff)), np.zeros(d_ff),
+                                    np.zeros((d_ff, d_model)), np.zeros(d_model))
+    for i in range(R):
+        for j in range(d_ff):
+            e_dp, base, h, e_h = unit(i, j, sum(abs(D[i, m]) * w2[j, m] for m in range(d_model)))
+            for k in range(d_model):
+                e_dx[i, k] += e_dp * w1[k, j] + u * (d_ff + 1) * base * w1[k, j]
+                g_w1[k, j] += abs(X[i, k]) * e_dp + u * (R + 1) * abs(X[i, k]) * base
+            g_b1[j] += e_dp + u * R * base
+            for m in range(d_model):
+                g_w2[j, m] += e_h * abs(D[i, m]) + u * (R + 1) * (h + e_h) * abs(D[i, m])
+    for m in range(d_model):
+        g_b2[m] = u * R * sum(abs(D[i, m]) for i in range(R))
+    got_dx, got = T.feed_forward_vjp_error(x, p, d, u=u)
+    check(got_dx, e_dx.reshape(x.shape))
+    for name, want in (("w1", g_w1), ("b1", g_b1), ("w2", g_w2), ("b2", g_b2)):
+        check(got[name], want)
+
+
 @US
 def test_feed_forward_vjp_error_follows_its_docstring(u):
     """feed_forward_vjp_error of the ReLU FFN, entry by entry from its docstring: P = xW₁ + b₁ with ΔP (linear_error);
@@ -700,32 +727,15 @@ def test_feed_forward_vjp_error_follows_its_docstring(u):
     pre = project(x, p.w1, p.b1)
     e_pre = linear_loops(x, p.w1, p.b1, u)
     assert abs(pre[0, 1, 2]) <= e_pre[0, 1, 2]
-    rows = lambda a: a.reshape(-1, a.shape[-1])
-    X, D, P, EP = rows(x), rows(d), rows(pre), rows(e_pre)
-    R, d_model, d_ff = X.shape[0], 4, 5
-    w1, w2 = np.abs(p.w1), np.abs(p.w2)
-    e_dx, g_w1, g_b1, g_w2, g_b2 = (np.zeros(X.shape), np.zeros((d_model, d_ff)), np.zeros(d_ff),
-                                    np.zeros((d_ff, d_model)), np.zeros(d_model))
-    for i in range(R):
-        for j in range(d_ff):
-            uncertain = abs(P[i, j]) <= EP[i, j]
-            active = P[i, j] > 0 or uncertain
-            dh = sum(abs(D[i, m]) * w2[j, m] for m in range(d_model))
-            e_dp = u * (d_model + 1) * dh * active + dh * uncertain
-            dp = dh * active
-            e_h = EP[i, j] * active
-            for k in range(d_model):
-                e_dx[i, k] += e_dp * w1[k, j] + u * (d_ff + 1) * dp * w1[k, j]
-                g_w1[k, j] += abs(X[i, k]) * e_dp + u * (R + 1) * abs(X[i, k]) * dp
-            g_b1[j] += e_dp + u * R * dp
-            for m in range(d_model):
-                g_w2[j, m] += e_h * abs(D[i, m]) + u * (R + 1) * (max(P[i, j], 0.0) + e_h) * abs(D[i, m])
-    for m in range(d_model):
-        g_b2[m] = u * R * sum(abs(D[i, m]) for i in range(R))
-    got_dx, got = T.feed_forward_vjp_error(x, p, d, u=u)
-    check(got_dx, e_dx.reshape(x.shape))
-    for name, want in (("w1", g_w1), ("b1", g_b1), ("w2", g_w2), ("b2", g_b2)):
-        check(got[name], want)
+    P, EP = pre.reshape(-1, 5), e_pre.reshape(-1, 5)
+
+    def unit(i, j, dh):
+        uncertain = abs(P[i, j]) <= EP[i, j]
+        active = P[i, j] > 0 or uncertain
+        e_dp = u * (4 + 1) * dh * active + dh * uncertain
+        return e_dp, dh * active, max(P[i, j], 0.0), EP[i, j] * active  # ΔdP, the roundings' base |dP̄|, |H|, ΔH
+
+    _check_ffn_vjp_error(x, p, d, u, unit)
 
 
 @US
@@ -740,34 +750,17 @@ def test_feed_forward_vjp_error_of_a_smooth_activation_follows_its_docstring(u, 
     rng = _rng(47)
     p = init_feed_forward(rng, 4, 5, activation=activation)
     x, d = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 3, 4))
-    rows = lambda a: a.reshape(-1, a.shape[-1])
-    X, D = rows(x), rows(d)
-    P, EP = rows(project(x, p.w1, p.b1)), rows(linear_loops(x, p.w1, p.b1, u))
+    P, EP = project(x, p.w1, p.b1).reshape(-1, 5), linear_loops(x, p.w1, p.b1, u).reshape(-1, 5)
     H, S = _activation_and_derivative(P, activation)
-    R, d_model, d_ff = X.shape[0], 4, 5
-    w1, w2 = np.abs(p.w1), np.abs(p.w2)
-    e_dx, g_w1, g_b1, g_w2, g_b2 = (np.zeros(X.shape), np.zeros((d_model, d_ff)), np.zeros(d_ff),
-                                    np.zeros((d_ff, d_model)), np.zeros(d_model))
-    for i in range(R):
-        for j in range(d_ff):
-            e_h = 1.13 * EP[i, j] + u * (6.0 * abs(H[i, j]) + 2.0 * abs(P[i, j]))
-            e_s = 0.8 * EP[i, j] + u * (24.0 + 8.0 * abs(P[i, j]) * (1.0 + 0.135 * P[i, j] ** 2))
-            s_bar = abs(S[i, j]) + e_s
-            dh = sum(abs(D[i, m]) * w2[j, m] for m in range(d_model))
-            e_dp = u * (d_model + 1) * dh * s_bar + dh * e_s + u * dh * s_bar
-            dp = dh * s_bar
-            for k in range(d_model):
-                e_dx[i, k] += e_dp * w1[k, j] + u * (d_ff + 1) * (dp + e_dp) * w1[k, j]
-                g_w1[k, j] += abs(X[i, k]) * e_dp + u * (R + 1) * abs(X[i, k]) * (dp + e_dp)
-            g_b1[j] += e_dp + u * R * (dp + e_dp)
-            for m in range(d_model):
-                g_w2[j, m] += e_h * abs(D[i, m]) + u * (R + 1) * (abs(H[i, j]) + e_h) * abs(D[i, m])
-    for m in range(d_model):
-        g_b2[m] = u * R * sum(abs(D[i, m]) for i in range(R))
-    got_dx, got = T.feed_forward_vjp_error(x, p, d, u=u)
-    check(got_dx, e_dx.reshape(x.shape))
-    for name, want in (("w1", g_w1), ("b1", g_b1), ("w2", g_w2), ("b2", g_b2)):
-        check(got[name], want)
+
+    def unit(i, j, dh):
+        e_h = 1.13 * EP[i, j] + u * (6.0 * abs(H[i, j]) + 2.0 * abs(P[i, j]))
+        e_s = 0.8 * EP[i, j] + u * (24.0 + 8.0 * abs(P[i, j]) * (1.0 + 0.135 * P[i, j] ** 2))
+        s_bar = abs(S[i, j]) + e_s
+        e_dp = u * (4 + 1) * dh * s_bar + dh * e_s + u * dh * s_bar
+        return e_dp, dh * s_bar + e_dp, abs(H[i, j]), e_h  # ΔdP, the roundings' base |dP̄| + ΔdP, |H|, ΔH
+
+    _check_ffn_vjp_error(x, p, d, u, unit)
 
 
 @US
@@ -1055,8 +1048,8 @@ def test_the_measured_multi_head_evaluations_are_the_reference_vjp_in_their_dtyp
 
 
 def _evaluation_cases(rng):
-    """For each capability of ``_EVALUATE`` but the multi-head ones (above): (the evaluation's arguments without the
-    dtype, the reference vjp's arguments), with masks and, for the decoder layer, batch shapes that broadcast."""
+    """For each capability of ``_EVALUATE`` but the multi-head ones (above): the arguments of the evaluation (then its
+    dtype) and of the reference vjp alike, with masks and, for the decoder layer, batch shapes that broadcast."""
     from attnclaims.reference import init_decoder_block, init_gated_feed_forward
 
     x, d = rng.normal(size=(2, 4, 6)), rng.normal(size=(2, 4, 6))
@@ -1071,11 +1064,11 @@ def _evaluation_cases(rng):
     memory_mask = rng.random((4, 5)) < 0.7
     memory_mask[:, 0] = True
     return {
-        "rms_norm_vjp": ((x, gamma, 1e-5, d), (x, gamma, 1e-5, d)),
-        "gated_feed_forward_vjp": ((x, gated, d), (x, gated, d)),
-        "encoder_layer_vjp": ((x, enc, d, mask), (x, enc, d, mask)),
-        "decoder_layer_vjp": ((y, memory, dec, dy, mask, memory_mask), (y, memory, dec, dy, mask, memory_mask)),
-        "decoder_block_vjp": ((x, block, d, mask), (x, block, d, mask)),
+        "rms_norm_vjp": (x, gamma, 1e-5, d),
+        "gated_feed_forward_vjp": (x, gated, d),
+        "encoder_layer_vjp": (x, enc, d, mask),
+        "decoder_layer_vjp": (y, memory, dec, dy, mask, memory_mask),
+        "decoder_block_vjp": (x, block, d, mask),
     }
 
 
@@ -1104,9 +1097,9 @@ def test_the_measured_evaluations_are_the_reference_vjps_in_float64(capability):
     reference = {"rms_norm_vjp": rms_norm_vjp, "gated_feed_forward_vjp": gated_feed_forward_vjp,
                  "encoder_layer_vjp": encoder_layer_vjp, "decoder_layer_vjp": decoder_layer_vjp,
                  "decoder_block_vjp": decoder_block_vjp}[capability]
-    args, ref_args = _evaluation_cases(np.random.default_rng(149))[capability]
+    args = _evaluation_cases(np.random.default_rng(149))[capability]
     with np.errstate(all="ignore"):
-        got, want = _arrays_of(C._EVALUATE[capability](*args, np.float64)), _arrays_of(reference(*ref_args))
+        got, want = _arrays_of(C._EVALUATE[capability](*args, np.float64)), _arrays_of(reference(*args))
         got32 = _arrays_of(C._EVALUATE[capability](*args, np.float32))
     assert len(got) == len(want) > 1
     for i, (g, w) in enumerate(zip(got, want)):
