@@ -39,7 +39,7 @@ import numpy as np
 import pytest
 
 from attnclaims.guard import CheckFailure
-from attnclaims.reference.attention import attention, softmax
+from attnclaims.reference.attention import alibi_attention, attention, softcap_scores, softmax
 from attnclaims.reference.ffn import feed_forward
 from attnclaims.reference.layers import decoder_layer, encoder_layer
 from attnclaims.reference.multihead import head_outputs, merge_heads, multi_head_attention, split_heads
@@ -133,27 +133,43 @@ def score_element(qi, kj, sc, u, eqi, ekj) -> float:
     return abs(sc) * (u * (d + 3) * dot(aq, ak) + dot(eqi, ak) + dot(aq, ekj) + dot(eqi, ekj))
 
 
-def attention_row(qi, K, V, allowed, sc, u, eqi, EK, EV):
-    """One query row: (weights bound (n_k,), output bound (d_v,), output value (d_v,), allowance (n_k,))."""
-    n_k, d_v = len(K), V.shape[-1]
-    wb, ob, out, allow = np.zeros(n_k), np.zeros(d_v), np.zeros(d_v), np.zeros(n_k)
-    keys = [j for j in range(n_k) if allowed[j]]
-    if not keys:  # a fully masked row: output 0, bound 0
-        return wb, ob, out, allow
-    s = {j: sc * dot(qi, K[j]) for j in keys}
-    ds = {j: score_element(qi, K[j], sc, u, eqi, EK[j]) for j in keys}
-    m = max(s.values())
-    z = math.fsum(math.exp(s[j] - m) for j in keys)
-    E = max(ds.values())
+def weight_parts_row(s, ds, keys, n_k, u):
+    """One row's weights A, score terms expm1(|ΔS_j| + E) and rounding terms uη_j (η over all n_k keys, masked
+    ones included, as documented), from the scores ``s`` and score errors ``ds`` (dicts over the allowed
+    ``keys``); zeros where nothing is allowed."""
     a, r_score, r_round = np.zeros(n_k), np.zeros(n_k), np.zeros(n_k)
+    if not keys:
+        return a, r_score, r_round
+    m = max(s[j] for j in keys)
+    z = math.fsum(math.exp(s[j] - m) for j in keys)
+    E = max(ds[j] for j in keys)
     for j in keys:
         a[j] = math.exp(s[j] - m) / z
         if a[j] > 0:
             r_score[j] = math.expm1(ds[j] + E)
-            r_round[j] = u * eta(s[j] - m, n_k)  # η over all n_k keys (masked ones included), as documented
-            r = r_score[j] + r_round[j] + r_score[j] * r_round[j]
-            wb[j] = min(a[j] * r, 1.0)
-            allow[j] = a[j] * (1.0 + r) * ONE_ULPS
+            r_round[j] = u * eta(s[j] - m, n_k)
+    return a, r_score, r_round
+
+
+def weights_row(a, r_score, r_round, extra=0.0):
+    """The weights' bound min(A(r_s + r_r' + r_s·r_r'), 1), r_r' = r_round + ``extra``, and the allowance
+    A(1 + r)·2⁻⁵⁰ of the (1 + p)(1 + q) − 1 form (module docstring)."""
+    wb, allow = np.zeros(len(a)), np.zeros(len(a))
+    for j in range(len(a)):
+        if a[j] > 0:
+            rr = r_round[j] + extra
+            r = r_score[j] + rr + r_score[j] * rr
+            wb[j], allow[j] = min(a[j] * r, 1.0), a[j] * (1.0 + r) * ONE_ULPS
+    return wb, allow
+
+
+def output_row(a, r_score, r_round, V, u, EV):
+    """attention_error's four terms for one query row from its weights and their relative errors: the
+    output bound (d_v,) and the output itself (d_v,)."""
+    n_k, d_v = len(a), V.shape[-1]
+    out, ob = np.zeros(d_v), np.zeros(d_v)
+    if not np.any(a > 0):  # a fully masked row: output 0, bound 0
+        return ob, out
     for c in range(d_v):
         out[c] = dot(a, V[:, c])
     w_score = [min(a[j] * r_score[j], 1.0) for j in range(n_k)]
@@ -164,6 +180,17 @@ def attention_row(qi, K, V, allowed, sc, u, eqi, EK, EV):
         av = [abs(V[j, c]) for j in range(n_k)]
         ob[c] = math.fsum([dot(w_score, av), total_score * abs(out[c]), dot(w_round, av),
                            dot([a[j] + da[j] for j in range(n_k)], EV[:, c]), u * (n_k + 2) * dot(a, av)])
+    return ob, out
+
+
+def attention_row(qi, K, V, allowed, sc, u, eqi, EK, EV):
+    """One query row: (weights bound (n_k,), output bound (d_v,), output value (d_v,), allowance (n_k,))."""
+    keys = [j for j in range(len(K)) if allowed[j]]
+    s = {j: sc * dot(qi, K[j]) for j in keys}
+    ds = {j: score_element(qi, K[j], sc, u, eqi, EK[j]) for j in keys}
+    a, r_score, r_round = weight_parts_row(s, ds, keys, len(K), u)
+    wb, allow = weights_row(a, r_score, r_round)
+    ob, out = output_row(a, r_score, r_round, V, u, EV)
     return wb, ob, out, allow
 
 
@@ -506,6 +533,295 @@ def test_attention_weights_of_a_shifted_row():
     one = np.array([[False, True, False]])
     got = T.attention_weights_error(q, k, one, 1.0, u=U32, eq=np.full(q.shape, 1e-6))
     assert got[0, 1] > 0 and got[0, 0] == got[0, 2] == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Given scores, the returned log-sum-exp, soft-capping, ALiBi, the 16-bit softmax, the backward passes
+# ---------------------------------------------------------------------------------------------
+
+def _batched(mask, *arrays):
+    """The common batch shape of ``arrays`` (each (..., rows, cols)) and ``mask`` (None: nothing masked)."""
+    return np.broadcast_shapes(*(a.shape[:-2] for a in arrays), *([] if mask is None else [np.shape(mask)[:-2]]))
+
+
+def scored_loops(s, ds, v, mask, u, ev=None, extra=0.0):
+    """scored_weights_error (``extra`` = u: the probe's rounding of each weight) and scored_attention_error
+    by the formula, row by row: (weights bound, its allowance, output bound, output)."""
+    s, ds, v = (np.asarray(a, dtype=np.float64) for a in (s, ds, v))
+    ev = np.zeros(v.shape) if ev is None else np.asarray(ev, dtype=np.float64)
+    n_q, n_k = s.shape[-2:]
+    batch = _batched(mask, s, ds, v)
+    S, DS = (np.broadcast_to(a, batch + (n_q, n_k)) for a in (s, ds))
+    V, EV = (np.broadcast_to(a, batch + v.shape[-2:]) for a in (v, ev))
+    M = np.broadcast_to(np.ones((n_q, n_k), bool) if mask is None else np.asarray(mask, bool), batch + (n_q, n_k))
+    wb, allow = np.zeros(batch + (n_q, n_k)), np.zeros(batch + (n_q, n_k))
+    ob, out = np.zeros(batch + (n_q, v.shape[-1])), np.zeros(batch + (n_q, v.shape[-1]))
+    for b in np.ndindex(*batch):
+        for i in range(n_q):
+            keys = [j for j in range(n_k) if M[b][i][j]]
+            parts = weight_parts_row({j: float(S[b][i][j]) for j in keys}, {j: float(DS[b][i][j]) for j in keys},
+                                     keys, n_k, u)
+            wb[b + (i,)], allow[b + (i,)] = weights_row(*parts, extra=extra)
+            ob[b + (i,)], out[b + (i,)] = output_row(*parts, V[b], u, EV[b])
+    return wb, allow, ob, out
+
+
+def _scored_cases():
+    rng = _rng(71)
+    s, v = rng.normal(size=(2, 4, 5)) * 3.0, rng.normal(size=(2, 5, 3))
+    ds, ev = rng.uniform(0, 1e-6, s.shape), rng.uniform(0, 1e-6, v.shape)
+    yield "plain", (s, ds, v, None, None)
+    yield "masked", (s, ds, v, _mask(rng, (2, 4, 5)), ev)
+    yield "mask-widens-batch", (s[0], ds[0], v[0], _mask(rng, (3, 4, 5)), ev[0])
+    yield "huge-errors", (s, ds * 1e6, v, _mask(rng, (2, 4, 5)), ev)  # expm1 > 1: the caps
+    yield "broadcast-errors", (s, rng.uniform(0, 1e-6, (4, 1)), v, None, None)  # ds per query row
+
+
+@pytest.mark.parametrize("u", [U32, U64, 2.0 ** -8], ids=["u32", "u64", "u-bf16"])
+@pytest.mark.parametrize("case", [c for c, _ in _scored_cases()])
+def test_scored_bounds_follow_their_docstrings(u, case):
+    s, ds, v, mask, ev = dict(_scored_cases())[case]
+    wb, allowance, ob, out = scored_loops(s, ds, v, mask, u, ev, extra=u)
+    check(T.scored_weights_error(s, ds, mask, u=u), wb, allowance)
+    check(T.scored_attention_error(s, ds, v, mask, u=u, ev=ev), ob)
+    # the scored bound of the scores scale·q kᵀ is attention_error's (its derivation uses only |ΔS|)
+    rng = _rng(72)
+    q, k, vv = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 5, 4)), rng.normal(size=(2, 5, 2))
+    scores = (q @ np.swapaxes(k, -1, -2)) * 0.5
+    check(T.scored_attention_error(scores, T.score_error(q, k, 0.5, u=u), vv, mask=None, u=u),
+          T.attention_error(q, k, vv, None, 0.5, u=u))
+
+
+def score_matrices(q, k, scale, u, eq=None, ek=None, sixteen=False):
+    """The float64 scores scale·q kᵀ and their errors (score_error, or sixteen_bit_score_error), entry by entry."""
+    q, k = np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
+    eq, ek = (np.zeros(a.shape) if e is None else np.asarray(e, dtype=np.float64) for a, e in ((q, eq), (k, ek)))
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    n_q, n_k, d_k = q.shape[-2], k.shape[-2], q.shape[-1]
+    sc = _scale(d_k, scale)
+    s, ds = np.zeros(batch + (n_q, n_k)), np.zeros(batch + (n_q, n_k))
+    Q, K, EQ, EK = (np.broadcast_to(a, batch + a.shape[-2:]) for a in (q, k, eq, ek))
+    for b in np.ndindex(*batch):
+        if sixteen:
+            ds[b] = _score16_loops(Q[b], K[b], scale, u, EQ[b], EK[b])
+        for i in range(n_q):
+            for j in range(n_k):
+                s[b + (i, j)] = sc * dot(Q[b][i], K[b][j])
+                if not sixteen:
+                    ds[b + (i, j)] = score_element(Q[b][i], K[b][j], sc, u, EQ[b][i], EK[b][j])
+    return s, ds
+
+
+def lse_loops(s, ds, mask, u, sixteen=False):
+    """lse_error by its docstring, row by row: E + ρ/(1 − ρ) + u'(3|m| + 5 ln n + 2), ρ = u'(8(n + 1) + 4 ln n),
+    m the row's largest allowed score (0 in a fully masked row), u' = u (u₃₂ under the 16-bit model, which
+    adds the result's store u(|m| + ln n + the bound so far))."""
+    n_q, n_k = s.shape[-2:]
+    batch = _batched(mask, s)
+    M = np.broadcast_to(np.ones((n_q, n_k), bool) if mask is None else np.asarray(mask, bool), batch + (n_q, n_k))
+    S, DS = np.broadcast_to(s, batch + (n_q, n_k)), np.broadcast_to(ds, batch + (n_q, n_k))
+    uu, ln = (U32 if sixteen else u), math.log(n_k)
+    rho = uu * (8.0 * (n_k + 1) + 4.0 * ln)
+    out = np.zeros(batch + (n_q,))
+    for b in np.ndindex(*batch):
+        for i in range(n_q):
+            keys = [j for j in range(n_k) if M[b][i][j]]
+            e = max((float(DS[b][i][j]) for j in keys), default=0.0)
+            m = abs(max((float(S[b][i][j]) for j in keys), default=0.0))
+            base = e + rho / (1.0 - rho) + uu * (3.0 * m + 5.0 * ln + 2.0)
+            out[b + (i,)] = base + u * (m + ln + base) if sixteen else base
+    return out
+
+
+@pytest.mark.parametrize("sixteen", [False, True], ids=["general", "sixteen-bit"])
+def test_lse_errors_follow_their_docstrings(sixteen):
+    rng = _rng(73)
+    u = 2.0 ** -8 if sixteen else U32
+    q, k = rng.normal(size=(2, 4, 3)) * 4.0, rng.normal(size=(2, 6, 3)) + 2.0  # maxima of either sign
+    eq, ek = rng.uniform(0, 1e-3, q.shape), rng.uniform(0, 1e-3, k.shape)
+    error = T.sixteen_bit_lse_error if sixteen else T.lse_error
+    for mask, scale, errs in ((None, None, (None, None)), (_mask(rng, (2, 4, 6)), 0.8, (eq, ek)),
+                              (_mask(rng, (3, 2, 4, 6)), None, (eq, None))):  # the last mask widens the batch
+        s, ds = score_matrices(q, k, scale, u, *errs, sixteen=sixteen)
+        check(error(q, k, mask, scale, u=u, eq=errs[0], ek=errs[1]), lse_loops(s, ds, mask, u, sixteen))
+    assert T.error_model(T.lse_error, _bf16()) is T.sixteen_bit_lse_error
+
+
+def test_softcap_bounds_follow_their_docstrings():
+    rng = _rng(74)
+    q, k, v = rng.normal(size=(2, 4, 3)) * 3.0, rng.normal(size=(2, 5, 3)), rng.normal(size=(2, 5, 2))
+    eq, ev = rng.uniform(0, 1e-6, q.shape), rng.uniform(0, 1e-6, v.shape)
+    mask = _mask(rng, (2, 4, 5))
+    for u, cap, scale in ((U32, 2.0, None), (U64, 5.0, 0.6), (2.0 ** -8, 0.5, None)):
+        s, ds = score_matrices(q, k, scale, u, eq)
+        capped = cap * np.tanh(s / cap)
+        np.testing.assert_allclose(capped, softcap_scores(q, k, cap, scale), rtol=1e-14, atol=1e-15)
+        ds_cap = ds + u * (np.abs(s) + 4.0 * np.abs(capped))  # division by c (u|S|), tanh and ×c (3u, 4u: 1/c first)
+        check(T.softcap_score_error(q, k, cap, scale, u=u, eq=eq), ds_cap)
+        _, _, ob, _ = scored_loops(capped, ds_cap, v, mask, u, ev)
+        check(T.softcap_attention_error(q, k, v, cap, mask, scale, u=u, eq=eq, ev=ev), ob)
+
+
+def test_alibi_bounds_follow_their_docstrings():
+    rng = _rng(75)
+    h, n_q, n_k = 2, 3, 5
+    q, k, v = rng.normal(size=(2, h, n_q, 4)), rng.normal(size=(2, h, n_k, 4)), rng.normal(size=(2, h, n_k, 2))
+    slopes = np.array([0.5, -0.25])  # a negative slope: |m_h| in the bias term
+    eq, ek = rng.uniform(0, 1e-6, q.shape), rng.uniform(0, 1e-6, k.shape)
+    extra = _mask(rng, (n_q, n_k), full_row=False, single=False)
+    # the keys query i sees: j ≤ i + n_k − n_q (bottom-right causal), and the caller's mask
+    causal = np.array([[j <= i + n_k - n_q for j in range(n_k)] for i in range(n_q)])
+    assert np.array_equal(T.alibi_mask(n_q, n_k), causal)
+    assert np.array_equal(T.alibi_mask(n_q, n_k, extra), causal & extra)
+    for u, scale, mask in ((U32, None, None), (U64, 0.7, extra), (2.0 ** -8, None, extra)):
+        s, ds = score_matrices(q, k, scale, u, eq, ek)
+        bias = np.array([[[-slopes[g] * (i + n_k - n_q - j) for j in range(n_k)] for i in range(n_q)]
+                         for g in range(h)])
+        check(T.alibi_scores(q, k, slopes, scale), s + bias, floor=1e-15)
+        reach = np.abs(slopes)[:, None, None] * (n_q + n_k)
+        ds_alibi = ds + 3.0 * u * (np.abs(s) + reach)
+        check(T.alibi_score_error(q, k, slopes, scale, u=u, eq=eq, ek=ek), ds_alibi)
+        allowed = causal if mask is None else causal & mask
+        _, _, ob, out = scored_loops(s + bias, ds_alibi, v, allowed, u)
+        check(T.alibi_attention_error(q, k, v, slopes, mask, scale, u=u, eq=eq, ek=ek), ob)
+        np.testing.assert_allclose(out, alibi_attention(q, k, v, slopes, mask, scale), rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_sixteen_bit_softmax_error_follows_its_docstring(dtype_name, axis):
+    """a_i·r_i, r_i = (1 + expm1(2E))(1 + u₃₂η_i)σ − 1, σ = (1 + u)²/(1 − u), capped at 1; 0 in a slice of one entry."""
+    u = T.unit_roundoff(_dtype16(dtype_name))
+    sigma = (1.0 + u) ** 2 / (1.0 - u)
+    rng = _rng(76)
+    x, ex = rng.normal(size=(3, 5)) * 4.0, rng.uniform(0, 1e-3, (3, 5))
+    x[0, 1] = x[0, 0] - 800.0  # a weight that underflows: bound 0
+    ex[2] *= 1e3  # a large input error: the cap
+    xs, es = np.moveaxis(x, axis, -1), np.moveaxis(ex, axis, -1)
+    want = np.zeros(xs.shape)
+    for i in range(xs.shape[0]):
+        row, n = [float(t) for t in xs[i]], xs.shape[-1]
+        m, e_in = max(row), max(float(t) for t in es[i])
+        z = math.fsum(math.exp(t - m) for t in row)
+        for j, t in enumerate(row):
+            a = math.exp(t - m) / z
+            r = (1.0 + math.expm1(2.0 * e_in)) * (1.0 + U32 * eta(t - m, n)) * sigma - 1.0  # the module's order
+            want[i, j] = min(a * r, 1.0) if a > 0 else 0.0
+    check(T.sixteen_bit_softmax_error(x, axis, u=u, ex=ex), np.moveaxis(want, -1, axis))
+    assert np.all(T.sixteen_bit_softmax_error(x[:, :1], -1, u=u, ex=ex[:, :1]) == 0)  # one entry: exactly 1
+    assert T.error_model(T.softmax_error, _dtype16(dtype_name)) is T.sixteen_bit_softmax_error
+
+
+@US
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_softmax_vjp_error_follows_its_docstring(u, axis):
+    """Δp_j(|d_j| + c̄) + p_j Δc + 3u p_j(|d_j| + c̄), Δc = Σ_i Δp_i|d_i| + u(n + 2)c̄, c̄ = Σ_i p_i|d_i|."""
+    rng = _rng(77)
+    x, d = rng.normal(size=(2, 3, 6)) * 3.0, rng.normal(size=(2, 3, 6))
+    x[0, 0, 2] = x[0, 0, 0] - 900.0  # p = 0 there: its |d| leaves c̄
+    d[0, 0, 2] = 1e300
+    xs, ds = np.moveaxis(x, axis, -1), np.moveaxis(d, axis, -1)
+    want = np.zeros(xs.shape)
+    for idx in np.ndindex(*xs.shape[:-1]):
+        row, n = [float(t) for t in xs[idx]], xs.shape[-1]
+        dp, _ = softmax_row(row, u, 0.0)
+        m = max(row)
+        z = math.fsum(math.exp(t - m) for t in row)
+        p = [math.exp(t - m) / z for t in row]
+        ad = [abs(float(g)) if pj > 0 else 0.0 for g, pj in zip(ds[idx], p)]
+        c_bar = dot(p, ad)
+        dc = dot(dp, ad) + u * (n + 2) * c_bar
+        want[idx] = [dp[j] * (ad[j] + c_bar) + p[j] * dc + 3.0 * u * p[j] * (ad[j] + c_bar) for j in range(n)]
+    check(T.softmax_vjp_error(x, d, axis, u=u), np.moveaxis(want, -1, axis))
+
+
+def _sum_to_shape(full, shape):
+    """The adjoint of broadcasting ``shape`` to ``full.shape``: the entries of ``full`` added into ``shape``."""
+    out = np.zeros(shape)
+    lead = full.ndim - len(shape)
+    for idx in np.ndindex(*full.shape):
+        out[tuple(0 if n == 1 else i for i, n in zip(idx[lead:], shape))] += full[idx]
+    return out
+
+
+def attention_vjp_loops(q, k, v, d, mask, scale, u):
+    """attention_vjp_error by its docstring, one batch entry and query row at a time: (dq, dk, dv) bounds."""
+    q, k, v, d = (np.asarray(a, dtype=np.float64) for a in (q, k, v, d))
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    n_q, n_k, d_k, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    Q, K, V = (np.broadcast_to(a, batch + a.shape[-2:]) for a in (q, k, v))
+    D = np.broadcast_to(d, batch + (n_q, d_v))
+    M = np.broadcast_to(np.ones((n_q, n_k), bool) if mask is None else np.asarray(mask, bool), batch + (n_q, n_k))
+    sc = _scale(d_k, scale)
+    _, e_out, _, _ = attention_loops(Q, K, V, M, scale, u)  # attention_error's bound of each output
+    full = {name: np.zeros(batch + shape) for name, shape in (
+        ("dq", (n_q, d_k)), ("dk", (n_k, d_k)), ("dv", (n_k, d_v)),
+        ("mq", (n_q, d_k)), ("mk", (n_k, d_k)), ("mv", (n_k, d_v)))}
+    for b in np.ndindex(*batch):
+        a_, daw, eds, dsbar = (np.zeros((n_q, n_k)) for _ in range(4))
+        for i in range(n_q):
+            keys = [j for j in range(n_k) if M[b][i][j]]
+            s = {j: sc * dot(Q[b][i], K[b][j]) for j in keys}
+            ds = {j: score_element(Q[b][i], K[b][j], sc, u, np.zeros(d_k), np.zeros(d_k)) for j in keys}
+            a, r_score, r_round = weight_parts_row(s, ds, keys, n_k, u)
+            da_w, _ = weights_row(a, r_score, r_round)
+            ad = [abs(float(g)) for g in D[b][i]]
+            big = [dot(ad, np.abs(V[b][j])) if a[j] > 0 else 0.0 for j in range(n_k)]  # M = |dO||V|ᵀ
+            e_da = [u * (d_v + 2) * x for x in big]
+            c_bar = dot(a, big)
+            dc_sum = math.fsum([da_w[j] * big[j] + a[j] * e_da[j] for j in range(n_k)]) + u * (n_k + 2) * c_bar
+            out = [abs(dot(a, V[b][:, c])) for c in range(d_v)]
+            dc_flash = math.fsum([ad[c] * e_out[b][i][c] + u * (d_v + 2) * ad[c] * out[c] for c in range(d_v)])
+            dc = max(dc_sum, dc_flash)
+            for j in range(n_k):
+                a_[i, j], daw[i, j] = a[j], da_w[j]
+                eds[i, j] = da_w[j] * (big[j] + c_bar) + a[j] * (e_da[j] + dc) + 3.0 * u * a[j] * (big[j] + c_bar)
+                dsbar[i, j] = a[j] * (big[j] + c_bar)
+        aq, ak, adO = np.abs(Q[b]), np.abs(K[b]), np.abs(D[b])
+        for i in range(n_q):
+            for col in range(d_k):
+                kc = ak[:, col]
+                full["mq"][b + (i, col)] = sc * dot(dsbar[i], kc)
+                full["dq"][b + (i, col)] = sc * (dot(eds[i], kc) + u * (n_k + 3) * dot(dsbar[i], kc))
+        for j in range(n_k):
+            for col in range(d_k):
+                qc = aq[:, col]
+                full["mk"][b + (j, col)] = sc * dot(dsbar[:, j], qc)
+                full["dk"][b + (j, col)] = sc * (dot(eds[:, j], qc) + u * (n_q + 3) * dot(dsbar[:, j], qc))
+            for c in range(d_v):
+                full["mv"][b + (j, c)] = dot(a_[:, j], adO[:, c])
+                full["dv"][b + (j, c)] = dot(daw[:, j], adO[:, c]) + u * (n_q + 2) * full["mv"][b + (j, c)]
+    bounds = []
+    for e, mag, x in (("dq", "mq", q), ("dk", "mk", k), ("dv", "mv", v)):
+        count = max(1, math.prod(full[e].shape) // max(1, math.prod(x.shape)))  # batch entries summed per entry
+        bounds.append(_sum_to_shape(full[e] + u * count * full[mag], x.shape))
+    return tuple(bounds)
+
+
+def _vjp_cases():
+    rng = _rng(78)
+    q, k, v = rng.normal(size=(2, 4, 3)), rng.normal(size=(2, 5, 3)) * 1.5, rng.normal(size=(2, 5, 2))
+    d = rng.normal(size=(2, 4, 2))
+    yield "masked", (q, k, v, d, _mask(rng, (2, 4, 5)), None)
+    yield "broadcast-keys", (q, k[0], v[:1], d, None, 0.7)  # k unbatched, v of batch 1: their sums over 2
+    yield "one-query-many-keys", (q[:, :1], rng.normal(size=(2, 9, 3)), rng.normal(size=(2, 9, 2)), d[:, :1],
+                                  None, None)
+
+
+# The (1 + p)(1 + q) − 1 form of the weights' error (module docstring) differs between the two evaluations by
+# about 4·2⁻⁵³·A(1 + r), and every weight term is at least A·u·8(n + 1) ≥ A·u·16: relative ≤ 2⁻⁵¹/(16u) — with
+# the float32 u 2⁻³¹, with bfloat16's far less. Each bound here is a sum of nonnegative terms: RTOL_VJP = 2⁻²⁹.
+RTOL_VJP = 2.0 ** -29
+
+
+@pytest.mark.parametrize("u", [U32, 2.0 ** -8], ids=["u32", "u-bf16"])
+@pytest.mark.parametrize("case", [c for c, _ in _vjp_cases()])
+def test_attention_vjp_error_follows_its_docstring(u, case):
+    q, k, v, d, mask, scale = dict(_vjp_cases())[case]
+    got = T.attention_vjp_error(q, k, v, d, mask, scale, u=u)
+    for name, g, w, x in zip("qkv", got, attention_vjp_loops(q, k, v, d, mask, scale, u), (q, k, v)):
+        assert g.shape == x.shape, name
+        check(g, w, rtol=RTOL_VJP)
 
 
 @pytest.mark.parametrize("dtype, u", [(np.float32, U32), (np.float64, U64)])
@@ -1163,6 +1479,19 @@ def test_softmax_jacobian_bound_follows_its_docstring(dtype, u):
         check(got.abs, np.full((n, n), total))
         got2 = T.softmax_jacobian_bound(x, h / 4, dtype=dtype)  # h enters: truncation h²/48, rounding 1/h
         assert got2.abs[0, 0] != got.abs[0, 0]
+
+
+@pytest.mark.parametrize("module", ["common", "attention", "positional", "norms", "ffn", "multihead", "layers",
+                                    "packed"])
+def test_the_package_exports_every_public_name_of_its_modules(module):
+    """The package's docstring: every public name of the modules is importable from it (and listed in its
+    ``__all__``), the same object. The kernel features' bounds, ``ACT_CURVATURE`` and ``per_head`` were not."""
+    import importlib
+
+    mod = importlib.import_module(f"attnclaims.checks.bounds.{module}")
+    assert mod.__all__, module
+    for name in mod.__all__:
+        assert name in T.__all__ and getattr(T, name) is getattr(mod, name), f"{module}.{name}"
 
 
 def test_conformance_and_self_consistency_add_the_right_bounds():

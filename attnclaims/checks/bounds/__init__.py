@@ -33,14 +33,18 @@ from attnclaims.checks.bounds.attention import (
     SCORE_STORES, attention_error, attention_vjp_error, attention_weights_error, causal_attention_error, hull_slack,
     row_sum_bound, score_error, sixteen_bit_attention_error, sixteen_bit_attention_weights_error,
     sixteen_bit_causal_attention_error, sixteen_bit_score_error, sixteen_bit_softmax_error, softmax_error,
-    softmax_jacobian_bound, softmax_jacobian_step, softmax_vjp_error, weight_relative_error
+    softmax_jacobian_bound, softmax_jacobian_step, softmax_vjp_error, weight_relative_error,
+    # the kernel features: given scores, the returned log-sum-exp, soft-capping, ALiBi
+    alibi_attention_error, alibi_mask, alibi_score_error, alibi_scores, lse_error, scored_attention_error,
+    scored_weights_error, sixteen_bit_lse_error, softcap_attention_error, softcap_score_error
 )
 from attnclaims.checks.bounds.positional import positional_encoding_error, rotary_error, rotary_scores_error
 from attnclaims.checks.bounds.norms import (
     layer_norm_error, layer_norm_moments_bound, layer_norm_vjp_error, rms_norm_error, sixteen_bit_layer_norm_error
 )
 from attnclaims.checks.bounds.ffn import (
-    ACT_LIPSCHITZ, feed_forward_error, feed_forward_vjp_error, gated_feed_forward_error, sixteen_bit_feed_forward_error
+    ACT_CURVATURE, ACT_LIPSCHITZ, feed_forward_error, feed_forward_vjp_error, gated_feed_forward_error,
+    sixteen_bit_feed_forward_error
 )
 from attnclaims.checks.bounds.multihead import (
     GQA_KEY, fold_bound, grouped_query_error, multi_head_error, sixteen_bit_grouped_query_error,
@@ -52,7 +56,7 @@ from attnclaims.checks.bounds.layers import (
     sixteen_bit_decoder_layer_error, sixteen_bit_encoder_layer_error, sixteen_bit_encoder_stack_error
 )
 from attnclaims.checks.bounds.packed import (
-    paged_attention_error, sixteen_bit_paged_attention_error, sixteen_bit_varlen_attention_error, varlen_attention_error
+    paged_attention_error, per_head, sixteen_bit_paged_attention_error, sixteen_bit_varlen_attention_error, varlen_attention_error
 )
 from attnclaims.guard import CheckFailure as CheckFailure  # re-exported as tolerances did: the suite raises T.CheckFailure
 
@@ -108,6 +112,8 @@ __all__ = [
     "attention_vjp_error",
     "causal_attention_error",
     "sixteen_bit_causal_attention_error",
+    "scored_attention_error", "scored_weights_error", "lse_error", "sixteen_bit_lse_error", "softcap_score_error",
+    "softcap_attention_error", "alibi_scores", "alibi_score_error", "alibi_mask", "alibi_attention_error",
     "positional_encoding_error",
     "rotary_error",
     "rotary_scores_error",
@@ -120,6 +126,7 @@ __all__ = [
     "sixteen_bit_feed_forward_error",
     "feed_forward_vjp_error",
     "ACT_LIPSCHITZ",
+    "ACT_CURVATURE",
     "gated_feed_forward_error",
     "multi_head_error",
     "sixteen_bit_multi_head_error",
@@ -142,5 +149,5 @@ __all__ = [
     "sixteen_bit_encoder_stack_error",
     "sixteen_bit_decoder_layer_error",
     "varlen_attention_error", "paged_attention_error", "sixteen_bit_varlen_attention_error",
-    "sixteen_bit_paged_attention_error",
+    "sixteen_bit_paged_attention_error", "per_head",
 ]
