@@ -7,7 +7,9 @@ function is recomputed from the formula its docstring states, by an independent 
 Python loops, one row / one output element at a time, with ``math`` functions and exactly rounded sums
 (``math.fsum``) instead of the module's vectorised numpy code; the helper values (``_mha_value``,
 ``_ffn_value``, ``_ln_value``, ``_split``, ``_merge``, ``rounded_projection``) are compared with the numpy
-reference in ``reference/``. Inputs vary: batches (broadcast ones too), masks with partially and fully
+reference in ``reference/``. The decoder-only block's and the KV cache's bounds, which only compose other bounds,
+are composed again here from those (each with its own formula test) and the reference's values, and the composed
+value is checked to be the reference's block. Inputs vary: batches (broadcast ones too), masks with partially and fully
 masked rows, rows with a single allowed key, several heads, n_q ≠ n_k, nonzero input errors, Post-LN and
 Pre-LN, and both the float32 and the float64 unit roundoff.
 
@@ -1174,6 +1176,126 @@ def test_decoder_layer_error_follows_its_docstring(u, norm_first):
     assert want.shape == (2, 3, 3, 4)
     value, want = decoder_loops(y3, mem3[0, 0], p, None, None, u, np.zeros(y3.shape), None)  # memory unbatched
     check(T.decoder_layer_error(y3, mem3[0, 0], p, u=u), want)
+
+
+def _block_norm(x, norm, eps):
+    from attnclaims.reference.norms import rms_norm
+
+    return (layer_norm(x, norm.gamma, norm.beta, eps) if isinstance(norm, LayerNormParams)
+            else rms_norm(x, norm.gamma, eps))
+
+
+def _block_norm_error(x, ex, norm, eps, u):
+    return (T.layer_norm_error(x, norm.gamma, norm.beta, eps, u=u, ex=ex) if isinstance(norm, LayerNormParams)
+            else T.rms_norm_error(x, norm.gamma, eps, u=u, ex=ex))
+
+
+def _heads(x, heads, repeat=1):
+    """(..., n, heads·d_k) -> (..., heads·repeat, n, d_k), each head repeated ``repeat`` times consecutively."""
+    return np.repeat(split_heads(x, heads), repeat, axis=-3)
+
+
+def block_attention_loops(h, eh, p, mask, u):
+    """decoder_block_error's attention stage by its docstring, from the reference's pieces and the (formula-
+    tested) component bounds: the projections' linear_error, K/V heads repeated for their groups, RoPE's
+    rotary_error on q and k at positions 0 … n − 1, attention_error under causal ∧ mask, the output
+    projection. Returns (value, bound)."""
+    from attnclaims.reference.positional import rotary_embedding
+
+    a = p.self_attn
+    kv, r, n = a.num_kv_heads, a.num_heads // a.num_kv_heads, h.shape[-2]
+    q, k, v = _heads(h @ a.w_q + a.b_q, a.num_heads), _heads(h @ a.w_k + a.b_k, kv, r), _heads(h @ a.w_v + a.b_v, kv, r)
+    eq = _heads(T.linear_error(h, a.w_q, a.b_q, u=u, ex=eh), a.num_heads)
+    ek, ev = (_heads(T.linear_error(h, w, b, u=u, ex=eh), kv, r) for w, b in ((a.w_k, a.b_k), (a.w_v, a.b_v)))
+    if p.rope is not None:
+        pos, base, layout = np.arange(n), p.rope.base, p.rope.layout
+        eq, ek = (T.rotary_error(x, pos, base, layout, u=u, ex=e) for x, e in ((q, eq), (k, ek)))
+        q, k = (rotary_embedding(x, pos, base, layout) for x in (q, k))
+    allowed = np.tril(np.ones((n, n), bool)) & (True if mask is None else np.asarray(mask, bool))
+    head_mask = np.broadcast_to(allowed, h.shape[:-2] + (n, n))[..., None, :, :]
+    merged = merge_heads(attention(q, k, v, mask=head_mask))
+    e_merged = merge_heads(T.attention_error(q, k, v, head_mask, u=u, eq=eq, ek=ek, ev=ev))
+    return merged @ a.w_o + a.b_o, T.linear_error(merged, a.w_o, a.b_o, u=u, ex=e_merged)
+
+
+def decoder_block_loops(x, p, mask, u, ex):
+    """The block's residual sub-layers composed as residual_stages does, with its norms (LayerNorm or RMSNorm)
+    and its FFN (ReLU or gated)."""
+    from attnclaims.reference.ffn import gated_feed_forward
+
+    relu = not hasattr(p.ffn, "w_gate")
+    stages = [(lambda h, eh: block_attention_loops(h, eh, p, mask, u), p.norm1),
+              (lambda h, eh: (feed_forward(h, p.ffn) if relu else gated_feed_forward(h, p.ffn),
+                              (T.feed_forward_error if relu else T.gated_feed_forward_error)(h, p.ffn, u=u, ex=eh)),
+               p.norm2)]
+    for stage, norm in stages:
+        if p.norm_first:
+            h, eh = _block_norm(x, norm, p.eps), _block_norm_error(x, ex, norm, p.eps, u)
+            f, ef = stage(h, eh)
+            x, ex = x + f, ex + ef + u * np.abs(x + f)
+        else:
+            f, ef = stage(x, ex)
+            z = x + f
+            x, ex = _block_norm(z, norm, p.eps), _block_norm_error(z, ex + ef + u * np.abs(z), norm, p.eps, u)
+    return x, ex
+
+
+def _block_cases():
+    from attnclaims.reference import init_decoder_block
+    from attnclaims.reference.params import RotaryParams
+
+    rng = _rng(81)
+    yield "pre-ln-layer-relu", init_decoder_block(1, 8, 4, 6), None
+    yield "post-ln-rms-swiglu-gqa-rope", init_decoder_block(2, 8, 4, 6, num_kv_heads=2, ffn="silu", norm="rms",
+                                                            norm_first=False, rope=RotaryParams(500.0, "interleaved")), \
+        _mask(rng, (5, 5), full_row=False, single=False)
+    yield "pre-ln-rms-gelu-mqa-rope", init_decoder_block(3, 8, 4, 6, num_kv_heads=1, ffn="gelu", norm="rms",
+                                                         rope=RotaryParams()), None
+    yield "post-ln-layer-relu-masked", init_decoder_block(4, 8, 2, 6, norm_first=False), \
+        _mask(rng, (2, 5, 5), full_row=False, single=False)
+
+
+@US
+@pytest.mark.parametrize("case", [c for c, _, _ in _block_cases()])
+def test_decoder_block_error_follows_its_docstring(u, case):
+    from attnclaims.reference.layers import decoder_block
+
+    _, p, mask = next(c for c in _block_cases() if c[0] == case)
+    rng = _rng(82)
+    x = rng.normal(size=(2, 5, 8))
+    ex = rng.uniform(0, 1e-6, x.shape)
+    value, want = decoder_block_loops(x, p, mask, u, ex)
+    np.testing.assert_allclose(value, decoder_block(x, p, mask), rtol=0, atol=1e-12)  # the composition is the block
+    check(T.decoder_block_error(x, p, mask, u=u, ex=ex), want)
+    check(T.decoder_block_error(x, p, mask, u=u), decoder_block_loops(x, p, mask, u, np.zeros(x.shape))[1])
+
+
+@US
+@pytest.mark.parametrize("case", [c for c, _, _ in _block_cases()])
+def test_kv_cache_error_follows_its_docstring(u, case):
+    """The cache's keys (after RoPE) and values in the K/V heads, not repeated: the first sub-layer's input
+    (x, or N_1(x) with its error Pre-LN), the K or V projection's linear_error, RoPE's rotary_error on the keys."""
+    from attnclaims.reference.layers import decoder_block_step
+
+    _, p, _ = next(c for c in _block_cases() if c[0] == case)
+    rng = _rng(83)
+    x = rng.normal(size=(2, 5, 8))
+    ex = rng.uniform(0, 1e-6, x.shape)
+    h, eh = (_block_norm(x, p.norm1, p.eps), _block_norm_error(x, ex, p.norm1, p.eps, u)) if p.norm_first else (x, ex)
+    a = p.self_attn
+    _, cache = decoder_block_step(x, None, p, 0)
+    for part, w, b, cached in (("k", a.w_k, a.b_k, cache.k), ("v", a.w_v, a.b_v, cache.v)):
+        value = _heads(h @ w + b, a.num_kv_heads)
+        want = _heads(T.linear_error(h, w, b, u=u, ex=eh), a.num_kv_heads)
+        if part == "k" and p.rope is not None:
+            want = T.rotary_error(value, np.arange(5), p.rope.base, p.rope.layout, u=u, ex=want)
+            from attnclaims.reference.positional import rotary_embedding
+
+            value = rotary_embedding(value, np.arange(5), p.rope.base, p.rope.layout)
+        np.testing.assert_allclose(value, cached, rtol=0, atol=1e-12)  # the cache the block builds
+        check(T.kv_cache_error(x, p, part, u=u, ex=ex), want)
+    with pytest.raises(ValueError, match=r"part='q', but should be 'k' or 'v'"):
+        T.kv_cache_error(x, p, "q", u=u)
 
 
 # ---------------------------------------------------------------------------------------------
