@@ -1603,6 +1603,21 @@ def test_softmax_jacobian_bound_follows_its_docstring(dtype, u):
         assert got2.abs[0, 0] != got.abs[0, 0]
 
 
+def test_fold_bound_adds_the_bounds_of_each_kv_heads_copies():
+    """fold_bound: the bound of a grouped-query K/V gradient is the sum of its r copies' bounds (query heads
+    g·r … g·r + r − 1 read K/V head g), column by column; the tolerance unit is kept."""
+    rng = _rng(84)
+    kv, r, d_k = 2, 3, 2
+    b = T.Bound(rng.uniform(0, 1, (4, kv * r * d_k)), 2.0 ** -10)
+    got = T.fold_bound(b, kv, r)
+    want = np.zeros((4, kv * d_k))
+    for g in range(kv):
+        for c in range(d_k):
+            want[:, g * d_k + c] = [math.fsum(b.abs[row, (g * r + i) * d_k + c] for i in range(r)) for row in range(4)]
+    check(got.abs, want)
+    assert got.tol == b.tol
+
+
 @pytest.mark.parametrize("module", ["common", "attention", "positional", "norms", "ffn", "multihead", "layers",
                                     "packed"])
 def test_the_package_exports_every_public_name_of_its_modules(module):
