@@ -1487,3 +1487,142 @@ def test_every_composite_strategy_is_reused_unless_it_takes_arrays():
     from attnclaims.checks.strategies import positional as PS
 
     assert PS.positions(5) is PS.positions(5) and PS.rope_cases(min_seq=2) is PS.rope_cases(min_seq=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Packed sequences: the named edge cases and the helpers the metamorphic tests build their twins with
+# ---------------------------------------------------------------------------------------------
+
+class _Tiles(_Declares):
+    tile_sizes = (32, 8)  # the smallest declared tile, T = 8, sizes the named edge cases
+
+
+@pytest.mark.parametrize("declared", [{}, {"value_width": "d_k", "grouped_query": True, "varlen_causal": (False,)}],
+                         ids=["defaults", "restricted"])
+def test_the_packed_edge_cases_are_the_documented_ones(declared):
+    """PACKED_EDGE's comment and packed_edge_case's docstring, with T = 8: the sequence lengths, the page
+    sizes and physical order, d_k = 7, d_v = 5 (7 with value_width 'd_k'), 2 query heads and 2 K/V heads
+    (1 with grouped_query), causal where declared, the entries' ranges."""
+    from attnclaims.checks.strategies import packed as P
+
+    t, d_v, h_kv = 8, 7 if declared else 5, 1 if declared else 2
+    causal = not declared  # the restricted stub declares varlen_causal=(False,) only
+    with S.following(_Tiles(**declared)):
+        cases = {name: P.PackedEdge(name).build() for name in P.PACKED_EDGE}
+        # causal where declared already in the case itself (build() would flip an undeclared setting back)
+        assert all(P.packed_edge_case(name).causal == causal for name in ("varlen-tiles", "varlen-decode"))
+        with pytest.raises(ValueError, match="unknown packed edge case 'other'"):
+            P.packed_edge_case("other")
+    lengths = {"varlen-tiles": ([t - 1, t + 1, 2 * t + 3],) * 2, "varlen-decode": ([1, 1, 1], [2 * t + 5, 1, t]),
+               "varlen-many-short": ([1, 0, 3, 2, 1, 0, 3, 1, 2, 2, 1, 3], [1, 2, 3, 2, 3, 1, 3, 1, 2, 3, 1, 3])}
+    for name, (nq, nk) in lengths.items():
+        c = cases[name]
+        assert list(np.diff(c.cu_q)) == nq and list(np.diff(c.cu_k)) == nk and c.cu_q[0] == c.cu_k[0] == 0, name
+        assert c.q.shape == (sum(nq), 2, 7) and c.k.shape == (sum(nk), h_kv, 7) and c.v.shape == (sum(nk), h_kv, d_v)
+        assert c.causal == (causal and name != "varlen-many-short") and c.scale is None and c.label == name
+        assert np.abs(c.q).max() <= 2 and np.abs(c.k).max() <= 2 and np.abs(c.v).max() <= 1
+        assert np.abs(c.q).max() > 1 and np.abs(c.v).min() >= 0 and c.cu_q.dtype == c.cu_k.dtype == np.int32
+    tiles, ones = cases["paged-tiles"], cases["paged-pages-of-one"]
+    assert list(tiles.seq_lens) == [2 * t + 5, t - 1] and tiles.block_size == t and tiles.q.shape == (2, 1, 2, 7)
+    assert tiles.block_table.tolist() == [[3, 2, 1], [0, -1, -1]]  # four pages in reverse physical order
+    assert list(ones.seq_lens) == [9, 4] and ones.block_size == 1 and ones.q.shape == (2, 2, 2, 7)
+    assert ones.block_table.tolist() == [[8, 9, 10, 11, 12, 0, 1, 2, 3], [4, 5, 6, 7, -1, -1, -1, -1, -1]]  # roll 5
+    for c in (tiles, ones):
+        assert c.k_cache.shape[2:] == (h_kv, 7) and c.v_cache.shape[2:] == (h_kv, d_v) and c.scale is None
+        assert c.block_table.dtype == c.seq_lens.dtype == np.int32
+
+
+def _paged(seed=5):
+    """A paged case with spare pages, a last page read only in part and −1 and valid-page fillers."""
+    from attnclaims.checks.strategies import packed as P
+
+    rng = np.random.default_rng(seed)
+    table = np.array([[5, 2, 0], [4, -1, -1], [1, 3, 3]], dtype=np.int32)  # page 6 unused; 3 repeated as filler
+    k, v = rng.normal(size=(7, 4, 1, 3)), rng.normal(size=(7, 4, 1, 2))
+    return P.PagedCase(rng.normal(size=(3, 2, 2, 3)), k, v, table, np.array([10, 2, 5], dtype=np.int32))
+
+
+def test_read_slots_are_the_slots_the_block_table_reads():
+    from attnclaims.checks.strategies import packed as P
+
+    case = _paged()
+    want = np.zeros((7, 4), bool)
+    for b, n in enumerate(case.seq_lens):
+        for pos in range(n):
+            want[case.block_table[b][pos // 4], pos % 4] = True
+    got = P.read_slots(case)
+    assert np.array_equal(got, want)
+    assert got[5].all() and got[0].tolist() == [True, True, False, False] and not got[6].any()
+
+
+def test_permute_pages_and_refill_unread_keep_what_every_sequence_reads():
+    """permute_pages moves page p to perm[p] and renumbers the table (−1 stays): each sequence reads the same
+    keys and values, so the reference's result is bit for bit the same; refill_unread changes exactly the slots
+    no sequence reads, and the reference's result again is the same."""
+    from attnclaims.checks.strategies import packed as P
+    from attnclaims.reference.packed import paged_attention
+
+    case = _paged()
+    perm = np.array([3, 6, 0, 5, 1, 2, 4])
+    moved = P.permute_pages(case, perm)
+    assert moved.block_table.dtype == np.int32 and np.array_equal(moved.block_table == -1, case.block_table == -1)
+    for b, n in enumerate(case.seq_lens):
+        for pos in range(n):
+            old, new = case.block_table[b][pos // 4], moved.block_table[b][pos // 4]
+            assert new == perm[old]
+            assert np.array_equal(moved.k_cache[new, pos % 4], case.k_cache[old, pos % 4])
+            assert np.array_equal(moved.v_cache[new, pos % 4], case.v_cache[old, pos % 4])
+    assert moved.block_table[2, 2] == perm[3]  # a filler column holding a page is renumbered too
+    base = paged_attention(*case.args())
+    assert np.array_equal(paged_attention(*moved.args()), base)
+    fresh_k, fresh_v = np.full(case.k_cache.shape, 7.0), np.full(case.v_cache.shape, -7.0)
+    refilled = P.refill_unread(case.cast(np.float32), fresh_k, fresh_v)
+    read = P.read_slots(case)
+    assert refilled.k_cache.dtype == refilled.v_cache.dtype == np.float32
+    assert np.array_equal(refilled.k_cache[read], case.k_cache[read].astype(np.float32))
+    assert np.all(refilled.k_cache[~read] == 7.0) and np.all(refilled.v_cache[~read] == -7.0)
+    assert np.array_equal(paged_attention(*P.refill_unread(case, fresh_k, fresh_v).args()), base)
+
+
+def test_replace_other_sequences_keeps_only_sequence_b():
+    from attnclaims.checks.strategies import packed as P
+
+    with S.following(_Tiles()):
+        case = P.packed_edge_case("varlen-tiles").cast(np.float32)
+    fresh_k, fresh_v = np.full(case.k.shape, 9.0), np.full(case.v.shape, -9.0)
+    for b, (_, _, k0, k1) in enumerate(case.bounds):
+        twin = P.replace_other_sequences(case, b, fresh_k, fresh_v)
+        assert twin.k.dtype == twin.v.dtype == np.float32 and twin.q is case.q and twin.cu_k is case.cu_k
+        mine = np.zeros(case.k.shape[0], bool)
+        mine[k0:k1] = True
+        assert np.array_equal(twin.k[mine], case.k[mine]) and np.array_equal(twin.v[mine], case.v[mine])
+        assert np.all(twin.k[~mine] == 9.0) and np.all(twin.v[~mine] == -9.0)
+
+
+@pytest.mark.parametrize("declared", [{}, {"value_width": "d_k"}, {"value_width": "d_k", "scale": "none"}],
+                         ids=["any-width", "d_k-width", "d_k-width-no-scale"])
+def test_varlen_weights_probe_reads_the_reference_weights(declared):
+    """With one-hot values the probe's output is each query's weight row over the packed keys: the softmax of
+    its own sequence's scores (bottom-right causal where the case is), 0 outside it; where d_v must equal d_k the
+    zero-padded q and k and the explicit (or √(width/d_k)-scaled) scale give the same weights."""
+    from attnclaims.checks.strategies import packed as P
+    from attnclaims.reference.impl import Reference
+
+    with S.following(_Tiles(**declared)):
+        case = P.packed_edge_case("varlen-tiles")  # 3 sequences, 50 keys > d_k = 7: padded where width is d_k
+        weights, (q, k, s) = P.varlen_weights_probe(Reference(), case)
+    assert weights.shape == (case.q.shape[0], 2, case.k.shape[0])
+    if declared:
+        assert q.shape[-1] == k.shape[-1] == case.k.shape[0]
+        assert s is None if declared.get("scale") == "none" else s == 1 / math.sqrt(7)
+    for q0, q1, k0, k1 in case.bounds:
+        for i in range(q0, q1):
+            for h in range(2):
+                scores = [float(case.q[i, h] @ case.k[j, 0 if case.k.shape[1] == 1 else h]) / math.sqrt(7)
+                          for j in range(k0, k1)]
+                seen = [j - k0 <= (i - q0) + (k1 - k0) - (q1 - q0) or not case.causal for j in range(k0, k1)]
+                top = max(x for x, ok in zip(scores, seen) if ok)
+                e = [math.exp(x - top) if ok else 0.0 for x, ok in zip(scores, seen)]
+                want = np.zeros(case.k.shape[0])
+                want[k0:k1] = np.array(e) / math.fsum(e)
+                np.testing.assert_allclose(weights[i, h], want, rtol=1e-12, atol=1e-15)
