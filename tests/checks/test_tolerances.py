@@ -2129,6 +2129,21 @@ def test_a_weight_that_underflows_float64_keeps_its_score_error():
     assert np.all(T.attention_error(q, k, v, None, 1.0, u=2.0 ** -53) < 1e-12)
 
 
+def test_an_underflowed_weight_is_lifted_to_its_score_terms_bound_exactly_above_the_smallest_float():
+    """_lift_underflow's numbers: a weight float64 holds as 0 (t = −800) whose score error x could lift it gets
+    the bound e^{t + x}·(1 + uη + u) (A = 2⁻¹⁰⁷⁴ times r = e^{t + x}/2⁻¹⁰⁷⁴, through scored_weights_error's
+    (1 + r_s)(1 + uη + u) − 1), and the threshold is log 2⁻¹⁰⁷⁴ = −1074·ln 2: t + x 0.2 above it is lifted, 0.2
+    below it is not."""
+    log_tiny = -1074.0 * math.log(2.0)
+    s = np.array([[0.0, -800.0]])
+    got = T.scored_weights_error(s, np.full(s.shape, 50.0), u=U32)  # x = |ΔS| + E = 100
+    check(got[0, 1], math.exp(-700.0) * (1.0 + U32 * eta(-800.0, 2) + U32), rtol=1e-10)
+    for gap, lifted in ((0.2, True), (-0.2, False)):
+        x = 800.0 + log_tiny + gap
+        got = T.scored_weights_error(s, np.full(s.shape, x / 2), u=U32)
+        assert (got[0, 1] > 0) == lifted, (gap, got)
+
+
 # ---------------------------------------------------------------------------------------------
 # mutmut survivors of attnclaims/checks/bounds/ (2026-12-06 late run)
 # ---------------------------------------------------------------------------------------------
