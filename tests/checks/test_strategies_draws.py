@@ -1626,3 +1626,98 @@ def test_varlen_weights_probe_reads_the_reference_weights(declared):
                 want = np.zeros(case.k.shape[0])
                 want[k0:k1] = np.array(e) / math.fsum(e)
                 np.testing.assert_allclose(weights[i, h], want, rtol=1e-12, atol=1e-15)
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention's smaller strategies: scales, alignments, windows, masks, scored inputs, kernel features
+# ---------------------------------------------------------------------------------------------
+
+def test_explicit_scales_alignments_windows_and_softcaps_are_the_declared_ones():
+    """Every documented explicit scale (0, negative, 1e300, 1e-300 among them) by default, the positive ones only
+    for scale='positive', not applicable for scale='none'; the declared causal alignments; windows None or
+    1 … n_k + 1 (a window always with window=True, never without sliding_window, where window=True is not
+    applicable); every documented soft-cap."""
+    assert set(_sample(A.explicit_scales(), 200)) == set(A.EXPLICIT_SCALES)
+    assert set(A.EXPLICIT_SCALES) >= {0.0, -1.0, 1e300, 1e-300}
+    with S.following(_Declares(scale="positive")):
+        assert set(_sample(A.explicit_scales(), 200)) == {s for s in A.EXPLICIT_SCALES if s > 0}
+    with S.following(_Declares(scale="none")), pytest.raises(pytest.skip.Exception, match="scale"):
+        A.explicit_scales()
+    assert set(_sample(A.alignments(), 40)) == {"top-left", "bottom-right"}
+    with S.following(_Declares(causal_alignment=("bottom-right",))):
+        assert set(_sample(A.alignments(), 20)) == {"bottom-right"}
+    assert set(_sample(A.windows(5), 300)) == {None, 1, 2, 3, 4, 5, 6}
+    assert set(_sample(A.windows(5, window=True), 200)) == {1, 2, 3, 4, 5, 6}
+    with S.following(_Declares(sliding_window=False)):
+        assert set(_sample(A.windows(5), 20)) == {None}
+        with pytest.raises(pytest.skip.Exception, match="sliding_window"):
+            A.windows(5, window=True)
+    assert set(_sample(A.softcaps(), 100)) == set(A.SOFTCAPS) == {50.0, 30.0, 5.0, 1.0, 0.5}
+
+
+def test_with_causal_mask_is_top_left_causal_and_padding():
+    c = A.AttentionCase(np.zeros((2, 3, 2)), np.zeros((2, 4, 2)), np.zeros((2, 4, 1)), None, None, label="x")
+    causal = np.array([[j <= i for j in range(4)] for i in range(3)])
+    got = A.with_causal_mask(c)
+    assert np.array_equal(got.mask, causal) and got.label == "x causal" and got.q is c.q
+    pad = np.array([[[True, True, False, True]], [[True, False, True, True]]])
+    got = A.with_causal_mask(replace_label(c, ""), pad)
+    assert np.array_equal(got.mask, causal & pad) and got.mask.shape == (2, 3, 4) and got.label == "causal ∧ padding"
+
+
+def replace_label(case, label):
+    from dataclasses import replace
+
+    return replace(case, label=label)
+
+
+def test_single_key_cases_have_exactly_one_key_per_row():
+    for c in _sample(A.single_key_cases(), 40):
+        m = np.broadcast_to(c.mask, c.batch + (c.n_q, c.n_k))
+        assert np.all(m.sum(axis=-1) == 1), c.mask
+    assert _reach(A.single_key_cases(), lambda c: c.n_k > 1 and c.mask[..., 0, -1].any())  # not always the first key
+
+
+def test_scored_cases_have_scores_against_values_masked_or_not():
+    """Scores (…, n_q, n_k) against values (…, n_k, d_v), masked and unmasked draws, a mask that broadcasts to the
+    scores. (Which score function made them is not visible in the draw: both kinds are drawn low-rank at these
+    sizes; the claim suite's scored tests compare each with the reference of the same scores.)"""
+    for kind in ("dot-product", "additive"):
+        draws = _sample(A.scored_cases(kind), 30)
+        assert all(s.shape[-1] == v.shape[-2] for s, v, _ in draws), kind
+        assert any(m is not None for _, _, m in draws) and any(m is None for _, _, m in draws), kind
+        for s, _, m in draws:
+            assert m is None or np.broadcast_shapes(np.shape(m), s.shape) == s.shape, kind
+
+
+def _broadcasts_to(shape, target) -> bool:
+    try:
+        return np.broadcast_shapes(shape, target) == target
+    except ValueError:
+        return False
+
+
+@pytest.mark.parametrize("batch, n_q, n_k", [((), 1, 1), ((), 2, 2), ((2,), 3, 4), ((2, 3), 1, 5)])
+def test_bad_mask_shapes_never_broadcast(batch, n_q, n_k):
+    """Each documented wrong shape, and none broadcasts to batch + (n_q, n_k) (numpy stretching an axis of 1
+    of the scores to it gives another shape)."""
+    shapes = set(_sample(A.bad_mask_shapes(batch, n_q, n_k), 100))
+    want = {(n_q, n_k + 1), (n_q + 1, n_k)} | ({(n_q, n_k - 1)} if n_k > 2 else set()) \
+        | ({(n_q - 1, n_k)} if n_q > 2 else set()) | ({(batch[0] + 1,) + batch[1:] + (n_q, n_k)} if batch else set())
+    assert shapes == want
+    assert not any(_broadcasts_to(shape, batch + (n_q, n_k)) for shape in shapes)
+
+
+@pytest.mark.parametrize("heads", [1, 3, 9, 12])
+def test_alibi_slope_sets_are_press_et_als_or_distinct_powers_of_two(heads):
+    from attnclaims.reference.attention import alibi_slopes
+
+    sets = _sample(A.alibi_slope_sets(heads), 60)
+    press = [s for s in sets if np.array_equal(s, alibi_slopes(heads))]
+    powers = [s for s in sets if not np.array_equal(s, alibi_slopes(heads))]
+    assert press and powers
+    for s in powers:
+        exps = -np.log2(s)
+        assert s.shape == (heads,) and np.array_equal(exps, np.round(exps)) and exps.min() >= 0 and exps.max() <= 8
+        assert heads > 9 or len(set(s.tolist())) == heads  # distinct where 2^0 … 2^-8 suffice
+    assert heads == 1 or any(not np.all(np.diff(s) <= 0) for s in powers)  # drawn orders, not only decreasing
