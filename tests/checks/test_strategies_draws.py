@@ -1721,3 +1721,61 @@ def test_alibi_slope_sets_are_press_et_als_or_distinct_powers_of_two(heads):
         assert s.shape == (heads,) and np.array_equal(exps, np.round(exps)) and exps.min() >= 0 and exps.max() <= 8
         assert heads > 9 or len(set(s.tolist())) == heads  # distinct where 2^0 … 2^-8 suffice
     assert heads == 1 or any(not np.all(np.diff(s) <= 0) for s in powers)  # drawn orders, not only decreasing
+
+
+# ---------------------------------------------------------------------------------------------
+# Small helpers of the strategies package
+# ---------------------------------------------------------------------------------------------
+
+def test_zero_biases_zeroes_every_bias_and_beta_in_its_dtype_and_nothing_else():
+    """Every b1, b2, b_* and beta of a parameter dataclass, nested ones too, exactly 0 in its own dtype; weights,
+    gains, ε and the head counts as they were; a non-dataclass passes through unchanged."""
+    from attnclaims.reference import init_decoder_block
+
+    p = RP.init_decoder_layer(3, 6, 2, 5, dtype=np.float32)
+    z = C.zero_biases(p)
+    for name in ("b_q", "b_k", "b_v", "b_o"):
+        for attn in ("self_attn", "cross_attn"):
+            got = getattr(getattr(z, attn), name)
+            assert got.dtype == np.float32 and np.all(got == 0) and np.any(getattr(getattr(p, attn), name) != 0)
+            assert np.array_equal(getattr(z, attn).w_q, getattr(p, attn).w_q)
+    assert np.all(z.ffn.b1 == 0) and np.all(z.ffn.b2 == 0) and np.array_equal(z.ffn.w1, p.ffn.w1)
+    for norm in ("norm1", "norm2", "norm3"):
+        assert np.all(getattr(z, norm).beta == 0) and np.array_equal(getattr(z, norm).gamma, getattr(p, norm).gamma)
+    assert z.self_attn.num_heads == p.self_attn.num_heads and z.eps == p.eps and z.norm_first == p.norm_first
+    block = init_decoder_block(4, 8, 4, 6, ffn="silu", norm="rms")  # gated FFN, RMSNorm: no beta, no b1/b2
+    zb = C.zero_biases(block)
+    assert np.all(zb.self_attn.b_o == 0) and np.array_equal(zb.ffn.w_gate, block.ffn.w_gate)
+    assert np.array_equal(zb.norm1.gamma, block.norm1.gamma)
+    x = np.ones(3)
+    assert C.zero_biases(x) is x and C.zero_biases(RP.MultiHeadParams) is RP.MultiHeadParams
+
+
+def test_tile_mode_forces_or_forbids_crossings_restores_and_counts_them():
+    """tile_mode("always"): every tile_crossing draw crosses, "never": none; the mode before is restored on exit,
+    even on an exception; an unknown mode is a ValueError naming the three; tile_crossings_drawn counts the
+    crossings returned."""
+    from attnclaims.checks.strategies.common import _TILE_MODE
+
+    before = _TILE_MODE[0]
+    count = C.tile_crossings_drawn()
+    with C.tile_mode("always"):
+        drawn = _sample(C.tile_crossing(), 20)
+    assert all(d is not None for d in drawn) and C.tile_crossings_drawn() == count + 20
+    assert _TILE_MODE[0] == before
+    with C.tile_mode("never"):
+        assert all(d is None for d in _sample(C.tile_crossing(), 40))
+    assert C.tile_crossings_drawn() == count + 20
+    with pytest.raises(RuntimeError), C.tile_mode("always"):
+        raise RuntimeError
+    assert _TILE_MODE[0] == before
+    with pytest.raises(ValueError, match=r"^tile_mode\('sometimes'\): expected 'draw', 'always' or 'never'$"):
+        with C.tile_mode("sometimes"):
+            pass
+
+
+@pytest.mark.parametrize("n", [0, 1, 4])
+def test_permutations_are_every_ordering_of_range_n_as_int64(n):
+    drawn = _sample(C.permutations(n), 200)
+    assert all(p.dtype == np.int64 and sorted(p.tolist()) == list(range(n)) for p in drawn)
+    assert len({tuple(p.tolist()) for p in drawn}) == math.factorial(n)
