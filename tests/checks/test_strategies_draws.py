@@ -1779,3 +1779,32 @@ def test_permutations_are_every_ordering_of_range_n_as_int64(n):
     drawn = _sample(C.permutations(n), 200)
     assert all(p.dtype == np.int64 and sorted(p.tolist()) == list(range(n)) for p in drawn)
     assert len({tuple(p.tolist()) for p in drawn}) == math.factorial(n)
+
+
+def test_decoder_cases_match_their_sizes_and_masks():
+    """decoder_cases: y (batch, n_t, d_model) and memory (batch, n_s, d_model) of the drawn dims, decoder-layer
+    parameters of those sizes; masks=True both masks, masks=False none, the default both kinds of draw; the
+    self mask a key-padding mask (batch, 1, n_t) that allows later positions (the layer's causal mask must still
+    hide them); the memory mask a padding mask or a full (…, n_t, n_s) one; ``offset`` draws some output biases
+    offset by a large common μ; ``min_seq``/``max_seq`` bound the sequence lengths."""
+    from attnclaims.checks.strategies import layers as L
+
+    draws = _sample(L.decoder_cases(masks=True), 40)
+    for case, p, self_mask, memory_mask in draws:
+        d = case.dims
+        assert case.x.shape == d.batch + (d.n_q, d.d_model) and case.memory.shape == d.batch + (d.n_k, d.d_model)
+        assert isinstance(p, RP.DecoderLayerParams) and p.self_attn.d_model == d.d_model
+        assert p.self_attn.num_heads == p.cross_attn.num_heads == d.num_heads and p.ffn.w1.shape == (d.d_model, d.d_ff)
+        assert self_mask.shape == (d.batch[0], 1, d.n_q)
+        assert np.broadcast_shapes(memory_mask.shape, d.batch + (d.n_q, d.n_k)) == d.batch + (d.n_q, d.n_k)
+    assert any(m.shape[-2] == 1 for *_, m in draws) and any(m.shape[-2] > 1 for *_, m in draws)
+    assert any(d.dims.n_q > 1 and np.any(s[..., 0, 1:]) for d, _, s, _ in draws)  # later positions allowed
+    assert all(s is None and m is None for _, _, s, m in _sample(L.decoder_cases(masks=False), 20))
+    both = _sample(L.decoder_cases(), 40)
+    assert any(s is None for _, _, s, _ in both) and any(s is not None for _, _, s, _ in both)
+    bounded = _sample(L.decoder_cases(min_seq=3, max_seq=4), 40)
+    assert all(3 <= c.dims.n_q <= 4 and 3 <= c.dims.n_k <= 4 for c, *_ in bounded)
+    with S.following(_Float32()):
+        offsets = [p for _, p, _, _ in _sample(L.decoder_cases(offset=True), 60)]
+    assert any(np.all(np.abs(p.self_attn.b_o) > 1) for p in offsets) and any(np.all(np.abs(p.self_attn.b_o) < 1)
+                                                                             for p in offsets)
