@@ -1808,3 +1808,31 @@ def test_decoder_cases_match_their_sizes_and_masks():
         offsets = [p for _, p, _, _ in _sample(L.decoder_cases(offset=True), 60)]
     assert any(np.all(np.abs(p.self_attn.b_o) > 1) for p in offsets) and any(np.all(np.abs(p.self_attn.b_o) < 1)
                                                                              for p in offsets)
+
+
+def test_grouped_query_params_tile_head_widths_and_distinct_groupings():
+    """grouped_query_params: Xavier parameters of the asked sizes with a num_kv_heads from kv_head_counts (a
+    proper divisor with grouped=True), each bias scale 0.1, 0 and 0.5 drawn, in the followed dtype, not
+    applicable without grouped_query; tile_head_widths: the documented widths (one less where even) that keep
+    heads·width ≤ 128, else the narrowest; distinct_groupings: True in three draws of four."""
+    from attnclaims.checks.strategies import multihead as M
+
+    with S.following(_Declares(grouped_query=True)):
+        drawn = _sample(M.grouped_query_params(12, 6), 60)
+    assert {p.num_kv_heads for p in drawn} == {1, 2, 3}
+    assert all(p.d_model == 12 and p.num_heads == 6 and p.w_k.shape == (12, 2 * p.num_kv_heads) for p in drawn)
+    scales = {0.0 if not np.any(p.b_q) else 0.5 if np.abs(p.b_q).max() > 0.1 else 0.1 for p in drawn}
+    assert scales == {0.0, 0.1, 0.5}
+    with S.following(_Declares(grouped_query=True)):
+        assert {p.num_kv_heads for p in _sample(M.grouped_query_params(12, 6, grouped=None), 60)} == {1, 2, 3, 6}
+    from hypothesis.errors import Unsatisfiable
+
+    with S.following(_Declares()), pytest.raises(Unsatisfiable):  # every draw declined as not applicable
+        _sample(M.grouped_query_params(12, 6), 5)
+    assert M.TILE_MAX_D_MODEL == 128
+    assert M.tile_head_widths(1) == (7, 23, 37, 17, 64) and M.tile_head_widths(1, even=True) == (6, 22, 36, 16, 64)
+    assert M.tile_head_widths(4) == (7, 23, 17) and M.tile_head_widths(2) == (7, 23, 37, 17, 64)
+    assert M.tile_head_widths(20) == (7,) and M.tile_head_widths(20, even=True) == (6,)
+    assert M.tile_head_widths(19) == (7,) and M.tile_head_widths(18) == (7,)  # 18·7 = 126 fits, 19·7 does not
+    flags = _sample(M.distinct_groupings(), 200)
+    assert 0.6 < sum(flags) / len(flags) < 0.9
