@@ -1836,3 +1836,56 @@ def test_grouped_query_params_tile_head_widths_and_distinct_groupings():
     assert M.tile_head_widths(19) == (7,) and M.tile_head_widths(18) == (7,)  # 18·7 = 126 fits, 19·7 does not
     flags = _sample(M.distinct_groupings(), 200)
     assert 0.6 < sum(flags) / len(flags) < 0.9
+
+
+@pytest.mark.parametrize("declared", [{}, {"value_width": "d_k"}], ids=["any-width", "d_k-width"])
+def test_the_kernel_edge_cases_are_the_documented_ones(declared):
+    """KERNEL_EDGE's comment with T = 8 (the smallest declared tile): the sizes, masks, alignments and window,
+    d_k = 7 and d_v = 5 (7 with value_width 'd_k'), q and k within 2 and v within 1; an undeclared alignment or
+    window declines (not applicable); an unknown name is a ValueError."""
+    t, d_v = 8, 7 if declared else 5
+    with S.following(_Tiles(**declared)):
+        cases = {name: A.kernel_edge_case(name) for name in A.KERNEL_EDGE}
+        with pytest.raises(ValueError, match="unknown kernel edge case 'other'"):
+            A.kernel_edge_case("other")
+    sizes = {"partial-last-block": ((3, 7), (2 * t + 5, 7)), "two-blocks": ((t + 5, 7), (t + 5, 7)),
+             "padded-blocks": ((2, 4, 7), (2, 3 * t + 5, 7)), "decode-top-left": ((1, 7), (2 * t + 5, 7)),
+             "decode-bottom-right": ((1, 7), (2 * t + 5, 7)), "bottom-right-long-cache": ((5, 7), (4 * t + 4, 7)),
+             "short-window": ((2 * t + 3, 7), (2 * t + 3, 7))}
+    for name, (q_shape, k_shape) in sizes.items():
+        c = cases[name]
+        assert c.q.shape == q_shape and c.k.shape == k_shape and c.v.shape == k_shape[:-1] + (d_v,), name
+        assert np.abs(c.q).max() <= 2 and np.abs(c.q).max() > 1 and np.abs(c.v).max() <= 1 and c.scale is None
+    causal = {"decode-top-left": ("top-left", None), "decode-bottom-right": ("bottom-right", None),
+              "bottom-right-long-cache": ("bottom-right", None), "short-window": ("top-left", 3)}
+    for name, (alignment, window) in causal.items():
+        assert isinstance(cases[name], A.CausalCase) and (cases[name].alignment, cases[name].window) == (alignment, window)
+    for name in ("partial-last-block", "two-blocks"):
+        assert cases[name].mask is None and cases[name].label == name
+    m = cases["padded-blocks"].mask
+    want = np.ones((2, 4, 3 * t + 5), bool)
+    want[0, [0, 2], : t + 1] = want[0, [0, 2], 2 * t + 4:] = want[1, :, : t + 1] = False
+    assert np.array_equal(m, want)
+    with S.following(_Tiles(causal_alignment=("top-left",), sliding_window=False)):
+        for name in ("decode-bottom-right", "short-window"):
+            with pytest.raises(pytest.skip.Exception):
+                A.kernel_edge_case(name)
+
+
+@pytest.mark.parametrize("declared, scale", [({}, 0.5), ({}, None), ({"scale": "none"}, None)],
+                         ids=["explicit-scale", "default-scale", "no-scale-argument"])
+def test_causal_weights_probe_reads_the_reference_weights(declared, scale):
+    """With V = I the probe's output is the causal softmax weights of the original q and k: for n_k > d_k the
+    probe widens q and k with zeros, and for an implementation without a scale argument multiplies q by
+    √(width/d_k) instead of passing the scale (the built-in 1/√width then gives the same scores)."""
+    from attnclaims.reference.attention import causal_attention
+    from attnclaims.reference.impl import Reference
+
+    rng = np.random.default_rng(9)
+    q, k = rng.uniform(-2, 2, (2, 3, 4)), rng.uniform(-2, 2, (2, 9, 4))  # n_k = 9 > d_k = 4
+    with S.following(_Declares(**declared)):
+        weights, (qp, kp, s) = A.causal_weights_probe(Reference(), q, k, "bottom-right", 5, scale)
+    assert weights.shape == (2, 3, 9) and qp.shape[-1] == kp.shape[-1] >= 9
+    assert (s is None) == bool(declared)
+    want = causal_attention(q, k, np.broadcast_to(np.eye(9), (2, 9, 9)), "bottom-right", 5, scale)
+    np.testing.assert_allclose(weights, want, rtol=1e-13, atol=1e-15)
