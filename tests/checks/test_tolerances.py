@@ -1124,6 +1124,46 @@ def test_feed_forward_error_of_a_smooth_activation_follows_its_docstring(u, acti
         check(T.feed_forward_error(x, p, u=u, ex=ex), linear_loops(hidden, p.w2, p.b2, u, e_hidden))
 
 
+@US
+@pytest.mark.parametrize("activation", ["silu", "gelu", "gelu_tanh"])
+def test_gated_feed_forward_error_follows_its_docstring(u, activation):
+    """(act(x W_g + b_g) ⊙ (x W_u + b_u)) W_d + b_d: the two input projections' linear bounds, the activation's
+    L·Δa + u(6|act(a)| + 2|a|), the product Δg|b| + |g|Δb + u|g b|, then the output projection with that error."""
+    from attnclaims.reference import init_gated_feed_forward
+    from attnclaims.reference.ffn import gated_activation, gated_feed_forward
+
+    rng = _rng(42)
+    p = init_gated_feed_forward(rng, 4, 6, activation=activation)
+    for x, ex in ((rng.normal(size=(2, 3, 4)), None), (rng.normal(size=(3, 4)) * 3, rng.uniform(0, 1e-6, (3, 4)))):
+        a, b = project(x, p.w_gate, p.b_gate), project(x, p.w_up, p.b_up)
+        g = gated_activation(a, activation)
+        eg = 1.13 * linear_loops(x, p.w_gate, p.b_gate, u, ex) + u * (6.0 * np.abs(g) + 2.0 * np.abs(a))
+        eh = eg * np.abs(b) + np.abs(g) * linear_loops(x, p.w_up, p.b_up, u, ex) + u * np.abs(g * b)
+        np.testing.assert_allclose(project(g * b, p.w_down, p.b_down), gated_feed_forward(x, p), rtol=1e-13, atol=1e-14)
+        check(T.gated_feed_forward_error(x, p, u=u, ex=ex), linear_loops(g * b, p.w_down, p.b_down, u, eh))
+
+
+@US
+def test_rms_norm_error_follows_its_docstring(u):
+    """|γ| r (Δx + |x| ρ) + 2u|y| per entry, r = (ms + ε)^(−1/2), ms = mean(x²), ρ = ½Δms/(ms + ε) + 4.5u,
+    Δms = 2·mean(|x|Δx) + (d + 2)u·ms — row by row; a zero row with ε gives a finite bound."""
+    rng = _rng(43)
+    x, gamma = rng.normal(size=(2, 3, 5)) * 2, rng.normal(size=5)
+    x[0, 0] = 0.0
+    for ex, eps in ((None, 1e-6), (rng.uniform(0, 1e-6, x.shape), 1e-2)):
+        e = np.zeros(x.shape) if ex is None else ex
+        want = np.zeros(x.shape)
+        for idx in np.ndindex(*x.shape[:-1]):
+            row, er, d = [float(t) for t in x[idx]], [float(t) for t in e[idx]], x.shape[-1]
+            ms = math.fsum(t * t for t in row) / d
+            r = 1.0 / math.sqrt(ms + eps)
+            dms = 2.0 * math.fsum(abs(t) * et for t, et in zip(row, er)) / d + u * (d + 2) * ms
+            rho = 0.5 * dms / (ms + eps) + 4.5 * u
+            want[idx] = [abs(gm) * r * (et + abs(t) * rho) + 2.0 * u * abs(gm * t * r)
+                         for t, et, gm in zip(row, er, gamma)]
+        check(T.rms_norm_error(x, gamma, eps, u=u, ex=ex), want)
+
+
 # ---------------------------------------------------------------------------------------------
 # Layers
 # ---------------------------------------------------------------------------------------------
