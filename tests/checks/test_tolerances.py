@@ -2119,6 +2119,13 @@ def test_modern_16_bit_bounds_are_the_model_bounds_of_their_parts():
     p = init_multi_head(3, 8, 4, num_kv_heads=2)
     x = rng.uniform(-1, 1, (5, 8))
     check(MT.sixteen_bit_grouped_query_error(x, x, p, u=u), T.sixteen_bit_multi_head_error(x, x, expand_kv(p), u=u))
+    # the general model likewise, cross-attention with a mask and input errors passed on
+    x_kv, m = rng.uniform(-1, 1, (2, 6, 8)), _mask(rng, (2, 5, 6))
+    e_q, e_kv = rng.uniform(0, 1e-6, x.shape), rng.uniform(0, 1e-6, x_kv.shape)
+    check(MT.grouped_query_error(x, x_kv, p, m, u=U32, ex_q=e_q, ex_kv=e_kv),
+          T.multi_head_error(x, x_kv, expand_kv(p), m, u=U32, ex_q=e_q, ex_kv=e_kv))
+    check(MT.sixteen_bit_grouped_query_error(x, x_kv, p, m, u=u, ex_q=e_q, ex_kv=e_kv),
+          T.sixteen_bit_multi_head_error(x, x_kv, expand_kv(p), m, u=u, ex_q=e_q, ex_kv=e_kv))
     q, k, v = rng.uniform(-1, 1, (4, 3)), rng.uniform(-1, 1, (6, 3)), rng.uniform(-1, 1, (6, 2))
     for alignment in ("top-left", "bottom-right"):
         mask = sliding_window_mask(4, 6, None, alignment)
