@@ -540,6 +540,17 @@ def pytest_runtest_setup(item):
                 pytest.skip(str(NotApplicable(guard.name, cap)))
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """A claim test draws with hypothesis' local-constant pool pinned (:func:`attnclaims.profiles.
+    pinned_constants`): the same examples whatever the process imported before it."""
+    if not _claim_marks(item)[0]:
+        yield
+        return
+    with profiles.pinned_constants():
+        yield
+
+
 _RECORD_KEY = pytest.StashKey[dict]()
 _EXAMPLES = re.compile(r"(\d+) passing, (\d+) failing")
 

@@ -11,13 +11,15 @@ number of examples and how large they are.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis.internal.conjecture import providers as _providers
 
 from attnclaims.vocab import DEFAULT_PROFILE, PROFILES
 
-__all__ = ["PROFILES", "DEFAULT_PROFILE", "Limits", "current_profile", "limits"]
+__all__ = ["PROFILES", "DEFAULT_PROFILE", "Limits", "current_profile", "limits", "pinned_constants"]
 
 # report_multiple_bugs=False: a test reports its one minimal failure, never an ExceptionGroup.
 # filter_too_much: an implementation that declines some inputs has those examples rejected
@@ -56,3 +58,43 @@ def current_profile() -> str:
 def limits() -> Limits:
     """Size limits of the active profile (``ci`` sizes for any profile not registered here)."""
     return _LIMITS[current_profile()]
+
+
+# ---------------------------------------------------------------------------------------------
+# The same examples in every process: hypothesis' pool of local constants pinned
+# ---------------------------------------------------------------------------------------------
+# With probability 0.05-0.15 per primitive draw, hypothesis draws a constant from the source of every "local"
+# module (not the standard library, not site-packages, not a test file) imported so far in the process
+# (hypothesis.internal.conjecture.providers._get_local_constants, hypothesis 6.170). So a derandomized test's
+# examples depended on the process's history: ``check --claim X`` (fewer modules imported) or a forked CI lane drew
+# other examples than a full run, a non-editable install (attnclaims in site-packages) others than the repository's
+# editable one, and an adapter's own source constants changed what its tests drew. Inside the claim suite's tests
+# (attnclaims.plugin: every test with a claim marker) the local pool is pinned empty — hypothesis' own global
+# constants (0, ±1, powers of two, the float edge values) stay — so a ``ci`` test draws the same examples
+# whatever was imported before it. hypothesis is pinned (.ci/constraints.txt);
+# tests/run/test_plugin.py's test of this fails if a hypothesis release moves the pool.
+
+_LOCAL_CONSTANTS = _providers._get_local_constants
+_PINNED = [0]
+_NO_LOCAL_CONSTANTS = _providers.Constants()
+
+
+def _local_constants():
+    return _NO_LOCAL_CONSTANTS if _PINNED[0] else _LOCAL_CONSTANTS()
+
+
+_providers._get_local_constants = _local_constants
+
+
+@contextlib.contextmanager
+def pinned_constants():
+    """Within: hypothesis draws no constant of the process's local modules (above). Hypothesis caches the
+    constants each draw may take; the cache is cleared on entry and on exit so that neither side sees the
+    other's pool."""
+    _PINNED[0] += 1
+    _providers.CONSTANTS_CACHE.cache.clear()
+    try:
+        yield
+    finally:
+        _PINNED[0] -= 1
+        _providers.CONSTANTS_CACHE.cache.clear()

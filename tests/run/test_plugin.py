@@ -376,6 +376,57 @@ def test_attn_no_shrink_keeps_the_failure_and_drops_the_minimising(project, no_s
         assert after[-1] == 1000 and len(set(after)) > 3, after
 
 
+_CONSTANTS_TESTS = '''
+import os
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+if os.environ.get("IMPORT_LOCAL"):
+    import local_constants_mod  # noqa: F401 (a local module whose constants hypothesis may draw)
+
+
+def _log(name, x, n):
+    with open(os.path.join(os.environ["DRAWN_DIR"], name), "a") as f:
+        f.write(f"{x!r} {n}\\n")
+
+
+@pytest.mark.claim("self-attention")
+@given(x=st.floats(-10, 10), n=st.integers(0, 10**6))
+def test_claimed(x, n):
+    _log("claimed", x, n)
+
+
+@given(x=st.floats(-10, 10), n=st.integers(0, 10**6))
+def test_unclaimed(x, n):
+    _log("unclaimed", x, n)
+'''
+
+
+def test_a_claim_test_draws_the_same_examples_whatever_local_modules_were_imported(project, monkeypatch):
+    """hypothesis draws constants from the source of the local modules imported so far: a derandomized claim test
+    drew other examples after one more import (a subset run, a forked lane, an adapter with constants of its own).
+    Inside claim tests that pool is pinned (attnclaims.profiles.pinned_constants): the claim test's draws are the
+    same with and without the extra module, while an unmarked test's — the control, which shows the pool is
+    there to pin — change."""
+    (project / "test_constants.py").write_text(_CONSTANTS_TESTS, encoding="utf-8")
+    (project / "local_constants_mod.py").write_text(
+        "VALUES = (1.2345678, 2.718281828, -3.3333, 4.4444, -5.5555, 6.789, 7.25, 123457, 98765, 54321, 777777)\n",
+        encoding="utf-8")
+    logs = {}
+    for extra in ("", "1"):
+        folder = project / f"drawn{extra or 0}"
+        folder.mkdir()
+        monkeypatch.setenv("DRAWN_DIR", str(folder))
+        monkeypatch.setenv("IMPORT_LOCAL", extra)
+        result = _run(project, "test_constants.py", "--hypothesis-profile", "ci")
+        assert result.returncode == 0, result.stdout + result.stderr
+        logs[extra] = {name: (folder / name).read_text().split("\n") for name in ("claimed", "unclaimed")}
+    assert len(logs[""]["claimed"]) > 40
+    assert logs[""]["claimed"] == logs["1"]["claimed"]
+    assert logs[""]["unclaimed"] != logs["1"]["unclaimed"]  # the pool changes unpinned draws
+
+
 # -- the claim marker's part=, self_comparison= and declined examples -----------------------------
 
 _MARKER_TESTS = '''
