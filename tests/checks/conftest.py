@@ -6,7 +6,17 @@ import pkgutil
 
 import pytest
 
+from attnclaims import profiles
 from attnclaims.checks import strategies
+
+
+@pytest.fixture(autouse=True)
+def pinned_constants():
+    """Every test here draws as a claim test does, with hypothesis' pool of local-module constants pinned
+    (:func:`attnclaims.profiles.pinned_constants`): the same derandomized draws under plain pytest, in an xdist
+    worker and in bench/mutation.sh's fork server, whatever each imported before."""
+    with profiles.pinned_constants():
+        yield
 
 
 @pytest.fixture

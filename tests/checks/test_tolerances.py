@@ -746,6 +746,10 @@ def _sum_to_shape(full, shape):
     return out
 
 
+#: float64's smallest subnormal, the η of gradual underflow the vjp bounds charge per product
+ETA = 2.0 ** -1074
+
+
 def attention_vjp_loops(q, k, v, d, mask, scale, u):
     """attention_vjp_error by its docstring, one batch entry and query row at a time: (dq, dk, dv) bounds."""
     q, k, v, d = (np.asarray(a, dtype=np.float64) for a in (q, k, v, d))
@@ -767,32 +771,38 @@ def attention_vjp_loops(q, k, v, d, mask, scale, u):
             ds = {j: score_element(Q[b][i], K[b][j], sc, u, np.zeros(d_k), np.zeros(d_k)) for j in keys}
             a, r_score, r_round = weight_parts_row(s, ds, keys, n_k, u)
             da_w, _ = weights_row(a, r_score, r_round)
+            eta_at = [ETA if j in keys else 0.0 for j in range(n_k)]  # gradual underflow: η per product, allowed keys
+            da_w = [w + 2.0 * e for w, e in zip(da_w, eta_at)]  # the weight's exponential and division
             ad = [abs(float(g)) for g in D[b][i]]
             big = [dot(ad, np.abs(V[b][j])) if a[j] > 0 else 0.0 for j in range(n_k)]  # M = |dO||V|ᵀ
-            e_da = [u * (d_v + 2) * x for x in big]
+            e_da = [u * (d_v + 2) * x + d_v * e for x, e in zip(big, eta_at)]
             c_bar = dot(a, big)
-            dc_sum = math.fsum([da_w[j] * big[j] + a[j] * e_da[j] for j in range(n_k)]) + u * (n_k + 2) * c_bar
+            dc_sum = (math.fsum([da_w[j] * big[j] + a[j] * e_da[j] for j in range(n_k)]) + u * (n_k + 2) * c_bar
+                      + n_k * ETA)
             out = [abs(dot(a, V[b][:, c])) for c in range(d_v)]
-            dc_flash = math.fsum([ad[c] * e_out[b][i][c] + u * (d_v + 2) * ad[c] * out[c] for c in range(d_v)])
+            dc_flash = (math.fsum([ad[c] * e_out[b][i][c] + u * (d_v + 2) * ad[c] * out[c] for c in range(d_v)])
+                        + d_v * ETA)
             dc = max(dc_sum, dc_flash)
             for j in range(n_k):
                 a_[i, j], daw[i, j] = a[j], da_w[j]
-                eds[i, j] = da_w[j] * (big[j] + c_bar) + a[j] * (e_da[j] + dc) + 3.0 * u * a[j] * (big[j] + c_bar)
+                eds[i, j] = (da_w[j] * (big[j] + c_bar) + a[j] * (e_da[j] + dc) + 3.0 * u * a[j] * (big[j] + c_bar)
+                             + 2.0 * eta_at[j])
                 dsbar[i, j] = a[j] * (big[j] + c_bar)
         aq, ak, adO = np.abs(Q[b]), np.abs(K[b]), np.abs(D[b])
         for i in range(n_q):
             for col in range(d_k):
                 kc = ak[:, col]
                 full["mq"][b + (i, col)] = sc * dot(dsbar[i], kc)
-                full["dq"][b + (i, col)] = sc * (dot(eds[i], kc) + u * (n_k + 3) * dot(dsbar[i], kc))
+                full["dq"][b + (i, col)] = sc * (dot(eds[i], kc) + u * (n_k + 3) * dot(dsbar[i], kc)) + (n_k + 1) * ETA
         for j in range(n_k):
             for col in range(d_k):
                 qc = aq[:, col]
                 full["mk"][b + (j, col)] = sc * dot(dsbar[:, j], qc)
-                full["dk"][b + (j, col)] = sc * (dot(eds[:, j], qc) + u * (n_q + 3) * dot(dsbar[:, j], qc))
+                full["dk"][b + (j, col)] = sc * (dot(eds[:, j], qc) + u * (n_q + 3) * dot(dsbar[:, j], qc)) + (n_q + 1) * ETA
             for c in range(d_v):
                 full["mv"][b + (j, c)] = dot(a_[:, j], adO[:, c])
-                full["dv"][b + (j, c)] = dot(daw[:, j], adO[:, c]) + u * (n_q + 2) * full["mv"][b + (j, c)]
+                full["dv"][b + (j, c)] = (dot(daw[:, j], adO[:, c]) + u * (n_q + 2) * full["mv"][b + (j, c)]
+                                          + n_q * ETA)
     bounds = []
     for e, mag, x in (("dq", "mq", q), ("dk", "mk", k), ("dv", "mv", v)):
         count = max(1, math.prod(full[e].shape) // max(1, math.prod(x.shape)))  # batch entries summed per entry
@@ -2191,6 +2201,37 @@ def test_an_underflowed_weight_is_lifted_to_its_score_terms_bound_exactly_above_
         assert (got[0, 1] > 0) == lifted, (gap, got)
 
 
+def test_key_gradients_that_underflow_float64_keep_their_sum_within_the_bound(monkeypatch):
+    """The claim suite's false alarm on the reference itself (and every correct style), found once the draws no
+    longer depended on the process: q = (1/16, 0, …), k = 0, one value entry of 2⁻²⁴, scale 2.4·10⁻²⁹⁹ — the key
+    gradients c·dS·q are about 10⁻³⁰⁹, subnormal, and their sum over the keys, 0 exactly, came out 7 subnormal
+    spacings from 0 where the relative bounds, underflowed, allowed 3. The vjp bound's gradual-underflow terms
+    (ETA64 per product) cover it; without them it fails, even with the comparison's u·λ·κ for float64."""
+    from attnclaims.checks import strategies as S
+    from attnclaims.checks.assertions import output_gradient
+    from attnclaims.checks.bounds import attention as BA
+    from attnclaims.reference.attention import attention_vjp
+    from attnclaims.reference.impl import Reference
+
+    q, k, v = np.zeros((1, 7)), np.zeros((15, 7)), np.zeros((15, 1))
+    q[0, 0], v[0, 0] = 0.0625, 2.0 ** -24
+    scale = 2.3891548633682403e-299
+    d = output_gradient(0, (1, 1), np.dtype(np.float64))
+    _, dk, _ = attention_vjp(q, k, v, d, scale=scale)
+    assert 0 < np.abs(dk).max() < 2.0 ** -1022 and dk.sum(axis=-2)[0] != 0  # subnormal gradients, a sum off 0
+
+    def check_sum():
+        e_dk = T.attention_vjp_error(q, k, v, d, None, scale, u=U64)[1]
+        bound = T.Bound(e_dk.sum(axis=-2) + 15 * U64 * np.abs(dk).sum(axis=-2), U64)
+        T.assert_close(dk.sum(axis=-2), np.zeros(7), bound, "Σ_j dk_j", names=("sum", "0"))
+
+    with S.following(Reference()):
+        check_sum()
+        monkeypatch.setattr(BA, "ETA64", 0.0)
+        with pytest.raises(CheckFailure, match="sum is off 0"):
+            check_sum()
+
+
 # ---------------------------------------------------------------------------------------------
 # mutmut survivors of attnclaims/checks/bounds/ (2026-12-06 late run)
 # ---------------------------------------------------------------------------------------------
@@ -2272,8 +2313,9 @@ def test_rotary_scores_bound_covers_a_subnormal_float64_product():
 def test_flush_to_zero_allowance_for_a_given_dtype_flushes_unless_told_not_to():
     """With a dtype given, ``flush`` defaults to True (the docstring: "flushing as ``flush`` says", the
     signature's default): float64 then gets λ·κ on every element, λ = 2⁻¹⁰²² its smallest normal, κ = 4
-    (:func:`_four_x_bound`); the tol is kept. With flush=False float64 — the reference's own dtype — is
-    exempt: the bound comes back unchanged (the element whose bound is 0 stays 0)."""
+    (:func:`_four_x_bound`); the tol is kept. With flush=False float64 gets gradual underflow's u·λ·κ, half its
+    smallest subnormal 2⁻¹⁰⁷⁵ times κ: its own results can be subnormal (key gradients behind a scale of
+    2.4e-299 were, and their sum missed 0 by one spacing more than the relative bounds allowed)."""
     expected = np.array([0.0, 1.0, -2.0])
     bound = _four_x_bound(expected, U64)
     lam = 2.0 ** -1022
@@ -2282,15 +2324,16 @@ def test_flush_to_zero_allowance_for_a_given_dtype_flushes_unless_told_not_to():
         assert widened.tol == bound.tol
         assert widened.abs[0] == 4 * lam  # the zero element: the allowance alone
         assert np.array_equal(widened.abs, bound.abs + 4 * lam)  # added to every element
-    kept = T.flush_to_zero_allowance(bound, expected, np.float64, flush=False)
-    assert kept.tol == bound.tol and np.array_equal(kept.abs, bound.abs) and kept.abs[0] == 0.0
+    gradual = T.flush_to_zero_allowance(bound, expected, np.float64, flush=False)
+    assert gradual.tol == bound.tol and gradual.abs[0] == 4 * 2.0 ** -1075
+    assert np.array_equal(gradual.abs, bound.abs + 4 * 2.0 ** -1075)
 
 
 @pytest.mark.parametrize("dtype_name", ["float32", "float16"])
 def test_flush_to_zero_allowance_without_flushing_below_float64_is_the_gradual_underflow_term(dtype_name):
     """A dtype narrower than float64 that does not flush still gets gradual underflow's u·λ·κ (half its
     smallest subnormal per rounding, times the conditioning): float32 u·λ = 2⁻²⁴·2⁻¹²⁶ = 2⁻¹⁵⁰, float16
-    2⁻¹¹·2⁻¹⁴ = 2⁻²⁵; with flushing the whole λ. Only float64 is exempt."""
+    2⁻¹¹·2⁻¹⁴ = 2⁻²⁵; with flushing the whole λ (float64 likewise: the test above)."""
     dtype = np.dtype(dtype_name)
     u, lam = {"float32": (2.0 ** -24, 2.0 ** -126), "float16": (2.0 ** -11, 2.0 ** -14)}[dtype_name]
     expected = np.array([0.0, 1.0, -2.0])

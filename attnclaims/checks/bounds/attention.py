@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from attnclaims.checks.bounds.common import (
-    Bound, SIXTEEN_BIT, U32, U64, _broadcast_count, _f64, _finfo, _sum_to, _zeros_like, reduced_precision, unit_roundoff
+    ETA64, Bound, SIXTEEN_BIT, U32, U64, _broadcast_count, _f64, _finfo, _sum_to, _zeros_like, reduced_precision, unit_roundoff
 )
 from attnclaims.reference.masks import sliding_window_mask
 
@@ -425,6 +425,13 @@ def attention_vjp_error(q, k, v, d, mask=None, scale=None, *, u: float) -> tuple
                                 |dS̄| = A(M + c̄) (the scale's rounding and one multiply in the +3);
     * dV = Aᵀ dO:               ΔAᵀ|dO| + u(n_q + 2) Aᵀ|dO|;
     and inputs broadcast over B batch entries add the B-term sums of the adjoint: u·B·(their magnitudes).
+
+    Gradual underflow (Higham §2.1: fl(a·b) = a·b(1 + δ) + η, η ≤ :data:`ETA64` below float64's normal range;
+    additions add no η): each product and division adds ETA64 absolute, so the terms above get, for an allowed
+    weight, 2·ETA64 (its exponential and division); dA, d_v·ETA64; c, n_k·ETA64 (or d_v·ETA64 as D_i); dS,
+    2·ETA64; dQ, dK and dV, (n_k + 1), (n_q + 1) and n_q ETA64 for their products and the scale — the relative
+    terms underflow there (key gradients of 6·10⁻³⁰⁹ behind a scale of 2.4·10⁻²⁹⁹, whose sum over the keys is 0,
+    came out several subnormal spacings from it). Negligible wherever the gradients are normal numbers.
     q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), d (batch, n_q, d_v) -> bounds shaped like q, k, v.
     """
     q, k, v, d = _f64(q), _f64(k), _f64(v), _f64(d)
@@ -433,25 +440,28 @@ def attention_vjp_error(q, k, v, d, mask=None, scale=None, *, u: float) -> tuple
     target = batch + (q.shape[-2], k.shape[-2])
     m = None if mask is None else np.broadcast_to(np.asarray(mask, bool), target)
     a, r_score, r_round = _weight_parts(qb, kb, m, scale, u, None, None)
+    allowed = np.ones(a.shape, dtype=bool) if m is None else m
     with np.errstate(over="ignore", invalid="ignore"):
         da_w = np.where(a > 0, np.minimum(a * ((1.0 + r_score) * (1.0 + r_round) - 1.0), 1.0), 0.0)
+    da_w = da_w + np.where(allowed, 2.0 * ETA64, 0.0)  # an allowed weight's exponential and division
     n_q, n_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     t = lambda x: np.swapaxes(x, -1, -2)
     ad, av, aq, ak = np.abs(d), np.abs(vb), np.abs(qb), np.abs(kb)
     big_m = np.where(a > 0, ad @ t(av), 0.0)  # (..., n_q, n_k)
-    e_da = u * (d_v + 2) * big_m
+    e_da = u * (d_v + 2) * big_m + np.where(allowed, d_v * ETA64, 0.0)
     c_bar = np.sum(a * big_m, axis=-1, keepdims=True)
-    dc_sum = np.sum(da_w * big_m + a * e_da, axis=-1, keepdims=True) + u * (n_k + 2) * c_bar
+    dc_sum = np.sum(da_w * big_m + a * e_da, axis=-1, keepdims=True) + u * (n_k + 2) * c_bar + n_k * ETA64
     out = np.abs(a @ vb)
     e_out = attention_error(qb, kb, vb, m, scale, u=u)
-    dc_flash = np.sum(ad * e_out + u * (d_v + 2) * ad * out, axis=-1, keepdims=True)
+    dc_flash = np.sum(ad * e_out + u * (d_v + 2) * ad * out, axis=-1, keepdims=True) + d_v * ETA64
     dc = np.maximum(dc_sum, dc_flash)
-    e_ds = da_w * (big_m + c_bar) + a * (e_da + dc) + 3.0 * u * a * (big_m + c_bar)
+    e_ds = (da_w * (big_m + c_bar) + a * (e_da + dc) + 3.0 * u * a * (big_m + c_bar)
+            + np.where(allowed, 2.0 * ETA64, 0.0))
     ds_bar = a * (big_m + c_bar)
     s = abs(_default_scale(q.shape[-1], scale))
-    e_dq = s * (e_ds @ ak + u * (n_k + 3) * (ds_bar @ ak))
-    e_dk = s * (t(e_ds) @ aq + u * (n_q + 3) * (t(ds_bar) @ aq))
-    e_dv = t(da_w) @ ad + u * (n_q + 2) * (t(a) @ ad)
+    e_dq = s * (e_ds @ ak + u * (n_k + 3) * (ds_bar @ ak)) + (n_k + 1) * ETA64
+    e_dk = s * (t(e_ds) @ aq + u * (n_q + 3) * (t(ds_bar) @ aq)) + (n_q + 1) * ETA64
+    e_dv = t(da_w) @ ad + u * (n_q + 2) * (t(a) @ ad) + n_q * ETA64
     mags = (s * (ds_bar @ ak), s * (t(ds_bar) @ aq), t(a) @ ad)
     return tuple(_sum_to(e + u * _broadcast_count(e.shape, x.shape) * mag, x.shape)
                  for e, mag, x in zip((e_dq, e_dk, e_dv), mags, (q, k, v)))

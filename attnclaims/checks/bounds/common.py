@@ -323,7 +323,7 @@ def self_consistency(error: Callable[..., np.ndarray], *args, dtype, **kwargs) -
 def flush_to_zero_allowance(bound: Bound, values, dtype=None, *, flush: bool = True) -> Bound:
     """``bound`` widened for underflow: for an implementation that declares ``flush_to_zero`` (the followed
     one, unless ``dtype`` is given: then for that dtype, flushing as ``flush`` says), and for gradual
-    underflow in any dtype narrower than float64; unchanged otherwise.
+    underflow in every other dtype, float64 included (the smaller term below).
 
     A backend that flushes subnormal intermediate results to zero (XLA on CPU, GPU kernels with FTZ/DAZ)
     perturbs each such intermediate by less than λ, the dtype's smallest normal number, in absolute
@@ -341,11 +341,14 @@ def flush_to_zero_allowance(bound: Bound, values, dtype=None, *, flush: bool = T
     bound — 1/u times the bound, blind to any error (the allowance only grows where every compared value is
     below λ, where nothing is left to fail). Non-finite entries are left out of the magnitude.
 
-    float16, bfloat16 and float32 without flushing get the gradual-underflow term u·λ·κ instead: their
-    results can be subnormal (a softmax weight of 1e-7 is one in float16, with an absolute spacing of 6e-8),
-    and a float64 reference value below the dtype's smallest subnormal (a weight of 3.6e-57 behind a scale
-    of 1e6) is one the dtype cannot hold at all: it rounds to 0 or to the smallest subnormal, an absolute
-    error of at most u·λ. Only float64 — the reference's own dtype — is exempt."""
+    Every dtype without flushing, float64 included, gets the gradual-underflow term u·λ·κ instead: results can
+    be subnormal (a softmax weight of 1e-7 is one in float16, with an absolute spacing of 6e-8), a float64
+    reference value below the dtype's smallest subnormal (a weight of 3.6e-57 behind a scale of 1e6) is one the
+    dtype cannot hold at all (it rounds to 0 or to the smallest subnormal, an absolute error of at most u·λ),
+    and float64's own intermediates reach its subnormal range too: key gradients c·dS·q of about 6e-309 behind
+    a scale of 2.4e-299 (a value entry of 2⁻²⁴, a query entry of 1/16), whose sum over the keys, 0 exactly, came
+    out 4 subnormal spacings from 0 where the relative bounds, evaluated down there, allowed 3 — a false alarm
+    of the reference itself that exempting float64 had made."""
     if dtype is None:
         from attnclaims.checks import strategies  # the followed implementation's declaration
 
@@ -353,11 +356,10 @@ def flush_to_zero_allowance(bound: Bound, values, dtype=None, *, flush: bool = T
         if followed is None:
             return bound
         dtype, flush = followed.dtype, bool(strategies.variants().get("flush_to_zero"))
-    if not flush and np.dtype(dtype) == np.float64:
-        return bound
     # Gradual underflow (IEEE, no flushing) perturbs by at most half the smallest subnormal, u·λ, not λ
-    # (Higham §2.1: fl(x op y) = (x op y)(1 + δ) + η, |η| ≤ u·λ): 7e-46 for float32, 3e-8 for float16 —
-    # below anything the claims are about, but not below a float64 reference value of 1e-57.
+    # (Higham §2.1: fl(x op y) = (x op y)(1 + δ) + η, |η| ≤ u·λ): 7e-46 for float32, 3e-8 for float16, 2⁻¹⁰⁷⁵
+    # for float64 — below anything the claims are about, but not below a float64 reference value of 1e-57, nor
+    # below float64 results in its own subnormal range.
     # κ is relative to the smallest normal number whether or not the dtype flushes: dividing by u·λ instead would
     # make the allowance of an all-zero expected value max(scale), 1/u times too wide.
     smallest = float(_finfo(dtype).smallest_normal)
