@@ -238,11 +238,13 @@ def test_rotary_embedding_breaks_permutation_equivariance(impl, data, more):
 @example(case=KernelEdge("decode-top-left"))
 @example(case=KernelEdge("decode-bottom-right"))
 @example(case=KernelEdge("bottom-right-long-cache"))
+@example(case=KernelEdge("negative-scale"))
 def test_causal_attention_matches_reference_for_each_declared_alignment(impl, case):
     """causal_attention(q, k, v, alignment) equals attention with the causal mask of that alignment: top-left
     (query i sees keys 0 … i) or bottom-right (keys 0 … i + n_k − n_q), n_q ≠ n_k drawn often; and, for each
     declared alignment, one query against a cache of 2T + 5 keys, and five queries against 4T + 4 keys (T the
-    smallest declared tile: every query block's causal end falls one key short of a block boundary)."""
+    smallest declared tile: every query block's causal end falls one key short of a block boundary); and T + 5
+    queries and keys with the scale −1 (a mask written as −∞ before the scaling becomes +∞)."""
     c = case.cast(impl.dtype)
     out = impl.causal_attention(c.q, c.k, c.v, c.alignment, None, c.scale)
     T.assert_close(out, ref_causal_attention(c.q, c.k, c.v, c.alignment, None, c.scale),

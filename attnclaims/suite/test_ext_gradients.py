@@ -142,11 +142,12 @@ def _causal_vjp_check(impl, case, seed):
 @given(case=M.causal_cases(window=False), seed=S.seeds())
 @example(case=KernelEdge("decode-top-left"), seed=0)
 @example(case=KernelEdge("decode-bottom-right"), seed=0)
+@example(case=KernelEdge("negative-scale"), seed=0)
 def test_causal_attention_vjp_matches_reference(impl, case, seed):
     """(dq, dk, dv) of causal attention for each declared alignment (n_q ≠ n_k drawn): attention's backward
     under the aligned causal mask; bounds :func:`~attnclaims.checks.bounds.attention_vjp_error`. Also, for each
     declared alignment, the decoding shape: one query against a cache of 2T + 5 keys (T the smallest declared
-    tile)."""
+    tile); and T + 5 queries and keys with the scale −1."""
     _causal_vjp_check(impl, case, seed)
 
 

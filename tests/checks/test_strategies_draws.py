@@ -1851,13 +1851,15 @@ def test_the_kernel_edge_cases_are_the_documented_ones(declared):
     sizes = {"partial-last-block": ((3, 7), (2 * t + 5, 7)), "two-blocks": ((t + 5, 7), (t + 5, 7)),
              "padded-blocks": ((2, 4, 7), (2, 3 * t + 5, 7)), "decode-top-left": ((1, 7), (2 * t + 5, 7)),
              "decode-bottom-right": ((1, 7), (2 * t + 5, 7)), "bottom-right-long-cache": ((5, 7), (4 * t + 4, 7)),
-             "short-window": ((2 * t + 3, 7), (2 * t + 3, 7))}
+             "short-window": ((2 * t + 3, 7), (2 * t + 3, 7)), "negative-scale": ((t + 5, 7), (t + 5, 7))}
     for name, (q_shape, k_shape) in sizes.items():
         c = cases[name]
         assert c.q.shape == q_shape and c.k.shape == k_shape and c.v.shape == k_shape[:-1] + (d_v,), name
-        assert np.abs(c.q).max() <= 2 and np.abs(c.q).max() > 1 and np.abs(c.v).max() <= 1 and c.scale is None
+        assert np.abs(c.q).max() <= 2 and np.abs(c.q).max() > 1 and np.abs(c.v).max() <= 1
+        assert c.scale == (-1.0 if name == "negative-scale" else None), name
     causal = {"decode-top-left": ("top-left", None), "decode-bottom-right": ("bottom-right", None),
-              "bottom-right-long-cache": ("bottom-right", None), "short-window": ("top-left", 3)}
+              "bottom-right-long-cache": ("bottom-right", None), "short-window": ("top-left", 3),
+              "negative-scale": ("top-left", None)}
     for name, (alignment, window) in causal.items():
         assert isinstance(cases[name], A.CausalCase) and (cases[name].alignment, cases[name].window) == (alignment, window)
     for name in ("partial-last-block", "two-blocks"):
@@ -1866,8 +1868,8 @@ def test_the_kernel_edge_cases_are_the_documented_ones(declared):
     want = np.ones((2, 4, 3 * t + 5), bool)
     want[0, [0, 2], : t + 1] = want[0, [0, 2], 2 * t + 4:] = want[1, :, : t + 1] = False
     assert np.array_equal(m, want)
-    with S.following(_Tiles(causal_alignment=("top-left",), sliding_window=False)):
-        for name in ("decode-bottom-right", "short-window"):
+    with S.following(_Tiles(causal_alignment=("top-left",), sliding_window=False, scale="positive")):
+        for name in ("decode-bottom-right", "short-window", "negative-scale"):
             with pytest.raises(pytest.skip.Exception):
                 A.kernel_edge_case(name)
 

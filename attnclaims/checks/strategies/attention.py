@@ -398,9 +398,11 @@ def causal_cases(draw, *, alignment: str | None = None, window: bool | None = No
 #: ``decode-bottom-right`` (causal, n_q = 1 against n_k = 2T + 5 keys), ``bottom-right-long-cache`` (causal,
 #: n_q = 5, n_k = 4T + 4: the offset n_k − n_q = 4T − 1 puts every query block's causal end one key short of
 #: a block boundary), ``short-window`` (causal top-left, n_q = n_k = 2T + 3, a window of 3 keys, far shorter
-#: than a tile: the window of query T starts in the block before its own).
+#: than a tile: the window of query T starts in the block before its own), ``negative-scale`` (causal top-left,
+#: n_q = n_k = T + 5, scale −1: a kernel that writes −∞ into the hidden keys' raw scores and scales afterwards
+#: turns them into +∞ and returns NaN — torch's CPU flash kernel does; only where ``scale='any'`` is declared).
 KERNEL_EDGE = ("partial-last-block", "padded-blocks", "two-blocks", "decode-top-left", "decode-bottom-right",
-               "bottom-right-long-cache", "short-window")
+               "bottom-right-long-cache", "short-window", "negative-scale")
 
 
 def kernel_edge_case(name: str):
@@ -416,11 +418,13 @@ def kernel_edge_case(name: str):
     rng = np.random.default_rng(sum(map(ord, name)))
     u = lambda *shape, s=1.0: rng.uniform(-1.0, 1.0, size=shape) * s
 
-    def causal(n_q, n_k, alignment, window=None):
+    def causal(n_q, n_k, alignment, window=None, scale=None):
         require_variant("causal_alignment", alignment)
         if window is not None:
             require_variant("sliding_window", True)
-        return CausalCase(u(n_q, 7, s=2.0), u(n_k, 7, s=2.0), u(n_k, d_v), alignment, window, None)
+        if scale is not None:
+            require_variant("scale", scale)
+        return CausalCase(u(n_q, 7, s=2.0), u(n_k, 7, s=2.0), u(n_k, d_v), alignment, window, scale)
 
     if name == "partial-last-block":
         n_k = 2 * t + 5
@@ -443,6 +447,8 @@ def kernel_edge_case(name: str):
         return causal(5, 4 * t + 4, "bottom-right")
     if name == "short-window":
         return causal(2 * t + 3, 2 * t + 3, "top-left", 3)
+    if name == "negative-scale":
+        return causal(t + 5, t + 5, "top-left", scale=-1.0)
     raise ValueError(f"unknown kernel edge case {name!r}")
 
 
