@@ -15,7 +15,6 @@ import contextlib
 from dataclasses import dataclass
 
 from hypothesis import HealthCheck, Phase, settings
-from hypothesis.internal.conjecture import providers as _providers
 
 from attnclaims.vocab import DEFAULT_PROFILE, PROFILES
 
@@ -71,19 +70,24 @@ def limits() -> Limits:
 # editable one, and an adapter's own source constants changed what its tests drew. Inside the claim suite's tests
 # (attnclaims.plugin: every test with a claim marker) the local pool is pinned empty — hypothesis' own global
 # constants (0, ±1, powers of two, the float edge values) stay — so a ``ci`` test draws the same examples
-# whatever was imported before it. hypothesis is pinned (.ci/constraints.txt);
-# tests/run/test_plugin.py's test of this fails if a hypothesis release moves the pool.
+# whatever was imported before it. The pool is a private part of hypothesis: CI pins hypothesis
+# (.ci/constraints.txt), where tests/run/test_plugin.py's test of this passes; a hypothesis without it (older than
+# the pool, or a release that moved it) leaves nothing to pin and runs as it is (that test then fails in CI).
 
-_LOCAL_CONSTANTS = _providers._get_local_constants
 _PINNED = [0]
-_NO_LOCAL_CONSTANTS = _providers.Constants()
+try:
+    from hypothesis.internal.conjecture import providers as _providers
 
+    _LOCAL_CONSTANTS = _providers._get_local_constants
+    _NO_LOCAL_CONSTANTS = _providers.Constants()
+    _CACHE = _providers.CONSTANTS_CACHE
+except (ImportError, AttributeError):  # another hypothesis: no pool of local constants to pin
+    _providers = None
+else:
+    def _local_constants():
+        return _NO_LOCAL_CONSTANTS if _PINNED[0] else _LOCAL_CONSTANTS()
 
-def _local_constants():
-    return _NO_LOCAL_CONSTANTS if _PINNED[0] else _LOCAL_CONSTANTS()
-
-
-_providers._get_local_constants = _local_constants
+    _providers._get_local_constants = _local_constants
 
 
 @contextlib.contextmanager
@@ -92,9 +96,11 @@ def pinned_constants():
     constants each draw may take; the cache is cleared on entry and on exit so that neither side sees the
     other's pool."""
     _PINNED[0] += 1
-    _providers.CONSTANTS_CACHE.cache.clear()
+    if _providers is not None:
+        _CACHE.cache.clear()
     try:
         yield
     finally:
         _PINNED[0] -= 1
-        _providers.CONSTANTS_CACHE.cache.clear()
+        if _providers is not None:
+            _CACHE.cache.clear()

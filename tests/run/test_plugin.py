@@ -427,6 +427,17 @@ def test_a_claim_test_draws_the_same_examples_whatever_local_modules_were_import
     assert logs[""]["unclaimed"] != logs["1"]["unclaimed"]  # the pool changes unpinned draws
 
 
+def test_pinned_constants_without_hypothesis_pool_is_a_no_op(monkeypatch):
+    """Under a hypothesis without the private pool (older, or a release that moved it) attnclaims.profiles leaves
+    nothing patched and pinned_constants() only counts: a run goes on as hypothesis draws, never a crash."""
+    from attnclaims import profiles
+
+    monkeypatch.setattr(profiles, "_providers", None)
+    with profiles.pinned_constants():
+        assert profiles._PINNED[0] >= 1
+    assert profiles._PINNED[0] == 0
+
+
 # -- the claim marker's part=, self_comparison= and declined examples -----------------------------
 
 _MARKER_TESTS = '''
