@@ -2232,6 +2232,22 @@ def test_key_gradients_that_underflow_float64_keep_their_sum_within_the_bound(mo
             check_sum()
 
 
+def test_the_vjp_bounds_underflow_terms_count_the_products_of_dq_and_dk():
+    """At the smallest scale, 2⁻¹⁰⁷⁴, every relative term of dq's and dk's bounds rounds to 0 and what is left is
+    their gradual-underflow terms exactly: (n_k + 1)·η per dq entry (its n_k products and the scale) and
+    (n_q + 1)·η per dk entry, η = 2⁻¹⁰⁷⁴; an input broadcast over B batch entries adds its B entries' terms; dv's
+    n_q·η shows alone where d_out = 0."""
+    eta = 2.0 ** -1074
+    rng = _rng(85)
+    q, k, v, d = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 5, 4)), rng.normal(size=(2, 5, 2)), rng.normal(size=(2, 3, 2))
+    e_dq, e_dk, _ = T.attention_vjp_error(q, k, v, d, None, eta, u=U64)
+    assert np.all(e_dq == 6 * eta) and np.all(e_dk == 4 * eta)
+    _, e_dk1, _ = T.attention_vjp_error(q, k[0], v[0], d, None, eta, u=U64)  # k, v shared by the 2 batch entries
+    assert e_dk1.shape == k[0].shape and np.all(e_dk1 == 8 * eta)
+    # with d_out = 0 every product of dv's bound is 0 but its n_q underflow terms: n_q·η per entry
+    assert np.all(T.attention_vjp_error(q, k, v, np.zeros(d.shape), None, 1.0, u=U64)[2] == 3 * eta)
+
+
 # ---------------------------------------------------------------------------------------------
 # mutmut survivors of attnclaims/checks/bounds/ (2026-12-06 late run)
 # ---------------------------------------------------------------------------------------------
