@@ -12,6 +12,7 @@ suite runs under. About the suite, not the article: no claim marker.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -1661,14 +1662,8 @@ def test_with_causal_mask_is_top_left_causal_and_padding():
     got = A.with_causal_mask(c)
     assert np.array_equal(got.mask, causal) and got.label == "x causal" and got.q is c.q
     pad = np.array([[[True, True, False, True]], [[True, False, True, True]]])
-    got = A.with_causal_mask(replace_label(c, ""), pad)
+    got = A.with_causal_mask(dataclasses.replace(c, label=""), pad)
     assert np.array_equal(got.mask, causal & pad) and got.mask.shape == (2, 3, 4) and got.label == "causal ∧ padding"
-
-
-def replace_label(case, label):
-    from dataclasses import replace
-
-    return replace(case, label=label)
 
 
 def test_single_key_cases_have_exactly_one_key_per_row():

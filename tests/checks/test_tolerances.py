@@ -746,10 +746,6 @@ def _sum_to_shape(full, shape):
     return out
 
 
-#: float64's smallest subnormal, the η of gradual underflow the vjp bounds charge per product
-ETA = 2.0 ** -1074
-
-
 def attention_vjp_loops(q, k, v, d, mask, scale, u):
     """attention_vjp_error by its docstring, one batch entry and query row at a time: (dq, dk, dv) bounds."""
     q, k, v, d = (np.asarray(a, dtype=np.float64) for a in (q, k, v, d))
@@ -771,17 +767,17 @@ def attention_vjp_loops(q, k, v, d, mask, scale, u):
             ds = {j: score_element(Q[b][i], K[b][j], sc, u, np.zeros(d_k), np.zeros(d_k)) for j in keys}
             a, r_score, r_round = weight_parts_row(s, ds, keys, n_k, u)
             da_w, _ = weights_row(a, r_score, r_round)
-            eta_at = [ETA if j in keys else 0.0 for j in range(n_k)]  # gradual underflow: η per product, allowed keys
+            eta_at = [T.ETA64 if j in keys else 0.0 for j in range(n_k)]  # gradual underflow: η per product, allowed keys
             da_w = [w + 2.0 * e for w, e in zip(da_w, eta_at)]  # the weight's exponential and division
             ad = [abs(float(g)) for g in D[b][i]]
             big = [dot(ad, np.abs(V[b][j])) if a[j] > 0 else 0.0 for j in range(n_k)]  # M = |dO||V|ᵀ
             e_da = [u * (d_v + 2) * x + d_v * e for x, e in zip(big, eta_at)]
             c_bar = dot(a, big)
             dc_sum = (math.fsum([da_w[j] * big[j] + a[j] * e_da[j] for j in range(n_k)]) + u * (n_k + 2) * c_bar
-                      + n_k * ETA)
+                      + n_k * T.ETA64)
             out = [abs(dot(a, V[b][:, c])) for c in range(d_v)]
             dc_flash = (math.fsum([ad[c] * e_out[b][i][c] + u * (d_v + 2) * ad[c] * out[c] for c in range(d_v)])
-                        + d_v * ETA)
+                        + d_v * T.ETA64)
             dc = max(dc_sum, dc_flash)
             for j in range(n_k):
                 a_[i, j], daw[i, j] = a[j], da_w[j]
@@ -793,16 +789,16 @@ def attention_vjp_loops(q, k, v, d, mask, scale, u):
             for col in range(d_k):
                 kc = ak[:, col]
                 full["mq"][b + (i, col)] = sc * dot(dsbar[i], kc)
-                full["dq"][b + (i, col)] = sc * (dot(eds[i], kc) + u * (n_k + 3) * dot(dsbar[i], kc)) + (n_k + 1) * ETA
+                full["dq"][b + (i, col)] = sc * (dot(eds[i], kc) + u * (n_k + 3) * dot(dsbar[i], kc)) + (n_k + 1) * T.ETA64
         for j in range(n_k):
             for col in range(d_k):
                 qc = aq[:, col]
                 full["mk"][b + (j, col)] = sc * dot(dsbar[:, j], qc)
-                full["dk"][b + (j, col)] = sc * (dot(eds[:, j], qc) + u * (n_q + 3) * dot(dsbar[:, j], qc)) + (n_q + 1) * ETA
+                full["dk"][b + (j, col)] = sc * (dot(eds[:, j], qc) + u * (n_q + 3) * dot(dsbar[:, j], qc)) + (n_q + 1) * T.ETA64
             for c in range(d_v):
                 full["mv"][b + (j, c)] = dot(a_[:, j], adO[:, c])
                 full["dv"][b + (j, c)] = (dot(daw[:, j], adO[:, c]) + u * (n_q + 2) * full["mv"][b + (j, c)]
-                                          + n_q * ETA)
+                                          + n_q * T.ETA64)
     bounds = []
     for e, mag, x in (("dq", "mq", q), ("dk", "mk", k), ("dv", "mv", v)):
         count = max(1, math.prod(full[e].shape) // max(1, math.prod(x.shape)))  # batch entries summed per entry
@@ -2237,7 +2233,7 @@ def test_the_vjp_bounds_underflow_terms_count_the_products_of_dq_and_dk():
     their gradual-underflow terms exactly: (n_k + 1)·η per dq entry (its n_k products and the scale) and
     (n_q + 1)·η per dk entry, η = 2⁻¹⁰⁷⁴; an input broadcast over B batch entries adds its B entries' terms; dv's
     n_q·η shows alone where d_out = 0."""
-    eta = 2.0 ** -1074
+    eta = T.ETA64  # 2⁻¹⁰⁷⁴ (pinned by its own test)
     rng = _rng(85)
     q, k, v, d = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 5, 4)), rng.normal(size=(2, 5, 2)), rng.normal(size=(2, 3, 2))
     e_dq, e_dk, _ = T.attention_vjp_error(q, k, v, d, None, eta, u=U64)

@@ -348,7 +348,9 @@ def flush_to_zero_allowance(bound: Bound, values, dtype=None, *, flush: bool = T
     and float64's own intermediates reach its subnormal range too: key gradients c·dS·q of about 6e-309 behind
     a scale of 2.4e-299 (a value entry of 2⁻²⁴, a query entry of 1/16), whose sum over the keys, 0 exactly, came
     out 4 subnormal spacings from 0 where the relative bounds, evaluated down there, allowed 3 — a false alarm
-    of the reference itself that exempting float64 had made."""
+    of the reference itself. That case needed the η per product of ``attention_vjp_error`` (κ, estimated from
+    the bound's scale, does not count the products); this term is the general floor for float64 results near
+    its underflow, which exempting float64 had left out."""
     if dtype is None:
         from attnclaims.checks import strategies  # the followed implementation's declaration
 
