@@ -208,3 +208,75 @@ def test_an_encoder_layer_and_stack_carry_the_term_too():
         new = bound(free, golden, _Y, p, None, np.float64)
         np.testing.assert_array_equal(new.abs, want.abs)
         assert np.all(new.abs >= old.abs) and np.any(new.abs > old.abs)
+
+
+def _recording_layer(z, x):
+    """A stand-in for ``evaluate(dtype, order)`` of :func:`~attnclaims.checks.bounds.layers._store_term`: one
+    stored residual sum (``z``) and one layer norm's mean (of ``x``, taken as 0), each through
+    the order's perturbation when it has one; it returns them and the differences of neighbouring sums, which
+    see whether two neighbours were perturbed the same way. Each call's dtype and perturbation signs are
+    recorded."""
+    calls = []
+
+    def evaluate(dtype, o):
+        s = np.asarray(z, dtype) if o.store is None else o.store(np.asarray(z, dtype))
+        mean = np.zeros(1, dtype)
+        mean = mean if o.mean_store is None else o.mean_store(mean, np.asarray(x, dtype))
+        calls.append({"dtype": dtype, "identity": o.store is None and o.mean_store is None,
+                      "signs": np.sign(s - np.asarray(z, dtype)), "mean_moved": abs(float(mean[0]))})
+        return np.concatenate([s, mean, s[0::2] - s[1::2]])
+
+    return evaluate, calls
+
+
+def test_the_store_term_is_the_largest_change_over_all_plus_all_minus_and_two_random_sign_patterns():
+    """The store term's documented recipe, step by step: the layer is evaluated in the golden dtype once as it
+    is and once per sign pattern — all +, all −, then two random patterns drawn from ``seed`` (default 0) —
+    each stored sum z moved by ±u|z| (u of the implementation's dtype) and each layer norm's mean by
+    ±2u·max|x| (two roundings: ``MEAN_STORES``); the term is each output entry's largest change."""
+    rng = np.random.default_rng(5)
+    z = rng.uniform(1.0, 4.0, 64) * rng.choice([-1.0, 1.0], 64)
+    x = np.array([0.5, -3.0, 2.0])
+    u = T.unit_roundoff(np.float32)
+    evaluate, calls = _recording_layer(z, x)
+    term = BL._store_term(evaluate, np.float32, (3, 1, 1))
+
+    assert len(calls) == 5  # the unperturbed evaluation and four sign patterns
+    assert all(isinstance(c["dtype"], np.dtype) and c["dtype"] == T.golden_dtype(np.float32) == np.float64
+               for c in calls)
+    assert calls[0]["identity"] and not any(c["identity"] for c in calls[1:])
+    # the sign of the move: +u|z| is up whatever the sign of z
+    assert np.all(calls[1]["signs"] == 1) and np.all(calls[2]["signs"] == -1)
+    # every pattern moves the mean by 2u·max|x| (each call: the largest over the patterns would hide one)
+    for c in calls[1:]:
+        np.testing.assert_allclose(c["mean_moved"], 2 * u * 3.0, rtol=2.0 ** -50)
+    for c in calls[3:]:  # random signs: both occur among 64 entries
+        assert np.any(c["signs"] == 1) and np.any(c["signs"] == -1)
+    assert not np.array_equal(calls[3]["signs"], calls[4]["signs"])
+
+    sums, mean, pairs = term[:64], term[64], term[65:]
+    # the changes are differences of float64 values ≤ 4 + 2u: each off by at most a few roundings, 2⁻⁵³·4 each
+    atol = 8 * 2.0 ** -53 * 4
+    np.testing.assert_allclose(sums, u * np.abs(z), rtol=0, atol=atol)
+    np.testing.assert_allclose(mean, 2 * u * 3.0, rtol=0, atol=atol)
+    # a neighbouring pair moved the same way by all +/all −, apart by some random pattern
+    apart = np.zeros(32, dtype=bool)
+    for c in calls[3:]:
+        apart |= c["signs"][0::2] != c["signs"][1::2]
+    assert apart.any() and not apart.all()
+    a = np.abs(z)
+    np.testing.assert_allclose(pairs, np.where(apart, u * (a[0::2] + a[1::2]), u * np.abs(a[0::2] - a[1::2])),
+                               rtol=0, atol=atol)
+
+
+def test_the_store_terms_random_patterns_come_from_seed_0_by_default():
+    """The default seed is 0: the same random patterns as ``seed=0``, other ones than ``seed=1``."""
+    z = np.linspace(1.0, 2.0, 64)
+    x = np.ones(3)
+    signs = {}
+    for seed in (None, 0, 1):
+        evaluate, calls = _recording_layer(z, x)
+        BL._store_term(evaluate, np.float32, (3, 1, 1), **({} if seed is None else {"seed": seed}))
+        signs[seed] = np.stack([c["signs"] for c in calls[3:]])
+    np.testing.assert_array_equal(signs[None], signs[0])
+    assert not np.array_equal(signs[0], signs[1])
