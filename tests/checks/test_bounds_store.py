@@ -223,7 +223,7 @@ def _recording_layer(z, x):
         mean = np.zeros(1, dtype)
         mean = mean if o.mean_store is None else o.mean_store(mean, np.asarray(x, dtype))
         calls.append({"dtype": dtype, "identity": o.store is None and o.mean_store is None,
-                      "signs": np.sign(s - np.asarray(z, dtype)), "mean_moved": abs(float(mean[0]))})
+                      "signs": np.sign(s - np.asarray(z, dtype)), "mean_moved": float(mean[0])})
         return np.concatenate([s, mean, s[0::2] - s[1::2]])
 
     return evaluate, calls
@@ -247,9 +247,11 @@ def test_the_store_term_is_the_largest_change_over_all_plus_all_minus_and_two_ra
     assert calls[0]["identity"] and not any(c["identity"] for c in calls[1:])
     # the sign of the move: +u|z| is up whatever the sign of z
     assert np.all(calls[1]["signs"] == 1) and np.all(calls[2]["signs"] == -1)
-    # every pattern moves the mean by 2u·max|x| (each call: the largest over the patterns would hide one)
-    for c in calls[1:]:
-        np.testing.assert_allclose(c["mean_moved"], 2 * u * 3.0, rtol=2.0 ** -50)
+    # every pattern moves the mean by 2u·max|x| (each call: the largest over the patterns would hide one), up
+    # in all +, down in all − (a pattern moves the sums and the means the same way)
+    for c, sign in zip(calls[1:], (1, -1, None, None)):
+        np.testing.assert_allclose(abs(c["mean_moved"]), 2 * u * 3.0, rtol=2.0 ** -50)
+        assert sign is None or np.sign(c["mean_moved"]) == sign
     for c in calls[3:]:  # random signs: both occur among 64 entries
         assert np.any(c["signs"] == 1) and np.any(c["signs"] == -1)
     assert not np.array_equal(calls[3]["signs"], calls[4]["signs"])
