@@ -212,7 +212,7 @@ def test_an_encoder_layer_and_stack_carry_the_term_too():
 
 def _recording_layer(z, x):
     """A stand-in for ``evaluate(dtype, order)`` of :func:`~attnclaims.checks.bounds.layers._store_term`: one
-    stored residual sum (``z``) and one layer norm's mean (of ``x``, taken as 0), each through
+    stored residual sum (``z``) and the means of a layer norm's rows (of ``x``, taken as 0), each through
     the order's perturbation when it has one; it returns them and the differences of neighbouring sums, which
     see whether two neighbours were perturbed the same way. Each call's dtype and perturbation signs are
     recorded."""
@@ -220,11 +220,11 @@ def _recording_layer(z, x):
 
     def evaluate(dtype, o):
         s = np.asarray(z, dtype) if o.store is None else o.store(np.asarray(z, dtype))
-        mean = np.zeros(1, dtype)
+        mean = np.zeros((np.shape(x)[0], 1), dtype)
         mean = mean if o.mean_store is None else o.mean_store(mean, np.asarray(x, dtype))
         calls.append({"dtype": dtype, "identity": o.store is None and o.mean_store is None,
-                      "signs": np.sign(s - np.asarray(z, dtype)), "mean_moved": float(mean[0])})
-        return np.concatenate([s, mean, s[0::2] - s[1::2]])
+                      "signs": np.sign(s - np.asarray(z, dtype)), "mean_moved": mean[:, 0].astype(float)})
+        return np.concatenate([s, mean[:, 0], s[0::2] - s[1::2]])
 
     return evaluate, calls
 
@@ -236,7 +236,8 @@ def test_the_store_term_is_the_largest_change_over_all_plus_all_minus_and_two_ra
     ±2u·max|x| (two roundings: ``MEAN_STORES``); the term is each output entry's largest change."""
     rng = np.random.default_rng(5)
     z = rng.uniform(1.0, 4.0, 64) * rng.choice([-1.0, 1.0], 64)
-    x = np.array([0.5, -3.0, 2.0])
+    x = np.array([[0.5, -3.0, 2.0]] * 8) * np.arange(1, 9)[:, None]  # rows' max|x|: 3, 6, …, 24
+    top = 3.0 * np.arange(1, 9)
     u = T.unit_roundoff(np.float32)
     evaluate, calls = _recording_layer(z, x)
     term = BL._store_term(evaluate, np.float32, (3, 1, 1))
@@ -247,20 +248,22 @@ def test_the_store_term_is_the_largest_change_over_all_plus_all_minus_and_two_ra
     assert calls[0]["identity"] and not any(c["identity"] for c in calls[1:])
     # the sign of the move: +u|z| is up whatever the sign of z
     assert np.all(calls[1]["signs"] == 1) and np.all(calls[2]["signs"] == -1)
-    # every pattern moves the mean by 2u·max|x| (each call: the largest over the patterns would hide one), up
-    # in all +, down in all − (a pattern moves the sums and the means the same way)
+    # every pattern moves each mean by 2u·max|x| of its row (each call: the largest over the patterns would
+    # hide one), up in all +, down in all − (a pattern moves the sums and the means the same way), both ways
+    # among the rows of a random pattern
     for c, sign in zip(calls[1:], (1, -1, None, None)):
-        np.testing.assert_allclose(abs(c["mean_moved"]), 2 * u * 3.0, rtol=2.0 ** -50)
-        assert sign is None or np.sign(c["mean_moved"]) == sign
+        np.testing.assert_allclose(np.abs(c["mean_moved"]), 2 * u * top, rtol=2.0 ** -50)
+        moved = set(np.sign(c["mean_moved"]))
+        assert moved == ({sign} if sign is not None else {1.0, -1.0})
     for c in calls[3:]:  # random signs: both occur among 64 entries
         assert np.any(c["signs"] == 1) and np.any(c["signs"] == -1)
     assert not np.array_equal(calls[3]["signs"], calls[4]["signs"])
 
-    sums, mean, pairs = term[:64], term[64], term[65:]
+    sums, mean, pairs = term[:64], term[64:72], term[72:]
     # the changes are differences of float64 values ≤ 4 + 2u: each off by at most a few roundings, 2⁻⁵³·4 each
     atol = 8 * 2.0 ** -53 * 4
     np.testing.assert_allclose(sums, u * np.abs(z), rtol=0, atol=atol)
-    np.testing.assert_allclose(mean, 2 * u * 3.0, rtol=0, atol=atol)
+    np.testing.assert_allclose(mean, 2 * u * top, rtol=2.0 ** -50)
     # a neighbouring pair moved the same way by all +/all −, apart by some random pattern
     apart = np.zeros(32, dtype=bool)
     for c in calls[3:]:
@@ -274,7 +277,7 @@ def test_the_store_term_is_the_largest_change_over_all_plus_all_minus_and_two_ra
 def test_the_store_terms_random_patterns_come_from_seed_0_by_default():
     """The default seed is 0: the same random patterns as ``seed=0``, other ones than ``seed=1``."""
     z = np.linspace(1.0, 2.0, 64)
-    x = np.ones(3)
+    x = np.ones((2, 3))
     signs = {}
     for seed in (None, 0, 1):
         evaluate, calls = _recording_layer(z, x)
