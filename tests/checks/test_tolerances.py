@@ -1887,6 +1887,98 @@ def test_sixteen_bit_attention_error_on_one_key_rows_is_the_output_rounding(dtyp
     assert T.sixteen_bit_attention_error(q, k, v, mask, u=u)[0].min() > 0.5 * np.abs(v[[4, 1]]).min()
 
 
+def _score16_element(qi, kj, sc, u, eqi, ekj) -> float:
+    """sixteen_bit_score_error for one query and key (the module docstring's formula, as _score16_loops)."""
+    d = len(qi)
+    mag = math.fsum(abs(qi[l] * kj[l]) for l in range(d))
+    prop = math.fsum(eqi[l] * abs(kj[l]) + abs(qi[l]) * ekj[l] + eqi[l] * ekj[l] for l in range(d))
+    return abs(sc) * (((1 + u) ** 3 * (1 + (d + 3) * U32) - 1) * mag + (1 + u) ** 3 * prop)
+
+
+#: log 2⁻¹⁰⁷⁴, the log of the smallest positive float64 (the underflow lift's threshold)
+_LOG_TINY = math.log(2.0 ** -1074)
+
+
+def _parts16_row(s, ds, keys, n_k, u, stores):
+    """_sixteen_bit_weight_parts for one row, as its docstring and _lift_underflow's say: A; the score term
+    expm1(|ΔS_j| + E), E the row's largest |ΔS| over its allowed keys; the rounding term
+    (1 + u₃₂η_j)σ(1 + u)^(stores − 2) − 1, σ = (1 + u)²/(1 − u), η over all n_k keys; both 0 in a row with one
+    allowed key (its weight is exactly 1); a weight that underflows to 0 although it may be as large as
+    e^{t + |ΔS_j| + E} > 2⁻¹⁰⁷⁴ is lifted to A = 2⁻¹⁰⁷⁴ with the score term e^{t + |ΔS_j| + E}/2⁻¹⁰⁷⁴."""
+    a, r_score, r_round = np.zeros(n_k), np.zeros(n_k), np.zeros(n_k)
+    if not keys:
+        return a, r_score, r_round
+    m = max(s[j] for j in keys)
+    z = math.fsum(math.exp(s[j] - m) for j in keys)
+    big = max(ds[j] for j in keys)
+    sigma = (1 + u) ** 2 / (1 - u)
+    for j in keys:
+        a[j] = math.exp(s[j] - m) / z
+        if len(keys) == 1:
+            continue
+        t, x = s[j] - m, ds[j] + big
+        if a[j] > 0:
+            r_score[j] = math.expm1(x)
+        elif t + x > _LOG_TINY:
+            a[j], r_score[j] = 2.0 ** -1074, math.exp(t + x - _LOG_TINY)
+        if a[j] > 0:
+            r_round[j] = (1 + U32 * eta(t, n_k)) * sigma * (1 + u) ** (stores - 2) - 1
+    return a, r_score, r_round
+
+
+def _attention16_loops(q, k, v, mask, scale, u, eq=None, ek=None, ev=None):
+    """(weights bound, output bound) of the 16-bit model, every batch index and query by the formulas: the
+    weights with stores = 3 (the weights' own store), the output with stores = 2 from attention_error's four
+    terms with the products and sums in float32 (u₃₂) plus the output's store u(|A v| + E)."""
+    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    eq, ek, ev = (np.zeros(a.shape) if e is None else np.asarray(e, dtype=np.float64)
+                  for a, e in ((q, eq), (k, ek), (v, ev)))
+    n_q, n_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
+    shapes = [q.shape[:-2], k.shape[:-2], v.shape[:-2]] + ([] if mask is None else [np.shape(mask)[:-2]])
+    batch = np.broadcast_shapes(*shapes)
+    full = lambda a, tail: np.broadcast_to(a, batch + tail)
+    Q, EQ = full(q, q.shape[-2:]), full(eq, q.shape[-2:])
+    K, EK, V, EV = full(k, k.shape[-2:]), full(ek, k.shape[-2:]), full(v, v.shape[-2:]), full(ev, v.shape[-2:])
+    M = full(np.ones((n_q, n_k), bool) if mask is None else np.asarray(mask, bool), (n_q, n_k))
+    sc = _scale(q.shape[-1], scale)
+    wb, ob = np.zeros(batch + (n_q, n_k)), np.zeros(batch + (n_q, d_v))
+    for b in np.ndindex(*batch):
+        for i in range(n_q):
+            keys = [j for j in range(n_k) if M[b][i][j]]
+            s = {j: sc * dot(Q[b][i], K[b][j]) for j in keys}
+            ds = {j: _score16_element(Q[b][i], K[b][j], sc, u, EQ[b][i], EK[b][j]) for j in keys}
+            wb[b + (i,)] = weights_row(*_parts16_row(s, ds, keys, n_k, u, stores=3))[0]
+            err, out = output_row(*_parts16_row(s, ds, keys, n_k, u, stores=2), V[b], U32, EV[b])
+            ob[b + (i,)] = err + u * (np.abs(out) + err)
+    return wb, ob
+
+
+def _underflow16_case():
+    """A row whose second weight underflows (its score 760 below the first: e^−760 rounds to 0) although a
+    score error of ~40 (an input error 0.05 of q on a key of size 760) could raise it above 2⁻¹⁰⁷⁴: the lift
+    applies there; a third query sees one key only."""
+    q = np.array([[1.0, 0.0], [0.5, 0.0], [1.0, 0.0]])
+    k = np.array([[760.0, 0.0], [0.0, 0.0], [1.0, 1.0]])
+    v = np.array([[1.0, -2.0], [3.0, 0.5], [0.25, 1.0]])
+    mask = np.array([[True, True, False], [True, True, True], [False, False, True]])
+    return q, k, v, mask, 1.0, np.full(q.shape, 0.05), None, None
+
+
+@SIXTEEN
+@pytest.mark.parametrize("case", [c for c, _ in _attention_cases()] + ["underflow"])
+def test_sixteen_bit_attention_bounds_follow_their_docstrings(dtype_name, case):
+    """sixteen_bit_attention_weights_error and sixteen_bit_attention_error element by element, on the
+    general bounds' cases (batches, n_q ≠ n_k, masks with a fully masked row and a row of one key, an explicit
+    scale, input errors, huge ones) and on a weight that underflows where the score error could lift it."""
+    u = T.unit_roundoff(_dtype16(dtype_name))
+    q, k, v, mask, scale, eq, ek, ev = _underflow16_case() if case == "underflow" else dict(_attention_cases())[case]
+    wb, ob = _attention16_loops(q, k, v, mask, scale, u, eq, ek, ev)
+    check(T.sixteen_bit_attention_weights_error(q, k, mask, scale, u=u, eq=eq, ek=ek), wb)
+    check(T.sixteen_bit_attention_error(q, k, v, mask, scale, u=u, eq=eq, ek=ek, ev=ev), ob)
+    if case == "underflow":  # the lifted weight's bound is about e^{t + x} ≈ e^−720: far above 2⁻¹⁰⁷⁴
+        assert 1e-320 < wb[0, 1] < 1e-300 and wb[1, 1] > 0 and not wb[0, 2] and not wb[2].any()
+
+
 def _store(x, delta):
     """The model's store: x(1 + δ) with the given relative δ (±u: the worst a 16-bit rounding may do)."""
     return np.asarray(x, np.float64) * (1.0 + delta)
