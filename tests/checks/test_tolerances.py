@@ -712,6 +712,10 @@ def test_sixteen_bit_softmax_error_follows_its_docstring(dtype_name, axis):
     check(T.sixteen_bit_softmax_error(x, axis, u=u, ex=ex), np.moveaxis(want, -1, axis))
     assert np.all(T.sixteen_bit_softmax_error(x[:, :1], -1, u=u, ex=ex[:, :1]) == 0)  # one entry: exactly 1
     assert T.error_model(T.softmax_error, _dtype16(dtype_name)) is T.sixteen_bit_softmax_error
+    x3 = rng.normal(size=(2, 3, 4)) * 4.0  # the default axis is the last (of three: not axis 1)
+    last = T.sixteen_bit_softmax_error(x3, -1, u=u)
+    check(T.sixteen_bit_softmax_error(x3, u=u), last)
+    assert not np.allclose(T.sixteen_bit_softmax_error(x3, 1, u=u), last)
 
 
 @US
