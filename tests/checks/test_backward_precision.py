@@ -159,3 +159,31 @@ def test_the_decoder_block_bound_carries_the_attention_error_into_the_ffn_norm(s
         got = impl.decoder_block_vjp(x, params, d)
         for (name, g), (_, w) in zip(BP.leaves(got), BP.leaves(want)):
             BP.assert_close(g, w, bounds[name], f"{type(impl).__name__} seed {seed}: gradient {name}")
+
+
+def test_the_measured_bounds_evaluate_the_layer_vjps_with_a_mask_per_batch_element():
+    """The measured bounds' float64 evaluations of the layers' backward passes are the reference's, also with a
+    mask that differs between batch elements (every other test passes none): the encoder layer's mask (B, n, n),
+    the decoder layer's self- and memory masks, the decoder-only block's mask."""
+    from attnclaims.checks.bounds import layers as BL
+
+    rng = np.random.default_rng(29)
+    x, mem = rng.standard_normal((2, 4, 6)), rng.standard_normal((2, 3, 6))
+    d = rng.standard_normal(x.shape)
+    own = rng.random((2, 4, 4)) < 0.7
+    own[..., 0] = True  # every query sees a key
+    mm = rng.random((2, 4, 3)) < 0.7
+    mm[..., 0] = True
+    assert not np.array_equal(own[0], own[1]) and not np.array_equal(mm[0], mm[1])
+    enc = init_encoder_layer(1, 6, 2, 5, eps=1e-5, norm_spread=0.3)
+    dec = init_decoder_layer(2, 6, 2, 5, norm_first=True, eps=1e-5, norm_spread=0.3)
+    block = RB.init_decoder_block(3, 6, 2, 5, num_kv_heads=1, norm_spread=0.3)
+    for got, want in ((BL._backward_encoder(x, enc, d, own, np.float64), RB.encoder_layer_vjp(x, enc, d, own)),
+                      (BL._backward_decoder(x, mem, dec, d, own, mm, np.float64),
+                       RB.decoder_layer_vjp(x, mem, dec, d, own, mm)),
+                      (BL._block(x, block, d, own, np.float64), RB.decoder_block_vjp(x, block, d, own))):
+        pairs = list(zip(BP.leaves(got), BP.leaves(want)))
+        assert pairs and len(pairs) == len(BP.leaves(want))
+        for (name, g), (other, w) in pairs:
+            assert name == other
+            np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-12, err_msg=name)
