@@ -301,6 +301,11 @@ def test_a_stack_of_one_layer_is_that_layer_and_the_decoder_broadcasts_its_batch
         naive = SP.decoder_layer(y, memory, dec, None, None, np.float64)
         assert naive.shape == want.shape
         np.testing.assert_allclose(naive, want, rtol=1e-12, atol=1e-12)
+    # evaluated in the dtype asked for (a name will do), not the inputs': float64 inputs in float32 give float32
+    y, memory = rng.normal(size=(2, 4, 6)), rng.normal(size=(2, 5, 6))
+    assert SP.decoder_layer(y, memory, dec, None, None, "float32").dtype == F32
+    assert SP.encoder_layer(y, enc[0], None, "float32").dtype == F32
+    assert SP.encoder_stack(y, enc, None, "float32").dtype == F32
 
 
 def test_the_tolerance_is_per_row_for_batched_outputs():
