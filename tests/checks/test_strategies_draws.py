@@ -847,8 +847,14 @@ def test_the_strategies_draw_only_the_declared_variants():
         with pytest.raises(pytest.skip.Exception, match=r"^not applicable \(variant norm_first=False\): "
                                                         r"restricted-stub declares norm_first=\(True,\)$"):
             S.require_variant("norm_first", False)
-        with pytest.raises(pytest.skip.Exception, match=r"variant head_dim=3"):
+        with pytest.raises(pytest.skip.Exception, match=r"^not applicable \(variant head_dim=3\): "
+                                                        r"restricted-stub declares head_dim='even'$"):  # 3, not 3.0
             find(S.multi_head_params(6, 2), lambda p: True, settings=_settings(1))
+    grouped = type("_RestrictedGrouped", (_Restricted,), {"variants": {**_Restricted.variants, "grouped_query": True}})
+    with S.following(grouped()):
+        with pytest.raises(pytest.skip.Exception, match=r"^not applicable \(variant head_dim=3\): "
+                                                        r"restricted-stub declares head_dim='even'$"):
+            find(S.grouped_query_params(6, 2), lambda p: True, settings=_settings(1))
     with S.following(_Float32()):  # defaults: both placements, cross and self, odd heads, every scale
         assert _reach(S.encoder_layer_params(8, 2, 4), lambda p: p.norm_first) and \
             _reach(S.encoder_layer_params(8, 2, 4), lambda p: not p.norm_first)
