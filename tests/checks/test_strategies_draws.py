@@ -1837,6 +1837,11 @@ def test_grouped_query_params_tile_head_widths_and_distinct_groupings():
     assert M.tile_head_widths(19) == (7,) and M.tile_head_widths(18) == (7,)  # 18·7 = 126 fits, 19·7 does not
     flags = _sample(M.distinct_groupings(), 200)
     assert 0.6 < sum(flags) / len(flags) < 0.9
+    # the documented constants: True in three entries of four, and 4 the fewest heads where tiling differs
+    entries = list(M.distinct_groupings().elements)
+    assert len(entries) == 4 and M.DISTINCT_SHARE == sum(entries) / len(entries) == 0.75
+    assert M.MIN_DISTINCT_HEADS == min(h for h in range(1, 9) if any(M.tiling_differs(h, k) for k in range(1, h + 1)))
+    assert M.MIN_DISTINCT_HEADS == 4
 
 
 @pytest.mark.parametrize("declared", [{}, {"value_width": "d_k"}], ids=["any-width", "d_k-width"])
