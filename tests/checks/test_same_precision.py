@@ -78,6 +78,20 @@ def test_orders_differ_in_float32_and_the_stack_is_layers_in_turn():
     assert np.max(np.abs(stack - golden)) < 1e-4 * np.max(np.abs(golden))
 
 
+def test_a_lane_mean_adds_interleaved_partial_sums_one_by_one():
+    """The layer norm's mean in ``lanes`` partial sums (an evaluation order's association, common.LANES): in
+    float32, x = (10⁸, 1, −10⁸, 1, 3) — whose sums depend on the order (10⁸ + 1 rounds to 10⁸) — gives, by hand,
+    2 lanes (10⁸ − 10⁸ + 3) + (1 + 1) = 5, mean 1; 3 lanes (10⁸ + 1) + (1 + 3) + (−10⁸) = 0 (10⁸ + 4 rounds to
+    10⁸, a tie to even); 1 lane is numpy's own mean, 0.8."""
+    from attnclaims.checks.bounds import norms as BN
+
+    x = np.array([[1e8, 1.0, -1e8, 1.0, 3.0]], dtype=F32)
+    assert BN._lane_mean(x, 2).tolist() == [[1.0]] and BN._lane_mean(x, 3).tolist() == [[0.0]]
+    assert BN._lane_mean(x, 1).tolist() == x.mean(axis=-1, keepdims=True).tolist() == [[np.float32(0.8)]]
+    assert BN._lane_mean(x, 2).dtype == F32
+    assert 2 in BC.LANES and 3 in BC.LANES  # the orders use both
+
+
 def test_golden_dtypes():
     """float32 and coarser: the float64 reference is the golden result; float64: long double where it is
     an extended type (x86: 64-bit mantissa, 2¹¹ finer), else none and the derived bound stays."""

@@ -206,8 +206,9 @@ def rms_norm_error(x, gamma, eps, *, u: float, ex=None) -> np.ndarray:
 
 
 def _lane_mean(x: np.ndarray, lanes: int) -> np.ndarray:
-    """Mean over the last axis, summed in ``lanes`` interleaved partial sums that are then added (1: one
-    running sum; zeros pad the row to a multiple of ``lanes``, which adds nothing). (..., d) -> (..., 1)."""
+    """Mean over the last axis, summed in ``lanes`` interleaved partial sums that are then added one by one
+    (zeros pad the row to a multiple of ``lanes``, which adds nothing); 1: numpy's own mean (its pairwise
+    summation, which is itself one correct order). (..., d) -> (..., 1)."""
     d = x.shape[-1]
     if lanes > 1:
         pad = np.zeros(x.shape[:-1] + (-d % lanes,), dtype=x.dtype)
