@@ -137,9 +137,13 @@ def test_decode_schedules_cover_every_prompt_length_and_chunk():
     assert {c for _, c in seen} == {1, 2, 3, 5}
 
 
-def _gqa_draws(profile: str, seed: int, examples: int = 20) -> list[tuple[int, int]]:
+def _gqa_draws(profile: str, seed: int, examples: int = 20, declares: bool = True,
+               kwargs: dict | None = None) -> list[tuple[int, int]]:
     """(num_heads, num_kv_heads) of the grouped-query cases one run of ``examples`` draws under ``profile``'s
-    sizes with hypothesis seed ``seed``, for an implementation that declares ``grouped_query``."""
+    sizes with hypothesis seed ``seed``, for an implementation that declares ``grouped_query`` (or not:
+    ``declares``); ``kwargs``: the strategy's arguments besides ``square`` (None: ``grouped=None``; ``{}``:
+    its defaults)."""
+    grouped = {"grouped": None} if kwargs is None else kwargs
     from hypothesis import seed as hypothesis_seed
     from hypothesis import settings as hypothesis_settings
 
@@ -150,8 +154,8 @@ def _gqa_draws(profile: str, seed: int, examples: int = 20) -> list[tuple[int, i
     @settings(max_examples=examples, deadline=None, database=None, derandomize=False)
     @given(data=st.data())
     def draw(data):
-        with S.following(_Declares(grouped_query=True)):
-            _, p = data.draw(M.grouped_query_model_cases(square=data.draw(st.booleans()), grouped=None))
+        with S.following(_Declares(grouped_query=True) if declares else _Declares()):
+            _, p = data.draw(M.grouped_query_model_cases(square=data.draw(st.booleans()), **grouped))
         out.append((p.num_heads, p.num_kv_heads))
 
     hypothesis_settings.load_profile(profile)
@@ -180,6 +184,23 @@ def test_grouped_query_draws_are_mostly_ones_where_tiling_and_grouping_differ(pr
     assert fewest >= 5, f"a run of 20 examples drew only {fewest} configurations where tiling differs"
     assert any(k == 1 and h >= 2 for h, k in draws), "multi-query (num_kv_heads = 1) never drawn"
     assert any(k == h >= 2 for h, k in draws), "ordinary multi-head attention (num_kv_heads = num_heads) never drawn"
+
+
+def test_grouped_query_cases_follow_their_grouped_argument():
+    """The default ``grouped=True``: mostly configurations where tiling and grouping differ, never ordinary
+    multi-head attention (num_kv_heads = num_heads ≥ 2); ``grouped=False``, with or without ``grouped_query``
+    declared: ordinary multi-head attention only, its head counts unrestricted — one head drawn, and as many
+    draws below MIN_DISTINCT_HEADS as with ``grouped=None``'s unrestricted quarter allows at least."""
+    runs = lambda **k: [hk for seed in range(5) for hk in _gqa_draws("ci", seed, **k)]
+    default = runs(kwargs={})
+    assert sum(M.tiling_differs(h, k) for h, k in default) >= 0.6 * len(default)
+    assert not any(k == h >= 2 for h, k in default), "grouped=True drew ordinary multi-head attention"
+    for declares in (True, False):
+        plain = runs(kwargs={"grouped": False}, declares=declares)
+        assert all(k == h for h, k in plain), f"grouped=False drew grouped K/V heads (declares={declares})"
+        assert any(h == 1 for h, _ in plain), f"grouped=False never drew one head (declares={declares})"
+        few = sum(h < M.MIN_DISTINCT_HEADS for h, _ in plain) / len(plain)
+        assert few >= 0.5, f"grouped=False drew {few:.0%} cases of < {M.MIN_DISTINCT_HEADS} heads (declares={declares})"
 
 
 # ---------------------------------------------------------------------------------------------
