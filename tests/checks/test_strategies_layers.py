@@ -98,6 +98,15 @@ def test_grouped_query_is_opt_in(data):
         assert data.draw(M.kv_head_counts(4, grouped=True)) in (1, 2)
 
 
+def test_kv_head_counts_offer_every_divisor_by_default():
+    """With grouped_query declared: every divisor of num_heads by default (multi-query, grouped, ordinary),
+    the proper ones with grouped=True, the ones where tiling and grouping differ with distinct=True."""
+    with S.following(_Declares(grouped_query=True)):
+        assert list(M.kv_head_counts(4).elements) == [1, 2, 4]
+        assert list(M.kv_head_counts(4, grouped=True).elements) == [1, 2]
+        assert list(M.kv_head_counts(4, distinct=True).elements) == [2]
+
+
 def test_grouped_draws_without_the_declaration_are_not_applicable():
     """Outside a hypothesis example the undeclared variant raises (inside one, the decline rejects that example
     and is counted: attnclaims.declines)."""
