@@ -196,18 +196,26 @@ def attention_row(qi, K, V, allowed, sc, u, eqi, EK, EV):
     return wb, ob, out, allow
 
 
-def attention_loops(q, k, v, mask, scale, u, eq=None, ek=None, ev=None):
-    """(weights bound, output bound, output, allowance) over every batch index and query, by the formula."""
+def _broadcast_attention(q, k, v, mask, eq, ek, ev):
+    """(batch, Q, EQ, K, EK, V, EV, M): the inputs, their errors (None: 0) and the mask (None: every key) in
+    float64, broadcast to their common batch shape."""
     q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
     eq, ek, ev = (np.zeros(a.shape) if e is None else np.asarray(e, dtype=np.float64)
                   for a, e in ((q, eq), (k, ek), (v, ev)))
-    n_q, n_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
+    n_q, n_k = q.shape[-2], k.shape[-2]
     shapes = [q.shape[:-2], k.shape[:-2], v.shape[:-2]] + ([] if mask is None else [np.shape(mask)[:-2]])
     batch = np.broadcast_shapes(*shapes)
     full = lambda a, tail: np.broadcast_to(a, batch + tail)
     Q, EQ = full(q, q.shape[-2:]), full(eq, q.shape[-2:])
     K, EK, V, EV = full(k, k.shape[-2:]), full(ek, k.shape[-2:]), full(v, v.shape[-2:]), full(ev, v.shape[-2:])
     M = full(np.ones((n_q, n_k), bool) if mask is None else np.asarray(mask, bool), (n_q, n_k))
+    return batch, Q, EQ, K, EK, V, EV, M
+
+
+def attention_loops(q, k, v, mask, scale, u, eq=None, ek=None, ev=None):
+    """(weights bound, output bound, output, allowance) over every batch index and query, by the formula."""
+    batch, Q, EQ, K, EK, V, EV, M = _broadcast_attention(q, k, v, mask, eq, ek, ev)
+    n_q, n_k, d_v = Q.shape[-2], K.shape[-2], V.shape[-1]
     sc = _scale(q.shape[-1], scale)
     wb, ob, out, allow = (np.zeros(batch + s) for s in ((n_q, n_k), (n_q, d_v), (n_q, d_v), (n_q, n_k)))
     for b in np.ndindex(*batch):
@@ -1801,17 +1809,9 @@ def _linear16_loops(x, w, b, u, ex):
 
 def _score16_loops(q, k, scale, u, eq, ek):
     """sixteen_bit_score_error element by element (module docstring's formula)."""
-    n_q, d = q.shape
-    s = 1 / math.sqrt(d) if scale is None else abs(scale)
-    stored = (1 + u) ** 3
-    out = np.zeros((n_q, k.shape[0]))
-    for i in range(n_q):
-        for j in range(k.shape[0]):
-            mag = math.fsum(abs(q[i, l] * k[j, l]) for l in range(d))
-            prop = math.fsum(eq[i, l] * abs(k[j, l]) + abs(q[i, l]) * ek[j, l] + eq[i, l] * ek[j, l]
-                             for l in range(d))
-            out[i, j] = s * ((stored * (1 + (d + 3) * U32) - 1) * mag + stored * prop)
-    return out
+    sc = 1 / math.sqrt(q.shape[1]) if scale is None else scale
+    return np.array([[_score16_element(q[i], k[j], sc, u, eq[i], ek[j]) for j in range(k.shape[0])]
+                     for i in range(q.shape[0])])
 
 
 @SIXTEEN
@@ -1895,7 +1895,7 @@ def test_sixteen_bit_attention_error_on_one_key_rows_is_the_output_rounding(dtyp
 
 
 def _score16_element(qi, kj, sc, u, eqi, ekj) -> float:
-    """sixteen_bit_score_error for one query and key (the module docstring's formula, as _score16_loops)."""
+    """sixteen_bit_score_error for one query and key (the module docstring's formula)."""
     d = len(qi)
     mag = math.fsum(abs(qi[l] * kj[l]) for l in range(d))
     prop = math.fsum(eqi[l] * abs(kj[l]) + abs(qi[l]) * ekj[l] + eqi[l] * ekj[l] for l in range(d))
@@ -1937,16 +1937,8 @@ def _attention16_loops(q, k, v, mask, scale, u, eq=None, ek=None, ev=None):
     """(weights bound, output bound) of the 16-bit model, every batch index and query by the formulas: the
     weights with stores = 3 (the weights' own store), the output with stores = 2 from attention_error's four
     terms with the products and sums in float32 (u₃₂) plus the output's store u(|A v| + E)."""
-    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
-    eq, ek, ev = (np.zeros(a.shape) if e is None else np.asarray(e, dtype=np.float64)
-                  for a, e in ((q, eq), (k, ek), (v, ev)))
-    n_q, n_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
-    shapes = [q.shape[:-2], k.shape[:-2], v.shape[:-2]] + ([] if mask is None else [np.shape(mask)[:-2]])
-    batch = np.broadcast_shapes(*shapes)
-    full = lambda a, tail: np.broadcast_to(a, batch + tail)
-    Q, EQ = full(q, q.shape[-2:]), full(eq, q.shape[-2:])
-    K, EK, V, EV = full(k, k.shape[-2:]), full(ek, k.shape[-2:]), full(v, v.shape[-2:]), full(ev, v.shape[-2:])
-    M = full(np.ones((n_q, n_k), bool) if mask is None else np.asarray(mask, bool), (n_q, n_k))
+    batch, Q, EQ, K, EK, V, EV, M = _broadcast_attention(q, k, v, mask, eq, ek, ev)
+    n_q, n_k, d_v = Q.shape[-2], K.shape[-2], V.shape[-1]
     sc = _scale(q.shape[-1], scale)
     wb, ob = np.zeros(batch + (n_q, n_k)), np.zeros(batch + (n_q, d_v))
     for b in np.ndindex(*batch):
