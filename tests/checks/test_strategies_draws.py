@@ -1811,18 +1811,27 @@ def test_decoder_cases_match_their_sizes_and_masks():
                                                                              for p in offsets)
 
 
-def test_grouped_query_params_tile_head_widths_and_distinct_groupings():
+def test_grouped_query_params_tile_head_widths_and_distinct_groupings(patch_strategies):
     """grouped_query_params: Xavier parameters of the asked sizes with a num_kv_heads from kv_head_counts (a
-    proper divisor with grouped=True), each bias scale 0.1, 0 and 0.5 drawn, in the followed dtype, not
-    applicable without grouped_query; tile_head_widths: the documented widths (one less where even) that keep
-    heads·width ≤ 128, else the narrowest; distinct_groupings: True in three draws of four."""
+    proper divisor with grouped=True), each bias scale 0.1, 0 and 0.5 drawn, rebuilt exactly from their note, in
+    the followed dtype, not applicable without grouped_query; tile_head_widths: the documented widths (one less
+    where even) that keep heads·width ≤ 128, else the narrowest; distinct_groupings: True in three draws of four."""
     from attnclaims.checks.strategies import multihead as M
 
+    notes = _noted(patch_strategies)
     with S.following(_Declares(grouped_query=True)):
-        drawn = _sample(M.grouped_query_params(12, 6), 60)
+        noted = _sample(M.grouped_query_params(12, 6), 60, notes)
+    drawn = [p for p, _ in noted]
     assert {p.num_kv_heads for p in drawn} == {1, 2, 3}
     assert all(p.d_model == 12 and p.num_heads == 6 and p.w_k.shape == (12, 2 * p.num_kv_heads) for p in drawn)
-    scales = {0.0 if not np.any(p.b_q) else 0.5 if np.abs(p.b_q).max() > 0.1 else 0.1 for p in drawn}
+    scales = set()
+    for p, note in noted:
+        kw = _call(note, "grouped_query_params")
+        assert (kw["d_model"], kw["num_heads"], kw["num_kv_heads"]) == (12, 6, p.num_kv_heads)
+        want = RP.init_multi_head(kw["seed"], 12, 6, num_kv_heads=kw["num_kv_heads"], bias_scale=kw["bias_scale"])
+        assert all(np.array_equal(getattr(p, f), getattr(want, f)) for f in ("w_q", "w_k", "b_v", "w_o", "b_o"))
+        assert kw["bias_scale"] == 0.0 or 0.5 * kw["bias_scale"] < np.abs(p.b_q).max() <= kw["bias_scale"]
+        scales.add(kw["bias_scale"])
     assert scales == {0.0, 0.1, 0.5}
     with S.following(_Declares(grouped_query=True)):
         assert {p.num_kv_heads for p in _sample(M.grouped_query_params(12, 6, grouped=None), 60)} == {1, 2, 3, 6}

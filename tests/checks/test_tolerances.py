@@ -703,27 +703,37 @@ def test_sixteen_bit_softmax_error_follows_its_docstring(dtype_name, axis):
     """a_i·r_i, r_i = (1 + expm1(2E))(1 + u₃₂η_i)σ − 1, σ = (1 + u)²/(1 − u), capped at 1; 0 in a slice of one entry."""
     u = T.unit_roundoff(_dtype16(dtype_name))
     sigma = (1.0 + u) ** 2 / (1.0 - u)
+
+    def want(x, ex, axis):  # slice by slice along axis, E its largest input error (0 without ex)
+        xs = np.moveaxis(x, axis, -1)
+        es = np.zeros(xs.shape) if ex is None else np.moveaxis(ex, axis, -1)
+        out = np.zeros(xs.shape)
+        for i in np.ndindex(*xs.shape[:-1]):
+            row, n = [float(t) for t in xs[i]], xs.shape[-1]
+            m, e_in = max(row), max(float(t) for t in es[i])
+            z = math.fsum(math.exp(t - m) for t in row)
+            for j, t in enumerate(row):
+                a = math.exp(t - m) / z
+                r = (1.0 + math.expm1(2.0 * e_in)) * (1.0 + U32 * eta(t - m, n)) * sigma - 1.0  # the module's order
+                out[i + (j,)] = min(a * r, 1.0) if a > 0 else 0.0
+        return np.moveaxis(out, -1, axis)
+
     rng = _rng(76)
     x, ex = rng.normal(size=(3, 5)) * 4.0, rng.uniform(0, 1e-3, (3, 5))
     x[0, 1] = x[0, 0] - 800.0  # a weight that underflows: bound 0
     ex[2] *= 1e3  # a large input error: the cap
-    xs, es = np.moveaxis(x, axis, -1), np.moveaxis(ex, axis, -1)
-    want = np.zeros(xs.shape)
-    for i in range(xs.shape[0]):
-        row, n = [float(t) for t in xs[i]], xs.shape[-1]
-        m, e_in = max(row), max(float(t) for t in es[i])
-        z = math.fsum(math.exp(t - m) for t in row)
-        for j, t in enumerate(row):
-            a = math.exp(t - m) / z
-            r = (1.0 + math.expm1(2.0 * e_in)) * (1.0 + U32 * eta(t - m, n)) * sigma - 1.0  # the module's order
-            want[i, j] = min(a * r, 1.0) if a > 0 else 0.0
-    check(T.sixteen_bit_softmax_error(x, axis, u=u, ex=ex), np.moveaxis(want, -1, axis))
+    check(T.sixteen_bit_softmax_error(x, axis, u=u, ex=ex), want(x, ex, axis))
     assert np.all(T.sixteen_bit_softmax_error(x[:, :1], -1, u=u, ex=ex[:, :1]) == 0)  # one entry: exactly 1
     assert T.error_model(T.softmax_error, _dtype16(dtype_name)) is T.sixteen_bit_softmax_error
     x3 = rng.normal(size=(2, 3, 4)) * 4.0  # the default axis is the last (of three: not axis 1)
     last = T.sixteen_bit_softmax_error(x3, -1, u=u)
     check(T.sixteen_bit_softmax_error(x3, u=u), last)
     assert not np.allclose(T.sixteen_bit_softmax_error(x3, 1, u=u), last)
+    check(last, want(x3, None, -1))  # no ex: E = 0
+    # an input error per entry of three axes: E is the largest of each slice along axis, not of another axis
+    ex3 = rng.uniform(0, 1e-2, x3.shape)
+    for a in (-1, 1, 0):
+        check(T.sixteen_bit_softmax_error(x3, a, u=u, ex=ex3), want(x3, ex3, a))
 
 
 @US
@@ -829,6 +839,8 @@ def _vjp_cases():
     yield "broadcast-keys", (q, k[0], v[:1], d, None, 0.7)  # k unbatched, v of batch 1: their sums over 2
     yield "one-query-many-keys", (q[:, :1], rng.normal(size=(2, 9, 3)), rng.normal(size=(2, 9, 2)), d[:, :1],
                                   None, None)
+    yield "batched-keys-only", (q[0], k, v[0], d, None, None)  # the batch comes from k alone (q, v summed over it)
+    yield "batched-values-only", (q[0], k[0], v, d, None, 1.3)  # … from v alone
 
 
 # The (1 + p)(1 + q) − 1 form of the weights' error (module docstring) differs between the two evaluations by
@@ -2324,7 +2336,8 @@ def test_the_vjp_bounds_underflow_terms_count_the_products_of_dq_and_dk():
     """At the smallest scale, 2⁻¹⁰⁷⁴, every relative term of dq's and dk's bounds rounds to 0 and what is left is
     their gradual-underflow terms exactly: (n_k + 1)·η per dq entry (its n_k products and the scale) and
     (n_q + 1)·η per dk entry, η = 2⁻¹⁰⁷⁴; an input broadcast over B batch entries adds its B entries' terms; dv's
-    n_q·η shows alone where d_out = 0."""
+    n_q·η shows alone where d_out = 0, and an allowed key whose weight underflows to 0 keeps, in dv's bound, the
+    2η per query of that weight's exponential and division."""
     eta = T.ETA64  # 2⁻¹⁰⁷⁴ (pinned by its own test)
     rng = _rng(85)
     q, k, v, d = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 5, 4)), rng.normal(size=(2, 5, 2)), rng.normal(size=(2, 3, 2))
@@ -2334,6 +2347,12 @@ def test_the_vjp_bounds_underflow_terms_count_the_products_of_dq_and_dk():
     assert e_dk1.shape == k[0].shape and np.all(e_dk1 == 8 * eta)
     # with d_out = 0 every product of dv's bound is 0 but its n_q underflow terms: n_q·η per entry
     assert np.all(T.attention_vjp_error(q, k, v, np.zeros(d.shape), None, 1.0, u=U64)[2] == 3 * eta)
+    # an allowed key whose weight underflows to 0 (its scores 2000 below the others'): A = 0 there, so dv's bound
+    # of that key is its 2η per query (the weight's exponential and division) times |dO| = 1, plus n_q·η
+    q1 = np.array([[1.0, 0.0], [1.0, 0.5], [1.0, -0.5]])
+    k1, v1 = np.array([[0.0, 0.0], [0.0, 1.0], [-2000.0, 0.0]]), rng.normal(size=(3, 2))
+    e_dv = T.attention_vjp_error(q1, k1, v1, np.ones((3, 2)), None, 1.0, u=U64)[2]
+    assert np.all(e_dv[2] == 3 * 3 * eta) and np.all(e_dv[:2] > 1e-17)
 
 
 # ---------------------------------------------------------------------------------------------
