@@ -1775,6 +1775,38 @@ def test_tile_mode_forces_or_forbids_crossings_restores_and_counts_them():
             pass
 
 
+def test_tile_model_case_redraws_the_case_at_crossing_sizes_with_the_declared_head_widths():
+    """tile_model_case: the case unchanged where tile_crossing draws None; where it crosses, the same heads at the
+    crossing lengths (n_q = n_k for self-attention), one sequence where the case was batched, a head width of
+    tile_head_widths (odd ones drawn, unless the implementation declares head_dim="even": then every width even),
+    d_model = heads·width, x and memory drawn again at those sizes in U[−1, 1]·2^e, e in −1 … 1."""
+    from attnclaims.checks.strategies import multihead as M
+    from attnclaims.checks.strategies.common import tile_lengths
+
+    crossing = set(tile_lengths())
+    with C.tile_mode("never"):
+        for case, tiled in _sample(C.model_cases().flatmap(
+                lambda c: st.tuples(st.just(c), M.tile_model_case(c, square=False))), 10):
+            assert tiled is case
+    for impl, even in ((_Declares(), False), (_Declares(head_dim="even"), True)):
+        with S.following(impl), C.tile_mode("always"):
+            for square in (False, True):
+                drawn = _sample(C.model_cases(square=square).flatmap(
+                    lambda c: st.tuples(st.just(c), M.tile_model_case(c, square=square))), 30)
+                widths = set()
+                for case, tiled in drawn:
+                    d, heads = tiled.dims, case.dims.num_heads
+                    assert d.num_heads == heads and d.d_k == d.d_v and d.d_model == heads * d.d_k
+                    assert d.d_k in M.tile_head_widths(heads, even=even) and d.batch == ((1,) if case.dims.batch else ())
+                    assert {d.n_q, d.n_k} & crossing and (d.n_q == d.n_k or not square)
+                    assert tiled.x.shape == d.batch + (d.n_q, d.d_model)
+                    assert tiled.memory.shape == d.batch + (d.n_k, d.d_model)
+                    assert np.abs(tiled.x).max() <= 2.0 and np.abs(tiled.memory).max() <= 2.0
+                    widths.add(d.d_k)
+                assert any(np.abs(t.x).max() > 1.0 for _, t in drawn)  # drawn again, not left at zero
+                assert all(w % 2 == 0 for w in widths) if even else any(w % 2 for w in widths)
+
+
 @pytest.mark.parametrize("n", [0, 1, 4])
 def test_permutations_are_every_ordering_of_range_n_as_int64(n):
     drawn = _sample(C.permutations(n), 200)

@@ -2355,6 +2355,26 @@ def test_the_vjp_bounds_underflow_terms_count_the_products_of_dq_and_dk():
     assert np.all(e_dv[2] == 3 * 3 * eta) and np.all(e_dv[:2] > 1e-17)
 
 
+def test_the_vjp_bounds_underflow_terms_chain_through_c_and_ds():
+    """Inputs where every relative term of the vjp bounds is exactly 0 leave their gradual-underflow terms alone,
+    so each term and sign of the chain dA → c → dS → dQ, dK shows (attention_vjp_error's docstring).
+
+    q = 0 gives four equal weights A = 1/4 (exact); with d_out = 0, M = |dO||V|ᵀ = 0, so dA's bound is d_v·η
+    = 4η per allowed entry; c's bound is max(Σ_j A·4η + n_k·η, d_v·η) = 8η; dS's is A(4η + 8η) + 2η = 5η;
+    dQ's is s·Σ_j 5η·|k| + (n_k + 1)η = 25η with |k| = 1. With d_out = 1 and each key's |v| summing to 1
+    (M = 1 at every weight) and a fourth key whose weight underflows to 0, that key's dS bound is its weight's
+    2η·(0 + c̄) + 2η = 4η (M counts only where A > 0), so its dK bound is Σ_i 4η·|q_i| + (n_q + 1)η = 16η."""
+    eta = T.ETA64
+    q, k, v = np.zeros((3, 2)), np.ones((4, 2)), np.array([[0.5, -0.5], [0.25, 0.75], [1.0, 0.0], [0.0, 1.0]])
+    v4 = np.concatenate([v, v], axis=-1)  # d_v = 4
+    e_dq, e_dk, e_dv = T.attention_vjp_error(q, k, v4, np.zeros((3, 4)), None, 1.0, u=U64)
+    assert np.all(e_dq == 25 * eta) and np.all(e_dk == 4 * eta) and np.all(e_dv == 3 * eta)
+    q1 = np.array([[1.0, 0.0], [1.0, 0.5], [1.0, -0.5]])
+    k1 = np.array([[0.0, 0.0], [0.0, 1.0], [0.0, -1.0], [-2000.0, 0.0]])
+    e_dk1 = T.attention_vjp_error(q1, k1, v, np.ones((3, 2)), None, 1.0, u=U64)[1]
+    assert e_dk1[3, 0] == 16 * eta and np.all(e_dk1[:3] > 1e-17)
+
+
 # ---------------------------------------------------------------------------------------------
 # mutmut survivors of attnclaims/checks/bounds/ (2026-12-06 late run)
 # ---------------------------------------------------------------------------------------------
