@@ -1775,7 +1775,7 @@ def test_tile_mode_forces_or_forbids_crossings_restores_and_counts_them():
             pass
 
 
-def test_tile_model_case_redraws_the_case_at_crossing_sizes_with_the_declared_head_widths():
+def test_tile_model_case_redraws_the_case_at_crossing_sizes_with_the_declared_head_widths(patch_strategies):
     """tile_model_case: the case unchanged where tile_crossing draws None; where it crosses, the same heads at the
     crossing lengths (n_q = n_k for self-attention), one sequence where the case was batched, a head width of
     tile_head_widths (odd ones drawn, unless the implementation declares head_dim="even": then every width even),
@@ -1784,6 +1784,9 @@ def test_tile_model_case_redraws_the_case_at_crossing_sizes_with_the_declared_he
     from attnclaims.checks.strategies.common import tile_lengths
 
     crossing = set(tile_lengths())
+    exponents = []  # the range of e of every scales() drawn from: −1 … 1 (model_cases' and the redraw's)
+    real_scales = C.scales
+    patch_strategies("scales", lambda low, high: exponents.append((low, high)) or real_scales(low, high))
     with C.tile_mode("never"):
         for case, tiled in _sample(C.model_cases().flatmap(
                 lambda c: st.tuples(st.just(c), M.tile_model_case(c, square=False))), 10):
@@ -1805,6 +1808,7 @@ def test_tile_model_case_redraws_the_case_at_crossing_sizes_with_the_declared_he
                     widths.add(d.d_k)
                 assert any(np.abs(t.x).max() > 1.0 for _, t in drawn)  # drawn again, not left at zero
                 assert all(w % 2 == 0 for w in widths) if even else any(w % 2 for w in widths)
+    assert set(exponents) == {(-1, 1)}
 
 
 @pytest.mark.parametrize("n", [0, 1, 4])

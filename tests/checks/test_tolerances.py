@@ -2216,7 +2216,8 @@ def test_torch_16_bit_kernels_stay_within_the_16_bit_bounds(dtype_name):
 
 def test_modern_16_bit_bounds_are_the_model_bounds_of_their_parts():
     """Grouped-query and causal attention in 16 bits: error_model gives the 16-bit model's bounds, which
-    are the multi-head bound with the K/V heads repeated and the attention bound with the causal mask."""
+    are the multi-head bound with the K/V heads repeated and the attention bound with the causal mask (of either
+    alignment, with a window, top-left by default; batched inputs too); likewise the general model's."""
     from attnclaims.checks import bounds as MT
     from attnclaims.reference.masks import sliding_window_mask
     from attnclaims.reference.multihead import expand_kv
@@ -2244,6 +2245,18 @@ def test_modern_16_bit_bounds_are_the_model_bounds_of_their_parts():
     # top-left: the first query sees one key, so its bound is the output's rounding alone
     first = MT.sixteen_bit_causal_attention_error(q, k, v, "top-left", u=u)[0]
     check(first, ((1 + u) * U32 * 8 + u) * np.abs(v[0]))
+    # batched (sizes 2 ≠ n_q = 4 ≠ n_k = 6 ≠ d = 3): the mask is n_q × n_k, with a window, top-left by default
+    qb, kb, vb = rng.uniform(-1, 1, (2, 4, 3)), rng.uniform(-1, 1, (2, 6, 3)), rng.uniform(-1, 1, (2, 6, 2))
+    for alignment, window in (("top-left", None), ("bottom-right", None), ("bottom-right", 2), ("top-left", 3)):
+        mask = sliding_window_mask(4, 6, window, alignment)
+        check(MT.causal_attention_error(qb, kb, vb, alignment, window, u=U32), T.attention_error(qb, kb, vb, mask, u=U32))
+        check(MT.sixteen_bit_causal_attention_error(qb, kb, vb, alignment, window, u=u),
+              T.sixteen_bit_attention_error(qb, kb, vb, mask, u=u))
+    check(MT.causal_attention_error(qb, kb, vb, u=U32), MT.causal_attention_error(qb, kb, vb, "top-left", u=U32))
+    check(MT.sixteen_bit_causal_attention_error(qb, kb, vb, u=u),
+          MT.sixteen_bit_causal_attention_error(qb, kb, vb, "top-left", u=u))
+    assert not np.allclose(MT.causal_attention_error(qb, kb, vb, "bottom-right", u=U32),
+                           MT.causal_attention_error(qb, kb, vb, u=U32))
 
 
 def test_a_difference_from_an_exact_zero_is_not_swallowed_by_the_underflow_allowance():
