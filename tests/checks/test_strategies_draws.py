@@ -1811,6 +1811,30 @@ def test_tile_model_case_redraws_the_case_at_crossing_sizes_with_the_declared_he
     assert set(exponents) == {(-1, 1)}
 
 
+def test_gqa_cases_and_tiled_model_cases_follow_their_defaults():
+    """gqa_cases: by default (grouped=True) every num_kv_heads a proper divisor of num_heads (> 1), with grouped=None
+    ordinary multi-head too; parameters of the case's d_model and heads (drawn again at a crossing's width);
+    self-attention cases square; each mask broadcastable to (batch, n_q, n_k). tiled_model_cases: rectangular
+    unless square=True."""
+    from attnclaims.checks.strategies import multihead as M
+
+    for tiles in ("never", "always"):
+        with S.following(_Declares(grouped_query=True)), C.tile_mode(tiles):
+            drawn = _sample(M.gqa_cases(), 40)
+            anyhow = _sample(M.gqa_cases(grouped=None), 60)
+        for case, p, mask, is_cross in drawn + anyhow:
+            d = case.dims
+            assert (p.d_model, p.num_heads) == (d.d_model, d.num_heads) and d.num_heads % p.num_kv_heads == 0
+            assert is_cross or d.n_q == d.n_k
+            assert mask is None or np.broadcast_shapes(mask.shape, d.batch + (d.n_q, d.n_k)) == d.batch + (d.n_q, d.n_k)
+        assert all(p.num_kv_heads < p.num_heads or p.num_heads == 1 for _, p, _, _ in drawn)
+        assert any(p.num_heads > 1 for _, p, _, _ in drawn)
+        assert any(p.num_kv_heads == p.num_heads > 1 for _, p, _, _ in anyhow)
+    with C.tile_mode("never"):
+        assert any(c.dims.n_q != c.dims.n_k for c in _sample(M.tiled_model_cases(), 30))
+        assert all(c.dims.n_q == c.dims.n_k for c in _sample(M.tiled_model_cases(square=True), 30))
+
+
 @pytest.mark.parametrize("n", [0, 1, 4])
 def test_permutations_are_every_ordering_of_range_n_as_int64(n):
     drawn = _sample(C.permutations(n), 200)
