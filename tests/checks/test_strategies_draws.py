@@ -1812,10 +1812,10 @@ def test_tile_model_case_redraws_the_case_at_crossing_sizes_with_the_declared_he
 
 
 def test_gqa_cases_and_tiled_model_cases_follow_their_defaults():
-    """gqa_cases: by default (grouped=True) every num_kv_heads a proper divisor of num_heads (> 1), with grouped=None
-    ordinary multi-head too; parameters of the case's d_model and heads (drawn again at a crossing's width);
-    self-attention cases square; each mask broadcastable to (batch, n_q, n_k). tiled_model_cases: rectangular
-    unless square=True."""
+    """gqa_cases: by default (grouped=True) every num_kv_heads a proper divisor of num_heads (> 1), with
+    grouped=None ordinary multi-head too; parameters of the case's d_model and heads (drawn again at a crossing's
+    width); cross- and self-attention both drawn, self-attention cases square; each mask broadcastable to
+    (batch, n_q, n_k). tiled_model_cases: rectangular unless square=True."""
     from attnclaims.checks.strategies import multihead as M
 
     for tiles in ("never", "always"):
@@ -1830,6 +1830,7 @@ def test_gqa_cases_and_tiled_model_cases_follow_their_defaults():
         assert all(p.num_kv_heads < p.num_heads or p.num_heads == 1 for _, p, _, _ in drawn)
         assert any(p.num_heads > 1 for _, p, _, _ in drawn)
         assert any(p.num_kv_heads == p.num_heads > 1 for _, p, _, _ in anyhow)
+        assert {is_cross for *_, is_cross in drawn + anyhow} == {True, False}
     with C.tile_mode("never"):
         assert any(c.dims.n_q != c.dims.n_k for c in _sample(M.tiled_model_cases(), 30))
         assert all(c.dims.n_q == c.dims.n_k for c in _sample(M.tiled_model_cases(square=True), 30))
