@@ -841,6 +841,12 @@ def _vjp_cases():
                                   None, None)
     yield "batched-keys-only", (q[0], k, v[0], d, None, None)  # the batch comes from k alone (q, v summed over it)
     yield "batched-values-only", (q[0], k[0], v, d, None, 1.3)  # … from v alone
+    # one key (A = 1) and gradients in float64's subnormal range (|dO| ≤ 4·2⁻¹⁰⁶¹, |V| ≤ 2²⁴): every term is a
+    # few hundred η at most, so the η terms count — and c's bound is the flash form's, which beats the sum's here
+    yield "subnormal-gradients", (np.array([[-1.2899462062032196], [0.9282234289114506], [-1.9918785766058094]]),
+                                  np.array([[-1.182435717993058]]), np.array([[-16, 8, 0, -12, 12]]) * 2.0 ** 20,
+                                  np.array([[-1, 0, 0, -2, 0], [-1, 0, -3, 4, 3], [-2, 4, -2, -3, 0]]) * 2.0 ** -1061,
+                                  None, None)
 
 
 # The (1 + p)(1 + q) − 1 form of the weights' error (module docstring) differs between the two evaluations by
