@@ -1814,8 +1814,8 @@ def test_tile_model_case_redraws_the_case_at_crossing_sizes_with_the_declared_he
 def test_gqa_cases_and_tiled_model_cases_follow_their_defaults():
     """gqa_cases: by default (grouped=True) every num_kv_heads a proper divisor of num_heads (> 1), with
     grouped=None ordinary multi-head too; parameters of the case's d_model and heads (drawn again at a crossing's
-    width); cross- and self-attention both drawn, self-attention cases square; each mask broadcastable to
-    (batch, n_q, n_k). tiled_model_cases: rectangular unless square=True."""
+    width); cross- and self-attention both drawn, self-attention cases square; masks drawn and not (crossing
+    cases' too), each broadcastable to (batch, n_q, n_k). tiled_model_cases: rectangular unless square=True."""
     from attnclaims.checks.strategies import multihead as M
 
     for tiles in ("never", "always"):
@@ -1831,9 +1831,41 @@ def test_gqa_cases_and_tiled_model_cases_follow_their_defaults():
         assert any(p.num_heads > 1 for _, p, _, _ in drawn)
         assert any(p.num_kv_heads == p.num_heads > 1 for _, p, _, _ in anyhow)
         assert {is_cross for *_, is_cross in drawn + anyhow} == {True, False}
+        masks = [m for _, _, m, _ in drawn + anyhow]
+        assert any(m is None for m in masks) and any(m is not None for m in masks)
     with C.tile_mode("never"):
         assert any(c.dims.n_q != c.dims.n_k for c in _sample(M.tiled_model_cases(), 30))
         assert all(c.dims.n_q == c.dims.n_k for c in _sample(M.tiled_model_cases(square=True), 30))
+
+
+def test_self_attention_and_multi_head_cases_follow_their_arguments():
+    """self_attention_cases: one-head parameters of the case's d_model; self-attention (cross=False) square, its
+    mask over (batch, n_q, n_q); cross=True rectangular too; mask=True always a mask, False never, None both.
+    multi_head_cases: cross- and self-attention by default (self square), parameters of the case's heads or of
+    ``heads``, masks drawn and not, each broadcastable to (batch, n_q, n_k)."""
+    from attnclaims.checks.strategies import multihead as M
+
+    for cross in (False, True):
+        drawn = _sample(M.self_attention_cases(cross=cross), 40)
+        for case, p, m in drawn:
+            d = case.dims
+            assert p.num_heads == 1 and p.d_model == d.d_model and (cross or d.n_q == d.n_k)
+            n_k = d.n_k if cross else d.n_q
+            assert m is None or np.broadcast_shapes(m.shape, d.batch + (d.n_q, n_k)) == d.batch + (d.n_q, n_k)
+        assert any(m is None for *_, m in drawn) and any(m is not None for *_, m in drawn)
+        assert cross == any(c.dims.n_q != c.dims.n_k for c, _, _ in drawn)
+    assert all(m is not None for *_, m in _sample(M.self_attention_cases(cross=False, mask=True), 20))
+    assert all(m is None for *_, m in _sample(M.self_attention_cases(cross=True, mask=False), 20))
+    drawn = _sample(M.multi_head_cases(), 60)
+    for case, p, mask, is_cross in drawn:
+        d = case.dims
+        assert p.num_heads == d.num_heads and p.d_model == d.d_model and (is_cross or d.n_q == d.n_k)
+        n_k = d.n_k if is_cross else d.n_q
+        assert mask is None or np.broadcast_shapes(mask.shape, d.batch + (d.n_q, n_k)) == d.batch + (d.n_q, n_k)
+    assert {c for *_, c in drawn} == {True, False}
+    assert any(m is None for _, _, m, _ in drawn) and any(m is not None for _, _, m, _ in drawn)
+    assert all(p.num_heads == 1 for _, p, _, _ in _sample(M.multi_head_cases(heads=1), 20))
+    assert all(not c for *_, c in _sample(M.multi_head_cases(cross=False), 20))
 
 
 @pytest.mark.parametrize("n", [0, 1, 4])
