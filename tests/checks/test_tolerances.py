@@ -654,6 +654,8 @@ def test_lse_errors_follow_their_docstrings(sixteen):
                               (_mask(rng, (3, 2, 4, 6)), None, (eq, None))):  # the last mask widens the batch
         s, ds = score_matrices(q, k, scale, u, *errs, sixteen=sixteen)
         check(error(q, k, mask, scale, u=u, eq=errs[0], ek=errs[1]), lse_loops(s, ds, mask, u, sixteen))
+    s, ds = score_matrices(q, k[:, :1], None, u, None, None, sixteen=sixteen)  # one key: ln n = 0
+    check(error(q, k[:, :1], u=u), lse_loops(s, ds, None, u, sixteen))
     assert T.error_model(T.lse_error, _bf16()) is T.sixteen_bit_lse_error
 
 
