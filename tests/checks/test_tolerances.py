@@ -685,18 +685,20 @@ def test_alibi_bounds_follow_their_docstrings():
     causal = np.array([[j <= i + n_k - n_q for j in range(n_k)] for i in range(n_q)])
     assert np.array_equal(T.alibi_mask(n_q, n_k), causal)
     assert np.array_equal(T.alibi_mask(n_q, n_k, extra), causal & extra)
-    for u, scale, mask in ((U32, None, None), (U64, 0.7, extra), (2.0 ** -8, None, extra)):
-        s, ds = score_matrices(q, k, scale, u, eq, ek)
-        bias = np.array([[[-slopes[g] * (i + n_k - n_q - j) for j in range(n_k)] for i in range(n_q)]
-                         for g in range(h)])
-        check(T.alibi_scores(q, k, slopes, scale), s + bias, floor=1e-15)
+    bias = np.array([[[-slopes[g] * (i + n_k - n_q - j) for j in range(n_k)] for i in range(n_q)] for g in range(h)])
+    # batched (…, h, n, d), and without a batch axis (h, n, d): there axis 2 is d, not n
+    for u, scale, mask, b in ((U32, None, None, ...), (U64, 0.7, extra, ...), (2.0 ** -8, None, extra, ...),
+                              (U32, None, extra, 0), (2.0 ** -8, 0.6, None, 0)):
+        qb, kb, vb, eqb, ekb = q[b], k[b], v[b], eq[b], ek[b]
+        s, ds = score_matrices(qb, kb, scale, u, eqb, ekb)
+        check(T.alibi_scores(qb, kb, slopes, scale), s + bias, floor=1e-15)
         reach = np.abs(slopes)[:, None, None] * (n_q + n_k)
         ds_alibi = ds + 3.0 * u * (np.abs(s) + reach)
-        check(T.alibi_score_error(q, k, slopes, scale, u=u, eq=eq, ek=ek), ds_alibi)
+        check(T.alibi_score_error(qb, kb, slopes, scale, u=u, eq=eqb, ek=ekb), ds_alibi)
         allowed = causal if mask is None else causal & mask
-        _, _, ob, out = scored_loops(s + bias, ds_alibi, v, allowed, u)
-        check(T.alibi_attention_error(q, k, v, slopes, mask, scale, u=u, eq=eq, ek=ek), ob)
-        np.testing.assert_allclose(out, alibi_attention(q, k, v, slopes, mask, scale), rtol=0, atol=1e-13)
+        _, _, ob, out = scored_loops(s + bias, ds_alibi, vb, allowed, u)
+        check(T.alibi_attention_error(qb, kb, vb, slopes, mask, scale, u=u, eq=eqb, ek=ekb), ob)
+        np.testing.assert_allclose(out, alibi_attention(qb, kb, vb, slopes, mask, scale), rtol=0, atol=1e-13)
 
 
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
