@@ -585,6 +585,9 @@ def _scored_cases():
     yield "mask-widens-batch", (s[0], ds[0], v[0], _mask(rng, (3, 4, 5)), ev[0])
     yield "huge-errors", (s, ds * 1e6, v, _mask(rng, (2, 4, 5)), ev)  # expm1 > 1: the caps
     yield "broadcast-errors", (s, rng.uniform(0, 1e-6, (4, 1)), v, None, None)  # ds per query row
+    # scores far from 0 (the row maximum near ±700): exp(S) overflows or underflows unless shifted by that max
+    yield "far-above-zero", (s + 700.0, ds, v, _mask(rng, (2, 4, 5)), None)
+    yield "far-below-zero", (s - 700.0, ds, v, None, ev)
 
 
 @pytest.mark.parametrize("u", [U32, U64, 2.0 ** -8], ids=["u32", "u64", "u-bf16"])
@@ -843,6 +846,8 @@ def _vjp_cases():
     yield "broadcast-keys", (q, k[0], v[:1], d, None, 0.7)  # k unbatched, v of batch 1: their sums over 2
     yield "one-query-many-keys", (q[:, :1], rng.normal(size=(2, 9, 3)), rng.normal(size=(2, 9, 2)), d[:, :1],
                                   None, None)
+    # large scores (|S| up to ~50): under u = 2⁻⁸ the score errors' expm1 exceeds 1/A, so dA's cap at 1 binds
+    yield "large-scores", (q * 6.0, k * 6.0, v, d, _mask(rng, (2, 4, 5)), None)
     yield "batched-keys-only", (q[0], k, v[0], d, None, None)  # the batch comes from k alone (q, v summed over it)
     yield "batched-values-only", (q[0], k[0], v, d, None, 1.3)  # … from v alone
     # one key (A = 1) and gradients in float64's subnormal range (|dO| ≤ 4·2⁻¹⁰⁶¹, |V| ≤ 2²⁴): every term is a
