@@ -2496,8 +2496,18 @@ def test_flush_to_zero_allowance_for_a_given_dtype_flushes_unless_told_not_to():
         assert widened.abs[0] == 4 * lam  # the zero element: the allowance alone
         assert np.array_equal(widened.abs, bound.abs + 4 * lam)  # added to every element
     gradual = T.flush_to_zero_allowance(bound, expected, np.float64, flush=False)
-    assert gradual.tol == bound.tol and gradual.abs[0] == 4 * 2.0 ** -1075
-    assert np.array_equal(gradual.abs, bound.abs + 4 * 2.0 ** -1075)
+    lam_u = 4 * lam * U64  # u·λ·κ = 2⁻¹⁰⁷³ (u·λ = 2⁻¹⁰⁷⁵ alone is not a float64: it rounds to 0)
+    assert lam_u == 2.0 ** -1073 and 2.0 ** -1075 == 0.0
+    assert gradual.tol == bound.tol and gradual.abs[0] == lam_u
+    assert np.array_equal(gradual.abs, bound.abs + lam_u)
+    # every value below λ (or none finite: non-finite entries are left out of the magnitude), so κ = max(scale)/λ
+    # and the allowance λ·κ is max(scale) itself, not the overflow of max(scale)/λ = 8·2¹⁰²² to inf — where
+    # every compared value is below λ nothing is left to fail
+    top = float(np.max(bound.scale))
+    for values in (np.array([np.inf, np.nan, -np.inf]), np.array([]), np.array([0.0, 2.0 ** -1030])):
+        assert np.array_equal(T.flush_to_zero_allowance(bound, values, np.float64).abs, bound.abs + top)
+        assert np.array_equal(T.flush_to_zero_allowance(bound, values, np.float64, flush=False).abs,
+                              bound.abs + top * U64)
 
 
 @pytest.mark.parametrize("dtype_name", ["float32", "float16"])
@@ -2519,8 +2529,9 @@ def test_flush_to_zero_allowance_without_flushing_below_float64_is_the_gradual_u
 def test_flush_to_zero_allowance_without_a_dtype_reads_the_followed_implementation():
     """With no dtype the allowance is the followed implementation's: its dtype and its declared
     ``flush_to_zero`` variant. A float64 implementation that declares flushing gets λ·κ (λ = 2⁻¹⁰²²,
-    κ = 4); one that does not is exempt; a float32 one that does not flush gets u·λ·κ = 2⁻¹⁵⁰·4; with none
-    followed the bound itself comes back."""
+    κ = 4); one that does not gets gradual underflow's u·λ·κ = 2⁻¹⁰⁷³ (2⁻¹⁰⁷⁵·4: an earlier order, u·λ first,
+    rounded it to 0, and this test asserted that 0 as "exempt"); a float32 one that does not flush gets
+    u·λ·κ = 2⁻¹⁵⁰·4; with none followed the bound itself comes back."""
     from attnclaims.checks import strategies as S
 
     expected = np.array([0.0, 1.0, -2.0])
@@ -2530,9 +2541,9 @@ def test_flush_to_zero_allowance_without_a_dtype_reads_the_followed_implementati
     with S.following(_Declares(np.float64, flush=True)):
         assert T.flush_to_zero_allowance(bound, expected).abs[0] == 4 * 2.0 ** -1022
     with S.following(_Declares(np.float64, flush=False)):
-        assert np.array_equal(T.flush_to_zero_allowance(bound, expected).abs, bound.abs)
+        assert np.array_equal(T.flush_to_zero_allowance(bound, expected).abs, bound.abs + 2.0 ** -1073)
     with S.following(_Declares(np.float64)):  # undeclared: the default, no flushing
-        assert np.array_equal(T.flush_to_zero_allowance(bound, expected).abs, bound.abs)
+        assert np.array_equal(T.flush_to_zero_allowance(bound, expected).abs, bound.abs + 2.0 ** -1073)
     bound32 = _four_x_bound(expected, U32)
     with S.following(_Declares(np.float32)):
         assert T.flush_to_zero_allowance(bound32, expected).abs[0] == 4 * 2.0 ** -150

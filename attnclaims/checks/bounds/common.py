@@ -365,14 +365,16 @@ def flush_to_zero_allowance(bound: Bound, values, dtype=None, *, flush: bool = T
     # κ is relative to the smallest normal number whether or not the dtype flushes: dividing by u·λ instead would
     # make the allowance of an all-zero expected value max(scale), 1/u times too wide.
     smallest = float(_finfo(dtype).smallest_normal)
-    lam = smallest * (1.0 if flush else unit_roundoff(dtype))
     scale = np.asarray(bound.scale, dtype=np.float64)
     top = float(np.max(scale)) if scale.size else 0.0
     finite = np.abs(_f64(values))
     finite = finite[np.isfinite(finite)]
     magnitude = float(np.max(finite)) if finite.size else 0.0
-    kappa = max(1.0, top / max(magnitude, smallest)) if np.isfinite(top) else 1.0
-    return Bound(bound.abs + lam * kappa, bound.tol)
+    # λ·κ = max(λ, max(scale)·λ/max(|values|, λ)), in that order: max(scale)/λ alone overflows for float64 (any
+    # max(scale) ≥ 4 over 2⁻¹⁰²²) where every value is below λ, and λ·κ is then max(scale). The gradual term's
+    # u multiplies last: float64's u·λ = 2⁻¹⁰⁷⁵ alone rounds to 0, u·λ·κ does not once κ ≥ 2.
+    lam_kappa = max(smallest, top * (smallest / max(magnitude, smallest))) if np.isfinite(top) else smallest
+    return Bound(bound.abs + (1.0 if flush else unit_roundoff(dtype)) * lam_kappa, bound.tol)
 
 
 def _target(value: float, label: str) -> None:
