@@ -1779,7 +1779,8 @@ def test_tile_model_case_redraws_the_case_at_crossing_sizes_with_the_declared_he
     """tile_model_case: the case unchanged where tile_crossing draws None; where it crosses, the same heads at the
     crossing lengths (n_q = n_k for self-attention), one sequence where the case was batched, a head width of
     tile_head_widths (odd ones drawn, unless the implementation declares head_dim="even": then every width even),
-    d_model = heads·width, x and memory drawn again at those sizes in U[−1, 1]·2^e, e in −1 … 1."""
+    d_model = heads·width, x and memory drawn again at those sizes in U[−1, 1]·2^e, e in −1 … 1, and a note
+    that names the new sizes."""
     from attnclaims.checks.strategies import multihead as M
     from attnclaims.checks.strategies.common import tile_lengths
 
@@ -1787,6 +1788,7 @@ def test_tile_model_case_redraws_the_case_at_crossing_sizes_with_the_declared_he
     exponents = []  # the range of e of every scales() drawn from: −1 … 1 (model_cases' and the redraw's)
     real_scales = C.scales
     patch_strategies("scales", lambda low, high: exponents.append((low, high)) or real_scales(low, high))
+    notes = _noted(patch_strategies)
     with C.tile_mode("never"):
         for case, tiled in _sample(C.model_cases().flatmap(
                 lambda c: st.tuples(st.just(c), M.tile_model_case(c, square=False))), 10):
@@ -1807,6 +1809,9 @@ def test_tile_model_case_redraws_the_case_at_crossing_sizes_with_the_declared_he
                     assert np.abs(tiled.x).max() <= 2.0 and np.abs(tiled.memory).max() <= 2.0
                     widths.add(d.d_k)
                 assert any(np.abs(t.x).max() > 1.0 for _, t in drawn)  # drawn again, not left at zero
+                d = drawn[-1][1].dims  # the last note names the last redraw's sizes
+                assert (f"tile-crossing model case: batch={d.batch}, n_q={d.n_q}, n_k={d.n_k}, d_model={d.d_model}, "
+                        f"heads={d.num_heads}") in notes
                 assert all(w % 2 == 0 for w in widths) if even else any(w % 2 for w in widths)
     assert set(exponents) == {(-1, 1)}
 
