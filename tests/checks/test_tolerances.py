@@ -2714,6 +2714,19 @@ def test_random_orders_draw_layer_norm_sums_in_one_to_eight_partial_sums():
     assert BC._Order(None, 4, 8, 3, 2).lanes == 1
 
 
+def test_d_out_index_is_the_position_of_d_in_each_backward_evaluation():
+    """D_OUT_INDEX: for every backward pass with an evaluation (and only those), the position of its output
+    gradient ``d`` among the evaluation's arguments — the argument measured_bounds replaces by |d| as a
+    Magnitude. Read from each evaluation's own signature."""
+    import inspect
+
+    from attnclaims.checks.bounds import common as C
+
+    assert set(T.D_OUT_INDEX) == set(C._EVALUATE) and len(C._EVALUATE) == 7
+    for capability, evaluate in C._EVALUATE.items():
+        assert list(inspect.signature(evaluate).parameters).index("d") == T.D_OUT_INDEX[capability], capability
+
+
 def test_stages_are_the_stage_counts_the_module_docstring_states():
     """STAGES (the n_stages floor of each measured backward bound) holds one count per backward pass with an
     evaluation (the keys of D_OUT_INDEX), and the counts the module docstring states: rms_norm_vjp 8,
