@@ -2821,3 +2821,31 @@ def test_measured_bounds_resets_the_forward_widening_when_an_evaluation_raises(m
         C.measured_bounds("toy_vjp", x * d, (x, d), np.float32)
     assert calls and calls[-1] > 0  # the widened evaluation ran, and raised
     assert C.Magnitude.forward_u == 0.0
+
+
+def test_measured_bounds_evaluate_naively_in_the_dtype_and_golden_in_golden_dtype(monkeypatch):
+    """``measured_bounds`` evaluates the backward pass once in the implementation's dtype (the naive result), once
+    in ``golden_dtype`` where that is wider than float64 (long double, for float64 where numpy's is extended;
+    float32's golden is the float64 reference output itself), and twice in float64 on |d| as a Magnitude (the
+    bars, then widened by the forward rounding)."""
+    from attnclaims.checks.bounds import common as C
+
+    calls = []
+
+    def evaluate(x, d, dtype):
+        calls.append((np.dtype(dtype), isinstance(d, C.Magnitude)))
+        return np.asarray(x, dtype=dtype) * np.asarray(d, dtype=dtype)
+
+    monkeypatch.setitem(C._EVALUATE, "toy_vjp", evaluate)
+    monkeypatch.setitem(C.D_OUT_INDEX, "toy_vjp", 1)
+    monkeypatch.setitem(C.STAGES, "toy_vjp", 1)
+    x, d = np.linspace(-1.0, 1.0, 5), np.linspace(0.5, -2.0, 5)
+    f32, f64 = np.dtype(np.float32), np.dtype(np.float64)
+    assert set(C.measured_bounds("toy_vjp", x * d, (x, d), np.float32)) == {""}  # one unnamed leaf
+    assert calls == [(f32, False), (f64, True), (f64, True)]
+    calls.clear()
+    C.measured_bounds("toy_vjp", x * d, (x, d), np.float64)
+    golden = T.golden_dtype(np.float64)
+    extended = [] if golden is None else [(np.dtype(golden), False)]
+    assert golden is None or np.dtype(golden) == np.dtype(np.longdouble) != f64
+    assert calls == [(f64, False)] + extended + [(f64, True), (f64, True)]
