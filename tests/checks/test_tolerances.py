@@ -2849,3 +2849,22 @@ def test_measured_bounds_evaluate_naively_in_the_dtype_and_golden_in_golden_dtyp
     extended = [] if golden is None else [(np.dtype(golden), False)]
     assert golden is None or np.dtype(golden) == np.dtype(np.longdouble) != f64
     assert calls == [(f64, False)] + extended + [(f64, True), (f64, True)]
+
+
+def test_leaves_name_every_array_of_a_nested_gradient():
+    """leaves: every array of a vjp's output, named by its path — tuple positions, dataclass fields — in order;
+    other values (a string field, None) left out. measured_bounds pairs the golden, naive and |·| evaluations by
+    these names, so a dropped part would go unchecked on every side at once."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Grads:
+        w: np.ndarray
+        b: np.ndarray
+        label: str = "not an array"
+
+    a, w, b, y, z = (np.full(2, float(i)) for i in range(5))
+    got = T.leaves((a, Grads(w, b), [y, (z, None)]))
+    assert [name for name, _ in got] == ["0", "1.w", "1.b", "2.0", "2.1.0"]
+    assert all(arr is want for (_, arr), want in zip(got, (a, w, b, y, z)))
+    assert T.leaves(a) == [("", a)] and T.leaves(None) == [] and T.leaves(Grads) == []
