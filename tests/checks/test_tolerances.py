@@ -2827,7 +2827,8 @@ def test_measured_bounds_evaluate_naively_in_the_dtype_and_golden_in_golden_dtyp
     """``measured_bounds`` evaluates the backward pass once in the implementation's dtype (the naive result), once
     in ``golden_dtype`` where that is wider than float64 (long double, for float64 where numpy's is extended;
     float32's golden is the float64 reference output itself), and twice in float64 on |d| as a Magnitude (the
-    bars, then widened by the forward rounding)."""
+    bars, then widened by the forward rounding); with a golden result of its own the bound adds the reference's
+    distance from it."""
     from attnclaims.checks.bounds import common as C
 
     calls = []
@@ -2849,6 +2850,10 @@ def test_measured_bounds_evaluate_naively_in_the_dtype_and_golden_in_golden_dtyp
     extended = [] if golden is None else [(np.dtype(golden), False)]
     assert golden is None or np.dtype(golden) == np.dtype(np.longdouble) != f64
     assert calls == [(f64, False)] + extended + [(f64, True), (f64, True)]
+    # a golden result other than the reference's output: the bound adds how far the reference is from it
+    if golden is not None:
+        near, off = (C.measured_bounds("toy_vjp", x * d + shift, (x, d), np.float64)[""] for shift in (0.0, 1e-9))
+        assert np.allclose(off.abs - near.abs, 1e-9, rtol=1e-6, atol=0)
 
 
 def test_leaves_name_every_array_of_a_nested_gradient():
