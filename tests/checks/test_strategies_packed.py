@@ -1,0 +1,181 @@
+"""Tests of the packed (varlen) and paged strategies (``attnclaims/checks/strategies/packed.py``) that their
+mutation run showed missing: the cases' own methods (``bounds``, ``describe``, the defaults, frozen), the
+length rules of ``varlen_cases`` (every sequence with a query has a key; under the causal mask n_k ≥ n_q; at
+least one query in all), the head counts and widths each strategy draws, and what a declaration
+(``grouped_query``, ``value_width``, ``varlen_causal``, ``scale``) allows. Each test checks a promise of the
+module's docstrings, not an incidental detail; the draws are derandomized and sized by the ``ci`` limits, so the
+verdicts do not depend on the profile the suite runs under. About the suite, not the article: no claim marker.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis.errors import NoSuchExample
+
+from attnclaims.checks import strategies as S
+from attnclaims.checks.strategies import packed as P
+from attnclaims.profiles import _LIMITS
+
+CI = _LIMITS["ci"]
+# find() reprs the whole case it returns: large arrays, printed nowhere
+pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
+
+
+def _settings(n: int) -> settings:
+    return settings(max_examples=n, derandomize=True, database=None, deadline=None,
+                    phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+
+
+def _sample(strategy, n: int) -> list:
+    """``n`` derandomized draws of ``strategy`` (the same ones on every run)."""
+    out: list = []
+
+    @_settings(n)
+    @given(strategy)
+    def collect(x):
+        out.append(x)
+
+    collect()
+    return out
+
+
+def _reach(strategy, predicate, n: int = 1000):
+    """The derandomized draw of ``strategy`` that satisfies ``predicate`` (NoSuchExample when none of ``n`` does)."""
+    return find(strategy, predicate, settings=_settings(n))
+
+
+def _never(strategy, predicate, n: int = 300) -> None:
+    """No derandomized draw of ``n`` satisfies ``predicate`` (a search for it, where ``_sample`` would only look)."""
+    with pytest.raises(NoSuchExample):
+        find(strategy, predicate, settings=_settings(n))
+
+
+@pytest.fixture(autouse=True)
+def ci_limits(patch_strategies):
+    """Sizes of the ``ci`` profile whatever profile runs this module."""
+    patch_strategies("limits", lambda: CI)
+
+
+class _Declares:
+    """A float64 stub declaring the given variants (the rest at their defaults)."""
+
+    name = "declares-stub"
+    dtype = np.dtype(np.float64)
+
+    def __init__(self, **variants):
+        self.variants = variants
+
+
+def _heads(case) -> tuple[int, int]:
+    return (case.q.shape[-2], case.k.shape[-2]) if isinstance(case, P.VarlenCase) else \
+        (case.q.shape[-2], case.k_cache.shape[-2])
+
+
+def _widths(case) -> tuple[int, int]:
+    return (case.q.shape[-1], case.v.shape[-1]) if isinstance(case, P.VarlenCase) else \
+        (case.q.shape[-1], case.v_cache.shape[-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# The cases' own methods
+# ---------------------------------------------------------------------------------------------
+
+def _varlen(**kw) -> P.VarlenCase:
+    q, k, v = np.zeros((3, 1, 2)), np.zeros((5, 1, 2)), np.zeros((5, 1, 1))
+    return P.VarlenCase(q, k, v, np.array([0, 1, 1, 3], np.int32), np.array([0, 2, 3, 5], np.int32), **kw)
+
+
+def test_a_varlen_case_reads_its_sequences_and_describes_itself():
+    """``bounds`` is (q0, q1, k0, k1) per sequence, an empty one included; the defaults are not causal, the
+    default scale (None: 1/√d_k) and no label; ``describe`` is the call with its cu_seqlens, the label in
+    brackets only where there is one; the case is frozen."""
+    case = _varlen()
+    assert case.bounds == [(0, 1, 0, 2), (1, 1, 2, 3), (1, 3, 3, 5)]
+    assert all(type(x) is int for b in case.bounds for x in b)
+    assert case.causal is False and case.scale is None and case.label == ""
+    assert case.args() == (case.q, case.k, case.v, case.cu_q, case.cu_k, False, None)
+    assert case.describe() == ("varlen_attention(q(3, 1, 2), k(5, 1, 2), v(5, 1, 1), cu_seqlens_q=[0, 1, 1, 3], "
+                               "cu_seqlens_k=[0, 2, 3, 5], causal=False, scale=None)")
+    labelled = _varlen(causal=True, scale=0.5, label="tiles")
+    assert labelled.describe().endswith("causal=True, scale=0.5) [tiles]")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        case.label = "other"
+
+
+def test_a_paged_case_describes_itself_and_is_frozen():
+    q, k, v = np.zeros((1, 2, 1, 3)), np.zeros((4, 2, 1, 3)), np.zeros((4, 2, 1, 2))
+    case = P.PagedCase(q, k, v, np.array([[3, 1, -1]], np.int32), np.array([3], np.int32))
+    assert case.scale is None and case.label == "" and case.block_size == 2
+    assert case.args() == (q, k, v, case.block_table, case.seq_lens, None)
+    assert case.describe() == ("paged_attention(q(1, 2, 1, 3), k_cache(4, 2, 1, 3), v_cache(4, 2, 1, 2), "
+                               "block_table=[[3, 1, -1]], seq_lens=[3], scale=None)")
+    assert dataclasses.replace(case, scale=2.0, label="tiles").describe().endswith("scale=2.0) [tiles]")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        case.scale = 1.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        P.PackedEdge("varlen-tiles").name = "other"
+
+
+# ---------------------------------------------------------------------------------------------
+# The length rules of varlen_cases
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("nq, nk, causal, want", [
+    ([0, 2], [0, 3], False, ([0, 2], [0, 3])),  # an empty sequence stays empty: no key is added to it
+    ([0, 2], [4, 3], False, ([0, 2], [4, 3])),  # keys and no query: kept
+    ([2, 1], [0, 5], False, ([2, 1], [1, 5])),  # a sequence with queries and no key gets one key
+    ([3, 1], [2, 1], True, ([2, 1], [3, 1])),   # causal: more queries than keys swapped (bottom-right)
+    ([3, 1], [2, 1], False, ([3, 1], [2, 1])),  # not causal: kept
+    ([2, 1], [2, 1], True, ([2, 1], [2, 1])),
+    ([0, 0], [0, 4], False, ([1, 0], [1, 4])),  # no query at all: the first sequence gets one, with its key
+    ([0], [3], False, ([1], [3])),
+])
+def test_fix_lengths_gives_every_query_a_key_and_the_call_a_query(nq, nk, causal, want):
+    assert P._fix_lengths(nq, nk, causal) == want
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_draws_keep_the_length_rules(causal):
+    """Every drawn sequence with a query has a key, n_k ≥ n_q under the causal mask, at least one query in all;
+    the label says which kind of lengths was drawn."""
+    for case in _sample(P.varlen_cases(causal=causal), 80):
+        nq, nk = np.diff(case.cu_q), np.diff(case.cu_k)
+        assert case.causal is causal and nq.sum() >= 1 and case.label in ("few", "many short", "tiles")
+        assert np.all((nq == 0) | (nk >= 1)) and (not causal or np.all(nk >= nq))
+        assert case.q.shape[0] == nq.sum() and case.k.shape[0] == case.v.shape[0] == nk.sum()
+
+
+# ---------------------------------------------------------------------------------------------
+# Heads and widths: what every draw may have, and what only a declaration allows
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("strategy", ["varlen", "paged"])
+def test_packed_cases_draw_one_to_four_heads_and_kv_heads_only_where_declared(strategy):
+    """1–4 query heads (both ends reached, never 5); K/V heads as many as the query heads unless
+    ``grouped_query`` is declared, then every divisor of the query heads (1, 2 and 4 of 4)."""
+    make = P.varlen_cases if strategy == "varlen" else P.paged_cases
+    with S.following(_Declares()):
+        _reach(make(), lambda c: _heads(c)[0] == 1)
+        _reach(make(), lambda c: _heads(c)[0] == 4)
+        _never(make(), lambda c: _heads(c)[0] > 4 or _heads(c)[1] != _heads(c)[0])
+    with S.following(_Declares(grouped_query=True)):
+        for d in (1, 2, 4):
+            _reach(make(), lambda c, d=d: _heads(c) == (4, d))
+        _never(make(), lambda c: _heads(c)[0] % _heads(c)[1] != 0)
+
+
+@pytest.mark.parametrize("strategy", ["varlen", "paged"])
+def test_packed_cases_draw_value_widths_of_their_own_unless_d_k_is_declared(strategy):
+    """d_k and d_v each 1 … max_dim and drawn apart; with ``value_width='d_k'`` always d_v = d_k."""
+    make = P.varlen_cases if strategy == "varlen" else P.paged_cases
+    with S.following(_Declares()):
+        _reach(make(), lambda c: _widths(c)[0] == 1)
+        _reach(make(), lambda c: _widths(c)[1] == 1 and _widths(c)[0] > 1)
+        _reach(make(), lambda c: _widths(c)[0] == CI.max_dim)
+        _never(make(), lambda c: max(_widths(c)) > CI.max_dim)
+    with S.following(_Declares(value_width="d_k")):
+        _reach(make(), lambda c: _widths(c)[0] > 1)
+        _never(make(), lambda c: _widths(c)[0] != _widths(c)[1])
