@@ -470,3 +470,132 @@ def test_an_offset_lands_on_the_self_attention_output_bias_in_some_draws_and_nev
         assert not p.self_attn.b_o.any()
 
     bias_free()
+
+
+# ---------------------------------------------------------------------------------------------
+# The layers' smaller strategies, exactly (survivors of their mutation run)
+# ---------------------------------------------------------------------------------------------
+
+def _outcomes(strategy) -> list:
+    """[(outcome, probability)] of a composite strategy whose every draw is ``integers`` or ``sampled_from``,
+    each drawn uniformly: the composite's body run once per path of choices (hypothesis itself draws the
+    choices of a small space exhaustively, not with their probabilities). Reads hypothesis' strategy objects
+    (``definition``, ``elements``, ``start``/``end``; hypothesis is pinned in CI)."""
+    from fractions import Fraction
+
+    comp = getattr(strategy, "wrapped_strategy", strategy)
+    out, prefix = [], []
+    while True:
+        sizes: list[int] = []
+
+        def draw(s):
+            s = getattr(s, "wrapped_strategy", s)
+            options = list(s.elements) if hasattr(s, "elements") else list(range(s.start, s.end + 1))
+            sizes.append(len(options))
+            return options[prefix[len(sizes) - 1] if len(sizes) <= len(prefix) else 0]
+
+        value = comp.definition(draw, *comp.args, **comp.kwargs)
+        path = prefix + [0] * (len(sizes) - len(prefix))
+        p = Fraction(1)
+        for size in sizes:
+            p /= size
+        out.append((value, p))
+        j = max((i for i in range(len(path)) if path[i] + 1 < sizes[i]), default=None)
+        if j is None:
+            return out
+        prefix = path[:j] + [path[j] + 1]
+
+
+def test_an_offset_is_plus_or_minus_mu_in_one_draw_in_three_with_a_true_note(patch_strategies):
+    """offset_output_bias: in one draw in 3 (exactly, with uniform draws) b_O + μ or b_O − μ, one draw in 6
+    each, every other entry of the parameters untouched; its note says the offset the bias got; never in a
+    16-bit dtype."""
+    from fractions import Fraction
+
+    from attnclaims.checks.strategies.layers import offset_output_bias, residual_offset
+    from attnclaims.reference.params import init_encoder_layer
+
+    notes: list[str] = []
+    patch_strategies("note", notes.append)
+    p = init_encoder_layer(0, 4, 2, 8)
+    mu = residual_offset(np.float64)
+    chances: dict = {}
+    with S.following(_Declares()):
+        outcomes = _outcomes(offset_output_bias(p))
+    for q, chance in outcomes:
+        shift = q.self_attn.b_o - p.self_attn.b_o
+        key = 0.0 if q is p else float(shift[0])
+        chances[key] = chances.get(key, 0) + chance
+        if q is not p:
+            assert np.array_equal(q.self_attn.b_o, p.self_attn.b_o + key) and abs(key) == mu
+            assert np.array_equal(q.self_attn.w_o, p.self_attn.w_o) and q.ffn is p.ffn
+            assert notes.pop(0) == (f"self-attention output bias offset by {key:g} (a residual stream with a large "
+                                    "common offset)")
+    assert chances == {0.0: Fraction(2, 3), mu: Fraction(1, 6), -mu: Fraction(1, 6)} and not notes
+    half = init_encoder_layer(0, 4, 2, 8, dtype=np.float16)
+    with S.following(_Declares()):
+        assert all(q is half for q, _ in _outcomes(offset_output_bias(half)))
+
+
+def test_block_ffns_are_each_declared_ffn_once_with_its_activation():
+    """``relu`` and ``mlp`` with a ReLU among the activations are one FFN (drawn as often as any other); a gated
+    FFN carries its own activation, which the block's note prints."""
+    from attnclaims.checks.strategies.layers import _block_ffns
+
+    def choices(**declared):
+        with S.following(_Declares(**declared)):
+            return [x for x, _ in _outcomes(st.composite(_block_ffns)())]
+
+    assert choices(block_ffn=("relu", "mlp", "silu"), ffn_activation=("relu", "gelu")) == [
+        ("mlp", "relu"), ("mlp", "gelu"), ("silu", "silu")]
+    assert choices(block_ffn=("gelu_tanh", "relu")) == [("gelu_tanh", "gelu_tanh"), ("mlp", "relu")]
+
+
+def test_block_tile_lengths_reach_two_tiles_of_the_smallest_or_the_layer_length():
+    """Up to 2T + max(1, T // 3) for the smallest declared tile T, or up to LAYER_MAX_SEQ + 1 = 65 where that is
+    longer: every tile-crossing length of the implementation's tiles below that, none above."""
+    from attnclaims.checks.strategies.layers import block_tile_lengths
+
+    class Tiles(_Declares):
+        def __init__(self, tiles):
+            super().__init__()
+            self.tile_sizes = tiles
+
+    assert M.LAYER_MAX_SEQ == 64
+    want = {(16, 66): (15, 16, 17, 37, 65),  # 2T + r = 37 < 65: up to 65 (66, 67 left out)
+            (32, 40): (31, 32, 33, 39, 40, 41, 74),  # 2T + r = 74 > 65: up to 74 (93 left out)
+            (16,): (15, 16, 17, 37)}
+    for tiles, lengths in want.items():
+        with S.following(Tiles(tiles)):
+            assert block_tile_lengths() == lengths, tiles
+
+
+def test_block_cases_take_a_fixed_choice_only_where_declared_and_reach_one_wide_models():
+    """A fixed ``rope``/``norm_first`` is used where the implementation declares it and is not applicable where
+    not; by default the smallest model, d_model = 1, is drawn; BlockCase defaults to untiled and is frozen."""
+    import dataclasses
+
+    from hypothesis import HealthCheck, Phase, find
+
+    from attnclaims.checks.strategies.layers import BlockCase
+
+    quick = settings(max_examples=300, derandomize=True, database=None, deadline=None,
+                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+    with S.following(_Declares()):
+        for rope in (True, False):
+            case = find(M.block_cases(rope=rope, max_seq=4), lambda c: True, settings=quick)
+            assert (case.params.rope is not None) == rope
+        case = find(M.block_cases(norm_first=False, max_seq=4), lambda c: True, settings=quick)
+        assert case.params.norm_first is False
+        one = find(M.block_cases(max_seq=4), lambda c: c.params.self_attn.d_model == 1, settings=quick)
+    from attnclaims.checks.strategies.layers import _choose
+
+    with S.following(GPT2):  # outside a hypothesis example the undeclared choice raises
+        assert _choose(None, "block_rope", False) is False
+        with pytest.raises(S.VariantNotApplicable, match=r"variant block_rope=True"):
+            _choose(None, "block_rope", True)
+    plain = BlockCase(one.x, one.params)
+    assert plain.tiled is False and plain.cast(np.float32).x.dtype == np.float32
+    assert BlockCase(one.x, one.params, True).cast(np.float32).tiled is True
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plain.tiled = True

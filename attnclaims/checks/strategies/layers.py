@@ -96,8 +96,9 @@ def offset_output_bias(draw, params):
 
 
 def _block_ffns(draw) -> tuple[str, str]:
-    """(init_decoder_block's ffn, the non-gated FFN's activation) among the declared ``block_ffn``: "relu" a
-    ReLU FFN; "mlp" a non-gated FFN with an activation of ``ffn_activation``; a gated activation a gated FFN."""
+    """(init_decoder_block's ffn, the FFN's activation) among the declared ``block_ffn``, each FFN once: "relu" a
+    ReLU FFN; "mlp" a non-gated FFN with an activation of ``ffn_activation``; a gated activation a gated FFN
+    (its activation that one: what the block's note prints)."""
     have = variants()
     kinds = []
     for kind in have["block_ffn"]:
@@ -106,7 +107,7 @@ def _block_ffns(draw) -> tuple[str, str]:
         elif kind == "relu":
             kinds.append(("mlp", "relu"))
         else:
-            kinds.append((kind, "relu"))
+            kinds.append((kind, kind))
     return draw(st.sampled_from(list(dict.fromkeys(kinds))))
 
 
