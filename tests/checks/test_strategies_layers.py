@@ -599,3 +599,80 @@ def test_block_cases_take_a_fixed_choice_only_where_declared_and_reach_one_wide_
     assert BlockCase(one.x, one.params, True).cast(np.float32).tiled is True
     with pytest.raises(dataclasses.FrozenInstanceError):
         plain.tiled = True
+
+
+def _limits_with(patch_strategies, **sizes):
+    import dataclasses
+
+    from attnclaims.profiles import _LIMITS
+
+    patch_strategies("limits", lambda: dataclasses.replace(_LIMITS["ci"], **sizes))
+
+
+def _sizes(cases) -> set[tuple[int, int]]:
+    return {(c.params.self_attn.num_heads, c.params.self_attn.d_model // c.params.self_attn.num_heads) for c in cases}
+
+
+@pytest.mark.parametrize("max_dim", [1, 3, 5, 8, 12])
+def test_block_heads_and_head_widths_span_the_profiles_dimension(patch_strategies, max_dim):
+    """1 … min(4, max_dim // 2) heads (at least 1) and head widths 1 … max_dim // heads, so d_model ≤ max_dim;
+    every head count and, for one head, both ends of the width are drawn."""
+    _limits_with(patch_strategies, max_dim=max_dim)
+    top = max(1, min(4, max_dim // 2))
+    out = []
+
+    @settings(max_examples=150, deadline=None, database=None, derandomize=True)
+    @given(data=st.data())
+    def draw(data):
+        with S.following(_Declares(block_rope=(False,))):
+            out.append(data.draw(M.block_cases(max_seq=3, tiles=False)))
+
+    draw()
+    sizes = _sizes(out)
+    assert {h for h, _ in sizes} == set(range(1, top + 1)), sorted(sizes)
+    assert all(h * d <= max_dim for h, d in sizes), sorted(sizes)
+    assert {(1, 1), (1, max_dim)} <= sizes, sorted(sizes)
+
+
+@pytest.mark.parametrize("declared", [{"block_rope": (True,)}, {"block_rope": (False,), "head_dim": "even"}],
+                         ids=["rope", "head_dim-even"])
+def test_block_head_widths_are_even_with_rope_or_where_declared(patch_strategies, declared):
+    """Even head widths 2 … max_dim // heads rounded up to even: for one head of max_dim = 8, 2, 4, 6 and 8 are
+    each drawn, nothing odd, nothing wider; without RoPE and without the declaration an odd width is drawn."""
+    _limits_with(patch_strategies, max_dim=8)
+    out, plain = [], []
+
+    @settings(max_examples=150, deadline=None, database=None, derandomize=True)
+    @given(data=st.data())
+    def draw(data):
+        with S.following(_Declares(**declared)):
+            out.append(data.draw(M.block_cases(max_seq=3, tiles=False)))
+        with S.following(_Declares(block_rope=(False,))):
+            plain.append(data.draw(M.block_cases(max_seq=3, tiles=False)))
+
+    draw()
+    sizes = _sizes(out)
+    assert all(d % 2 == 0 and h * d <= 8 for h, d in sizes), sorted(sizes)
+    assert any(d % 2 for _, d in _sizes(plain))
+    from hypothesis import HealthCheck, Phase, find
+
+    quick = settings(max_examples=500, derandomize=True, database=None, deadline=None,
+                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+    with S.following(_Declares(**declared)):
+        for width in (2, 4, 6, 8):
+            find(M.block_cases(max_seq=3, tiles=False), lambda c, w=width: _sizes([c]) == {(1, w)}, settings=quick)
+
+
+def test_block_cases_offset_the_output_bias_only_when_asked():
+    """``offset`` is off by default: no draw of block_cases() has the large common offset μ = 2¹⁸ on b_O; with
+    ``offset=True`` some do."""
+    from hypothesis import HealthCheck, Phase, find
+    from hypothesis.errors import NoSuchExample
+
+    quick = settings(max_examples=150, derandomize=True, database=None, deadline=None,
+                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+    large = lambda c: float(np.abs(c.params.self_attn.b_o).max()) > 1000
+    with S.following(_Declares()):
+        with pytest.raises(NoSuchExample):
+            find(M.block_cases(max_seq=3, tiles=False), large, settings=quick)
+        find(M.block_cases(max_seq=3, tiles=False, offset=True), large, settings=quick)

@@ -17,6 +17,7 @@ from hypothesis.errors import NoSuchExample
 
 from attnclaims.checks import strategies as S
 from attnclaims.checks.strategies import packed as P
+from attnclaims.checks.strategies.common import tile_mode
 from attnclaims.profiles import _LIMITS
 
 CI = _LIMITS["ci"]
@@ -148,6 +149,32 @@ def test_varlen_draws_keep_the_length_rules(causal):
         assert case.q.shape[0] == nq.sum() and case.k.shape[0] == case.v.shape[0] == nk.sum()
 
 
+def test_a_fixed_causal_setting_is_used_only_where_declared():
+    """``causal`` fixes the mask where the implementation declares it; an undeclared one is not applicable (outside a
+    hypothesis example it raises, naming the variant)."""
+    with S.following(_Declares(varlen_causal=(False,))):
+        assert P._causal_setting(None, False) is False
+        with pytest.raises(S.VariantNotApplicable, match=r"variant varlen_causal=True"):
+            P._causal_setting(None, True)
+        _never(P.varlen_cases(), lambda c: c.causal)
+
+
+@pytest.mark.parametrize("strategy", ["varlen", "paged"])
+def test_packed_cases_draw_the_explicit_scales_up_to_two_or_none(strategy):
+    """The scale: None (1/√d_k) or an explicit one of 0 < |s| ≤ 2 among EXPLICIT_SCALES (1, 0.5, 0.125, 2, −1,
+    1e-300), each drawn; only None for ``scale='none'``; no negative one for ``scale='positive'``."""
+    make = P.varlen_cases if strategy == "varlen" else P.paged_cases
+    with S.following(_Declares()):
+        seen = {c.scale for c in _sample(make(), 200)}
+    assert seen == {None, 1.0, 0.5, 0.125, 2.0, -1.0, 1e-300}, seen
+    with S.following(_Declares(scale="none")):  # drawn (not declined as not applicable), always without a scale
+        _reach(make(), lambda c: c.scale is None)
+        _never(make(), lambda c: c.scale is not None)
+    with S.following(_Declares(scale="positive")):
+        _reach(make(), lambda c: c.scale is not None)
+        _never(make(), lambda c: c.scale is not None and c.scale < 0)
+
+
 # ---------------------------------------------------------------------------------------------
 # Heads and widths: what every draw may have, and what only a declaration allows
 # ---------------------------------------------------------------------------------------------
@@ -179,3 +206,52 @@ def test_packed_cases_draw_value_widths_of_their_own_unless_d_k_is_declared(stra
     with S.following(_Declares(value_width="d_k")):
         _reach(make(), lambda c: _widths(c)[0] > 1)
         _never(make(), lambda c: _widths(c)[0] != _widths(c)[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# The lengths varlen_cases draws: a few sequences, many short ones, or around the tiles
+# ---------------------------------------------------------------------------------------------
+
+def _kind(kind):
+    return lambda drawn: drawn[2] == kind
+
+
+def test_a_few_sequences_are_one_to_four_of_any_length_up_to_160(patch_strategies):
+    """"few": 1–4 sequences, each 0 … min(max_seq, 160) long (thorough's 320 capped at 160), keys as many as
+    the queries or drawn apart; both ends of every range are drawn."""
+    patch_strategies("limits", lambda: dataclasses.replace(CI, max_seq=320))
+    lengths = P._lengths(False)
+    few = _kind("few")
+    _reach(lengths, lambda d: few(d) and len(d[0]) == 1)
+    _reach(lengths, lambda d: few(d) and len(d[0]) == 4)
+    _reach(lengths, lambda d: few(d) and 160 in d[1])
+    _reach(lengths, lambda d: few(d) and d[0] != d[1] and 0 in d[0])
+    _never(lengths, lambda d: few(d) and (len(d[0]) > 4 or max(d[0] + d[1]) > 160))
+
+
+def test_many_short_sequences_are_eight_to_sixteen_of_zero_to_three():
+    """"many short": 8–16 sequences of 0–3 queries, keys the same or drawn apart (0–3): an empty sequence
+    beside one whose keys differ from its queries is drawn; no sequence is longer than 3."""
+    lengths = P._lengths(False)
+    short = _kind("many short")
+    _reach(lengths, lambda d: short(d) and len(d[0]) == 8)
+    _reach(lengths, lambda d: short(d) and len(d[0]) == 16)
+    _reach(lengths, lambda d: short(d) and (0, 0) in zip(d[0], d[1]) and d[0] != d[1])
+    _never(lengths, lambda d: short(d) and (not 8 <= len(d[0]) <= 16 or max(d[0] + d[1]) > 3))
+
+
+@pytest.mark.parametrize("max_total_k, longest, pair", [(123, 113, None), (41, 31, 31), (None, 257, None)])
+def test_tile_lengths_fit_within_max_total_k(max_total_k, longest, pair):
+    """"tiles": one or two tile-length sequences (default tiles: 15 … 257) between one or two short ones (0–5);
+    with ``max_total_k`` the long ones leave 10 keys for the short ones: every tile length up to
+    max_total_k − 10 is drawn (113 for 123), two of them where they fit (exactly, 15 + 16 = 31 for 41), never
+    more keys than max_total_k."""
+    with tile_mode("always"):
+        lengths = P._lengths(False, max_total_k)
+        tiles = _kind("tiles")
+        longs = lambda d: [n for n in d[1] if n > 5]
+        _reach(lengths, lambda d: tiles(d) and longest in longs(d))
+        _reach(lengths, lambda d: tiles(d) and len(longs(d)) == 1)
+        _reach(lengths, lambda d: tiles(d) and len(longs(d)) == 2 and (pair is None or sum(longs(d)) == pair))
+        _never(lengths, lambda d: not tiles(d) or len(longs(d)) > 2 or max(longs(d)) > longest
+               or (max_total_k is not None and sum(d[1]) > max_total_k))
