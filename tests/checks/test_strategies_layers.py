@@ -676,3 +676,53 @@ def test_block_cases_offset_the_output_bias_only_when_asked():
         with pytest.raises(NoSuchExample):
             find(M.block_cases(max_seq=3, tiles=False), large, settings=quick)
         find(M.block_cases(max_seq=3, tiles=False, offset=True), large, settings=quick)
+
+
+def test_block_cases_draw_ffn_widths_and_reproducible_parameters(patch_strategies):
+    """d_ff 1 … 2·max_dim (both ends drawn, nothing wider); the parameters come from the drawn seed, so the same
+    derandomized draws give the same blocks, weight for weight."""
+    from hypothesis import HealthCheck, Phase, find
+    from hypothesis.errors import NoSuchExample
+
+    _limits_with(patch_strategies, max_dim=6)
+    top = 12
+    quick = settings(max_examples=300, derandomize=True, database=None, deadline=None,
+                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+    d_ff = lambda c: c.params.ffn.w1.shape[-1] if hasattr(c.params.ffn, "w1") else c.params.ffn.w_up.shape[-1]
+    with S.following(_Declares()):
+        for want in (1, top):
+            find(M.block_cases(max_seq=3, tiles=False), lambda c, w=want: d_ff(c) == w, settings=quick)
+        with pytest.raises(NoSuchExample):
+            find(M.block_cases(max_seq=3, tiles=False), lambda c: d_ff(c) > top, settings=quick)
+    twice = [_block_draws(8, max_seq=3, tiles=False) for _ in range(2)]
+    for a, b in zip(*twice):
+        assert np.array_equal(a.x, b.x) and np.array_equal(a.params.self_attn.w_q, b.params.self_attn.w_q)
+        assert np.array_equal(a.params.norm1.gamma, b.params.norm1.gamma)
+
+
+@pytest.mark.parametrize("declared", [{"block_rope": (False,)}, {"block_rope": (True,)}], ids=["any", "even"])
+def test_min_d_model_widens_the_heads_to_exactly_the_smallest_model_that_fits(patch_strategies, declared):
+    """``min_d_model``: the head width grows by 1 (by 2 where it must be even) until heads · d_head ≥ min_d_model,
+    so the smallest fitting model is drawn — d_model = min_d_model itself where the head count divides it."""
+    from hypothesis import HealthCheck, Phase, find
+
+    _limits_with(patch_strategies, max_dim=2)  # one head of width 1 (2 where even) before widening
+    quick = settings(max_examples=200, derandomize=True, database=None, deadline=None,
+                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+    out = []
+
+    @settings(max_examples=40, deadline=None, database=None, derandomize=True)
+    @given(data=st.data())
+    def draw(data):
+        with S.following(_Declares(**declared)):
+            out.append(data.draw(M.block_cases(max_seq=3, tiles=False, min_d_model=6)))
+
+    draw()
+    even = declared["block_rope"] == (True,)
+    for c in out:
+        a = c.params.self_attn
+        d_head = a.d_model // a.num_heads
+        assert a.d_model >= 6 and a.d_model - a.num_heads * (2 if even else 1) < 6 and (not even or d_head % 2 == 0)
+    with S.following(_Declares(**declared)):
+        find(M.block_cases(max_seq=3, tiles=False, min_d_model=6), lambda c: c.params.self_attn.d_model == 6,
+             settings=quick)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis.errors import NoSuchExample
+from hypothesis import strategies as st
 
 from attnclaims.checks import strategies as S
 from attnclaims.checks.strategies import packed as P
@@ -255,3 +256,68 @@ def test_tile_lengths_fit_within_max_total_k(max_total_k, longest, pair):
         _reach(lengths, lambda d: tiles(d) and len(longs(d)) == 2 and (pair is None or sum(longs(d)) == pair))
         _never(lengths, lambda d: not tiles(d) or len(longs(d)) > 2 or max(longs(d)) > longest
                or (max_total_k is not None and sum(d[1]) > max_total_k))
+
+
+def test_tile_lengths_sit_between_one_or_two_short_sequences_with_their_own_queries():
+    """"tiles": short sequences (0–5 keys, both ends drawn) before the long ones and, in some draws, one after;
+    never more than two short ones, no length between 6 and 14; the queries are the keys' count, or 1, 3 or all
+    of each non-empty sequence (an empty sequence stays empty)."""
+    with tile_mode("always"):
+        lengths = P._lengths(False)
+        shorts = lambda d: [n for n in d[1] if n <= 5]
+        _reach(lengths, lambda d: 0 in shorts(d) and d[0] != d[1])
+        _reach(lengths, lambda d: 5 in shorts(d))
+        _reach(lengths, lambda d: len(shorts(d)) == 2 and d[1][0] <= 5 and d[1][-1] <= 5)
+        _reach(lengths, lambda d: len(shorts(d)) == 1)
+        _never(lengths, lambda d: len(shorts(d)) > 2 or any(5 < n < 15 for n in d[1]))
+        for queries in (1, 3):
+            _reach(lengths, lambda d, k=queries: any(a == k and b > 5 for a, b in zip(d[0], d[1])))
+        _never(lengths, lambda d: any(a not in (b, 1, 3) or (b == 0 and a) for a, b in zip(d[0], d[1])))
+
+
+def test_packed_keys_above_max_total_k_are_cut_to_five_a_sequence(monkeypatch):
+    """Lengths whose keys exceed ``max_total_k`` are cut to at most 5 queries and 5 keys a sequence (then the
+    length rules again); lengths that fill it exactly are kept."""
+    drawn = {"few": ([200, 7, 0], [150, 9, 160], "few"), "full": ([3, 4], [150, 150], "few")}
+    for name, want in (("few", ([5, 5, 0], [5, 5, 5])), ("full", ([3, 4], [150, 150]))):
+        monkeypatch.setattr(P, "_lengths", lambda causal, top, d=drawn[name]: st.just(d))
+        case = _sample(P.varlen_cases(causal=False, max_total_k=300), 1)[0]
+        assert (list(np.diff(case.cu_q)), list(np.diff(case.cu_k))) == want, name
+
+
+@pytest.mark.parametrize("declared", [{}, {"value_width": "d_k"}], ids=["any-width", "d_k-width"])
+def test_the_weights_probe_passes_one_hot_values_as_wide_as_the_keys_or_as_d_k(declared):
+    """The probe's values are e_j over the packed keys: (total_k, heads, total_k) for any value width; where d_v
+    must equal d_k they are d_k wide when there are fewer keys than d_k (and q, k are not padded)."""
+    from attnclaims.reference.impl import Reference
+
+    seen = []
+
+    class Recording(Reference):
+        def varlen_attention(self, q, k, v, *args):
+            seen.append((q.shape, k.shape, v.shape))
+            return super().varlen_attention(q, k, v, *args)
+
+    case = _varlen()  # 5 keys, d_k = 2 < 5
+    small = P.VarlenCase(np.ones((2, 1, 7)), np.ones((3, 1, 7)), np.ones((3, 1, 7)), np.array([0, 2], np.int32),
+                         np.array([0, 3], np.int32))  # 3 keys < d_k = 7
+    with S.following(_Declares(**declared)):
+        P.varlen_weights_probe(Recording(), case)
+        weights, _ = P.varlen_weights_probe(Recording(), small)
+    wide = bool(declared)
+    assert seen[0] == ((3, 1, 5 if wide else 2), (5, 1, 5 if wide else 2), (5, 1, 5))
+    assert seen[1] == ((2, 1, 7), (3, 1, 7), (3, 1, 7 if wide else 3))
+    np.testing.assert_allclose(weights, np.full((2, 1, 3), 1 / 3), rtol=1e-15)
+
+
+@pytest.mark.parametrize("strategy", ["varlen", "paged"])
+def test_packed_entries_stay_within_their_scales(strategy):
+    """q and k entries at most 2 (scales 2⁻⁴ … 2), v entries at most 4 (2⁻² … 4), both ends of the bound reached."""
+    make = P.varlen_cases if strategy == "varlen" else P.paged_cases
+    kv = (lambda c: (c.k, c.v)) if strategy == "varlen" else (lambda c: (c.k_cache, c.v_cache))
+    qk_max = lambda c: max(float(np.abs(c.q).max(initial=0)), float(np.abs(kv(c)[0]).max(initial=0)))
+    v_max = lambda c: float(np.abs(kv(c)[1]).max(initial=0))
+    with S.following(_Declares()):
+        _never(make(), lambda c: qk_max(c) > 2 or v_max(c) > 4)
+        _reach(make(), lambda c: qk_max(c) > 1)
+        _reach(make(), lambda c: v_max(c) > 2)
