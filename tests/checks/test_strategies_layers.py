@@ -726,3 +726,36 @@ def test_min_d_model_widens_the_heads_to_exactly_the_smallest_model_that_fits(pa
     with S.following(_Declares(**declared)):
         find(M.block_cases(max_seq=3, tiles=False, min_d_model=6), lambda c: c.params.self_attn.d_model == 6,
              settings=quick)
+
+
+def test_block_cases_draw_one_to_max_batch_inputs_and_norms_near_one():
+    """A batch of 1 … max_batch inputs (1 drawn outside tile crossings too); the norms' γ within 1 ± 0.3 (the
+    spread the block's docstring and error model assume), the spread used."""
+    from hypothesis import HealthCheck, Phase, find
+
+    quick = settings(max_examples=300, derandomize=True, database=None, deadline=None,
+                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+    with S.following(_Declares()):
+        find(M.block_cases(max_seq=3, tiles=False), lambda c: c.x.shape[0] == 1, settings=quick)
+    cases = _block_draws(40, max_seq=3, tiles=False)
+    spread = max(float(np.abs(n.gamma - 1).max()) for c in cases for n in (c.params.norm1, c.params.norm2))
+    assert 0.2 < spread <= 0.3
+
+
+def test_block_inputs_are_scaled_by_one_half_to_two(patch_strategies):
+    """x's entries are U[−1, 1]·2^e for e in −1 … 1: inputs drawn from a seed (more than ELEMENTWISE_LIMIT
+    entries) show the scale, since the largest of n > 256 uniform entries is above 1/2 but with probability
+    2⁻²⁵⁶: a seeded input at most 1/2 (e = −1) is drawn, none at most 1/4 (e = −2), none above 2 (e = 2)."""
+    from hypothesis import HealthCheck, Phase, find
+    from hypothesis.errors import NoSuchExample
+
+    _limits_with(patch_strategies, max_dim=12, max_seq=12)
+    quick = settings(max_examples=300, derandomize=True, database=None, deadline=None,
+                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+    seeded = lambda c: c.x.size > M.ELEMENTWISE_LIMIT
+    top = lambda c: float(np.abs(c.x).max())
+    with S.following(_Declares(block_rope=(False,))):
+        blocks = M.block_cases(max_seq=12, tiles=False, min_d_model=12)
+        find(blocks, lambda c: seeded(c) and top(c) <= 0.5, settings=quick)
+        with pytest.raises(NoSuchExample):
+            find(blocks, lambda c: seeded(c) and top(c) <= 0.25 or top(c) > 2, settings=quick)

@@ -321,3 +321,49 @@ def test_packed_entries_stay_within_their_scales(strategy):
         _never(make(), lambda c: qk_max(c) > 2 or v_max(c) > 4)
         _reach(make(), lambda c: qk_max(c) > 1)
         _reach(make(), lambda c: v_max(c) > 2)
+
+
+@pytest.mark.parametrize("declared", [{}, {"value_width": "d_k"}, {"value_width": "d_k", "scale": "none"}],
+                         ids=["any-width", "d_k-width", "d_k-width-no-scale"])
+def test_the_weights_probe_keeps_the_case_as_it_is_where_nothing_needs_padding(declared):
+    """One key: values one wide (any width) or d_k wide; keys exactly as many as d_k: q, k and the scale — an
+    explicit one, 0.5 here, or None — passed as they are, and the weights those of that scale."""
+    from attnclaims.reference.impl import Reference
+
+    rng = np.random.default_rng(3)
+    q, k = rng.normal(size=(2, 1, 3)), rng.normal(size=(3, 1, 3))
+    for scale in ((None,) if declared.get("scale") == "none" else (None, 0.5)):
+        case = P.VarlenCase(q, k, np.ones((3, 1, 3)), np.array([0, 2], np.int32), np.array([0, 3], np.int32),
+                            scale=scale)
+        with S.following(_Declares(**declared)):
+            weights, (q2, k2, s) = P.varlen_weights_probe(Reference(), case)
+        assert q2 is q and k2 is k and s == scale
+        scores = (q[:, 0] @ k[:, 0].T) * (0.5 if scale else 1 / np.sqrt(3))
+        e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        np.testing.assert_allclose(weights[:, 0], e / e.sum(axis=-1, keepdims=True), rtol=1e-13)
+    one = P.VarlenCase(q, k[:1], np.ones((1, 1, 3)), np.array([0, 2], np.int32), np.array([0, 1], np.int32))
+    seen = []
+
+    class Recording(Reference):
+        def varlen_attention(self, q, k, v, *args):
+            seen.append(v.shape)
+            return super().varlen_attention(q, k, v, *args)
+
+    with S.following(_Declares(**declared)):
+        weights, _ = P.varlen_weights_probe(Recording(), one)
+    assert seen == [(1, 1, 3 if declared else 1)] and np.array_equal(weights, np.ones((2, 1, 1)))
+
+
+@pytest.mark.parametrize("strategy", ["varlen", "paged"])
+def test_packed_entries_are_scaled_down_to_their_smallest_scales(strategy):
+    """Entries drawn from a seed (more than ELEMENTWISE_LIMIT of them) show their scale: the largest of n > 256
+    uniform entries is below 1/2 with probability 2⁻²⁵⁶. q at scale 2⁻⁴ (every entry ≤ 1/16) and v at 2⁻²
+    (≤ 1/4) are drawn; none below that (q ≤ 1/32, v ≤ 1/8, with that chance of a false alarm)."""
+    make = P.varlen_cases if strategy == "varlen" else P.paged_cases
+    v_of = (lambda c: c.v) if strategy == "varlen" else (lambda c: c.v_cache)
+    big = lambda a: a.size > S.ELEMENTWISE_LIMIT
+    top = lambda a: float(np.abs(a).max())
+    with S.following(_Declares()), tile_mode("always"):
+        _reach(make(), lambda c: big(c.q) and top(c.q) <= 1 / 16)
+        _reach(make(), lambda c: big(v_of(c)) and top(v_of(c)) <= 1 / 4)
+        _never(make(), lambda c: big(c.q) and top(c.q) <= 1 / 32 or big(v_of(c)) and top(v_of(c)) <= 1 / 8)
