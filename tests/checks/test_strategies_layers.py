@@ -759,3 +759,88 @@ def test_block_inputs_are_scaled_by_one_half_to_two(patch_strategies):
         find(blocks, lambda c: seeded(c) and top(c) <= 0.5, settings=quick)
         with pytest.raises(NoSuchExample):
             find(blocks, lambda c: seeded(c) and top(c) <= 0.25 or top(c) > 2, settings=quick)
+
+
+def test_a_block_case_notes_what_was_drawn(patch_strategies):
+    """The note hypothesis prints with a failing block example: its sizes and choices, "(tile-crossing)" exactly
+    for a tiled case."""
+    import re
+
+    notes: list[str] = []
+    patch_strategies("note", notes.append)
+    out = []
+
+    from attnclaims.checks.strategies.common import tile_mode
+
+    @settings(max_examples=40, deadline=None, database=None, derandomize=True)
+    @given(data=st.data())
+    def draw(data):
+        with S.following(_Declares()), tile_mode("always" if data.draw(st.booleans()) else "never"):
+            out.append((data.draw(M.block_cases(max_seq=3)), [n for n in notes if n.startswith("block case")][-1]))
+
+    draw()
+    assert any(c.tiled for c, _ in out) and not all(c.tiled for c, _ in out)
+    for case, text in out:
+        a = case.params.self_attn
+        m = re.fullmatch(r"block case: batch=(\d+), n=(\d+), d_model=(\d+), heads=(\d+), kv_heads=(\d+), d_ff=(\d+), "
+                         r"norm=(\w+), ffn=(\w+), activation=(\w+), rope=(.*), norm_first=(\w+), eps=(\S+), seed=(\d+), "
+                         r"scale=(\S+?)( \(tile-crossing\))?", text)
+        assert m, text
+        assert tuple(map(int, m.groups()[:5])) == (case.x.shape[0], case.x.shape[1], a.d_model, a.num_heads,
+                                                   a.num_kv_heads), text
+        assert m.group(11) == str(case.params.norm_first) and float(m.group(12)) == case.params.eps, text
+        assert (m.group(15) is not None) == case.tiled, text
+
+
+def test_block_masks_are_none_or_padding_masks_and_padding_keeps_as_little_as_key_zero():
+    """block_masks: None or a key-padding mask (batch, 1, n), only None where ``block_padding_mask=False`` is
+    declared; a padding mask can keep key 0 alone."""
+    from hypothesis import HealthCheck, Phase, find
+    from hypothesis.errors import NoSuchExample
+
+    from attnclaims.checks.strategies.layers import block_masks, block_padding_masks
+
+    quick = settings(max_examples=200, derandomize=True, database=None, deadline=None,
+                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+    with S.following(_Declares()):
+        find(block_masks(2, 5), lambda m: m is None, settings=quick)
+        mask = find(block_masks(2, 5), lambda m: m is not None, settings=quick)
+        assert mask.shape == (2, 1, 5) and mask.dtype == bool
+    with S.following(_Declares(block_padding_mask=False)), pytest.raises(NoSuchExample):
+        find(block_masks(2, 5), lambda m: m is not None, settings=quick)
+    find(block_padding_masks(1, 40), lambda m: m.sum() == 1, settings=quick)
+
+
+def test_long_cache_decoding_starts_at_four_positions():
+    """``long_cache`` from n = 4 on: prompts of n − 1, n − 2, n − 3 and steps of 1 or 2 tokens; below 4 the
+    ordinary schedules."""
+    from attnclaims.checks.strategies.layers import decode_schedules
+
+    seen, short = set(), set()
+
+    @settings(max_examples=60, deadline=None, database=None, derandomize=True)
+    @given(s=decode_schedules(4, long_cache=True), t=decode_schedules(3, long_cache=True))
+    def draw(s, t):
+        seen.add(s)
+        short.add(t)
+
+    draw()
+    assert seen == {(p, c) for p in (3, 2, 1) for c in (1, 2)}
+    assert {p for p, _ in short} == {0, 1, 2, 3} and {c for _, c in short} == {1, 2, 3}
+
+
+def test_encoder_cases_draw_entry_by_entry_inputs_unless_generic():
+    """By default an encoder case's input is drawn entry by entry (so exact zeros and ties occur); ``generic``
+    gives seeded normal inputs, never an exact zero."""
+    from hypothesis import HealthCheck, Phase, find
+    from hypothesis.errors import NoSuchExample
+
+    from attnclaims.checks.strategies.layers import encoder_cases
+
+    quick = settings(max_examples=200, derandomize=True, database=None, deadline=None,
+                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+    zero = lambda drawn: bool((drawn[0].x == 0).any())
+    with S.following(_Declares()):
+        find(encoder_cases(max_seq=3), zero, settings=quick)
+        with pytest.raises(NoSuchExample):
+            find(encoder_cases(max_seq=3, generic=True), zero, settings=quick)

@@ -367,3 +367,20 @@ def test_packed_entries_are_scaled_down_to_their_smallest_scales(strategy):
         _reach(make(), lambda c: big(c.q) and top(c.q) <= 1 / 16)
         _reach(make(), lambda c: big(v_of(c)) and top(v_of(c)) <= 1 / 4)
         _never(make(), lambda c: big(c.q) and top(c.q) <= 1 / 32 or big(v_of(c)) and top(v_of(c)) <= 1 / 8)
+
+
+def test_a_block_table_gives_every_sequence_its_own_pages():
+    """_table: each sequence gets the pages its length needs (⌈n / block_size⌉), no page given twice, at
+    shuffled places among ``spare_pages`` unread ones; the table is as wide as the longest sequence's pages
+    plus ``spare_columns`` (one column for one page) and its other columns hold the filler: −1, or a valid page."""
+    rng = np.random.default_rng(0)
+    table, num_blocks = P._table(rng, [3], 4, 0, 0, -1)
+    assert table.shape == (1, 1) and num_blocks == 1 and table.tolist() == [[0]] and table.dtype == np.int32
+    for filler in (-1, 0):
+        table, num_blocks = P._table(np.random.default_rng(1), [9, 4, 1], 4, 2, 1, filler)
+        assert num_blocks == 3 + 1 + 1 + 2 and table.shape == (3, 4)
+        pages = [table[0, :3], table[1, :1], table[2, :1]]
+        used = np.concatenate(pages)
+        assert len(set(used.tolist())) == 5 and used.min() >= 0 and used.max() < num_blocks
+        rest = np.concatenate([table[0, 3:], table[1, 1:], table[2, 1:]])
+        assert np.all(rest == -1) if filler < 0 else np.all((rest >= 0) & (rest < num_blocks))
