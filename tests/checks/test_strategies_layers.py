@@ -844,3 +844,31 @@ def test_encoder_cases_draw_entry_by_entry_inputs_unless_generic():
         find(encoder_cases(max_seq=3), zero, settings=quick)
         with pytest.raises(NoSuchExample):
             find(encoder_cases(max_seq=3, generic=True), zero, settings=quick)
+
+
+def test_encoder_cases_follow_their_arguments(patch_strategies):
+    """encoder_cases: square (the memory as long as x), d_model from 1, n ≤ LAYER_MAX_SEQ under any profile, no
+    output-bias offset unless asked, and a mask drawn or not (None), always (True) or never (False)."""
+    from hypothesis import HealthCheck, Phase, find
+    from hypothesis.errors import NoSuchExample
+
+    from attnclaims.checks.strategies.layers import encoder_cases
+
+    _limits_with(patch_strategies, max_seq=320)
+    quick = settings(max_examples=150, derandomize=True, database=None, deadline=None,
+                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+
+    def never(strategy, predicate):
+        with pytest.raises(NoSuchExample):
+            find(strategy, predicate, settings=quick)
+
+    with S.following(_Declares()):
+        never(encoder_cases(), lambda d: d[0].memory.shape != d[0].x.shape or d[0].x.shape[1] > M.LAYER_MAX_SEQ)
+        find(encoder_cases(), lambda d: d[0].x.shape[-1] == 1, settings=quick)
+        never(encoder_cases(), lambda d: float(np.abs(d[1].self_attn.b_o).max()) > 1000)
+        find(encoder_cases(offset=True), lambda d: float(np.abs(d[1].self_attn.b_o).max()) > 1000, settings=quick)
+        for mask in (None, True):
+            find(encoder_cases(mask=mask), lambda d: d[2] is not None, settings=quick)
+        find(encoder_cases(), lambda d: d[2] is None, settings=quick)
+        never(encoder_cases(mask=True), lambda d: d[2] is None)
+        never(encoder_cases(mask=False), lambda d: d[2] is not None)

@@ -384,3 +384,20 @@ def test_a_block_table_gives_every_sequence_its_own_pages():
         assert len(set(used.tolist())) == 5 and used.min() >= 0 and used.max() < num_blocks
         rest = np.concatenate([table[0, 3:], table[1, 1:], table[2, 1:]])
         assert np.all(rest == -1) if filler < 0 else np.all((rest >= 0) & (rest < num_blocks))
+
+
+def test_paged_cases_draw_their_documented_sizes():
+    """paged_cases outside tile crossings: 1–3 sequences, n_q of 1, 2 or 4, pages of 1, 3, 4 or 16 positions,
+    sequence lengths up to max(max_seq, 2·block_size + 1) (33 for pages of 16 under ``ci``): each value drawn,
+    nothing else."""
+    cases = P.paged_cases()
+    with S.following(_Declares()), tile_mode("never"):
+        for batch in (1, 3):
+            _reach(cases, lambda c, b=batch: c.q.shape[0] == b)
+        for n_q in (1, 2, 4):
+            _reach(cases, lambda c, n=n_q: c.q.shape[1] == n)
+        for size in (1, 3, 4, 16):
+            _reach(cases, lambda c, s=size: c.block_size == s)
+        _reach(cases, lambda c: c.block_size == 16 and max(c.seq_lens) == 33)
+        _never(cases, lambda c: not 1 <= c.q.shape[0] <= 3 or c.q.shape[1] not in (1, 2, 4)
+               or c.block_size not in (1, 3, 4, 16) or max(c.seq_lens) > max(CI.max_seq, 2 * c.block_size + 1))
