@@ -789,6 +789,7 @@ def test_a_block_case_notes_what_was_drawn(patch_strategies):
         assert tuple(map(int, m.groups()[:5])) == (case.x.shape[0], case.x.shape[1], a.d_model, a.num_heads,
                                                    a.num_kv_heads), text
         assert m.group(11) == str(case.params.norm_first) and float(m.group(12)) == case.params.eps, text
+        assert float(m.group(14)) in (0.5, 1.0, 2.0), text
         assert (m.group(15) is not None) == case.tiled, text
 
 
@@ -872,3 +873,33 @@ def test_encoder_cases_follow_their_arguments(patch_strategies):
         find(encoder_cases(), lambda d: d[2] is None, settings=quick)
         never(encoder_cases(mask=True), lambda d: d[2] is None)
         never(encoder_cases(mask=False), lambda d: d[2] is not None)
+
+
+def test_decoder_cases_follow_their_arguments(patch_strategies):
+    """decoder_cases: entries drawn one by one unless ``generic``, n and d_model from 1, n ≤ LAYER_MAX_SEQ under
+    any profile, no output-bias offset unless asked, masks drawn or not (None), always (True: a self mask and a
+    memory mask) or never (False)."""
+    from hypothesis import HealthCheck, Phase, find
+    from hypothesis.errors import NoSuchExample
+
+    from attnclaims.checks.strategies.layers import decoder_cases
+
+    _limits_with(patch_strategies, max_seq=320)
+    quick = settings(max_examples=150, derandomize=True, database=None, deadline=None,
+                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+
+    def never(strategy, predicate):
+        with pytest.raises(NoSuchExample):
+            find(strategy, predicate, settings=quick)
+
+    with S.following(_Declares()):
+        never(decoder_cases(), lambda d: max(d[0].x.shape[1], d[0].memory.shape[1]) > M.LAYER_MAX_SEQ)
+        find(decoder_cases(), lambda d: d[0].x.shape[1] == 1 and d[0].x.shape[-1] == 1, settings=quick)
+        find(decoder_cases(), lambda d: bool((d[0].x == 0).any()), settings=quick)
+        never(decoder_cases(generic=True), lambda d: bool((d[0].x == 0).any()))
+        never(decoder_cases(), lambda d: float(np.abs(d[1].self_attn.b_o).max()) > 1000)
+        find(decoder_cases(offset=True), lambda d: float(np.abs(d[1].self_attn.b_o).max()) > 1000, settings=quick)
+        find(decoder_cases(), lambda d: d[2] is None and d[3] is None, settings=quick)
+        find(decoder_cases(), lambda d: d[2] is not None and d[3] is not None, settings=quick)
+        never(decoder_cases(masks=True), lambda d: d[2] is None or d[3] is None)
+        never(decoder_cases(masks=False), lambda d: d[2] is not None or d[3] is not None)
