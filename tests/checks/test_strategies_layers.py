@@ -477,10 +477,11 @@ def test_an_offset_lands_on_the_self_attention_output_bias_in_some_draws_and_nev
 # ---------------------------------------------------------------------------------------------
 
 def _outcomes(strategy) -> list:
-    """[(outcome, probability)] of a composite strategy whose every draw is ``integers`` or ``sampled_from``,
-    each drawn uniformly: the composite's body run once per path of choices (hypothesis itself draws the
-    choices of a small space exhaustively, not with their probabilities). Reads hypothesis' strategy objects
-    (``definition``, ``elements``, ``start``/``end``; hypothesis is pinned in CI)."""
+    """[(outcome, probability)] of a composite strategy whose draws are ``integers``, ``sampled_from``, their
+    unions (``|``) and fixed-size ``lists`` of them, with every choice uniform (a branch of a union, an integer, an
+    element): the composite's body run once per path of choices — hypothesis itself draws the choices of a small
+    space exhaustively, not with their probabilities. Reads hypothesis' strategy objects (``definition``,
+    ``original_strategies``, ``element_strategy``, ``elements``, ``start``/``end``; hypothesis is pinned in CI)."""
     from fractions import Fraction
 
     comp = getattr(strategy, "wrapped_strategy", strategy)
@@ -488,22 +489,40 @@ def _outcomes(strategy) -> list:
     while True:
         sizes: list[int] = []
 
-        def draw(s):
-            s = getattr(s, "wrapped_strategy", s)
-            options = list(s.elements) if hasattr(s, "elements") else list(range(s.start, s.end + 1))
-            sizes.append(len(options))
-            return options[prefix[len(sizes) - 1] if len(sizes) <= len(prefix) else 0]
+        def choose(k: int) -> int:
+            sizes.append(k)
+            return prefix[len(sizes) - 1] if len(sizes) <= len(prefix) else 0
 
-        value = comp.definition(draw, *comp.args, **comp.kwargs)
+        def value(s):
+            s = getattr(s, "wrapped_strategy", s)
+            if hasattr(s, "original_strategies"):
+                branches = list(s.original_strategies)
+                return value(branches[choose(len(branches))])
+            if hasattr(s, "element_strategy"):
+                assert s.min_size == s.max_size, "lists of a drawn length are not enumerated"
+                return [value(s.element_strategy) for _ in range(s.min_size)]
+            if hasattr(s, "elements"):
+                return list(s.elements)[choose(len(s.elements))]
+            return s.start + choose(s.end - s.start + 1)
+
+        result = comp.definition(value, *comp.args, **comp.kwargs)
         path = prefix + [0] * (len(sizes) - len(prefix))
         p = Fraction(1)
         for size in sizes:
             p /= size
-        out.append((value, p))
+        out.append((result, p))
         j = max((i for i in range(len(path)) if path[i] + 1 < sizes[i]), default=None)
         if j is None:
             return out
         prefix = path[:j] + [path[j] + 1]
+
+
+def _chances(strategy, key=lambda x: x) -> dict:
+    """{key(outcome): probability} of :func:`_outcomes`."""
+    out: dict = {}
+    for x, p in _outcomes(strategy):
+        out[key(x)] = out.get(key(x), 0) + p
+    return out
 
 
 def test_an_offset_is_plus_or_minus_mu_in_one_draw_in_three_with_a_true_note(patch_strategies):
@@ -903,3 +922,55 @@ def test_decoder_cases_follow_their_arguments(patch_strategies):
         find(decoder_cases(), lambda d: d[2] is not None and d[3] is not None, settings=quick)
         never(decoder_cases(masks=True), lambda d: d[2] is None or d[3] is None)
         never(decoder_cases(masks=False), lambda d: d[2] is not None or d[3] is not None)
+
+
+def test_decode_schedules_draw_each_prompt_and_chunk_with_its_documented_chance():
+    """With every choice uniform: a prompt of 0 … n (each 1/(n + 1)) and a chunk of 1 (2 in 5), 2, 3 or n (1 in 5
+    each); with ``long_cache``, a prompt of n − 1, n − 2 or n − 3 (1 in 3 each) and steps of 1 (2 in 3) or 2."""
+    from fractions import Fraction as F
+
+    from attnclaims.checks.strategies.layers import decode_schedules
+
+    chunks = _chances(decode_schedules(5), key=lambda s: s[1])
+    assert chunks == {1: F(2, 5), 2: F(1, 5), 3: F(1, 5), 5: F(1, 5)}
+    assert _chances(decode_schedules(1), key=lambda s: s[1]) == {1: F(3, 5), 2: F(1, 5), 3: F(1, 5)}
+    prompts = _chances(decode_schedules(5), key=lambda s: s[0])
+    assert prompts == {p: F(1, 6) for p in range(6)}
+    assert _chances(decode_schedules(6, long_cache=True)) == {(p, c): F(2 if c == 1 else 1, 9)
+                                                              for p in (5, 4, 3) for c in (1, 2)}
+
+
+def test_several_step_schedules_always_leave_a_second_call():
+    """several_step_schedules(n): a prompt of 0 … n − 1 and a chunk of 1 (2 in 5), 2, 3 or n − 1, the first chunk
+    of a run without a prompt at most n − 1; ``long_cache`` from n = 4: a prompt of n − 2 or n − 3, steps of
+    one token; off by default."""
+    from fractions import Fraction as F
+
+    from attnclaims.checks.strategies.layers import several_step_schedules
+
+    got = _chances(several_step_schedules(5))
+    want: dict = {}
+    for p in range(5):
+        for c, chance in ((1, F(2, 5)), (2, F(1, 5)), (3, F(1, 5)), (4, F(1, 5))):
+            key = (p, c if p else min(c, 4))
+            want[key] = want.get(key, 0) + chance / 5
+    assert got == want
+    assert _chances(several_step_schedules(2)) == {(0, 1): F(1, 2), (1, 1): F(3, 10), (1, 2): F(1, 10),
+                                                   (1, 3): F(1, 10)}
+    assert _chances(several_step_schedules(4, long_cache=True)) == {(2, 1): F(1, 2), (1, 1): F(1, 2)}
+    assert (0, 1) in _chances(several_step_schedules(3, long_cache=True))
+
+
+def test_block_padding_masks_favour_the_tile_edges():
+    """With every choice uniform, a sequence's kept length is T − 1, T or n − T − 1 in half the draws (one in six
+    each) and any 1 … n in the other half, where n > T + 1 (T = 16); up to n = T + 1 any 1 … n alone."""
+    from fractions import Fraction as F
+
+    from attnclaims.checks.strategies.layers import block_padding_masks
+
+    got = _chances(block_padding_masks(1, 40), key=lambda m: int(m.sum()))
+    want = {n: F(1, 80) + (F(1, 6) if n in (15, 16, 23) else 0) for n in range(1, 41)}
+    assert got == want
+    assert _chances(block_padding_masks(1, 18), key=lambda m: int(m.sum())) == {
+        n: F(1, 36) + (F(1, 6) if n in (15, 16, 1) else 0) for n in range(1, 19)}  # n − T − 1 = 1 is kept
+    assert _chances(block_padding_masks(1, 17), key=lambda m: int(m.sum())) == {n: F(1, 17) for n in range(1, 18)}

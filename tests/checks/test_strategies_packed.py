@@ -401,3 +401,19 @@ def test_paged_cases_draw_their_documented_sizes():
         _reach(cases, lambda c: c.block_size == 16 and max(c.seq_lens) == 33)
         _never(cases, lambda c: not 1 <= c.q.shape[0] <= 3 or c.q.shape[1] not in (1, 2, 4)
                or c.block_size not in (1, 3, 4, 16) or max(c.seq_lens) > max(CI.max_seq, 2 * c.block_size + 1))
+
+
+def test_paged_cases_spare_pages_columns_and_fillers():
+    """0–3 spare pages nobody reads and 0–2 spare table columns (both ends drawn, nothing more); sequences as
+    short as one position; the columns past a sequence's pages hold −1 in some draws, never anything below."""
+    pages = lambda c: sum(-(-int(n) // c.block_size) for n in c.seq_lens)
+    columns = lambda c: c.block_table.shape[1] - max(-(-int(n) // c.block_size) for n in c.seq_lens)
+    cases = P.paged_cases()
+    with S.following(_Declares()), tile_mode("never"):
+        for spare in (0, 3):
+            _reach(cases, lambda c, s=spare: c.k_cache.shape[0] - pages(c) == s)
+        for spare in (0, 2):
+            _reach(cases, lambda c, s=spare: columns(c) == s)
+        _reach(cases, lambda c: min(c.seq_lens) == 1)
+        _reach(cases, lambda c: (c.block_table == -1).any())
+        _never(cases, lambda c: c.k_cache.shape[0] - pages(c) > 3 or columns(c) > 2 or c.block_table.min() < -1)
