@@ -399,8 +399,10 @@ def test_paged_cases_draw_their_documented_sizes():
         for size in (1, 3, 4, 16):
             _reach(cases, lambda c, s=size: c.block_size == s)
         _reach(cases, lambda c: c.block_size == 16 and max(c.seq_lens) == 33)
-        _never(cases, lambda c: not 1 <= c.q.shape[0] <= 3 or c.q.shape[1] not in (1, 2, 4)
+        _never(cases, lambda c: not 1 <= c.q.shape[0] <= 3 or c.q.shape[1] not in (1, 2, 4) or c.label != ""
                or c.block_size not in (1, 3, 4, 16) or max(c.seq_lens) > max(CI.max_seq, 2 * c.block_size + 1))
+    with S.following(_Declares()), tile_mode("always"):  # pages of the smallest tile, labelled
+        _never(cases, lambda c: c.label != "tiles" or c.block_size != 16)
 
 
 def test_paged_cases_spare_pages_columns_and_fillers():
