@@ -1518,7 +1518,7 @@ def test_the_packed_edge_cases_are_the_documented_ones(declared):
         cases = {name: P.PackedEdge(name).build() for name in P.PACKED_EDGE}
         # causal where declared already in the case itself (build() would flip an undeclared setting back)
         assert all(P.packed_edge_case(name).causal == causal for name in ("varlen-tiles", "varlen-decode"))
-        with pytest.raises(ValueError, match="unknown packed edge case 'other'"):
+        with pytest.raises(ValueError, match=r"^unknown packed edge case 'other'$"):
             P.packed_edge_case("other")
     lengths = {"varlen-tiles": ([t - 1, t + 1, 2 * t + 3],) * 2, "varlen-decode": ([1, 1, 1], [2 * t + 5, 1, t]),
                "varlen-many-short": ([1, 0, 3, 2, 1, 0, 3, 1, 2, 2, 1, 3], [1, 2, 3, 2, 3, 1, 3, 1, 2, 3, 1, 3])}

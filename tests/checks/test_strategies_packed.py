@@ -419,3 +419,13 @@ def test_paged_cases_spare_pages_columns_and_fillers():
         _reach(cases, lambda c: min(c.seq_lens) == 1)
         _reach(cases, lambda c: (c.block_table == -1).any())
         _never(cases, lambda c: c.k_cache.shape[0] - pages(c) > 3 or columns(c) > 2 or c.block_table.min() < -1)
+
+
+def test_the_packed_edge_cases_entries_cover_their_ranges():
+    """The named edge cases' entries: q and k U[−1, 1]·2, v U[−1, 1] — both signs, not one value."""
+    with S.following(_Declares()):
+        for name in P.PACKED_EDGE:
+            c = P.PackedEdge(name).build()
+            k, v = (c.k, c.v) if isinstance(c, P.VarlenCase) else (c.k_cache, c.v_cache)
+            for a, top in ((c.q, 2.0), (k, 2.0), (v, 1.0)):
+                assert a.min() < -top / 4 and a.max() > top / 4 and np.abs(a).max() <= top, name
