@@ -974,3 +974,17 @@ def test_block_padding_masks_favour_the_tile_edges():
     assert _chances(block_padding_masks(1, 18), key=lambda m: int(m.sum())) == {
         n: F(1, 36) + (F(1, 6) if n in (15, 16, 1) else 0) for n in range(1, 19)}  # n − T − 1 = 1 is kept
     assert _chances(block_padding_masks(1, 17), key=lambda m: int(m.sum())) == {n: F(1, 17) for n in range(1, 18)}
+
+
+def test_layer_params_with_an_even_head_width_are_drawn_where_only_even_ones_are_declared():
+    """``head_dim='even'``: the layers' parameters of an even head width (d_model / num_heads = 2) are drawn — the
+    width is checked as the integer it is."""
+    from hypothesis import HealthCheck, Phase, find
+
+    from attnclaims.checks.strategies.layers import decoder_layer_params, encoder_layer_params
+
+    quick = settings(max_examples=20, derandomize=True, database=None, deadline=None,
+                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+    with S.following(_Declares(head_dim="even")):
+        for make in (encoder_layer_params, decoder_layer_params):
+            assert find(make(4, 2, 8), lambda p: True, settings=quick).self_attn.d_model == 4
