@@ -429,3 +429,14 @@ def test_the_packed_edge_cases_entries_cover_their_ranges():
             k, v = (c.k, c.v) if isinstance(c, P.VarlenCase) else (c.k_cache, c.v_cache)
             for a, top in ((c.q, 2.0), (k, 2.0), (v, 1.0)):
                 assert a.min() < -top / 4 and a.max() > top / 4 and np.abs(a).max() <= top, name
+
+
+def test_a_packed_edge_case_is_built_with_a_declared_causal_setting():
+    """varlen-many-short is not causal; for an implementation that declares only the causal mask it is built
+    causal (its lengths keep every query a key either way); the other named cases are causal where declared."""
+    with S.following(_Declares(varlen_causal=(True,))):
+        cases = {name: P.PackedEdge(name).build() for name in P.PACKED_EDGE if name.startswith("varlen")}
+        assert P.packed_edge_case("varlen-many-short").causal is False
+    assert all(c.causal is True for c in cases.values())
+    with S.following(_Declares()):
+        assert P.PackedEdge("varlen-many-short").build().causal is False
