@@ -440,3 +440,10 @@ def test_a_packed_edge_case_is_built_with_a_declared_causal_setting():
     assert all(c.causal is True for c in cases.values())
     with S.following(_Declares()):
         assert P.PackedEdge("varlen-many-short").build().causal is False
+
+
+def test_a_packed_edge_case_describes_itself_by_name():
+    edge = P.PackedEdge("paged-tiles")
+    assert edge.describe() == "packed edge case 'paged-tiles'"
+    with S.following(_Declares()):
+        assert edge.cast(np.float32).q.dtype == np.float32 and edge.build().label == "paged-tiles"
