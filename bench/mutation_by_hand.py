@@ -5,6 +5,7 @@ thirteenth and fourteenth sessions applied the mutants themselves instead (mutmu
 ``mutate``, as bench/mutation_untested.py does for repeated lines). This script is that run:
 
     python bench/mutation_by_hand.py WORKDIR FILE [--from N] [--to M] [--ids 3,7] [--whole-route] [--timeout S]
+                                     [--profile ci]
 
 with mutmut's virtual environment's python (``$MUTMUT_VENV``; ``coverage`` installed there and in the project's
 environment, ``$PROJECT_PYTHON`` or .venv), WORKDIR a copy of
@@ -23,7 +24,8 @@ decorators, defaults, dataclass fields, module constants) or by none runs the wh
 only lose kills, never add one: besides a cache filled by another test, hypothesis' pool of constants read
 from the loaded modules' source (not pinned outside the claim suite; attnclaims/profiles.py) lets a mutated
 literal change another test's draws. So every survivor must be run again with ``--whole-route --ids`` before
-it is called one (docs/mutation.md, "fourteenth session").
+it is called one (docs/mutation.md, "fourteenth session"), and under ``--profile ci`` where the route's profile
+is the fast ``mutation`` one.
 
 Exit status 1 when a mutant survives.
 """
@@ -124,13 +126,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--ids", default="", help="only these indices, comma-separated")
     parser.add_argument("--whole-route", action="store_true", help="every test of the route for every mutant")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--profile", default=None, help="the hypothesis profile (default: the route's)")
     args = parser.parse_args(argv)
     python = os.environ.get("PROJECT_PYTHON", str(ROOT.parent / ".venv/bin/python"))
     os.chdir(args.workdir)
     routes = json.loads(subprocess.run([python, str(ROOT / "mutation_routes.py")], capture_output=True, text=True,
                                        check=True).stdout)
     route = list(routes.get(args.file, routes["*"]))
-    profile = routes.get("profiles", {}).get(args.file, "ci")
+    profile = args.profile or routes.get("profiles", {}).get(args.file, "ci")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), str(ROOT)]), PYTHONDONTWRITEBYTECODE="1")
     lines = None if args.whole_route else _selection(python, env, args.file, route, profile)
     only = {int(x) for x in args.ids.split(",") if x}
