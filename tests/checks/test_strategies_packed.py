@@ -160,56 +160,37 @@ def test_a_fixed_causal_setting_is_used_only_where_declared():
         _never(P.varlen_cases(), lambda c: c.causal)
 
 
-@pytest.mark.parametrize("strategy", ["varlen", "paged"])
-def test_packed_cases_draw_the_explicit_scales_up_to_two_or_none(strategy):
-    """The scale: None (1/√d_k) or an explicit one of 0 < |s| ≤ 2 among EXPLICIT_SCALES (1, 0.5, 0.125, 2, −1,
-    1e-300), each drawn; only None for ``scale='none'``; no negative one for ``scale='positive'``."""
-    make = P.varlen_cases if strategy == "varlen" else P.paged_cases
-    with S.following(_Declares()):
-        seen = {c.scale for c in _sample(make(), 200)}
-    assert seen == {None, 1.0, 0.5, 0.125, 2.0, -1.0, 1e-300}, seen
-    with S.following(_Declares(scale="none")):  # drawn (not declined as not applicable), always without a scale
+def _declined(make, declared: dict, n: int) -> list:
+    """``n`` draws under ``declared``; a draw declined as not applicable (pytest's skip, which would pass the
+    test) fails it."""
+    with S.following(_Declares(**declared)):
         try:
-            _reach(make(), lambda c: c.scale is None)
-        except S.VariantNotApplicable as e:  # a skip, which would pass the test: a failure here
-            pytest.fail(f"scale='none' declined the draw: {e}")
-        _never(make(), lambda c: c.scale is not None)
-    with S.following(_Declares(scale="positive")):
-        _reach(make(), lambda c: c.scale is not None)
-        _never(make(), lambda c: c.scale is not None and c.scale < 0)
-
-
-# ---------------------------------------------------------------------------------------------
-# Heads and widths: what every draw may have, and what only a declaration allows
-# ---------------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("strategy", ["varlen", "paged"])
-def test_packed_cases_draw_one_to_four_heads_and_kv_heads_only_where_declared(strategy):
-    """1–4 query heads (both ends reached, never 5); K/V heads as many as the query heads unless
-    ``grouped_query`` is declared, then every divisor of the query heads (1, 2 and 4 of 4)."""
-    make = P.varlen_cases if strategy == "varlen" else P.paged_cases
-    with S.following(_Declares()):
-        _reach(make(), lambda c: _heads(c)[0] == 1)
-        _reach(make(), lambda c: _heads(c)[0] == 4)
-        _never(make(), lambda c: _heads(c)[0] > 4 or _heads(c)[1] != _heads(c)[0])
-    with S.following(_Declares(grouped_query=True)):
-        for d in (1, 2, 4):
-            _reach(make(), lambda c, d=d: _heads(c) == (4, d))
-        _never(make(), lambda c: _heads(c)[0] % _heads(c)[1] != 0)
+            return _sample(make(), n)
+        except S.VariantNotApplicable as e:
+            pytest.fail(f"{declared} declined the draw: {e}")
 
 
 @pytest.mark.parametrize("strategy", ["varlen", "paged"])
-def test_packed_cases_draw_value_widths_of_their_own_unless_d_k_is_declared(strategy):
-    """d_k and d_v each 1 … max_dim and drawn apart; with ``value_width='d_k'`` always d_v = d_k."""
+def test_packed_cases_draw_their_heads_widths_and_scales(strategy):
+    """By default: 1–4 query heads (both ends drawn, never 5) and as many K/V heads; d_k and d_v each 1 …
+    max_dim, drawn apart (d_v = 1 beside a wider d_k); the scale None (1/√d_k) or an explicit one of 0 < |s| ≤ 2
+    among EXPLICIT_SCALES (1, 0.5, 0.125, 2, −1, 1e-300), each drawn. ``grouped_query``: every divisor of the
+    query heads (1, 2 and 4 of 4); ``value_width='d_k'``: d_v = d_k always; ``scale='none'``: drawn, always
+    without a scale; ``scale='positive'``: no negative one. Each from one derandomized sample."""
     make = P.varlen_cases if strategy == "varlen" else P.paged_cases
-    with S.following(_Declares()):
-        _reach(make(), lambda c: _widths(c)[0] == 1)
-        _reach(make(), lambda c: _widths(c)[1] == 1 and _widths(c)[0] > 1)
-        _reach(make(), lambda c: _widths(c)[0] == CI.max_dim)
-        _never(make(), lambda c: max(_widths(c)) > CI.max_dim)
-    with S.following(_Declares(value_width="d_k")):
-        _reach(make(), lambda c: _widths(c)[0] > 1)
-        _never(make(), lambda c: _widths(c)[0] != _widths(c)[1])
+    cases = _declined(make, {}, 300)
+    heads, widths = {_heads(c) for c in cases}, {_widths(c) for c in cases}
+    assert heads == {(h, h) for h in range(1, 5)}, heads
+    assert {d for d, _ in widths} == set(range(1, CI.max_dim + 1)) and max(max(w) for w in widths) == CI.max_dim
+    assert any(v == 1 < d for d, v in widths) and any(d != v for d, v in widths)
+    assert {c.scale for c in cases} == {None, 1.0, 0.5, 0.125, 2.0, -1.0, 1e-300}
+    grouped = {_heads(c) for c in _declined(make, {"grouped_query": True}, 300)}
+    assert {(4, 1), (4, 2), (4, 4)} <= grouped and all(h % k == 0 and h <= 4 for h, k in grouped), grouped
+    same = [_widths(c) for c in _declined(make, {"value_width": "d_k"}, 100)]
+    assert all(d == v for d, v in same) and any(d > 1 for d, _ in same)
+    assert all(c.scale is None for c in _declined(make, {"scale": "none"}, 60))
+    positive = {c.scale for c in _declined(make, {"scale": "positive"}, 100)}
+    assert positive - {None} and all(s is None or s > 0 for s in positive), positive
 
 
 # ---------------------------------------------------------------------------------------------
