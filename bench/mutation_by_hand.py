@@ -129,6 +129,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--profile", default=None, help="the hypothesis profile (default: the route's)")
     args = parser.parse_args(argv)
     python = os.environ.get("PROJECT_PYTHON", str(ROOT.parent / ".venv/bin/python"))
+    if not Path(args.workdir, args.file).is_file():
+        parser.error(f"{args.file} is not a file of {args.workdir} (FILE is relative to WORKDIR, a copy of the tree)")
+    if not Path(python).exists():
+        parser.error(f"no project python at {python} (set PROJECT_PYTHON)")
     os.chdir(args.workdir)
     routes = json.loads(subprocess.run([python, str(ROOT / "mutation_routes.py")], capture_output=True, text=True,
                                        check=True).stdout)
