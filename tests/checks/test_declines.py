@@ -4,12 +4,17 @@ rejected and counted, and once an implementation has declined
 a replayed example behaves as it did the first time."""
 from __future__ import annotations
 
+import os
+from types import SimpleNamespace
+
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import UnsatisfiedAssumption
 
 from attnclaims import declines
+from attnclaims.checks import strategies as S
 
 ONCE = settings(max_examples=1, deadline=None, database=None)
 
@@ -48,3 +53,64 @@ def test_outside_a_hypothesis_example_a_decline_only_returns():
     declines.reset()
     declines.decline("no")
     assert declines.count() == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The check library's own tests: a declined draw fails them (tests/checks/conftest.py)
+# ---------------------------------------------------------------------------------------------
+
+class _NoGroups:
+    """A float64 stub that does not declare grouped-query attention."""
+
+    name = "no-groups-stub"
+    dtype = np.dtype(np.float64)
+    variants = {"grouped_query": False}
+
+
+def _odd_needs_groups(i: int) -> int:
+    """Declines the odd draws (they would need grouped-query attention), keeps the even ones."""
+    if i % 2:
+        S.require_variant("grouped_query", True)
+    return i
+
+
+def test_a_declined_draw_fails_the_draws_helpers(draws):
+    """Inside ``sample``/``find`` hypothesis rejects a declined draw and goes on: ``never`` would pass on a
+    strategy that declines exactly what it looks for, ``sample`` on one that declines everything. The helpers
+    fail instead, naming the variant; a strategy that declines nothing passes."""
+    strategy = st.integers(0, 9).map(_odd_needs_groups)
+    with S.following(_NoGroups()):
+        with pytest.raises(pytest.fail.Exception, match=r"declined as not applicable.*variant grouped_query=True"):
+            draws.never(strategy, lambda i: i % 2 == 1, 50)
+        with pytest.raises(pytest.fail.Exception, match=r"declined as not applicable"):
+            draws.sample(strategy, 20)
+        with pytest.raises(pytest.fail.Exception, match=r"declined as not applicable"):
+            draws.reach(st.sampled_from([1, 3, 5, 8]).map(_odd_needs_groups), lambda i: i == 8, 50)
+        draws.never(st.integers(0, 9).map(lambda i: 2 * i), lambda i: i % 2 == 1, 50)
+    assert declines.count() == 0
+
+
+def _report_of(request, message: str):
+    """The report the check library's hook makes of a call phase that raised pytest's skip with ``message``."""
+    hook = next(p for p in request.config.pluginmanager.get_plugins()
+                if getattr(p, "__file__", "").endswith(os.path.join("tests", "checks", "conftest.py")))
+    try:
+        pytest.skip(message)
+    except pytest.skip.Exception:
+        excinfo = pytest.ExceptionInfo.from_current()
+    report = SimpleNamespace(skipped=True, outcome="skipped", longrepr=("file", 1, message))
+    call = SimpleNamespace(when="call", excinfo=excinfo)
+    wrapper = hook.pytest_runtest_makereport(request.node, call)
+    next(wrapper)
+    with pytest.raises(StopIteration):
+        wrapper.send(SimpleNamespace(get_result=lambda: report))
+    return report
+
+
+def test_a_test_skipped_as_not_applicable_fails_here_and_other_skips_stay(request):
+    """VariantNotApplicable is pytest's skip: a check-library test stopped by a declined draw would pass as a
+    skip. Here it fails, with the reason; a skip for a missing library stays a skip."""
+    failed = _report_of(request, "not applicable (variant grouped_query=True): stub declares grouped_query=False")
+    assert failed.outcome == "failed" and "grouped_query=True" in failed.longrepr
+    kept = _report_of(request, "could not import 'torch'")
+    assert kept.outcome == "skipped"

@@ -6,7 +6,7 @@ not notice. Each test here checks a documented promise — a bound that holds fo
 every draw, or an edge case the strategy must reach (every mask leaves a key to
 each query, scale bounds, heads divide d_model, d_model ≤ max_dim, the followed
 implementation's dtype and shape menu, the edge cases of ``EDGE``) — not an
-incidental detail. Draws are derandomized (``_sample``, ``_reach``) and sizes are
+incidental detail. Draws are derandomized (the ``draws`` fixture, tests/checks/conftest.py) and sizes are
 pinned to the ``ci`` limits, so the verdicts do not depend on the profile the
 suite runs under. About the suite, not the article: no claim marker.
 """
@@ -18,8 +18,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, find, given, settings
-from hypothesis.errors import NoSuchExample
+from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
 from attnclaims.guard import GuardedImplementation
@@ -34,35 +33,6 @@ from attnclaims.reference import params as RP
 CI = _LIMITS["ci"]
 
 
-def _settings(n: int) -> settings:
-    return settings(max_examples=n, derandomize=True, database=None, deadline=None,
-                    phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
-
-
-def _sample(strategy, n: int = 100, notes: list | None = None) -> list:
-    """``n`` derandomized draws of ``strategy`` (the same ones on every run); with ``notes`` (see
-    :func:`_noted`), pairs (draw, the last note made while drawing it)."""
-    out: list = []
-
-    @_settings(n)
-    @given(strategy)
-    def collect(x):
-        out.append(x if notes is None else (x, notes[-1]))
-
-    collect()
-    return out
-
-
-def _reach(strategy, predicate, n: int = 1000) -> bool:
-    """Some derandomized draw of ``strategy`` satisfies ``predicate`` (NoSuchExample when none of ``n`` does)."""
-    find(strategy, predicate, settings=_settings(n))
-    return True
-
-
-def _never(strategy, predicate, n: int = 200) -> None:
-    """No derandomized draw of ``n`` satisfies ``predicate`` (a search for it, where ``_sample`` would only look)."""
-    with pytest.raises(NoSuchExample):
-        find(strategy, predicate, settings=_settings(n))
 
 
 @pytest.fixture(autouse=True)
@@ -98,12 +68,12 @@ class _Declares:
 # Following the implementation under test
 # ---------------------------------------------------------------------------------------------
 
-def test_follow_and_following_set_and_restore_the_followed_implementation():
+def test_follow_and_following_set_and_restore_the_followed_implementation(draws):
     stub = _Float32()
     assert S.followed() is None
     with S.following(stub) as got:
         assert got is stub and S.followed() is stub
-        assert _sample(S.arrays((2,)), 1)[0].dtype == np.float32
+        assert draws.sample(S.arrays((2,)), 1)[0].dtype == np.float32
         with pytest.raises(RuntimeError):
             with S.following(_Menu()):
                 raise RuntimeError
@@ -138,10 +108,10 @@ def test_follow_implementation_is_autouse(request):
     assert "follow_implementation" in request.fixturenames
 
 
-def test_a_guarded_implementation_is_followed_through_to_its_menu():
+def test_a_guarded_implementation_is_followed_through_to_its_menu(draws):
     guarded = GuardedImplementation(_Menu(), timeout=None)
     with S.following(guarded):
-        drawn = _sample(S.dims(), 5)
+        drawn = draws.sample(S.dims(), 5)
     assert {(d.n_q, d.d_k) for d in drawn} == {(2, 3)}
 
 
@@ -161,9 +131,9 @@ def test_fixed_shapes_keep_their_documented_properties():
     assert any(m["num_heads"] > 1 for m in S.FIXED_SHAPES) and any(m["batch"][0] > 1 for m in S.FIXED_SHAPES)
 
 
-def test_a_preferred_shape_takes_its_missing_keys_from_the_first_fixed_shape():
+def test_a_preferred_shape_takes_its_missing_keys_from_the_first_fixed_shape(draws):
     with S.following(_Menu()):
-        drawn = _sample(S.dims(), 5)
+        drawn = draws.sample(S.dims(), 5)
     first = S.FIXED_SHAPES[0]
     for d in drawn:
         assert (d.n_q, d.d_k) == (2, 3)
@@ -175,33 +145,33 @@ def test_a_preferred_shape_takes_its_missing_keys_from_the_first_fixed_shape():
     _Float32(),  # declares neither
     type("NoMenu", (), dict(name="no-menu-stub", dtype=np.dtype(np.float64), fixed_shapes=False, preferred_shapes=()))(),
 ], ids=["undeclared", "declared-off"])
-def test_no_menu_means_free_shapes(stub):
+def test_no_menu_means_free_shapes(draws, stub):
     with S.following(stub):
-        drawn = _sample(S.dims(), 60)
+        drawn = draws.sample(S.dims(), 60)
     menu = {(m["n_q"], m["n_k"], m["d_k"]) for m in S.FIXED_SHAPES}
     assert any((d.n_q, d.n_k, d.d_k) not in menu for d in drawn), "shapes come from no menu"
 
 
 @pytest.mark.parametrize("stub", [_Fixed(), _Menu()], ids=["fixed", "preferred"])
-def test_menu_dims_honour_the_tests_requirements(stub):
+def test_menu_dims_honour_the_tests_requirements(draws, stub):
     """From a menu, dims adjusts only what a test requires: square, a minimum length, batch axes, d_k, d_model."""
     with S.following(stub):
-        for d in _sample(S.dims(square=True, min_seq=7, batch_ndim=(2, 2), min_d_k=9, min_d_model=11,
+        for d in draws.sample(S.dims(square=True, min_seq=7, batch_ndim=(2, 2), min_d_k=9, min_d_model=11,
                                 even_d_model=True), 20):
             assert d.n_q == d.n_k >= 7 and len(d.batch) == 2 and d.batch[1] == 1 and d.d_k >= 9
             assert d.d_model == 12 and d.d_model % d.num_heads == 0
-        for d in _sample(S.dims(batch_ndim=(0, 0), even_d_model=True), 20):
+        for d in draws.sample(S.dims(batch_ndim=(0, 0), even_d_model=True), 20):
             assert d.batch == () and d.d_model % 2 == 0 and d.d_model % d.num_heads == 0
-        for d in _sample(S.dims(min_d_model=5), 20):
+        for d in draws.sample(S.dims(min_d_model=5), 20):
             assert d.d_model >= 5 and d.d_model % d.num_heads == 0
     menu = [dict(S.FIXED_SHAPES[0], **m) for m in stub.preferred_shapes] if isinstance(stub, _Menu) else S.FIXED_SHAPES
     with S.following(stub):
-        plain = {(d.batch, d.n_q, d.n_k, d.d_k, d.d_v, d.d_model, d.num_heads, d.d_ff) for d in _sample(S.dims(), 30)}
+        plain = {(d.batch, d.n_q, d.n_k, d.d_k, d.d_v, d.d_model, d.num_heads, d.d_ff) for d in draws.sample(S.dims(), 30)}
     assert plain == {(tuple(m["batch"]), m["n_q"], m["n_k"], m["d_k"], m["d_v"], m["d_model"], m["num_heads"],
                       m["d_ff"]) for m in menu}, "without requirements, every entry as it is"
 
 
-def test_a_menu_entry_whose_heads_no_longer_divide_d_model_falls_back_to_one_head():
+def test_a_menu_entry_whose_heads_no_longer_divide_d_model_falls_back_to_one_head(draws):
     class Odd:
         name, dtype = "odd-stub", np.dtype(np.float64)
         preferred_shapes = ({"d_model": 6, "num_heads": 3},)
@@ -211,12 +181,12 @@ def test_a_menu_entry_whose_heads_no_longer_divide_d_model_falls_back_to_one_hea
         preferred_shapes = ({"d_model": 7, "num_heads": 7},)
 
     with S.following(Odd()):
-        for d in _sample(S.dims(even_d_model=True), 5):
+        for d in draws.sample(S.dims(even_d_model=True), 5):
             assert (d.d_model, d.num_heads) == (6, 3)
-        for d in _sample(S.dims(min_d_model=7), 5):
+        for d in draws.sample(S.dims(min_d_model=7), 5):
             assert (d.d_model, d.num_heads) == (7, 1)
     with S.following(Seven()):
-        for d in _sample(S.dims(even_d_model=True), 5):
+        for d in draws.sample(S.dims(even_d_model=True), 5):
             assert (d.d_model, d.num_heads) == (8, 1), "an odd d_model is raised (never lowered) to an even one"
 
 
@@ -224,8 +194,8 @@ def test_a_menu_entry_whose_heads_no_longer_divide_d_model_falls_back_to_one_hea
 # Dimensions: bounds that hold for every draw, and the edges each strategy must reach
 # ---------------------------------------------------------------------------------------------
 
-def test_dims_default_ranges_hold_and_their_edges_are_reached():
-    drawn = _sample(S.dims(), 100)
+def test_dims_default_ranges_hold_and_their_edges_are_reached(draws):
+    drawn = draws.sample(S.dims(), 100)
     for d in drawn:
         assert 1 <= d.n_q <= CI.max_seq and 1 <= d.n_k <= CI.max_seq and len(d.batch) <= 2
         assert all(1 <= b <= CI.max_batch for b in d.batch)
@@ -242,46 +212,46 @@ def test_dims_default_ranges_hold_and_their_edges_are_reached():
         ("d_model = 1", lambda d: d.d_model == 1), ("odd d_model", lambda d: d.d_model % 2 == 1),
         ("d_model = max_dim", lambda d: d.d_model == CI.max_dim), ("d_ff = 1", lambda d: d.d_ff == 1),
     ]:
-        assert _reach(S.dims(), predicate), what
+        assert draws.reach(S.dims(), predicate), what
 
 
 @pytest.mark.parametrize("even", [False, True], ids=["any", "even"])
-def test_dims_min_d_model_is_met_without_passing_max_dim(even):
+def test_dims_min_d_model_is_met_without_passing_max_dim(draws, even):
     """min_d_model = max_dim leaves one d_model: max_dim itself (ci: 12, divisible by 1, 2, 3 and 4 heads)."""
-    for d in _sample(S.dims(min_d_model=CI.max_dim, even_d_model=even), 60):
+    for d in draws.sample(S.dims(min_d_model=CI.max_dim, even_d_model=even), 60):
         assert d.d_model == CI.max_dim and d.d_model % d.num_heads == 0
-    for d in _sample(S.dims(min_d_model=3, even_d_model=even), 60):
+    for d in draws.sample(S.dims(min_d_model=3, even_d_model=even), 60):
         assert 3 <= d.d_model <= CI.max_dim and (d.d_model % 2 == 0 or not even)
-    assert _reach(S.dims(min_d_model=3, even_d_model=even), lambda d: d.d_model == (4 if even else 3))
-    assert _reach(S.dims(min_d_model=5, even_d_model=even), lambda d: d.d_model == (6 if even else 5) and
+    assert draws.reach(S.dims(min_d_model=3, even_d_model=even), lambda d: d.d_model == (4 if even else 3))
+    assert draws.reach(S.dims(min_d_model=5, even_d_model=even), lambda d: d.d_model == (6 if even else 5) and
                   d.num_heads == 1)
 
 
-def test_dims_even_d_model_stays_within_max_dim():
+def test_dims_even_d_model_stays_within_max_dim(draws):
     """max_dim 64 (thorough's): 3 heads of up to 21 — an odd head width must not round up to d_model = 66."""
-    _never(S.dims(even_d_model=True, max_dim=64, max_heads=3, batch_ndim=(0, 0)),
+    draws.never(S.dims(even_d_model=True, max_dim=64, max_heads=3, batch_ndim=(0, 0)),
            lambda d: d.d_model % 2 or d.d_model > 64 or d.d_model % d.num_heads)
 
 
-def test_dims_requirements_are_honoured():
-    for d in _sample(S.dims(min_seq=3, max_seq=5, max_dim=2, min_d_k=2, max_heads=1, batch_ndim=(1, 1)), 60):
+def test_dims_requirements_are_honoured(draws):
+    for d in draws.sample(S.dims(min_seq=3, max_seq=5, max_dim=2, min_d_k=2, max_heads=1, batch_ndim=(1, 1)), 60):
         assert 3 <= d.n_q <= 5 and 3 <= d.n_k <= 5 and d.d_k == 2 and d.d_v <= 2 and d.num_heads == 1
         assert len(d.batch) == 1 and d.d_model <= 2
-    _never(S.dims(max_dim=2), lambda d: d.d_model > 2 or d.d_k > 2 or d.d_v > 2, 200)
-    assert _reach(S.dims(max_dim=2), lambda d: d.num_heads == 2 and d.d_model == 2)
-    assert _reach(S.dims(min_seq=3, max_seq=5), lambda d: d.n_q == 3 and d.n_k == 5)
-    assert _reach(S.dims(square=True), lambda d: d.n_q == 1) and _reach(S.dims(min_d_k=4), lambda d: d.d_k == 4)
+    draws.never(S.dims(max_dim=2), lambda d: d.d_model > 2 or d.d_k > 2 or d.d_v > 2, 200)
+    assert draws.reach(S.dims(max_dim=2), lambda d: d.num_heads == 2 and d.d_model == 2)
+    assert draws.reach(S.dims(min_seq=3, max_seq=5), lambda d: d.n_q == 3 and d.n_k == 5)
+    assert draws.reach(S.dims(square=True), lambda d: d.n_q == 1) and draws.reach(S.dims(min_d_k=4), lambda d: d.d_k == 4)
 
 
-def test_seq_lengths_and_batch_shapes_cover_their_ranges():
-    assert set(_sample(S.seq_lengths(), 300)) == set(range(1, CI.max_seq + 1))
-    assert set(_sample(S.seq_lengths(4, 6), 60)) == {4, 5, 6}
-    assert set(_sample(S.seq_lengths(20), 30)) == {20}, "a minimum above max_seq is the length"
-    assert set(_sample(S.seq_lengths(10, 30), 300)) == set(range(10, 31))
-    shapes = _sample(S.batch_shapes(), 150)
+def test_seq_lengths_and_batch_shapes_cover_their_ranges(draws):
+    assert set(draws.sample(S.seq_lengths(), 300)) == set(range(1, CI.max_seq + 1))
+    assert set(draws.sample(S.seq_lengths(4, 6), 60)) == {4, 5, 6}
+    assert set(draws.sample(S.seq_lengths(20), 30)) == {20}, "a minimum above max_seq is the length"
+    assert set(draws.sample(S.seq_lengths(10, 30), 300)) == set(range(10, 31))
+    shapes = draws.sample(S.batch_shapes(), 150)
     assert {len(b) for b in shapes} == {0, 1, 2}
     assert {x for b in shapes for x in b} == set(range(1, CI.max_batch + 1))
-    assert {len(b) for b in _sample(S.batch_shapes(1, 3, max_size=2), 80)} == {1, 2, 3}
+    assert {len(b) for b in draws.sample(S.batch_shapes(1, 3, max_size=2), 80)} == {1, 2, 3}
     assert all(isinstance(b, tuple) for b in shapes)
 
 
@@ -295,22 +265,22 @@ def test_seq_lengths_are_the_documented_mixture():
         assert repr(S.seq_lengths(*args)) == repr(st.integers(*short) | st.integers(*top)), args
 
 
-def test_d_ff_spans_one_to_twice_max_dim():
+def test_d_ff_spans_one_to_twice_max_dim(draws):
     """docs/adapters.md and dims' docstring: d_ff in 1 … 2·max_dim (the paper's d_ff = 4·d_model, kept small)."""
     for top in (2, 3):
-        _never(S.dims(max_dim=top), lambda d: not 1 <= d.d_ff <= 2 * top, 200)
-        assert _reach(S.dims(max_dim=top), lambda d: d.d_ff == 2 * top, 200)
-    assert max(d.d_ff for d in _sample(S.dims(), 100)) <= 2 * CI.max_dim
+        draws.never(S.dims(max_dim=top), lambda d: not 1 <= d.d_ff <= 2 * top, 200)
+        assert draws.reach(S.dims(max_dim=top), lambda d: d.d_ff == 2 * top, 200)
+    assert max(d.d_ff for d in draws.sample(S.dims(), 100)) <= 2 * CI.max_dim
 
 
-def test_seeds_span_every_32_bit_seed():
-    _never(S.seeds(), lambda s: not 0 <= s < 2**32, 300)
-    assert _reach(S.seeds(), lambda s: s == 0) and _reach(S.seeds(), lambda s: s == 2**32 - 1)
+def test_seeds_span_every_32_bit_seed(draws):
+    draws.never(S.seeds(), lambda s: not 0 <= s < 2**32, 300)
+    assert draws.reach(S.seeds(), lambda s: s == 0) and draws.reach(S.seeds(), lambda s: s == 2**32 - 1)
 
 
-def test_scales_are_the_powers_of_two_from_low_to_high():
-    assert set(_sample(S.scales(), 100)) == {2.0**e for e in range(-3, 4)}
-    assert set(_sample(S.scales(-1, 1), 40)) == {0.5, 1.0, 2.0}
+def test_scales_are_the_powers_of_two_from_low_to_high(draws):
+    assert set(draws.sample(S.scales(), 100)) == {2.0**e for e in range(-3, 4)}
+    assert set(draws.sample(S.scales(-1, 1), 40)) == {0.5, 1.0, 2.0}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -323,73 +293,73 @@ def _subnormal(a) -> bool:
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_arrays_default_to_unit_scale_without_subnormals(dtype):
+def test_arrays_default_to_unit_scale_without_subnormals(draws, dtype):
     """U[−1, 1] entries (scale 1, offset 0 by default), both signs, no subnormal (a flush-to-zero
     implementation would differ on them), in the asked dtype; the same for seeded (large) arrays."""
     for shape in [(4,), (3, 100)]:  # 4 entries drawn one by one; 300 > ELEMENTWISE_LIMIT from a seed
         strategy = S.arrays(shape, dtype=dtype)
-        _never(strategy, lambda a: a.dtype != dtype or a.shape != shape or np.abs(a).max() > 1 or _subnormal(a),
+        draws.never(strategy, lambda a: a.dtype != dtype or a.shape != shape or np.abs(a).max() > 1 or _subnormal(a),
                100)
-        assert _reach(strategy, lambda a: a.min() < -0.5 and a.max() > 0.5)
+        assert draws.reach(strategy, lambda a: a.min() < -0.5 and a.max() > 0.5)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_entry_by_entry_floats_are_never_subnormal(dtype):
+def test_entry_by_entry_floats_are_never_subnormal(draws, dtype):
     """The element strategy itself, searched 1000 times: with subnormals allowed, hypothesis offers the smallest
     subnormal of the width within 300 derandomized draws (float32: 1.4e-45, float64: 1.1e-308), which the
     array-level test above, with few entries per draw, does not reach."""
     smallest_normal = np.finfo(dtype).smallest_normal
-    _never(_unit_floats(dtype), lambda x: x != 0 and abs(x) < smallest_normal, 1000)
-    _never(_unit_floats(dtype), lambda x: not -1 <= x <= 1 or np.asarray(x, dtype) != x, 300)
+    draws.never(_unit_floats(dtype), lambda x: x != 0 and abs(x) < smallest_normal, 1000)
+    draws.never(_unit_floats(dtype), lambda x: not -1 <= x <= 1 or np.asarray(x, dtype) != x, 300)
 
 
-def test_arrays_scale_and_offset():
-    for a in _sample(S.arrays((2, 3), scale=0.25, offset=3.0), 30):
+def test_arrays_scale_and_offset(draws):
+    for a in draws.sample(S.arrays((2, 3), scale=0.25, offset=3.0), 30):
         assert np.all(np.abs(a - 3.0) <= 0.25)
-    assert _reach(S.arrays((2, 3), scale=0.25, offset=3.0), lambda a: a.min() < 2.9 and a.max() > 3.1)
-    assert _reach(S.arrays((300,), scale=0.25, offset=3.0), lambda a: a.min() < 2.8 and a.max() > 3.2 and
+    assert draws.reach(S.arrays((2, 3), scale=0.25, offset=3.0), lambda a: a.min() < 2.9 and a.max() > 3.1)
+    assert draws.reach(S.arrays((300,), scale=0.25, offset=3.0), lambda a: a.min() < 2.8 and a.max() > 3.2 and
                   np.all(np.abs(a - 3.0) <= 0.25))
 
 
-def test_arrays_up_to_the_elementwise_limit_are_drawn_entry_by_entry():
+def test_arrays_up_to_the_elementwise_limit_are_drawn_entry_by_entry(draws):
     """Entry by entry (hypothesis can make them all 0: ties, zero rows) up to ELEMENTWISE_LIMIT entries; larger
     ones from a seed (numpy uniform: never all 0)."""
     limit = S.ELEMENTWISE_LIMIT
     assert limit == 256
-    assert _reach(S.arrays((limit,)), lambda a: not a.any(), 20)
-    _never(S.arrays((limit + 1,)), lambda a: not a.all(), 20)
+    assert draws.reach(S.arrays((limit,)), lambda a: not a.any(), 20)
+    draws.never(S.arrays((limit + 1,)), lambda a: not a.all(), 20)
 
 
-def test_random_arrays_are_seeded_normals_reproducible_from_their_note(patch_strategies):
+def test_random_arrays_are_seeded_normals_reproducible_from_their_note(draws, patch_strategies):
     notes = []
     patch_strategies("note", notes.append)
     for dtype, scale in [(None, None), (np.float32, 0.5)]:
         notes.clear()
-        a = _sample(S.random_arrays((3, 4), dtype=dtype) if scale is None else
+        a = draws.sample(S.random_arrays((3, 4), dtype=dtype) if scale is None else
                     S.random_arrays((3, 4), scale=scale, dtype=dtype), 1)[0]
         scale = 1.0 if scale is None else scale
         seed = int(notes[-1].removeprefix("random_arrays seed="))
         want = (scale * np.random.default_rng(seed).standard_normal((3, 4))).astype(dtype or np.float64)
         assert a.dtype == want.dtype and np.array_equal(a, want)
     with S.following(_Float32()):
-        assert _sample(S.random_arrays((2,)), 1)[0].dtype == np.float32
+        assert draws.sample(S.random_arrays((2,)), 1)[0].dtype == np.float32
 
 
 # ---------------------------------------------------------------------------------------------
 # Masks
 # ---------------------------------------------------------------------------------------------
 
-def test_large_masks_leave_every_query_a_key_at_every_density():
+def test_large_masks_leave_every_query_a_key_at_every_density(draws):
     """Above 4·ELEMENTWISE_LIMIT entries masks come from a seed, sparse, half or dense — and still every
     query keeps a key (the sparse ones need the repair)."""
     shape = (2, 40, 30)
     strategy = S.masks(shape)
-    _never(strategy, lambda m: m.shape != shape or m.dtype != np.bool_ or not m.any(axis=-1).all(), 60)
+    draws.never(strategy, lambda m: m.shape != shape or m.dtype != np.bool_ or not m.any(axis=-1).all(), 60)
     for lo, hi in [(0.05, 0.2), (0.4, 0.6), (0.8, 0.95)]:
-        assert _reach(strategy, lambda m: lo < m.mean() < hi, 60)
+        assert draws.reach(strategy, lambda m: lo < m.mean() < hi, 60)
 
 
-def test_masks_are_drawn_entry_by_entry_up_to_1024_entries_and_seeded_above(patch_strategies):
+def test_masks_are_drawn_entry_by_entry_up_to_1024_entries_and_seeded_above(draws, patch_strategies):
     """The documented switch (docs/adapters.md, masks' docstring): 4·ELEMENTWISE_LIMIT = 1024 entries still
     element-wise (hypothesis shrinks them), 1025 from a seed. Seen through the calls to ``seeds``, which only
     the seeded branch makes."""
@@ -403,44 +373,44 @@ def test_masks_are_drawn_entry_by_entry_up_to_1024_entries_and_seeded_above(patc
     patch_strategies("seeds", recording_seeds)
     for shape, seeded in [((32, 32), False), ((2, 16, 32), False), ((5, 205), True), ((1, 1025), True)]:
         calls.clear()
-        drawn = _sample(S.masks(shape), 3)
+        drawn = draws.sample(S.masks(shape), 3)
         assert all(m.shape == shape and m.any(axis=-1).all() for m in drawn)
         assert bool(calls) == seeded, f"{shape}: {math.prod(shape)} entries {'not ' if seeded else ''}seeded"
 
 
-def test_dims_are_frozen_and_hashable():
-    d = _sample(S.dims(), 1)[0]
+def test_dims_are_frozen_and_hashable(draws):
+    d = draws.sample(S.dims(), 1)[0]
     assert d in {d}
     with pytest.raises(AttributeError):
         d.n_q = 3
 
 
-def test_small_masks_reach_all_and_one_key_per_query():
+def test_small_masks_reach_all_and_one_key_per_query(draws):
     strategy = S.masks((3, 4, 5))
-    assert _reach(strategy, lambda m: m.all())
-    assert _reach(strategy, lambda m: (m.sum(axis=-1) == 1).all())
-    assert _reach(S.masks((1, 1)), lambda m: m.shape == (1, 1) and m.all())
+    assert draws.reach(strategy, lambda m: m.all())
+    assert draws.reach(strategy, lambda m: (m.sum(axis=-1) == 1).all())
+    assert draws.reach(S.masks((1, 1)), lambda m: m.shape == (1, 1) and m.all())
 
 
 @pytest.mark.parametrize("shape", [(5,), (3, 4), (2, 3, 4), (2, 1, 3, 4)])
-def test_single_key_masks_have_the_asked_shape_and_any_key(shape):
-    drawn = _sample(S.single_key_masks(shape), 20)
+def test_single_key_masks_have_the_asked_shape_and_any_key(draws, shape):
+    drawn = draws.sample(S.single_key_masks(shape), 20)
     for m in drawn:
         assert m.shape == shape and m.dtype == np.bool_ and (m.sum(axis=-1) == 1).all()
     assert {int(i) for m in drawn for i in np.argmax(m, axis=-1).ravel()} == set(range(shape[-1]))
 
 
-def test_padding_masks_reach_a_single_real_key_and_a_full_sequence():
+def test_padding_masks_reach_a_single_real_key_and_a_full_sequence(draws):
     strategy = S.padding_masks(3, 4)
-    assert _reach(strategy, lambda m: (m[:, 0].sum(axis=-1) == 1).any())
-    assert _reach(strategy, lambda m: (m[:, 0].sum(axis=-1) == 4).any())
-    assert _reach(strategy, lambda m: len({int(n) for n in m[:, 0].sum(axis=-1)}) == 3), "lengths differ per sequence"
+    assert draws.reach(strategy, lambda m: (m[:, 0].sum(axis=-1) == 1).any())
+    assert draws.reach(strategy, lambda m: (m[:, 0].sum(axis=-1) == 4).any())
+    assert draws.reach(strategy, lambda m: len({int(n) for n in m[:, 0].sum(axis=-1)}) == 3), "lengths differ per sequence"
 
 
 @pytest.mark.parametrize("batch", [(), (2,), (2, 3)])
-def test_mask_forms_are_the_documented_broadcastable_forms(batch):
+def test_mask_forms_are_the_documented_broadcastable_forms(draws, batch):
     forms = {(4, 5), batch + (4, 5), batch + (1, 5)} | ({(1,) * len(batch) + (4, 5)} if batch else set())
-    drawn = _sample(S.mask_forms(batch, 4, 5), 60)
+    drawn = draws.sample(S.mask_forms(batch, 4, 5), 60)
     assert {m.shape for m in drawn} == forms
     for m in drawn:
         assert m.dtype == np.bool_ and np.broadcast_to(m, batch + (4, 5)).any(axis=-1).all()
@@ -463,38 +433,38 @@ def _call(note: str, name: str) -> dict:
     return eval(f"dict({note[len(name) + 1:-1]})")
 
 
-def test_epsilons_are_the_documented_four():
-    assert set(_sample(S.epsilons(), 40)) == {1e-5, 1e-6, 1e-12, 0.1}
+def test_epsilons_are_the_documented_four(draws):
+    assert set(draws.sample(S.epsilons(), 40)) == {1e-5, 1e-6, 1e-12, 0.1}
 
 
-def test_multi_head_and_feed_forward_params_rebuild_from_their_notes(patch_strategies):
+def test_multi_head_and_feed_forward_params_rebuild_from_their_notes(draws, patch_strategies):
     notes = _noted(patch_strategies)
     biases = set()
-    for p, note in _sample(S.multi_head_params(6, 2), 30, notes):
+    for p, note in draws.sample(S.multi_head_params(6, 2), 30, notes):
         kw = _call(note, "multi_head_params")
         assert (kw["d_model"], kw["num_heads"]) == (6, 2) and kw["bias_scale"] in (0.1, 0.0, 0.5)
         want = RP.init_multi_head(kw["seed"], 6, 2, bias_scale=kw["bias_scale"])
         assert np.array_equal(p.w_q, want.w_q) and np.array_equal(p.b_o, want.b_o)
         biases.add(kw["bias_scale"])
     assert biases == {0.1, 0.0, 0.5}
-    p, note = _sample(S.multi_head_params(4, 1, bias_scale=0.25), 1, notes)[0]
+    p, note = draws.sample(S.multi_head_params(4, 1, bias_scale=0.25), 1, notes)[0]
     assert _call(note, "multi_head_params")["bias_scale"] == 0.25 and 0 < np.abs(p.b_q).max() <= 0.25
-    for p, note in _sample(S.feed_forward_params(3, 5), 5, notes):
+    for p, note in draws.sample(S.feed_forward_params(3, 5), 5, notes):
         kw = _call(note, "feed_forward_params")
         assert (kw["d_model"], kw["d_ff"]) == (3, 5)
         want = RP.init_feed_forward(kw["seed"], 3, 5)
         assert np.array_equal(p.w1, want.w1) and np.array_equal(p.b2, want.b2)
     with S.following(_Float32()):
-        assert _sample(S.multi_head_params(4, 2), 1)[0].w_q.dtype == np.float32
-        assert _sample(S.feed_forward_params(4, 2), 1)[0].w1.dtype == np.float32
+        assert draws.sample(S.multi_head_params(4, 2), 1)[0].w_q.dtype == np.float32
+        assert draws.sample(S.feed_forward_params(4, 2), 1)[0].w1.dtype == np.float32
 
 
 @pytest.mark.parametrize("name", ["encoder_layer_params", "decoder_layer_params"])
-def test_layer_params_rebuild_from_their_notes_with_both_placements_and_eps(patch_strategies, name):
+def test_layer_params_rebuild_from_their_notes_with_both_placements_and_eps(draws, patch_strategies, name):
     notes = _noted(patch_strategies)
     strategy, init = getattr(S, name), getattr(RP, "init_" + name.removesuffix("_params"))
     seen = set()
-    for p, note in _sample(strategy(4, 2, 8), 30, notes):
+    for p, note in draws.sample(strategy(4, 2, 8), 30, notes):
         kw = _call(note, name)
         assert (kw["d_model"], kw["num_heads"], kw["d_ff"]) == (4, 2, 8)
         assert (p.norm_first, p.eps) == (kw["norm_first"], kw["eps"]) and p.eps in (1e-5, 1e-6)
@@ -503,20 +473,20 @@ def test_layer_params_rebuild_from_their_notes_with_both_placements_and_eps(patc
         assert 0 < np.abs(p.norm1.gamma - 1).max() <= 0.3 and 0 < np.abs(p.norm2.beta).max() <= 0.3
         seen.add((p.norm_first, p.eps))
     assert seen == {(False, 1e-5), (False, 1e-6), (True, 1e-5), (True, 1e-6)}
-    assert {p.norm_first for p in _sample(strategy(4, 2, 8, norm_first=True), 10)} == {True}
+    assert {p.norm_first for p in draws.sample(strategy(4, 2, 8, norm_first=True), 10)} == {True}
     with S.following(_Float32()):
-        assert _sample(strategy(4, 2, 8), 1)[0].norm1.gamma.dtype == np.float32
+        assert draws.sample(strategy(4, 2, 8), 1)[0].norm1.gamma.dtype == np.float32
 
 
-def test_layer_norm_params_are_the_usual_init_or_perturbed_by_half():
-    drawn = _sample(S.layer_norm_params(5), 40)
+def test_layer_norm_params_are_the_usual_init_or_perturbed_by_half(draws):
+    drawn = draws.sample(S.layer_norm_params(5), 40)
     for p in drawn:
         assert p.gamma.shape == p.beta.shape == (5,)
         assert np.abs(p.gamma - 1).max() <= 0.5 and np.abs(p.beta).max() <= 0.5
     assert any(np.all(p.gamma == 1) and np.all(p.beta == 0) for p in drawn)
     assert any(np.abs(p.gamma - 1).max() > 0.25 and np.abs(p.beta).max() > 0.25 for p in drawn)
     with S.following(_Float32()):
-        assert _sample(S.layer_norm_params(3), 1)[0].gamma.dtype == np.float32
+        assert draws.sample(S.layer_norm_params(3), 1)[0].gamma.dtype == np.float32
 
 
 # ---------------------------------------------------------------------------------------------
@@ -555,8 +525,8 @@ def test_attention_case_cast_clamps_the_scale_to_the_dtype():
     assert S.AttentionCase(q, k, v, scale=0.5).cast(np.float32).scale == 0.5
 
 
-def test_attention_cases_defaults_and_switches():
-    plain = _sample(S.attention_cases(), 40)
+def test_attention_cases_defaults_and_switches(draws):
+    plain = draws.sample(S.attention_cases(), 40)
     assert all(c.scale is None for c in plain), "explicit_scale=False by default"
     for c in plain:
         assert c.q.shape[:-2] == c.v.shape[:-2] and len(c.q.shape) <= 4 and c.k.shape[-1] == c.q.shape[-1]
@@ -569,19 +539,19 @@ def test_attention_cases_defaults_and_switches():
         ("a mask", lambda c: c.mask is not None),
         ("no mask", lambda c: c.mask is None),
     ]:
-        assert _reach(S.attention_cases(), predicate, 300), what
-    assert all(c.mask is not None for c in _sample(S.attention_cases(mask=True), 10))
-    assert all(c.mask is None for c in _sample(S.attention_cases(mask=False), 10))
-    assert all(c.scale is not None for c in _sample(S.attention_cases(explicit_scale=True), 10))
-    assert _reach(S.attention_cases(explicit_scale=None), lambda c: c.scale is None)
-    assert _reach(S.attention_cases(explicit_scale=None), lambda c: c.scale is not None)
+        assert draws.reach(S.attention_cases(), predicate, 300), what
+    assert all(c.mask is not None for c in draws.sample(S.attention_cases(mask=True), 10))
+    assert all(c.mask is None for c in draws.sample(S.attention_cases(mask=False), 10))
+    assert all(c.scale is not None for c in draws.sample(S.attention_cases(explicit_scale=True), 10))
+    assert draws.reach(S.attention_cases(explicit_scale=None), lambda c: c.scale is None)
+    assert draws.reach(S.attention_cases(explicit_scale=None), lambda c: c.scale is not None)
     menu = {1.0, 0.5, 0.125, 2.0, -1.0, 0.0, 1e6, 1e300, 1e-300}
     tiny = S.attention_cases(explicit_scale=True, max_seq=1, max_dim=1, batch_ndim=(0, 0))
-    scales = {c.scale for c in _sample(tiny, 100)}
+    scales = {c.scale for c in draws.sample(tiny, 100)}
     assert scales <= menu
     for s in menu - scales:
-        assert _reach(tiny, lambda c: c.scale == s, 300), s
-    for c in _sample(S.attention_cases(square=True, score_scale=0.5), 10):
+        assert draws.reach(tiny, lambda c: c.scale == s, 300), s
+    for c in draws.sample(S.attention_cases(square=True, score_scale=0.5), 10):
         assert c.n_q == c.n_k and np.abs(c.q).max() <= 0.5
 
 
@@ -589,8 +559,8 @@ def test_attention_cases_defaults_and_switches():
 # Model cases, layer-norm and softmax inputs
 # ---------------------------------------------------------------------------------------------
 
-def test_model_cases_shapes_scales_and_switches():
-    drawn = _sample(S.model_cases(), 30)
+def test_model_cases_shapes_scales_and_switches(draws):
+    drawn = draws.sample(S.model_cases(), 30)
     for c in drawn:
         d = c.dims
         assert len(d.batch) == 1 and c.x.shape == d.batch + (d.n_q, d.d_model)
@@ -602,11 +572,11 @@ def test_model_cases_shapes_scales_and_switches():
         ("all-zero x (drawn by hypothesis, not generic)", lambda c: not c.x.any()),
         ("|x| > 1", lambda c: np.abs(c.x).max() > 1),
     ]:
-        assert _reach(S.model_cases(), predicate, 300), what
-    for c in _sample(S.model_cases(square=True, min_seq=2, max_heads=1, min_d_model=3, scale=0.25), 20):
+        assert draws.reach(S.model_cases(), predicate, 300), what
+    for c in draws.sample(S.model_cases(square=True, min_seq=2, max_heads=1, min_d_model=3, scale=0.25), 20):
         assert c.dims.n_q == c.dims.n_k >= 2 and c.dims.num_heads == 1 and c.dims.d_model >= 3
         assert np.abs(c.x).max() <= 0.25
-    for c in _sample(S.model_cases(generic=True, scale=1.0), 10):
+    for c in draws.sample(S.model_cases(generic=True, scale=1.0), 10):
         assert np.all(c.x != 0) and np.unique(c.x).size == c.x.size, "generic: seeded normal, no zeros, no ties"
     c = drawn[0].cast(np.float32)
     assert c.x.dtype == c.memory.dtype == np.float32 and c.dims == drawn[0].dims
@@ -614,18 +584,18 @@ def test_model_cases_shapes_scales_and_switches():
         c.x = None
 
 
-def test_model_case_notes_describe_the_case(patch_strategies):
+def test_model_case_notes_describe_the_case(draws, patch_strategies):
     notes = _noted(patch_strategies)
-    for c, note in _sample(S.model_cases(scale=0.5), 5, notes):
+    for c, note in draws.sample(S.model_cases(scale=0.5), 5, notes):
         d = c.dims
         assert note == (f"model case: batch={d.batch}, n_q={d.n_q}, n_k={d.n_k}, d_model={d.d_model}, "
                              f"heads={d.num_heads}, d_ff={d.d_ff}, scale=0.5")
 
 
-def test_layer_norm_inputs_follow_their_note_and_cover_the_documented_sigmas_and_offsets(patch_strategies):
+def test_layer_norm_inputs_follow_their_note_and_cover_the_documented_sigmas_and_offsets(draws, patch_strategies):
     notes = _noted(patch_strategies)
     sigmas, ratios, shapes = set(), set(), set()
-    for x, note in _sample(S.layer_norm_inputs(), 200, notes):
+    for x, note in draws.sample(S.layer_norm_inputs(), 200, notes):
         head, sigma, ratio = note.removeprefix("layer_norm_inputs: shape=").rsplit(", ", 2)
         sigma, ratio = float(sigma.removeprefix("sigma=")), float(ratio.removeprefix("offset=").removesuffix("·sigma"))
         assert eval(head) == x.shape and 2 <= x.ndim <= 4
@@ -638,9 +608,9 @@ def test_layer_norm_inputs_follow_their_note_and_cover_the_documented_sigmas_and
     assert any(s[-1] == CI.max_dim for s in shapes)
 
 
-def test_softmax_inputs_cover_axes_and_scales(patch_strategies):
+def test_softmax_inputs_cover_axes_and_scales(draws, patch_strategies):
     notes = _noted(patch_strategies)
-    for (x, axis), note in _sample(S.softmax_inputs(), 60, notes):
+    for (x, axis), note in draws.sample(S.softmax_inputs(), 60, notes):
         assert 1 <= x.ndim <= 3 and -x.ndim <= axis < x.ndim and np.isfinite(x).all() and np.abs(x).max() <= 64
         assert note.startswith(f"softmax x.shape={x.shape}, axis={axis}, max|x|=")
     for what, predicate in [
@@ -649,38 +619,38 @@ def test_softmax_inputs_cover_axes_and_scales(patch_strategies):
         ("a negative axis", lambda xa: xa[1] < 0), ("a non-negative axis", lambda xa: xa[1] >= 0 and xa[0].ndim > 1),
         ("large", lambda xa: np.abs(xa[0]).max() > 32),
     ]:
-        assert _reach(S.softmax_inputs(), predicate, 300), what
-    _never(S.softmax_inputs(), lambda xa: np.abs(xa[0]).max() > 64, 200)
-    for x, _ in _sample(S.softmax_inputs(huge=True), 20):
+        assert draws.reach(S.softmax_inputs(), predicate, 300), what
+    draws.never(S.softmax_inputs(), lambda xa: np.abs(xa[0]).max() > 64, 200)
+    for x, _ in draws.sample(S.softmax_inputs(huge=True), 20):
         assert np.abs(x).max() <= 1e300
-    assert _reach(S.softmax_inputs(huge=True), lambda xa: np.abs(xa[0]).max() > 0.5e300)
+    assert draws.reach(S.softmax_inputs(huge=True), lambda xa: np.abs(xa[0]).max() > 0.5e300)
     with S.following(_Float32()):
-        for x, _ in _sample(S.softmax_inputs(huge=True), 20):
+        for x, _ in draws.sample(S.softmax_inputs(huge=True), 20):
             assert x.dtype == np.float32 and np.isfinite(x).all() and np.abs(x).max() <= 1e37
-        assert _reach(S.softmax_inputs(huge=True), lambda xa: np.abs(xa[0]).max() > 0.5e37)
-    assert _reach(S.softmax_inputs(low=-1, high=-1), lambda xa: np.abs(xa[0]).max() == 0.5)
+        assert draws.reach(S.softmax_inputs(huge=True), lambda xa: np.abs(xa[0]).max() > 0.5e37)
+    assert draws.reach(S.softmax_inputs(low=-1, high=-1), lambda xa: np.abs(xa[0]).max() == 0.5)
 
 
 # ---------------------------------------------------------------------------------------------
 # The weights probe and the edge cases
 # ---------------------------------------------------------------------------------------------
 
-def test_the_cases_draw_their_scales_from_the_documented_exponent_ranges(patch_strategies):
+def test_the_cases_draw_their_scales_from_the_documented_exponent_ranges(draws, patch_strategies):
     """The powers of two each case strategy scales by (``scales(low, high)``): q and k 2^−4 … 2^1 (|S| ≤ 4·d_k),
     v 2^−2 … 2^2, model inputs 2^−1 … 2^1, softmax inputs 2^low … 2^high (default −4 … 6)."""
     calls = []
     real = S.scales
     patch_strategies("scales", lambda low=-3, high=3: calls.append((low, high)) or real(low, high))
-    _sample(S.attention_cases(), 3)
+    draws.sample(S.attention_cases(), 3)
     assert set(calls) == {(-4, 1), (-2, 2)}
     calls.clear()
-    _sample(S.model_cases(), 3)
+    draws.sample(S.model_cases(), 3)
     assert set(calls) == {(-1, 1)}
     calls.clear()
-    _sample(S.softmax_inputs(), 3)
+    draws.sample(S.softmax_inputs(), 3)
     assert set(calls) == {(-4, 6)}
     calls.clear()
-    _sample(S.softmax_inputs(low=-1, high=2), 3)
+    draws.sample(S.softmax_inputs(low=-1, high=2), 3)
     assert set(calls) == {(-1, 2)}
 
 
@@ -808,14 +778,14 @@ except ImportError:  # pragma: no cover - ml_dtypes is a dependency
 
 
 @pytest.mark.parametrize("dtype", _DTYPES, ids=lambda d: d.name)
-def test_no_strategy_returns_a_subnormal_number_in_any_dtype(dtype):
+def test_no_strategy_returns_a_subnormal_number_in_any_dtype(draws, dtype):
     """The adapter guide's promise, on every path: 600 derandomized draws across every strategy (scales down to
     2⁻⁶, offsets, seeded arrays, parameters, cases cast to the dtype, the edge cases) searched for a subnormal
     entry. Before entries were flushed after scaling, float64 draws of the smallest normal times 2⁻¹ were
     subnormal, and float16 ones within a few dozen draws (its smallest normal is 6.1e-5)."""
     stub = SimpleNamespace(name=f"{dtype.name}-stub", dtype=dtype)
     with S.following(stub):
-        _never(_everything(dtype), _has_subnormal, 600)
+        draws.never(_everything(dtype), _has_subnormal, 600)
 
 
 @pytest.mark.parametrize("dtype", _DTYPES, ids=lambda d: d.name)
@@ -834,32 +804,32 @@ class _Restricted:
     variants = {"norm_first": (True,), "cross_attention": False, "head_dim": "even", "scale": "positive"}
 
 
-def test_the_strategies_draw_only_the_declared_variants():
+def test_the_strategies_draw_only_the_declared_variants(draws):
     """Pre-LN only, self-attention only, even head dimensions, positive scales: nothing else is drawn, and
     asking for an undeclared variant stops the check as not applicable (a skip) with the variant's name."""
     with S.following(_Restricted()):
-        _never(S.encoder_layer_params(8, 2, 4), lambda p: p.norm_first is not True, 30)
-        _never(S.decoder_layer_params(8, 2, 4), lambda p: p.norm_first is not True, 30)
-        _never(S.cross_or_self(), lambda c: c, 30)
-        _never(S.dims(), lambda d: (d.d_model // d.num_heads) % 2, 300)
-        _never(S.dims(max_dim=5), lambda d: (d.d_model // d.num_heads) % 2, 300)
-        _never(S.attention_cases(explicit_scale=True), lambda c: not c.scale > 0, 200)
+        draws.never(S.encoder_layer_params(8, 2, 4), lambda p: p.norm_first is not True, 30)
+        draws.never(S.decoder_layer_params(8, 2, 4), lambda p: p.norm_first is not True, 30)
+        draws.never(S.cross_or_self(), lambda c: c, 30)
+        draws.never(S.dims(), lambda d: (d.d_model // d.num_heads) % 2, 300)
+        draws.never(S.dims(max_dim=5), lambda d: (d.d_model // d.num_heads) % 2, 300)
+        draws.never(S.attention_cases(explicit_scale=True), lambda c: not c.scale > 0, 200)
         with pytest.raises(pytest.skip.Exception, match=r"^not applicable \(variant norm_first=False\): "
                                                         r"restricted-stub declares norm_first=\(True,\)$"):
             S.require_variant("norm_first", False)
         with pytest.raises(pytest.skip.Exception, match=r"^not applicable \(variant head_dim=3\): "
                                                         r"restricted-stub declares head_dim='even'$"):  # 3, not 3.0
-            find(S.multi_head_params(6, 2), lambda p: True, settings=_settings(1))
+            find(S.multi_head_params(6, 2), lambda p: True, settings=draws.settings(1))
     grouped = type("_RestrictedGrouped", (_Restricted,), {"variants": {**_Restricted.variants, "grouped_query": True}})
     with S.following(grouped()):
         with pytest.raises(pytest.skip.Exception, match=r"^not applicable \(variant head_dim=3\): "
                                                         r"restricted-stub declares head_dim='even'$"):
-            find(S.grouped_query_params(6, 2), lambda p: True, settings=_settings(1))
+            find(S.grouped_query_params(6, 2), lambda p: True, settings=draws.settings(1))
     with S.following(_Float32()):  # defaults: both placements, cross and self, odd heads, every scale
-        assert _reach(S.encoder_layer_params(8, 2, 4), lambda p: p.norm_first) and \
-            _reach(S.encoder_layer_params(8, 2, 4), lambda p: not p.norm_first)
-        assert _reach(S.cross_or_self(), bool) and _reach(S.dims(), lambda d: (d.d_model // d.num_heads) % 2)
-        assert _reach(S.attention_cases(explicit_scale=True), lambda c: c.scale <= 0)
+        assert draws.reach(S.encoder_layer_params(8, 2, 4), lambda p: p.norm_first) and \
+            draws.reach(S.encoder_layer_params(8, 2, 4), lambda p: not p.norm_first)
+        assert draws.reach(S.cross_or_self(), bool) and draws.reach(S.dims(), lambda d: (d.d_model // d.num_heads) % 2)
+        assert draws.reach(S.attention_cases(explicit_scale=True), lambda c: c.scale <= 0)
 
 
 def test_needs_variant_skips_before_drawing():
@@ -887,16 +857,16 @@ def test_needs_variant_skips_before_drawing():
         S.needs_variant(colour=True)
 
 
-def test_epsilons_follow_the_dtype_when_drawn():
+def test_epsilons_follow_the_dtype_when_drawn(draws):
     """Built once (as @given does at import), the strategy leaves out 1e-12 for float16 (1/√ε = 10⁶ > 65504)
     and keeps it for float64: the choice is made when drawing, under the followed implementation."""
     strategy = S.epsilons()
     with S.following(SimpleNamespace(name="f16", dtype=np.dtype(np.float16))):
-        _never(strategy, lambda e: e == 1e-12, 100)
-        assert _reach(strategy, lambda e: e == 0.1) and _reach(strategy, lambda e: e == 1e-5)
-        assert _reach(strategy, lambda e: e == 1e-6)
+        draws.never(strategy, lambda e: e == 1e-12, 100)
+        assert draws.reach(strategy, lambda e: e == 0.1) and draws.reach(strategy, lambda e: e == 1e-5)
+        assert draws.reach(strategy, lambda e: e == 1e-6)
     with S.following(SimpleNamespace(name="f64", dtype=np.dtype(np.float64))):
-        assert _reach(strategy, lambda e: e == 1e-12)
+        assert draws.reach(strategy, lambda e: e == 1e-12)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1111,7 +1081,7 @@ def test_every_hypothesis_test_of_an_attention_level_capability_crosses_tiles():
 # Hypothesis validates every new strategy object at its first draw, and the case strategies build their inner
 # ones (``arrays(shape)``, ``dims(...)``, ``masks(shape)``) at every example: ``reused`` keeps one object per
 # argument tuple (bench/README.md, "Where a check's time goes"). It must not change one draw: the verdicts and
-# the kill matrix are stated for the ``ci`` profile's draws. ``_sample``'s seed comes from its own source, so
+# the kill matrix are stated for the ``ci`` profile's draws. ``draws.sample``'s seed comes from its own source, so
 # two strategies handed to it get the same choices.
 
 
@@ -1126,7 +1096,7 @@ def test_the_same_arguments_give_the_same_strategy_object():
     assert S.seq_lengths(2) is S.seq_lengths(2) and S.batch_shapes(1, 2) is S.batch_shapes(1, 2)
 
 
-def test_an_unhashable_argument_gets_a_new_object_that_draws():
+def test_an_unhashable_argument_gets_a_new_object_that_draws(draws):
     """A list argument cannot be a cache key: the strategy is built afresh and draws as before."""
     @C.reused
     @st.composite
@@ -1135,7 +1105,7 @@ def test_an_unhashable_argument_gets_a_new_object_that_draws():
 
     first, second = pick([1, 2, 3]), pick([1, 2, 3])
     assert first is not second
-    assert set(_sample(first, 30)) <= {1, 2, 3}
+    assert set(draws.sample(first, 30)) <= {1, 2, 3}
     assert pick((1, 2)) is pick((1, 2))
 
 
@@ -1145,11 +1115,11 @@ def test_an_unhashable_argument_gets_a_new_object_that_draws():
     ("dims", lambda f: f(square=False, max_dim=8)),
     ("model_cases", lambda f: f(square=True)),
 ])
-def test_a_reused_strategy_draws_what_a_new_one_draws(name, build):
+def test_a_reused_strategy_draws_what_a_new_one_draws(draws, name, build):
     """The cached object and a freshly built one (the undecorated composite, ``__wrapped__``) give the same
     derandomized draws, value for value."""
     composite = {"arrays": C._arrays, "dims": C.dims, "model_cases": C.model_cases}[name.split(",")[0]]
-    reused, fresh = _sample(build(composite)), _sample(build(composite.__wrapped__))
+    reused, fresh = draws.sample(build(composite)), draws.sample(build(composite.__wrapped__))
     assert build(composite) is build(composite)
     assert build(composite.__wrapped__) is not build(composite.__wrapped__)
     assert len(reused) == len(fresh) > 0
@@ -1166,18 +1136,18 @@ def test_a_reused_strategy_draws_what_a_new_one_draws(name, build):
 # Positional encodings: rotary layouts, bases and positions; the permutation and encoding-size cases
 # ---------------------------------------------------------------------------------------------
 
-def test_rope_bases_and_layouts_are_the_documented_ones():
+def test_rope_bases_and_layouts_are_the_documented_ones(draws):
     """The three θ bases in use (10⁴, 5·10⁵, 100), each drawn; the pair layouts the followed implementation
     declares (both by default, one when it declares one)."""
     from attnclaims.checks.strategies import positional as PS
 
-    assert set(_sample(PS.rope_bases(), 60)) == {10000.0, 500000.0, 100.0}
-    assert set(_sample(PS.rope_layouts(), 40)) == {"interleaved", "half"}
+    assert set(draws.sample(PS.rope_bases(), 60)) == {10000.0, 500000.0, 100.0}
+    assert set(draws.sample(PS.rope_layouts(), 40)) == {"interleaved", "half"}
     with S.following(_Declares(rope_layout=("half",))):
-        assert set(_sample(PS.rope_layouts(), 40)) == {"half"}
+        assert set(draws.sample(PS.rope_layouts(), 40)) == {"half"}
 
 
-def test_positions_are_runs_from_the_documented_offsets_or_distinct_scattered_integers():
+def test_positions_are_runs_from_the_documented_offsets_or_distinct_scattered_integers(draws):
     """n int64 positions: a run start … start + n − 1 from each documented start (0, 1, 7, 1000 and the large
     offset 2¹⁵, where the angles' rounding matters), or n distinct integers in 0 … 4096 in any order (reached out of
     order); never anything else."""
@@ -1187,89 +1157,89 @@ def test_positions_are_runs_from_the_documented_offsets_or_distinct_scattered_in
         return bool(np.array_equal(p, np.arange(p[0], p[0] + len(p))))
 
     for n in (1, 5):
-        drawn = _sample(PS.positions(n), 200)
+        drawn = draws.sample(PS.positions(n), 200)
         assert all(p.dtype == np.int64 and p.shape == (n,) for p in drawn)
         for p in drawn:
             assert (is_run(p) and int(p[0]) in {0, 1, 7, 1000, 2 ** 15}) or \
                 (len(set(p.tolist())) == n and p.min() >= 0 and p.max() <= 4096), p
         if n == 5:
             assert {int(p[0]) for p in drawn if is_run(p)} == {0, 1, 7, 1000, 2 ** 15}
-    assert _reach(PS.positions(5), lambda p: not is_run(p) and not np.all(np.diff(p) > 0))
-    assert _reach(PS.positions(5), lambda p: not is_run(p) and p.max() > 1000)
-    assert _reach(PS.positions(5), lambda p: not is_run(p) and 0 in p)  # scattered from 0 on
+    assert draws.reach(PS.positions(5), lambda p: not is_run(p) and not np.all(np.diff(p) > 0))
+    assert draws.reach(PS.positions(5), lambda p: not is_run(p) and p.max() > 1000)
+    assert draws.reach(PS.positions(5), lambda p: not is_run(p) and 0 in p)  # scattered from 0 on
 
 
-def test_rope_cases_have_an_even_width_their_positions_and_a_declared_layout(patch_strategies):
+def test_rope_cases_have_an_even_width_their_positions_and_a_declared_layout(draws, patch_strategies):
     """x (batch…, n, d) with d even and at most max_dim, n at least min_seq, positions of n rows, a base of the three,
     a declared layout, entries scaled by 2⁻² … 2² (both ends reached); the note names them all."""
     from attnclaims.checks.strategies import positional as PS
 
     notes = _noted(patch_strategies)
-    drawn = _sample(PS.rope_cases(min_seq=3), 100, notes)
+    drawn = draws.sample(PS.rope_cases(min_seq=3), 100, notes)
     for (x, pos, base, layout), note in drawn:
         assert x.shape[-1] % 2 == 0 and 2 <= x.shape[-1] <= CI.max_dim and x.shape[-2] >= 3
         assert pos.shape == (x.shape[-2],) and base in (10000.0, 500000.0, 100.0) and layout in ("interleaved", "half")
         assert note == f"rotary_embedding(x{x.shape}, positions={pos.tolist()}, base={base}, layout={layout!r})"
     assert {x.shape[-1] for (x, *_), _ in drawn} >= {2, CI.max_dim - CI.max_dim % 2}
-    assert _reach(PS.rope_cases(), lambda c: c[0].shape[-2] == 1)  # min_seq 1 by default
+    assert draws.reach(PS.rope_cases(), lambda c: c[0].shape[-2] == 1)  # min_seq 1 by default
     with S.following(_Declares(rope_layout=("half",))):
-        assert {layout for *_, layout in _sample(PS.rope_cases(), 30)} == {"half"}
+        assert {layout for *_, layout in draws.sample(PS.rope_cases(), 30)} == {"half"}
     peak = lambda c: float(np.max(np.abs(c[0]))) if c[0].size else 0.0
-    assert _reach(PS.rope_cases(), lambda c: 0 < peak(c) <= 0.25) and _reach(PS.rope_cases(), lambda c: peak(c) > 2)
+    assert draws.reach(PS.rope_cases(), lambda c: 0 < peak(c) <= 0.25) and draws.reach(PS.rope_cases(), lambda c: peak(c) > 2)
     # the scales come from 2⁻² … 2² (arrays above ELEMENTWISE_LIMIT entries are seeded normals, unbounded: the
     # range shows in the call, not in a bound on the entries)
     asked, real = [], C.scales
     patch_strategies("scales", lambda low=-3, high=3: asked.append((low, high)) or real(low, high))
-    _sample(PS.rope_cases.__wrapped__(), 5)
+    draws.sample(PS.rope_cases.__wrapped__(), 5)
     assert asked and set(asked) == {(-2, 2)}
 
 
-def test_permutation_cases_permute_the_sequence_with_or_without_a_mask(patch_strategies):
+def test_permutation_cases_permute_the_sequence_with_or_without_a_mask(draws, patch_strategies):
     """A square model case (n_q = n_k, at least min_seq, at most max_seq), a permutation of its n positions (a
     non-identity one reached), and a mask: none with mask=False, always one of the broadcastable forms with
     mask=True, both with the default; the note names the permutation."""
     from attnclaims.checks.strategies import positional as PS
 
     notes = _noted(patch_strategies)
-    drawn = _sample(PS.permutation_cases(min_seq=2, max_seq=6), 80, notes)
+    drawn = draws.sample(PS.permutation_cases(min_seq=2, max_seq=6), 80, notes)
     for (case, perm, m), note in drawn:
         n = case.dims.n_q
         assert case.dims.n_k == n and 2 <= n <= 6 and sorted(perm.tolist()) == list(range(n))
         assert m is None or np.broadcast_shapes(np.shape(m), case.dims.batch + (n, n)) == case.dims.batch + (n, n)
         assert note == f"permutation {perm.tolist()}"
     assert any(m is None for (_, _, m), _ in drawn) and any(m is not None for (_, _, m), _ in drawn)
-    assert _reach(PS.permutation_cases(min_seq=2), lambda c: not np.array_equal(c[1], np.arange(len(c[1]))))
-    assert all(m is None for _, _, m in _sample(PS.permutation_cases(mask=False), 30))
-    assert all(m is not None for _, _, m in _sample(PS.permutation_cases(mask=True), 30))
+    assert draws.reach(PS.permutation_cases(min_seq=2), lambda c: not np.array_equal(c[1], np.arange(len(c[1]))))
+    assert all(m is None for _, _, m in draws.sample(PS.permutation_cases(mask=False), 30))
+    assert all(m is not None for _, _, m in draws.sample(PS.permutation_cases(mask=True), 30))
 
 
-def test_pe_sizes_reach_the_long_sequence_and_keep_d_model_even():
+def test_pe_sizes_reach_the_long_sequence_and_keep_d_model_even(draws):
     """(n_positions, d_model): n from min_positions up to the profile's long sequence (both ends reached, and n
     above 16), d_model even, 2 … max_dim (both ends reached)."""
     from attnclaims.checks.strategies import positional as PS
 
-    drawn = _sample(PS.pe_sizes(3), 300)
+    drawn = draws.sample(PS.pe_sizes(3), 300)
     assert all(3 <= n <= CI.long_seq and d % 2 == 0 and 2 <= d <= CI.max_dim for n, d in drawn)
-    assert _reach(PS.pe_sizes(3), lambda s: s[0] == 3) and _reach(PS.pe_sizes(3), lambda s: s[0] == CI.long_seq)
-    assert _reach(PS.pe_sizes(), lambda s: s[0] == 1) and _reach(PS.pe_sizes(), lambda s: s[0] > 16)
-    assert _reach(PS.pe_sizes(), lambda s: s[1] == 2)
-    assert _reach(PS.pe_sizes(), lambda s: s[1] == 2 * (CI.max_dim // 2))
+    assert draws.reach(PS.pe_sizes(3), lambda s: s[0] == 3) and draws.reach(PS.pe_sizes(3), lambda s: s[0] == CI.long_seq)
+    assert draws.reach(PS.pe_sizes(), lambda s: s[0] == 1) and draws.reach(PS.pe_sizes(), lambda s: s[0] > 16)
+    assert draws.reach(PS.pe_sizes(), lambda s: s[1] == 2)
+    assert draws.reach(PS.pe_sizes(), lambda s: s[1] == 2 * (CI.max_dim // 2))
 
 
 # ---------------------------------------------------------------------------------------------
 # Feed-forward networks: activations, gated parameters, the claim suite's FFN cases
 # ---------------------------------------------------------------------------------------------
 
-def test_ffn_activations_are_the_declared_ones_and_an_undeclared_one_is_not_applicable():
+def test_ffn_activations_are_the_declared_ones_and_an_undeclared_one_is_not_applicable(draws):
     """ReLU alone by default (the article's); every declared one drawn; a fixed activation that is not declared
     stops the check as not applicable, naming the variant; a declared fixed one is always that one."""
     from attnclaims.checks.strategies import ffn as F
 
-    assert set(_sample(F.ffn_activations(), 20)) == {"relu"}
+    assert set(draws.sample(F.ffn_activations(), 20)) == {"relu"}
     with S.following(_Declares(ffn_activation=("relu", "gelu", "silu"))):
-        assert set(_sample(F.ffn_activations(), 60)) == {"relu", "gelu", "silu"}
-        assert {p.activation for p in _sample(F.feed_forward_params(3, 4), 60)} == {"relu", "gelu", "silu"}
-        assert {p.activation for p in _sample(F.feed_forward_params(3, 4, activation="gelu"), 20)} == {"gelu"}
+        assert set(draws.sample(F.ffn_activations(), 60)) == {"relu", "gelu", "silu"}
+        assert {p.activation for p in draws.sample(F.feed_forward_params(3, 4), 60)} == {"relu", "gelu", "silu"}
+        assert {p.activation for p in draws.sample(F.feed_forward_params(3, 4, activation="gelu"), 20)} == {"gelu"}
     with S.following(_Declares()), pytest.raises(pytest.skip.Exception, match=r"variant ffn_activation='gelu'"):
         F.feed_forward_params(3, 4, activation="gelu")
     # with no implementation followed, asking for a non-default one is the test's own error, not a skip
@@ -1277,30 +1247,30 @@ def test_ffn_activations_are_the_declared_ones_and_an_undeclared_one_is_not_appl
         F.feed_forward_params(3, 4, activation="gelu")
 
 
-def test_gated_activations_follow_block_ffn_and_rebuild_from_their_notes(patch_strategies):
+def test_gated_activations_follow_block_ffn_and_rebuild_from_their_notes(draws, patch_strategies):
     """The gated activations are those of ("silu", "gelu", "gelu_tanh") declared in ``block_ffn`` ("silu" and "gelu"
     by default); none declared is not applicable (block_ffn='silu'). The parameters rebuild from their note
     (seed, sizes, activation), the activation fixed when asked."""
     from attnclaims.checks.strategies import ffn as F
 
-    assert set(_sample(F.gated_activations(), 40)) == {"silu", "gelu"}
+    assert set(draws.sample(F.gated_activations(), 40)) == {"silu", "gelu"}
     with S.following(_Declares(block_ffn=("relu", "gelu_tanh", "silu"))):
-        assert set(_sample(F.gated_activations(), 40)) == {"silu", "gelu_tanh"}
+        assert set(draws.sample(F.gated_activations(), 40)) == {"silu", "gelu_tanh"}
     with S.following(_Declares(block_ffn=("relu", "mlp"))):
         with pytest.raises(pytest.skip.Exception, match=r"variant block_ffn='silu'"):
             F.gated_activations()
     notes = _noted(patch_strategies)
-    for p, note in _sample(F.gated_feed_forward_params(3, 5), 20, notes):
+    for p, note in draws.sample(F.gated_feed_forward_params(3, 5), 20, notes):
         kw = _call(note, "gated_feed_forward_params")
         assert (kw["d_model"], kw["d_ff"]) == (3, 5) and kw["activation"] == p.activation
         want = RP.init_gated_feed_forward(kw["seed"], 3, 5, activation=kw["activation"])
         assert np.array_equal(p.w_gate, want.w_gate) and np.array_equal(p.w_up, want.w_up)
         assert np.array_equal(p.w_down, want.w_down)
-    assert {p.activation for p in _sample(F.gated_feed_forward_params(3, 5, activation="gelu"), 10)} == {"gelu"}
+    assert {p.activation for p in draws.sample(F.gated_feed_forward_params(3, 5, activation="gelu"), 10)} == {"gelu"}
 
 
 @pytest.mark.parametrize("name", ["ffn_cases", "gated_cases"])
-def test_the_ffn_cases_pair_a_model_case_with_parameters_of_its_sizes(name, patch_strategies):
+def test_the_ffn_cases_pair_a_model_case_with_parameters_of_its_sizes(draws, name, patch_strategies):
     """A model case and FFN parameters (gated for gated_cases) of its d_model and d_ff; the case's inputs scaled by
     2⁻¹ … 2² (the call to ``scales``); ffn_cases honours min_seq."""
     from attnclaims.checks.strategies import ffn as F
@@ -1309,7 +1279,7 @@ def test_the_ffn_cases_pair_a_model_case_with_parameters_of_its_sizes(name, patc
     patch_strategies("scales", lambda low=-3, high=3: asked.append((low, high)) or real(low, high))
     build = getattr(F, name).__wrapped__
     kind = RP.GatedFeedForwardParams if name == "gated_cases" else RP.FeedForwardParams
-    drawn = _sample(build(min_seq=3) if name == "ffn_cases" else build(), 20)
+    drawn = draws.sample(build(min_seq=3) if name == "ffn_cases" else build(), 20)
     for case, params in drawn:
         assert isinstance(params, kind)
         w_in = params.w_up if name == "gated_cases" else params.w1
@@ -1319,47 +1289,47 @@ def test_the_ffn_cases_pair_a_model_case_with_parameters_of_its_sizes(name, patc
     # not generic by default: inputs drawn entry by entry (|x| ≤ the scale, 2² at most); generic ones are seeded
     # normals, beyond it; one row reached by default
     peak = lambda c: float(np.abs(c[0].x).max()) if c[0].x.size else 0.0
-    _never(getattr(F, name)(), lambda c: c[0].x.size <= C.ELEMENTWISE_LIMIT and peak(c) > 4, 100)
-    assert _reach(getattr(F, name)(generic=True), lambda c: peak(c) > 4, 300)
-    assert _reach(getattr(F, name)(), lambda c: c[0].dims.n_q == 1, 300)
+    draws.never(getattr(F, name)(), lambda c: c[0].x.size <= C.ELEMENTWISE_LIMIT and peak(c) > 4, 100)
+    assert draws.reach(getattr(F, name)(generic=True), lambda c: peak(c) > 4, 300)
+    assert draws.reach(getattr(F, name)(), lambda c: c[0].dims.n_q == 1, 300)
 
 
 # ---------------------------------------------------------------------------------------------
 # Norms: gains, a declared fixed ε, the 16-bit offsets, the claim suite's RMSNorm and affine cases
 # ---------------------------------------------------------------------------------------------
 
-def test_gammas_are_ones_or_one_plus_a_half_spread_never_zero():
+def test_gammas_are_ones_or_one_plus_a_half_spread_never_zero(draws):
     """RMSNorm gains of d entries: all ones, or 1 + U[−½, ½] (reached beyond ±¼, never 0), in the followed dtype."""
     from attnclaims.checks.strategies import norms as N
 
-    drawn = _sample(N.gammas(7), 60)
+    drawn = draws.sample(N.gammas(7), 60)
     assert all(g.shape == (7,) and np.all(np.abs(g - 1) <= 0.5) and np.all(g > 0) for g in drawn)
     assert any(np.all(g == 1) for g in drawn) and any(np.abs(g - 1).max() > 0.25 for g in drawn)
     assert any(g.min() < 0.9 and g.max() > 1.1 for g in drawn)  # spread both ways within one gain
     with S.following(_Float32()):
-        assert _sample(N.gammas(3), 1)[0].dtype == np.float32
+        assert draws.sample(N.gammas(3), 1)[0].dtype == np.float32
 
 
-def test_an_implementation_with_a_fixed_eps_gets_that_eps_only():
+def test_an_implementation_with_a_fixed_eps_gets_that_eps_only(draws):
     from attnclaims.checks.strategies import norms as N
 
     with S.following(_Declares(fixed_eps=1e-5)):
-        assert set(_sample(N.epsilons(), 20)) == {1e-5}
+        assert set(draws.sample(N.epsilons(), 20)) == {1e-5}
 
 
-def test_layer_norm_inputs_keep_float16s_offsets_and_their_max_seq():
+def test_layer_norm_inputs_keep_float16s_offsets_and_their_max_seq(draws):
     """In float16 only the offsets r·σ + σ ≤ 65504/16 are drawn (so |x| stays far below its largest number, ~4.1e3 at
     most), where float64 reaches 5.12e8; ``max_seq`` bounds the rows."""
     from attnclaims.checks.strategies import norms as N
 
     with S.following(SimpleNamespace(name="f16", dtype=np.dtype(np.float16))):
-        _never(N.layer_norm_inputs(), lambda x: np.abs(x.astype(np.float64)).max() > 65504 / 16 * (1 + 2 ** -10))
-        assert _reach(N.layer_norm_inputs(), lambda x: np.abs(x.astype(np.float64)).max() > 1000)
-    assert _reach(N.layer_norm_inputs(), lambda x: np.abs(x).max() > 1e8)
-    assert all(x.shape[-2] <= 3 for x in _sample(N.layer_norm_inputs(max_seq=3), 40))
+        draws.never(N.layer_norm_inputs(), lambda x: np.abs(x.astype(np.float64)).max() > 65504 / 16 * (1 + 2 ** -10))
+        assert draws.reach(N.layer_norm_inputs(), lambda x: np.abs(x.astype(np.float64)).max() > 1000)
+    assert draws.reach(N.layer_norm_inputs(), lambda x: np.abs(x).max() > 1e8)
+    assert all(x.shape[-2] <= 3 for x in draws.sample(N.layer_norm_inputs(max_seq=3), 40))
 
 
-def test_rms_cases_and_affine_layer_norm_cases_are_what_their_docstrings_say(patch_strategies):
+def test_rms_cases_and_affine_layer_norm_cases_are_what_their_docstrings_say(draws, patch_strategies):
     """rms_cases: layer-norm rows, a gain of their width, one of the four ε. affine_layer_norm_cases: n × d rows with
     d in 2 … 12 (both ends reached), a power of two a from 2⁻⁴ to 2⁴ (both reached), b one of 0, 1, −3.5, 100 (each
     reached), and rows that are not constant, seeded normals scaled by 2⁻² … 2² (the call to ``scales``)."""
@@ -1367,12 +1337,12 @@ def test_rms_cases_and_affine_layer_norm_cases_are_what_their_docstrings_say(pat
 
     asked, real = [], C.scales
     patch_strategies("scales", lambda low=-3, high=3: asked.append((low, high)) or real(low, high))
-    _sample(N.affine_layer_norm_cases.__wrapped__(), 3)
+    draws.sample(N.affine_layer_norm_cases.__wrapped__(), 3)
     assert set(asked) == {(-2, 2), (-4, 4)}
 
-    for x, gamma, eps in _sample(N.rms_cases(), 40):
+    for x, gamma, eps in draws.sample(N.rms_cases(), 40):
         assert gamma.shape == (x.shape[-1],) and eps in (1e-5, 1e-6, 1e-12, 0.1)
-    drawn = _sample(N.affine_layer_norm_cases(), 150)
+    drawn = draws.sample(N.affine_layer_norm_cases(), 150)
     for x, a, b in drawn:
         assert x.ndim == 2 and 2 <= x.shape[1] <= 12 and math.log2(a) == round(math.log2(a))
         assert 2.0 ** -4 <= a <= 2.0 ** 4 and b in (0.0, 1.0, -3.5, 100.0)
@@ -1395,7 +1365,7 @@ _CONTRACT_ERRORS = {  # capability -> (the error model's name in attnclaims.chec
 
 
 @pytest.mark.parametrize("capability", sorted(_CONTRACT_ERRORS))
-def test_contract_calls_batch_every_batched_argument_and_carry_their_error_model(capability):
+def test_contract_calls_batch_every_batched_argument_and_carry_their_error_model(draws, capability):
     """Each call: the arguments named batched are exactly the arrays with a leading axis of BATCH = 3 (a mask may be
     None); sequences of at most 8; the masks where the docstring puts them; ``error(args, u)`` is the capability's own
     error model on those arguments (softmax along the last axis); ``slice(b)`` cuts element b of every batched
@@ -1405,7 +1375,7 @@ def test_contract_calls_batch_every_batched_argument_and_carry_their_error_model
 
     assert K.BATCH == 3  # the contract test's docstring: "a batch of 3 equals three batches of one"
     name, mask_positions = _CONTRACT_ERRORS[capability]
-    drawn = _sample(K.calls(capability), 15)
+    drawn = draws.sample(K.calls(capability), 15)
     for call in drawn:
         assert call.masks == mask_positions
         for i, a in enumerate(call.args):
@@ -1445,16 +1415,16 @@ def test_contract_calls_batch_every_batched_argument_and_carry_their_error_model
         assert any(call.args[3] is not None for call in drawn)
 
 
-def test_contract_calls_generic_draws_seeded_normals_and_refuse_an_unknown_capability():
+def test_contract_calls_generic_draws_seeded_normals_and_refuse_an_unknown_capability(draws):
     """``generic`` draws seeded normal arrays (entries beyond the unit interval's scale appear), the default
     entry-by-entry ones in [−scale, scale] (softmax's scale is 4); an unknown capability is the test's own error."""
     from attnclaims.checks.strategies import contract as K
 
-    assert all(np.abs(c.args[0]).max() <= 4.0 for c in _sample(K.calls("softmax"), 30))
-    assert _reach(K.calls("softmax"), lambda c: np.abs(c.args[0]).max() > 2.0, 200)
-    assert _reach(K.calls("softmax", generic=True), lambda c: np.abs(c.args[0]).max() > 4.0, 200)
+    assert all(np.abs(c.args[0]).max() <= 4.0 for c in draws.sample(K.calls("softmax"), 30))
+    assert draws.reach(K.calls("softmax"), lambda c: np.abs(c.args[0]).max() > 2.0, 200)
+    assert draws.reach(K.calls("softmax", generic=True), lambda c: np.abs(c.args[0]).max() > 4.0, 200)
     with pytest.raises(ValueError) as refused:
-        find(K.calls("gelu"), lambda c: True, settings=_settings(1))
+        find(K.calls("gelu"), lambda c: True, settings=draws.settings(1))
     assert refused.value.args == ("gelu",)
 
 
@@ -1639,27 +1609,27 @@ def test_varlen_weights_probe_reads_the_reference_weights(declared):
 # Attention's smaller strategies: scales, alignments, windows, masks, scored inputs, kernel features
 # ---------------------------------------------------------------------------------------------
 
-def test_explicit_scales_alignments_windows_and_softcaps_are_the_declared_ones():
+def test_explicit_scales_alignments_windows_and_softcaps_are_the_declared_ones(draws):
     """Every documented explicit scale (0, negative, 1e300, 1e-300 among them) by default, the positive ones only
     for scale='positive', not applicable for scale='none'; the declared causal alignments; windows None or
     1 … n_k + 1 (a window always with window=True, never without sliding_window, where window=True is not
     applicable); every documented soft-cap."""
-    assert set(_sample(A.explicit_scales(), 200)) == set(A.EXPLICIT_SCALES)
+    assert set(draws.sample(A.explicit_scales(), 200)) == set(A.EXPLICIT_SCALES)
     assert set(A.EXPLICIT_SCALES) >= {0.0, -1.0, 1e300, 1e-300}
     with S.following(_Declares(scale="positive")):
-        assert set(_sample(A.explicit_scales(), 200)) == {s for s in A.EXPLICIT_SCALES if s > 0}
+        assert set(draws.sample(A.explicit_scales(), 200)) == {s for s in A.EXPLICIT_SCALES if s > 0}
     with S.following(_Declares(scale="none")), pytest.raises(pytest.skip.Exception, match="scale"):
         A.explicit_scales()
-    assert set(_sample(A.alignments(), 40)) == {"top-left", "bottom-right"}
+    assert set(draws.sample(A.alignments(), 40)) == {"top-left", "bottom-right"}
     with S.following(_Declares(causal_alignment=("bottom-right",))):
-        assert set(_sample(A.alignments(), 20)) == {"bottom-right"}
-    assert set(_sample(A.windows(5), 300)) == {None, 1, 2, 3, 4, 5, 6}
-    assert set(_sample(A.windows(5, window=True), 200)) == {1, 2, 3, 4, 5, 6}
+        assert set(draws.sample(A.alignments(), 20)) == {"bottom-right"}
+    assert set(draws.sample(A.windows(5), 300)) == {None, 1, 2, 3, 4, 5, 6}
+    assert set(draws.sample(A.windows(5, window=True), 200)) == {1, 2, 3, 4, 5, 6}
     with S.following(_Declares(sliding_window=False)):
-        assert set(_sample(A.windows(5), 20)) == {None}
+        assert set(draws.sample(A.windows(5), 20)) == {None}
         with pytest.raises(pytest.skip.Exception, match="sliding_window"):
             A.windows(5, window=True)
-    assert set(_sample(A.softcaps(), 100)) == set(A.SOFTCAPS) == {50.0, 30.0, 5.0, 1.0, 0.5}
+    assert set(draws.sample(A.softcaps(), 100)) == set(A.SOFTCAPS) == {50.0, 30.0, 5.0, 1.0, 0.5}
 
 
 def test_with_causal_mask_is_top_left_causal_and_padding():
@@ -1672,22 +1642,22 @@ def test_with_causal_mask_is_top_left_causal_and_padding():
     assert np.array_equal(got.mask, causal & pad) and got.mask.shape == (2, 3, 4) and got.label == "causal ∧ padding"
 
 
-def test_single_key_cases_have_exactly_one_key_per_row():
-    for c in _sample(A.single_key_cases(), 40):
+def test_single_key_cases_have_exactly_one_key_per_row(draws):
+    for c in draws.sample(A.single_key_cases(), 40):
         m = np.broadcast_to(c.mask, c.batch + (c.n_q, c.n_k))
         assert np.all(m.sum(axis=-1) == 1), c.mask
-    assert _reach(A.single_key_cases(), lambda c: c.n_k > 1 and c.mask[..., 0, -1].any())  # not always the first key
+    assert draws.reach(A.single_key_cases(), lambda c: c.n_k > 1 and c.mask[..., 0, -1].any())  # not always the first key
 
 
-def test_scored_cases_have_scores_against_values_masked_or_not():
+def test_scored_cases_have_scores_against_values_masked_or_not(draws):
     """Scores (…, n_q, n_k) against values (…, n_k, d_v), masked and unmasked draws, a mask that broadcasts to the
     scores. (Which score function made them is not visible in the draw: both kinds are drawn low-rank at these
     sizes; the claim suite's scored tests compare each with the reference of the same scores.)"""
     for kind in ("dot-product", "additive"):
-        draws = _sample(A.scored_cases(kind), 30)
-        assert all(s.shape[-1] == v.shape[-2] for s, v, _ in draws), kind
-        assert any(m is not None for _, _, m in draws) and any(m is None for _, _, m in draws), kind
-        for s, _, m in draws:
+        drawn = draws.sample(A.scored_cases(kind), 30)
+        assert all(s.shape[-1] == v.shape[-2] for s, v, _ in drawn), kind
+        assert any(m is not None for _, _, m in drawn) and any(m is None for _, _, m in drawn), kind
+        for s, _, m in drawn:
             assert m is None or np.broadcast_shapes(np.shape(m), s.shape) == s.shape, kind
 
 
@@ -1699,10 +1669,10 @@ def _broadcasts_to(shape, target) -> bool:
 
 
 @pytest.mark.parametrize("batch, n_q, n_k", [((), 1, 1), ((), 2, 2), ((2,), 3, 4), ((2, 3), 1, 5)])
-def test_bad_mask_shapes_never_broadcast(batch, n_q, n_k):
+def test_bad_mask_shapes_never_broadcast(draws, batch, n_q, n_k):
     """Each documented wrong shape, and none broadcasts to batch + (n_q, n_k) (numpy stretching an axis of 1
     of the scores to it gives another shape)."""
-    shapes = set(_sample(A.bad_mask_shapes(batch, n_q, n_k), 100))
+    shapes = set(draws.sample(A.bad_mask_shapes(batch, n_q, n_k), 100))
     want = {(n_q, n_k + 1), (n_q + 1, n_k)} | ({(n_q, n_k - 1)} if n_k > 2 else set()) \
         | ({(n_q - 1, n_k)} if n_q > 2 else set()) | ({(batch[0] + 1,) + batch[1:] + (n_q, n_k)} if batch else set())
     assert shapes == want
@@ -1710,10 +1680,10 @@ def test_bad_mask_shapes_never_broadcast(batch, n_q, n_k):
 
 
 @pytest.mark.parametrize("heads", [1, 3, 9, 12])
-def test_alibi_slope_sets_are_press_et_als_or_distinct_powers_of_two(heads):
+def test_alibi_slope_sets_are_press_et_als_or_distinct_powers_of_two(draws, heads):
     from attnclaims.reference.attention import alibi_slopes
 
-    sets = _sample(A.alibi_slope_sets(heads), 60)
+    sets = draws.sample(A.alibi_slope_sets(heads), 60)
     press = [s for s in sets if np.array_equal(s, alibi_slopes(heads))]
     powers = [s for s in sets if not np.array_equal(s, alibi_slopes(heads))]
     assert press and powers
@@ -1752,7 +1722,7 @@ def test_zero_biases_zeroes_every_bias_and_beta_in_its_dtype_and_nothing_else():
     assert C.zero_biases(x) is x and C.zero_biases(RP.MultiHeadParams) is RP.MultiHeadParams
 
 
-def test_tile_mode_forces_or_forbids_crossings_restores_and_counts_them():
+def test_tile_mode_forces_or_forbids_crossings_restores_and_counts_them(draws):
     """tile_mode("always"): every tile_crossing draw crosses, "never": none; the mode before is restored on exit,
     even on an exception; an unknown mode is a ValueError naming the three; tile_crossings_drawn counts the
     crossings returned."""
@@ -1761,11 +1731,11 @@ def test_tile_mode_forces_or_forbids_crossings_restores_and_counts_them():
     before = _TILE_MODE[0]
     count = C.tile_crossings_drawn()
     with C.tile_mode("always"):
-        drawn = _sample(C.tile_crossing(), 20)
+        drawn = draws.sample(C.tile_crossing(), 20)
     assert all(d is not None for d in drawn) and C.tile_crossings_drawn() == count + 20
     assert _TILE_MODE[0] == before
     with C.tile_mode("never"):
-        assert all(d is None for d in _sample(C.tile_crossing(), 40))
+        assert all(d is None for d in draws.sample(C.tile_crossing(), 40))
     assert C.tile_crossings_drawn() == count + 20
     with pytest.raises(RuntimeError), C.tile_mode("always"):
         raise RuntimeError
@@ -1775,7 +1745,7 @@ def test_tile_mode_forces_or_forbids_crossings_restores_and_counts_them():
             pass
 
 
-def test_tile_model_case_redraws_the_case_at_crossing_sizes_with_the_declared_head_widths(patch_strategies):
+def test_tile_model_case_redraws_the_case_at_crossing_sizes_with_the_declared_head_widths(draws, patch_strategies):
     """tile_model_case: the case unchanged where tile_crossing draws None; where it crosses, the same heads at the
     crossing lengths (n_q = n_k for self-attention), one sequence where the case was batched, a head width of
     tile_head_widths (odd ones drawn, unless the implementation declares head_dim="even": then every width even),
@@ -1790,13 +1760,13 @@ def test_tile_model_case_redraws_the_case_at_crossing_sizes_with_the_declared_he
     patch_strategies("scales", lambda low, high: exponents.append((low, high)) or real_scales(low, high))
     notes = _noted(patch_strategies)
     with C.tile_mode("never"):
-        for case, tiled in _sample(C.model_cases().flatmap(
+        for case, tiled in draws.sample(C.model_cases().flatmap(
                 lambda c: st.tuples(st.just(c), M.tile_model_case(c, square=False))), 10):
             assert tiled is case
     for impl, even in ((_Declares(), False), (_Declares(head_dim="even"), True)):
         with S.following(impl), C.tile_mode("always"):
             for square in (False, True):
-                drawn = _sample(C.model_cases(square=square).flatmap(
+                drawn = draws.sample(C.model_cases(square=square).flatmap(
                     lambda c: st.tuples(st.just(c), M.tile_model_case(c, square=square))), 30)
                 widths = set()
                 for case, tiled in drawn:
@@ -1816,7 +1786,7 @@ def test_tile_model_case_redraws_the_case_at_crossing_sizes_with_the_declared_he
     assert set(exponents) == {(-1, 1)}
 
 
-def test_gqa_cases_and_tiled_model_cases_follow_their_defaults():
+def test_gqa_cases_and_tiled_model_cases_follow_their_defaults(draws):
     """gqa_cases: by default (grouped=True) every num_kv_heads a proper divisor of num_heads (> 1), with
     grouped=None ordinary multi-head too; parameters of the case's d_model and heads (drawn again at a crossing's
     width); cross- and self-attention both drawn, self-attention cases square; masks drawn and not (crossing
@@ -1825,8 +1795,8 @@ def test_gqa_cases_and_tiled_model_cases_follow_their_defaults():
 
     for tiles in ("never", "always"):
         with S.following(_Declares(grouped_query=True)), C.tile_mode(tiles):
-            drawn = _sample(M.gqa_cases(), 40)
-            anyhow = _sample(M.gqa_cases(grouped=None), 60)
+            drawn = draws.sample(M.gqa_cases(), 40)
+            anyhow = draws.sample(M.gqa_cases(grouped=None), 60)
         for case, p, mask, is_cross in drawn + anyhow:
             d = case.dims
             assert (p.d_model, p.num_heads) == (d.d_model, d.num_heads) and d.num_heads % p.num_kv_heads == 0
@@ -1839,11 +1809,11 @@ def test_gqa_cases_and_tiled_model_cases_follow_their_defaults():
         masks = [m for _, _, m, _ in drawn + anyhow]
         assert any(m is None for m in masks) and any(m is not None for m in masks)
     with C.tile_mode("never"):
-        assert any(c.dims.n_q != c.dims.n_k for c in _sample(M.tiled_model_cases(), 30))
-        assert all(c.dims.n_q == c.dims.n_k for c in _sample(M.tiled_model_cases(square=True), 30))
+        assert any(c.dims.n_q != c.dims.n_k for c in draws.sample(M.tiled_model_cases(), 30))
+        assert all(c.dims.n_q == c.dims.n_k for c in draws.sample(M.tiled_model_cases(square=True), 30))
 
 
-def test_self_attention_and_multi_head_cases_follow_their_arguments():
+def test_self_attention_and_multi_head_cases_follow_their_arguments(draws):
     """self_attention_cases: one-head parameters of the case's d_model; self-attention (cross=False) square, its
     mask over (batch, n_q, n_q); cross=True rectangular too; mask=True always a mask, False never, None both.
     multi_head_cases: cross- and self-attention by default (self square), parameters of the case's heads or of
@@ -1851,7 +1821,7 @@ def test_self_attention_and_multi_head_cases_follow_their_arguments():
     from attnclaims.checks.strategies import multihead as M
 
     for cross in (False, True):
-        drawn = _sample(M.self_attention_cases(cross=cross), 40)
+        drawn = draws.sample(M.self_attention_cases(cross=cross), 40)
         for case, p, m in drawn:
             d = case.dims
             assert p.num_heads == 1 and p.d_model == d.d_model and (cross or d.n_q == d.n_k)
@@ -1859,9 +1829,9 @@ def test_self_attention_and_multi_head_cases_follow_their_arguments():
             assert m is None or np.broadcast_shapes(m.shape, d.batch + (d.n_q, n_k)) == d.batch + (d.n_q, n_k)
         assert any(m is None for *_, m in drawn) and any(m is not None for *_, m in drawn)
         assert cross == any(c.dims.n_q != c.dims.n_k for c, _, _ in drawn)
-    assert all(m is not None for *_, m in _sample(M.self_attention_cases(cross=False, mask=True), 20))
-    assert all(m is None for *_, m in _sample(M.self_attention_cases(cross=True, mask=False), 20))
-    drawn = _sample(M.multi_head_cases(), 60)
+    assert all(m is not None for *_, m in draws.sample(M.self_attention_cases(cross=False, mask=True), 20))
+    assert all(m is None for *_, m in draws.sample(M.self_attention_cases(cross=True, mask=False), 20))
+    drawn = draws.sample(M.multi_head_cases(), 60)
     for case, p, mask, is_cross in drawn:
         d = case.dims
         assert p.num_heads == d.num_heads and p.d_model == d.d_model and (is_cross or d.n_q == d.n_k)
@@ -1869,47 +1839,47 @@ def test_self_attention_and_multi_head_cases_follow_their_arguments():
         assert mask is None or np.broadcast_shapes(mask.shape, d.batch + (d.n_q, n_k)) == d.batch + (d.n_q, n_k)
     assert {c for *_, c in drawn} == {True, False}
     assert any(m is None for _, _, m, _ in drawn) and any(m is not None for _, _, m, _ in drawn)
-    assert all(p.num_heads == 1 for _, p, _, _ in _sample(M.multi_head_cases(heads=1), 20))
-    assert all(not c for *_, c in _sample(M.multi_head_cases(cross=False), 20))
+    assert all(p.num_heads == 1 for _, p, _, _ in draws.sample(M.multi_head_cases(heads=1), 20))
+    assert all(not c for *_, c in draws.sample(M.multi_head_cases(cross=False), 20))
 
 
 @pytest.mark.parametrize("n", [0, 1, 4])
-def test_permutations_are_every_ordering_of_range_n_as_int64(n):
-    drawn = _sample(C.permutations(n), 200)
+def test_permutations_are_every_ordering_of_range_n_as_int64(draws, n):
+    drawn = draws.sample(C.permutations(n), 200)
     assert all(p.dtype == np.int64 and sorted(p.tolist()) == list(range(n)) for p in drawn)
     assert len({tuple(p.tolist()) for p in drawn}) == math.factorial(n)
 
 
-def test_decoder_cases_match_their_sizes_and_masks():
+def test_decoder_cases_match_their_sizes_and_masks(draws):
     """decoder_cases: y (batch, n_t, d_model) and memory (batch, n_s, d_model) of the drawn dims, decoder-layer
     parameters of those sizes; masks=True both masks, masks=False none, the default both kinds of draw; the
     self mask a key-padding mask (batch, 1, n_t) that allows later positions (the layer's causal mask must still
-    hide them); the memory mask a padding mask or a full (…, n_t, n_s) one; ``offset`` draws some output biases
+    hide them); the memory mask a padding mask or a full (…, n_t, n_s) one; ``offset`` drawn some output biases
     offset by a large common μ; ``min_seq``/``max_seq`` bound the sequence lengths."""
     from attnclaims.checks.strategies import layers as L
 
-    draws = _sample(L.decoder_cases(masks=True), 40)
-    for case, p, self_mask, memory_mask in draws:
+    drawn = draws.sample(L.decoder_cases(masks=True), 40)
+    for case, p, self_mask, memory_mask in drawn:
         d = case.dims
         assert case.x.shape == d.batch + (d.n_q, d.d_model) and case.memory.shape == d.batch + (d.n_k, d.d_model)
         assert isinstance(p, RP.DecoderLayerParams) and p.self_attn.d_model == d.d_model
         assert p.self_attn.num_heads == p.cross_attn.num_heads == d.num_heads and p.ffn.w1.shape == (d.d_model, d.d_ff)
         assert self_mask.shape == (d.batch[0], 1, d.n_q)
         assert np.broadcast_shapes(memory_mask.shape, d.batch + (d.n_q, d.n_k)) == d.batch + (d.n_q, d.n_k)
-    assert any(m.shape[-2] == 1 for *_, m in draws) and any(m.shape[-2] > 1 for *_, m in draws)
-    assert any(d.dims.n_q > 1 and np.any(s[..., 0, 1:]) for d, _, s, _ in draws)  # later positions allowed
-    assert all(s is None and m is None for _, _, s, m in _sample(L.decoder_cases(masks=False), 20))
-    both = _sample(L.decoder_cases(), 40)
+    assert any(m.shape[-2] == 1 for *_, m in drawn) and any(m.shape[-2] > 1 for *_, m in drawn)
+    assert any(d.dims.n_q > 1 and np.any(s[..., 0, 1:]) for d, _, s, _ in drawn)  # later positions allowed
+    assert all(s is None and m is None for _, _, s, m in draws.sample(L.decoder_cases(masks=False), 20))
+    both = draws.sample(L.decoder_cases(), 40)
     assert any(s is None for _, _, s, _ in both) and any(s is not None for _, _, s, _ in both)
-    bounded = _sample(L.decoder_cases(min_seq=3, max_seq=4), 40)
+    bounded = draws.sample(L.decoder_cases(min_seq=3, max_seq=4), 40)
     assert all(3 <= c.dims.n_q <= 4 and 3 <= c.dims.n_k <= 4 for c, *_ in bounded)
     with S.following(_Float32()):
-        offsets = [p for _, p, _, _ in _sample(L.decoder_cases(offset=True), 60)]
+        offsets = [p for _, p, _, _ in draws.sample(L.decoder_cases(offset=True), 60)]
     assert any(np.all(np.abs(p.self_attn.b_o) > 1) for p in offsets) and any(np.all(np.abs(p.self_attn.b_o) < 1)
                                                                              for p in offsets)
 
 
-def test_grouped_query_params_tile_head_widths_and_distinct_groupings(patch_strategies):
+def test_grouped_query_params_tile_head_widths_and_distinct_groupings(draws, patch_strategies):
     """grouped_query_params: Xavier parameters of the asked sizes with a num_kv_heads from kv_head_counts (a
     proper divisor with grouped=True), each bias scale 0.1, 0 and 0.5 drawn, rebuilt exactly from their note, in
     the followed dtype, not applicable without grouped_query; tile_head_widths: the documented widths (one less
@@ -1918,7 +1888,7 @@ def test_grouped_query_params_tile_head_widths_and_distinct_groupings(patch_stra
 
     notes = _noted(patch_strategies)
     with S.following(_Declares(grouped_query=True)):
-        noted = _sample(M.grouped_query_params(12, 6), 60, notes)
+        noted = draws.sample(M.grouped_query_params(12, 6), 60, notes)
     drawn = [p for p, _ in noted]
     assert {p.num_kv_heads for p in drawn} == {1, 2, 3}
     assert all(p.d_model == 12 and p.num_heads == 6 and p.w_k.shape == (12, 2 * p.num_kv_heads) for p in drawn)
@@ -1932,17 +1902,17 @@ def test_grouped_query_params_tile_head_widths_and_distinct_groupings(patch_stra
         scales.add(kw["bias_scale"])
     assert scales == {0.0, 0.1, 0.5}
     with S.following(_Declares(grouped_query=True)):
-        assert {p.num_kv_heads for p in _sample(M.grouped_query_params(12, 6, grouped=None), 60)} == {1, 2, 3, 6}
+        assert {p.num_kv_heads for p in draws.sample(M.grouped_query_params(12, 6, grouped=None), 60)} == {1, 2, 3, 6}
     from hypothesis.errors import Unsatisfiable
 
     with S.following(_Declares()), pytest.raises(Unsatisfiable):  # every draw declined as not applicable
-        _sample(M.grouped_query_params(12, 6), 5)
+        draws.sample(M.grouped_query_params(12, 6), 5)
     assert M.TILE_MAX_D_MODEL == 128
     assert M.tile_head_widths(1) == (7, 23, 37, 17, 64) and M.tile_head_widths(1, even=True) == (6, 22, 36, 16, 64)
     assert M.tile_head_widths(4) == (7, 23, 17) and M.tile_head_widths(2) == (7, 23, 37, 17, 64)
     assert M.tile_head_widths(20) == (7,) and M.tile_head_widths(20, even=True) == (6,)
     assert M.tile_head_widths(19) == (7,) and M.tile_head_widths(18) == (7,)  # 18·7 = 126 fits, 19·7 does not
-    flags = _sample(M.distinct_groupings(), 200)
+    flags = draws.sample(M.distinct_groupings(), 200)
     assert 0.6 < sum(flags) / len(flags) < 0.9
     # the documented constants: True in three entries of four, and 4 the fewest heads where tiling differs
     entries = list(M.distinct_groupings().elements)

@@ -589,17 +589,16 @@ def test_block_tile_lengths_reach_two_tiles_of_the_smallest_or_the_layer_length(
             assert block_tile_lengths() == lengths, tiles
 
 
-def test_block_cases_take_a_fixed_choice_only_where_declared_and_reach_one_wide_models():
+def test_block_cases_take_a_fixed_choice_only_where_declared_and_reach_one_wide_models(draws):
     """A fixed ``rope``/``norm_first`` is used where the implementation declares it and is not applicable where
     not; by default the smallest model, d_model = 1, is drawn; BlockCase defaults to untiled and is frozen."""
     import dataclasses
 
-    from hypothesis import HealthCheck, Phase, find
+    from hypothesis import find
 
     from attnclaims.checks.strategies.layers import BlockCase
 
-    quick = settings(max_examples=300, derandomize=True, database=None, deadline=None,
-                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+    quick = draws.settings(300)
     with S.following(_Declares()):
         for rope in (True, False):
             case = find(M.block_cases(rope=rope, max_seq=4), lambda c: True, settings=quick)
@@ -655,7 +654,7 @@ def test_block_heads_and_head_widths_span_the_profiles_dimension(patch_strategie
 
 @pytest.mark.parametrize("declared", [{"block_rope": (True,)}, {"block_rope": (False,), "head_dim": "even"}],
                          ids=["rope", "head_dim-even"])
-def test_block_head_widths_are_even_with_rope_or_where_declared(patch_strategies, declared):
+def test_block_head_widths_are_even_with_rope_or_where_declared(draws, patch_strategies, declared):
     """Even head widths 2 … max_dim // heads rounded up to even: for one head of max_dim = 8, 2, 4, 6 and 8 are
     each drawn, nothing odd, nothing wider; without RoPE and without the declaration an odd width is drawn."""
     _limits_with(patch_strategies, max_dim=8)
@@ -673,23 +672,21 @@ def test_block_head_widths_are_even_with_rope_or_where_declared(patch_strategies
     sizes = _sizes(out)
     assert all(d % 2 == 0 and h * d <= 8 for h, d in sizes), sorted(sizes)
     assert any(d % 2 for _, d in _sizes(plain))
-    from hypothesis import HealthCheck, Phase, find
+    from hypothesis import find
 
-    quick = settings(max_examples=500, derandomize=True, database=None, deadline=None,
-                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+    quick = draws.settings(500)
     with S.following(_Declares(**declared)):
         for width in (2, 4, 6, 8):
             find(M.block_cases(max_seq=3, tiles=False), lambda c, w=width: _sizes([c]) == {(1, w)}, settings=quick)
 
 
-def test_block_cases_offset_the_output_bias_only_when_asked():
+def test_block_cases_offset_the_output_bias_only_when_asked(draws):
     """``offset`` is off by default: no draw of block_cases() has the large common offset μ = 2¹⁸ on b_O; with
     ``offset=True`` some do."""
-    from hypothesis import HealthCheck, Phase, find
+    from hypothesis import find
     from hypothesis.errors import NoSuchExample
 
-    quick = settings(max_examples=150, derandomize=True, database=None, deadline=None,
-                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+    quick = draws.settings(150)
     large = lambda c: float(np.abs(c.params.self_attn.b_o).max()) > 1000
     with S.following(_Declares()):
         with pytest.raises(NoSuchExample):
@@ -697,16 +694,15 @@ def test_block_cases_offset_the_output_bias_only_when_asked():
         find(M.block_cases(max_seq=3, tiles=False, offset=True), large, settings=quick)
 
 
-def test_block_cases_draw_ffn_widths_and_reproducible_parameters(patch_strategies):
+def test_block_cases_draw_ffn_widths_and_reproducible_parameters(draws, patch_strategies):
     """d_ff 1 … 2·max_dim (both ends drawn, nothing wider); the parameters come from the drawn seed, so the same
     derandomized draws give the same blocks, weight for weight."""
-    from hypothesis import HealthCheck, Phase, find
+    from hypothesis import find
     from hypothesis.errors import NoSuchExample
 
     _limits_with(patch_strategies, max_dim=6)
     top = 12
-    quick = settings(max_examples=300, derandomize=True, database=None, deadline=None,
-                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+    quick = draws.settings(300)
     d_ff = lambda c: c.params.ffn.w1.shape[-1] if hasattr(c.params.ffn, "w1") else c.params.ffn.w_up.shape[-1]
     with S.following(_Declares()):
         for want in (1, top):
@@ -720,14 +716,13 @@ def test_block_cases_draw_ffn_widths_and_reproducible_parameters(patch_strategie
 
 
 @pytest.mark.parametrize("declared", [{"block_rope": (False,)}, {"block_rope": (True,)}], ids=["any", "even"])
-def test_min_d_model_widens_the_heads_to_exactly_the_smallest_model_that_fits(patch_strategies, declared):
+def test_min_d_model_widens_the_heads_to_exactly_the_smallest_model_that_fits(draws, patch_strategies, declared):
     """``min_d_model``: the head width grows by 1 (by 2 where it must be even) until heads · d_head ≥ min_d_model,
     so the smallest fitting model is drawn — d_model = min_d_model itself where the head count divides it."""
-    from hypothesis import HealthCheck, Phase, find
+    from hypothesis import find
 
     _limits_with(patch_strategies, max_dim=2)  # one head of width 1 (2 where even) before widening
-    quick = settings(max_examples=200, derandomize=True, database=None, deadline=None,
-                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+    quick = draws.settings(200)
     out = []
 
     @settings(max_examples=40, deadline=None, database=None, derandomize=True)
@@ -747,13 +742,12 @@ def test_min_d_model_widens_the_heads_to_exactly_the_smallest_model_that_fits(pa
              settings=quick)
 
 
-def test_block_cases_draw_one_to_max_batch_inputs_and_norms_near_one():
+def test_block_cases_draw_one_to_max_batch_inputs_and_norms_near_one(draws):
     """A batch of 1 … max_batch inputs (1 drawn outside tile crossings too); the norms' γ within 1 ± 0.3 (the
     spread the block's docstring and error model assume), the spread used."""
-    from hypothesis import HealthCheck, Phase, find
+    from hypothesis import find
 
-    quick = settings(max_examples=300, derandomize=True, database=None, deadline=None,
-                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+    quick = draws.settings(300)
     with S.following(_Declares()):
         find(M.block_cases(max_seq=3, tiles=False), lambda c: c.x.shape[0] == 1, settings=quick)
     cases = _block_draws(40, max_seq=3, tiles=False)
@@ -761,16 +755,15 @@ def test_block_cases_draw_one_to_max_batch_inputs_and_norms_near_one():
     assert 0.2 < spread <= 0.3
 
 
-def test_block_inputs_are_scaled_by_one_half_to_two(patch_strategies):
+def test_block_inputs_are_scaled_by_one_half_to_two(draws, patch_strategies):
     """x's entries are U[−1, 1]·2^e for e in −1 … 1: inputs drawn from a seed (more than ELEMENTWISE_LIMIT
     entries) show the scale, since the largest of n > 256 uniform entries is above 1/2 but with probability
     2⁻²⁵⁶: a seeded input at most 1/2 (e = −1) is drawn, none at most 1/4 (e = −2), none above 2 (e = 2)."""
-    from hypothesis import HealthCheck, Phase, find
+    from hypothesis import find
     from hypothesis.errors import NoSuchExample
 
     _limits_with(patch_strategies, max_dim=12, max_seq=12)
-    quick = settings(max_examples=300, derandomize=True, database=None, deadline=None,
-                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+    quick = draws.settings(300)
     seeded = lambda c: c.x.size > M.ELEMENTWISE_LIMIT
     top = lambda c: float(np.abs(c.x).max())
     with S.following(_Declares(block_rope=(False,))):
@@ -812,16 +805,15 @@ def test_a_block_case_notes_what_was_drawn(patch_strategies):
         assert (m.group(15) is not None) == case.tiled, text
 
 
-def test_block_masks_are_none_or_padding_masks_and_padding_keeps_as_little_as_key_zero():
+def test_block_masks_are_none_or_padding_masks_and_padding_keeps_as_little_as_key_zero(draws):
     """block_masks: None or a key-padding mask (batch, 1, n), only None where ``block_padding_mask=False`` is
     declared; a padding mask can keep key 0 alone."""
-    from hypothesis import HealthCheck, Phase, find
+    from hypothesis import find
     from hypothesis.errors import NoSuchExample
 
     from attnclaims.checks.strategies.layers import block_masks, block_padding_masks
 
-    quick = settings(max_examples=200, derandomize=True, database=None, deadline=None,
-                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+    quick = draws.settings(200)
     with S.following(_Declares()):
         find(block_masks(2, 5), lambda m: m is None, settings=quick)
         mask = find(block_masks(2, 5), lambda m: m is not None, settings=quick)
@@ -831,16 +823,15 @@ def test_block_masks_are_none_or_padding_masks_and_padding_keeps_as_little_as_ke
     find(block_padding_masks(1, 40), lambda m: m.sum() == 1, settings=quick)
 
 
-def test_encoder_cases_draw_entry_by_entry_inputs_unless_generic():
+def test_encoder_cases_draw_entry_by_entry_inputs_unless_generic(draws):
     """By default an encoder case's input is drawn entry by entry (so exact zeros and ties occur); ``generic``
     gives seeded normal inputs, never an exact zero."""
-    from hypothesis import HealthCheck, Phase, find
+    from hypothesis import find
     from hypothesis.errors import NoSuchExample
 
     from attnclaims.checks.strategies.layers import encoder_cases
 
-    quick = settings(max_examples=200, derandomize=True, database=None, deadline=None,
-                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+    quick = draws.settings(200)
     zero = lambda drawn: bool((drawn[0].x == 0).any())
     with S.following(_Declares()):
         find(encoder_cases(max_seq=3), zero, settings=quick)
@@ -848,62 +839,48 @@ def test_encoder_cases_draw_entry_by_entry_inputs_unless_generic():
             find(encoder_cases(max_seq=3, generic=True), zero, settings=quick)
 
 
-def test_encoder_cases_follow_their_arguments(patch_strategies):
+def test_encoder_cases_follow_their_arguments(draws, patch_strategies):
     """encoder_cases: square (the memory as long as x), d_model from 1, n ≤ LAYER_MAX_SEQ under any profile, no
     output-bias offset unless asked, and a mask drawn or not (None), always (True) or never (False)."""
-    from hypothesis import HealthCheck, Phase, find
-    from hypothesis.errors import NoSuchExample
+    from hypothesis import find
 
     from attnclaims.checks.strategies.layers import encoder_cases
 
     _limits_with(patch_strategies, max_seq=320)
-    quick = settings(max_examples=150, derandomize=True, database=None, deadline=None,
-                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
-
-    def never(strategy, predicate):
-        with pytest.raises(NoSuchExample):
-            find(strategy, predicate, settings=quick)
-
+    quick = draws.settings(150)
     with S.following(_Declares()):
-        never(encoder_cases(), lambda d: d[0].memory.shape != d[0].x.shape or d[0].x.shape[1] > M.LAYER_MAX_SEQ)
+        draws.never(encoder_cases(), lambda d: d[0].memory.shape != d[0].x.shape or d[0].x.shape[1] > M.LAYER_MAX_SEQ, 150)
         find(encoder_cases(), lambda d: d[0].x.shape[-1] == 1, settings=quick)
-        never(encoder_cases(), lambda d: float(np.abs(d[1].self_attn.b_o).max()) > 1000)
+        draws.never(encoder_cases(), lambda d: float(np.abs(d[1].self_attn.b_o).max()) > 1000, 150)
         find(encoder_cases(offset=True), lambda d: float(np.abs(d[1].self_attn.b_o).max()) > 1000, settings=quick)
         for mask in (None, True):
             find(encoder_cases(mask=mask), lambda d: d[2] is not None, settings=quick)
         find(encoder_cases(), lambda d: d[2] is None, settings=quick)
-        never(encoder_cases(mask=True), lambda d: d[2] is None)
-        never(encoder_cases(mask=False), lambda d: d[2] is not None)
+        draws.never(encoder_cases(mask=True), lambda d: d[2] is None, 150)
+        draws.never(encoder_cases(mask=False), lambda d: d[2] is not None, 150)
 
 
-def test_decoder_cases_follow_their_arguments(patch_strategies):
+def test_decoder_cases_follow_their_arguments(draws, patch_strategies):
     """decoder_cases: entries drawn one by one unless ``generic``, n and d_model from 1, n ≤ LAYER_MAX_SEQ under
     any profile, no output-bias offset unless asked, masks drawn or not (None), always (True: a self mask and a
     memory mask) or never (False)."""
-    from hypothesis import HealthCheck, Phase, find
-    from hypothesis.errors import NoSuchExample
+    from hypothesis import find
 
     from attnclaims.checks.strategies.layers import decoder_cases
 
     _limits_with(patch_strategies, max_seq=320)
-    quick = settings(max_examples=150, derandomize=True, database=None, deadline=None,
-                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
-
-    def never(strategy, predicate):
-        with pytest.raises(NoSuchExample):
-            find(strategy, predicate, settings=quick)
-
+    quick = draws.settings(150)
     with S.following(_Declares()):
-        never(decoder_cases(), lambda d: max(d[0].x.shape[1], d[0].memory.shape[1]) > M.LAYER_MAX_SEQ)
+        draws.never(decoder_cases(), lambda d: max(d[0].x.shape[1], d[0].memory.shape[1]) > M.LAYER_MAX_SEQ, 150)
         find(decoder_cases(), lambda d: d[0].x.shape[1] == 1 and d[0].x.shape[-1] == 1, settings=quick)
         find(decoder_cases(), lambda d: bool((d[0].x == 0).any()), settings=quick)
-        never(decoder_cases(generic=True), lambda d: bool((d[0].x == 0).any()))
-        never(decoder_cases(), lambda d: float(np.abs(d[1].self_attn.b_o).max()) > 1000)
+        draws.never(decoder_cases(generic=True), lambda d: bool((d[0].x == 0).any()), 150)
+        draws.never(decoder_cases(), lambda d: float(np.abs(d[1].self_attn.b_o).max()) > 1000, 150)
         find(decoder_cases(offset=True), lambda d: float(np.abs(d[1].self_attn.b_o).max()) > 1000, settings=quick)
         find(decoder_cases(), lambda d: d[2] is None and d[3] is None, settings=quick)
         find(decoder_cases(), lambda d: d[2] is not None and d[3] is not None, settings=quick)
-        never(decoder_cases(masks=True), lambda d: d[2] is None or d[3] is None)
-        never(decoder_cases(masks=False), lambda d: d[2] is not None or d[3] is not None)
+        draws.never(decoder_cases(masks=True), lambda d: d[2] is None or d[3] is None, 150)
+        draws.never(decoder_cases(masks=False), lambda d: d[2] is not None or d[3] is not None, 150)
 
 
 def test_decode_schedules_draw_each_prompt_and_chunk_with_its_documented_chance():
@@ -961,15 +938,14 @@ def test_block_padding_masks_favour_the_tile_edges():
     assert _chances(block_padding_masks(1, 17), key=lambda m: int(m.sum())) == {n: F(1, 17) for n in range(1, 18)}
 
 
-def test_layer_params_with_an_even_head_width_are_drawn_where_only_even_ones_are_declared():
+def test_layer_params_with_an_even_head_width_are_drawn_where_only_even_ones_are_declared(draws):
     """``head_dim='even'``: the layers' parameters of an even head width (d_model / num_heads = 2) are drawn — the
     width is checked as the integer it is."""
-    from hypothesis import HealthCheck, Phase, find
+    from hypothesis import find
 
     from attnclaims.checks.strategies.layers import decoder_layer_params, encoder_layer_params
 
-    quick = settings(max_examples=20, derandomize=True, database=None, deadline=None,
-                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+    quick = draws.settings(20)
     with S.following(_Declares(head_dim="even")):
         for make in (encoder_layer_params, decoder_layer_params):
             try:

@@ -12,8 +12,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, find, given, settings
-from hypothesis.errors import NoSuchExample
 from hypothesis import strategies as st
 
 from attnclaims.checks import strategies as S
@@ -26,33 +24,6 @@ CI = _LIMITS["ci"]
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
 
 
-def _settings(n: int) -> settings:
-    return settings(max_examples=n, derandomize=True, database=None, deadline=None,
-                    phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
-
-
-def _sample(strategy, n: int) -> list:
-    """``n`` derandomized draws of ``strategy`` (the same ones on every run)."""
-    out: list = []
-
-    @_settings(n)
-    @given(strategy)
-    def collect(x):
-        out.append(x)
-
-    collect()
-    return out
-
-
-def _reach(strategy, predicate, n: int = 1000):
-    """The derandomized draw of ``strategy`` that satisfies ``predicate`` (NoSuchExample when none of ``n`` does)."""
-    return find(strategy, predicate, settings=_settings(n))
-
-
-def _never(strategy, predicate, n: int = 300) -> None:
-    """No derandomized draw of ``n`` satisfies ``predicate`` (a search for it, where ``_sample`` would only look)."""
-    with pytest.raises(NoSuchExample):
-        find(strategy, predicate, settings=_settings(n))
 
 
 @pytest.fixture(autouse=True)
@@ -140,56 +111,52 @@ def test_fix_lengths_gives_every_query_a_key_and_the_call_a_query(nq, nk, causal
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_varlen_draws_keep_the_length_rules(causal):
+def test_varlen_draws_keep_the_length_rules(draws, causal):
     """Every drawn sequence with a query has a key, n_k ≥ n_q under the causal mask, at least one query in all;
     the label says which kind of lengths was drawn."""
-    for case in _sample(P.varlen_cases(causal=causal), 80):
+    for case in draws.sample(P.varlen_cases(causal=causal), 80):
         nq, nk = np.diff(case.cu_q), np.diff(case.cu_k)
         assert case.causal is causal and nq.sum() >= 1 and case.label in ("few", "many short", "tiles")
         assert np.all((nq == 0) | (nk >= 1)) and (not causal or np.all(nk >= nq))
         assert case.q.shape[0] == nq.sum() and case.k.shape[0] == case.v.shape[0] == nk.sum()
 
 
-def test_a_fixed_causal_setting_is_used_only_where_declared():
+def test_a_fixed_causal_setting_is_used_only_where_declared(draws):
     """``causal`` fixes the mask where the implementation declares it; an undeclared one is not applicable (outside a
     hypothesis example it raises, naming the variant)."""
     with S.following(_Declares(varlen_causal=(False,))):
         assert P._causal_setting(None, False) is False
         with pytest.raises(S.VariantNotApplicable, match=r"variant varlen_causal=True"):
             P._causal_setting(None, True)
-        _never(P.varlen_cases(), lambda c: c.causal)
+        draws.never(P.varlen_cases(), lambda c: c.causal, 300)
 
 
-def _declined(make, declared: dict, n: int) -> list:
-    """``n`` draws under ``declared``; a draw declined as not applicable (pytest's skip, which would pass the
-    test) fails it."""
+def _drawn_under(draws, make, declared: dict, n: int) -> list:
+    """``n`` draws for a stub declaring ``declared`` (a declined draw fails the test: the ``draws`` fixture)."""
     with S.following(_Declares(**declared)):
-        try:
-            return _sample(make(), n)
-        except S.VariantNotApplicable as e:
-            pytest.fail(f"{declared} declined the draw: {e}")
+        return draws.sample(make(), n)
 
 
 @pytest.mark.parametrize("strategy", ["varlen", "paged"])
-def test_packed_cases_draw_their_heads_widths_and_scales(strategy):
+def test_packed_cases_draw_their_heads_widths_and_scales(draws, strategy):
     """By default: 1–4 query heads (both ends drawn, never 5) and as many K/V heads; d_k and d_v each 1 …
     max_dim, drawn apart (d_v = 1 beside a wider d_k); the scale None (1/√d_k) or an explicit one of 0 < |s| ≤ 2
     among EXPLICIT_SCALES (1, 0.5, 0.125, 2, −1, 1e-300), each drawn. ``grouped_query``: every divisor of the
     query heads (1, 2 and 4 of 4); ``value_width='d_k'``: d_v = d_k always; ``scale='none'``: drawn, always
     without a scale; ``scale='positive'``: no negative one. Each from one derandomized sample."""
     make = P.varlen_cases if strategy == "varlen" else P.paged_cases
-    cases = _declined(make, {}, 300)
+    cases = _drawn_under(draws, make, {}, 300)
     heads, widths = {_heads(c) for c in cases}, {_widths(c) for c in cases}
     assert heads == {(h, h) for h in range(1, 5)}, heads
     assert {d for d, _ in widths} == set(range(1, CI.max_dim + 1)) and max(max(w) for w in widths) == CI.max_dim
     assert any(v == 1 < d for d, v in widths) and any(d != v for d, v in widths)
     assert {c.scale for c in cases} == {None, 1.0, 0.5, 0.125, 2.0, -1.0, 1e-300}
-    grouped = {_heads(c) for c in _declined(make, {"grouped_query": True}, 300)}
+    grouped = {_heads(c) for c in _drawn_under(draws, make, {"grouped_query": True}, 300)}
     assert {(4, 1), (4, 2), (4, 4)} <= grouped and all(h % k == 0 and h <= 4 for h, k in grouped), grouped
-    same = [_widths(c) for c in _declined(make, {"value_width": "d_k"}, 100)]
+    same = [_widths(c) for c in _drawn_under(draws, make, {"value_width": "d_k"}, 100)]
     assert all(d == v for d, v in same) and any(d > 1 for d, _ in same)
-    assert all(c.scale is None for c in _declined(make, {"scale": "none"}, 60))
-    positive = {c.scale for c in _declined(make, {"scale": "positive"}, 100)}
+    assert all(c.scale is None for c in _drawn_under(draws, make, {"scale": "none"}, 60))
+    positive = {c.scale for c in _drawn_under(draws, make, {"scale": "positive"}, 100)}
     assert positive - {None} and all(s is None or s > 0 for s in positive), positive
 
 
@@ -201,32 +168,32 @@ def _kind(kind):
     return lambda drawn: drawn[2] == kind
 
 
-def test_a_few_sequences_are_one_to_four_of_any_length_up_to_160(patch_strategies):
+def test_a_few_sequences_are_one_to_four_of_any_length_up_to_160(draws, patch_strategies):
     """"few": 1–4 sequences, each 0 … min(max_seq, 160) long (thorough's 320 capped at 160), keys as many as
     the queries or drawn apart; both ends of every range are drawn."""
     patch_strategies("limits", lambda: dataclasses.replace(CI, max_seq=320))
     lengths = P._lengths(False)
     few = _kind("few")
-    _reach(lengths, lambda d: few(d) and len(d[0]) == 1)
-    _reach(lengths, lambda d: few(d) and len(d[0]) == 4)
-    _reach(lengths, lambda d: few(d) and 160 in d[1])
-    _reach(lengths, lambda d: few(d) and d[0] != d[1] and 0 in d[0])
-    _never(lengths, lambda d: few(d) and (len(d[0]) > 4 or max(d[0] + d[1]) > 160))
+    draws.reach(lengths, lambda d: few(d) and len(d[0]) == 1)
+    draws.reach(lengths, lambda d: few(d) and len(d[0]) == 4)
+    draws.reach(lengths, lambda d: few(d) and 160 in d[1])
+    draws.reach(lengths, lambda d: few(d) and d[0] != d[1] and 0 in d[0])
+    draws.never(lengths, lambda d: few(d) and (len(d[0]) > 4 or max(d[0] + d[1]) > 160), 300)
 
 
-def test_many_short_sequences_are_eight_to_sixteen_of_zero_to_three():
+def test_many_short_sequences_are_eight_to_sixteen_of_zero_to_three(draws):
     """"many short": 8–16 sequences of 0–3 queries, keys the same or drawn apart (0–3): an empty sequence
     beside one whose keys differ from its queries is drawn; no sequence is longer than 3."""
     lengths = P._lengths(False)
     short = _kind("many short")
-    _reach(lengths, lambda d: short(d) and len(d[0]) == 8)
-    _reach(lengths, lambda d: short(d) and len(d[0]) == 16)
-    _reach(lengths, lambda d: short(d) and (0, 0) in zip(d[0], d[1]) and d[0] != d[1])
-    _never(lengths, lambda d: short(d) and (not 8 <= len(d[0]) <= 16 or max(d[0] + d[1]) > 3))
+    draws.reach(lengths, lambda d: short(d) and len(d[0]) == 8)
+    draws.reach(lengths, lambda d: short(d) and len(d[0]) == 16)
+    draws.reach(lengths, lambda d: short(d) and (0, 0) in zip(d[0], d[1]) and d[0] != d[1])
+    draws.never(lengths, lambda d: short(d) and (not 8 <= len(d[0]) <= 16 or max(d[0] + d[1]) > 3), 300)
 
 
 @pytest.mark.parametrize("max_total_k, longest, pair", [(123, 113, None), (41, 31, 31), (None, 257, None)])
-def test_tile_lengths_fit_within_max_total_k(max_total_k, longest, pair):
+def test_tile_lengths_fit_within_max_total_k(draws, max_total_k, longest, pair):
     """"tiles": one or two tile-length sequences (default tiles: 15 … 257) between one or two short ones (0–5);
     with ``max_total_k`` the long ones leave 10 keys for the short ones: every tile length up to
     max_total_k − 10 is drawn (113 for 123), two of them where they fit (exactly, 15 + 16 = 31 for 41), never
@@ -235,37 +202,37 @@ def test_tile_lengths_fit_within_max_total_k(max_total_k, longest, pair):
         lengths = P._lengths(False, max_total_k)
         tiles = _kind("tiles")
         longs = lambda d: [n for n in d[1] if n > 5]
-        _reach(lengths, lambda d: tiles(d) and longest in longs(d))
-        _reach(lengths, lambda d: tiles(d) and len(longs(d)) == 1)
-        _reach(lengths, lambda d: tiles(d) and len(longs(d)) == 2 and (pair is None or sum(longs(d)) == pair))
-        _never(lengths, lambda d: not tiles(d) or len(longs(d)) > 2 or max(longs(d)) > longest
-               or (max_total_k is not None and sum(d[1]) > max_total_k))
+        draws.reach(lengths, lambda d: tiles(d) and longest in longs(d))
+        draws.reach(lengths, lambda d: tiles(d) and len(longs(d)) == 1)
+        draws.reach(lengths, lambda d: tiles(d) and len(longs(d)) == 2 and (pair is None or sum(longs(d)) == pair))
+        draws.never(lengths, lambda d: not tiles(d) or len(longs(d)) > 2 or max(longs(d)) > longest
+               or (max_total_k is not None and sum(d[1]) > max_total_k), 300)
 
 
-def test_tile_lengths_sit_between_one_or_two_short_sequences_with_their_own_queries():
+def test_tile_lengths_sit_between_one_or_two_short_sequences_with_their_own_queries(draws):
     """"tiles": short sequences (0–5 keys, both ends drawn) before the long ones and, in some draws, one after;
     never more than two short ones, no length between 6 and 14; the queries are the keys' count, or 1, 3 or all
     of each non-empty sequence (an empty sequence stays empty)."""
     with tile_mode("always"):
         lengths = P._lengths(False)
         shorts = lambda d: [n for n in d[1] if n <= 5]
-        _reach(lengths, lambda d: 0 in shorts(d) and d[0] != d[1])
-        _reach(lengths, lambda d: 5 in shorts(d))
-        _reach(lengths, lambda d: len(shorts(d)) == 2 and d[1][0] <= 5 and d[1][-1] <= 5)
-        _reach(lengths, lambda d: len(shorts(d)) == 1)
-        _never(lengths, lambda d: len(shorts(d)) > 2 or any(5 < n < 15 for n in d[1]))
+        draws.reach(lengths, lambda d: 0 in shorts(d) and d[0] != d[1])
+        draws.reach(lengths, lambda d: 5 in shorts(d))
+        draws.reach(lengths, lambda d: len(shorts(d)) == 2 and d[1][0] <= 5 and d[1][-1] <= 5)
+        draws.reach(lengths, lambda d: len(shorts(d)) == 1)
+        draws.never(lengths, lambda d: len(shorts(d)) > 2 or any(5 < n < 15 for n in d[1]), 300)
         for queries in (1, 3):
-            _reach(lengths, lambda d, k=queries: any(a == k and b > 5 for a, b in zip(d[0], d[1])))
-        _never(lengths, lambda d: any(a not in (b, 1, 3) or (b == 0 and a) for a, b in zip(d[0], d[1])))
+            draws.reach(lengths, lambda d, k=queries: any(a == k and b > 5 for a, b in zip(d[0], d[1])))
+        draws.never(lengths, lambda d: any(a not in (b, 1, 3) or (b == 0 and a) for a, b in zip(d[0], d[1])), 300)
 
 
-def test_packed_keys_above_max_total_k_are_cut_to_five_a_sequence(monkeypatch):
+def test_packed_keys_above_max_total_k_are_cut_to_five_a_sequence(draws, monkeypatch):
     """Lengths whose keys exceed ``max_total_k`` are cut to at most 5 queries and 5 keys a sequence (then the
     length rules again); lengths that fill it exactly are kept."""
     drawn = {"few": ([200, 7, 0], [150, 9, 160], "few"), "full": ([3, 4], [150, 150], "few")}
     for name, want in (("few", ([5, 5, 0], [5, 5, 5])), ("full", ([3, 4], [150, 150]))):
         monkeypatch.setattr(P, "_lengths", lambda causal, top, d=drawn[name]: st.just(d))
-        case = _sample(P.varlen_cases(causal=False, max_total_k=300), 1)[0]
+        case = draws.sample(P.varlen_cases(causal=False, max_total_k=300), 1)[0]
         assert (list(np.diff(case.cu_q)), list(np.diff(case.cu_k))) == want, name
 
 
@@ -295,16 +262,16 @@ def test_the_weights_probe_passes_one_hot_values_as_wide_as_the_keys_or_as_d_k(d
 
 
 @pytest.mark.parametrize("strategy", ["varlen", "paged"])
-def test_packed_entries_stay_within_their_scales(strategy):
+def test_packed_entries_stay_within_their_scales(draws, strategy):
     """q and k entries at most 2 (scales 2⁻⁴ … 2), v entries at most 4 (2⁻² … 4), both ends of the bound reached."""
     make = P.varlen_cases if strategy == "varlen" else P.paged_cases
     kv = (lambda c: (c.k, c.v)) if strategy == "varlen" else (lambda c: (c.k_cache, c.v_cache))
     qk_max = lambda c: max(float(np.abs(c.q).max(initial=0)), float(np.abs(kv(c)[0]).max(initial=0)))
     v_max = lambda c: float(np.abs(kv(c)[1]).max(initial=0))
     with S.following(_Declares()):
-        _never(make(), lambda c: qk_max(c) > 2 or v_max(c) > 4)
-        _reach(make(), lambda c: qk_max(c) > 1)
-        _reach(make(), lambda c: v_max(c) > 2)
+        draws.never(make(), lambda c: qk_max(c) > 2 or v_max(c) > 4, 300)
+        draws.reach(make(), lambda c: qk_max(c) > 1)
+        draws.reach(make(), lambda c: v_max(c) > 2)
 
 
 @pytest.mark.parametrize("declared", [{}, {"value_width": "d_k"}, {"value_width": "d_k", "scale": "none"}],
@@ -339,7 +306,7 @@ def test_the_weights_probe_keeps_the_case_as_it_is_where_nothing_needs_padding(d
 
 
 @pytest.mark.parametrize("strategy", ["varlen", "paged"])
-def test_packed_entries_are_scaled_down_to_their_smallest_scales(strategy):
+def test_packed_entries_are_scaled_down_to_their_smallest_scales(draws, strategy):
     """Entries drawn from a seed (more than ELEMENTWISE_LIMIT of them) show their scale: the largest of n > 256
     uniform entries is below 1/2 with probability 2⁻²⁵⁶. q at scale 2⁻⁴ (every entry ≤ 1/16) and v at 2⁻²
     (≤ 1/4) are drawn; none below that (q ≤ 1/32, v ≤ 1/8, with that chance of a false alarm)."""
@@ -348,9 +315,9 @@ def test_packed_entries_are_scaled_down_to_their_smallest_scales(strategy):
     big = lambda a: a.size > S.ELEMENTWISE_LIMIT
     top = lambda a: float(np.abs(a).max())
     with S.following(_Declares()), tile_mode("always"):
-        _reach(make(), lambda c: big(c.q) and top(c.q) <= 1 / 16)
-        _reach(make(), lambda c: big(v_of(c)) and top(v_of(c)) <= 1 / 4)
-        _never(make(), lambda c: big(c.q) and top(c.q) <= 1 / 32 or big(v_of(c)) and top(v_of(c)) <= 1 / 8)
+        draws.reach(make(), lambda c: big(c.q) and top(c.q) <= 1 / 16)
+        draws.reach(make(), lambda c: big(v_of(c)) and top(v_of(c)) <= 1 / 4)
+        draws.never(make(), lambda c: big(c.q) and top(c.q) <= 1 / 32 or big(v_of(c)) and top(v_of(c)) <= 1 / 8, 300)
 
 
 def test_a_block_table_gives_every_sequence_its_own_pages():
@@ -370,26 +337,26 @@ def test_a_block_table_gives_every_sequence_its_own_pages():
         assert np.all(rest == -1) if filler < 0 else np.all((rest >= 0) & (rest < num_blocks))
 
 
-def test_paged_cases_draw_their_documented_sizes():
+def test_paged_cases_draw_their_documented_sizes(draws):
     """paged_cases outside tile crossings: 1–3 sequences, n_q of 1, 2 or 4, pages of 1, 3, 4 or 16 positions,
     sequence lengths up to max(max_seq, 2·block_size + 1) (33 for pages of 16 under ``ci``): each value drawn,
     nothing else."""
     cases = P.paged_cases()
     with S.following(_Declares()), tile_mode("never"):
         for batch in (1, 3):
-            _reach(cases, lambda c, b=batch: c.q.shape[0] == b)
+            draws.reach(cases, lambda c, b=batch: c.q.shape[0] == b)
         for n_q in (1, 2, 4):
-            _reach(cases, lambda c, n=n_q: c.q.shape[1] == n)
+            draws.reach(cases, lambda c, n=n_q: c.q.shape[1] == n)
         for size in (1, 3, 4, 16):
-            _reach(cases, lambda c, s=size: c.block_size == s)
-        _reach(cases, lambda c: c.block_size == 16 and max(c.seq_lens) == 33)
-        _never(cases, lambda c: not 1 <= c.q.shape[0] <= 3 or c.q.shape[1] not in (1, 2, 4) or c.label != ""
-               or c.block_size not in (1, 3, 4, 16) or max(c.seq_lens) > max(CI.max_seq, 2 * c.block_size + 1))
+            draws.reach(cases, lambda c, s=size: c.block_size == s)
+        draws.reach(cases, lambda c: c.block_size == 16 and max(c.seq_lens) == 33)
+        draws.never(cases, lambda c: not 1 <= c.q.shape[0] <= 3 or c.q.shape[1] not in (1, 2, 4) or c.label != ""
+               or c.block_size not in (1, 3, 4, 16) or max(c.seq_lens) > max(CI.max_seq, 2 * c.block_size + 1), 300)
     with S.following(_Declares()), tile_mode("always"):  # pages of the smallest tile, labelled
-        _never(cases, lambda c: c.label != "tiles" or c.block_size != 16)
+        draws.never(cases, lambda c: c.label != "tiles" or c.block_size != 16, 300)
 
 
-def test_paged_cases_spare_pages_columns_and_fillers():
+def test_paged_cases_spare_pages_columns_and_fillers(draws):
     """0–3 spare pages nobody reads and 0–2 spare table columns (both ends drawn, nothing more); sequences as
     short as one position; the columns past a sequence's pages hold −1 in some draws, never anything below."""
     pages = lambda c: sum(-(-int(n) // c.block_size) for n in c.seq_lens)
@@ -397,12 +364,12 @@ def test_paged_cases_spare_pages_columns_and_fillers():
     cases = P.paged_cases()
     with S.following(_Declares()), tile_mode("never"):
         for spare in (0, 3):
-            _reach(cases, lambda c, s=spare: c.k_cache.shape[0] - pages(c) == s)
+            draws.reach(cases, lambda c, s=spare: c.k_cache.shape[0] - pages(c) == s)
         for spare in (0, 2):
-            _reach(cases, lambda c, s=spare: columns(c) == s)
-        _reach(cases, lambda c: min(c.seq_lens) == 1)
-        _reach(cases, lambda c: (c.block_table == -1).any())
-        _never(cases, lambda c: c.k_cache.shape[0] - pages(c) > 3 or columns(c) > 2 or c.block_table.min() < -1)
+            draws.reach(cases, lambda c, s=spare: columns(c) == s)
+        draws.reach(cases, lambda c: min(c.seq_lens) == 1)
+        draws.reach(cases, lambda c: (c.block_table == -1).any())
+        draws.never(cases, lambda c: c.k_cache.shape[0] - pages(c) > 3 or columns(c) > 2 or c.block_table.min() < -1, 300)
 
 
 def test_the_packed_edge_cases_entries_cover_their_ranges():
@@ -433,9 +400,9 @@ def test_a_packed_edge_case_describes_itself_by_name():
         assert edge.cast(np.float32).q.dtype == np.float32 and edge.build().label == "paged-tiles"
 
 
-def test_fresh_values_are_four_times_the_drawn_scale():
+def test_fresh_values_are_four_times_the_drawn_scale(draws):
     """fresh_like: seeded normal values of the array's shape and dtype, standard deviation 4 (the sample's of
     40,000 entries has a spread of 4/√80,000 ≈ 0.014, so it leaves 4 ± 0.1 with probability about 10⁻¹²)."""
-    got = _sample(P.fresh_like(np.zeros((200, 200), np.float32)), 3)
+    got = draws.sample(P.fresh_like(np.zeros((200, 200), np.float32)), 3)
     assert all(a.shape == (200, 200) and a.dtype == np.float32 for a in got)
     assert all(abs(float(a.astype(np.float64).std()) - 4.0) < 0.1 for a in got)
