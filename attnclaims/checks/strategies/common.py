@@ -141,9 +141,6 @@ def not_applicable(message: str):
     pytest.skip(message)
 
 
-_NEEDS_ATTR = "attnclaims_variants"
-
-
 def needs_variant(**required):
     """Decorator: the test needs these variants (``@needs_variant(cross_attention=True)``); an implementation
     that does not support one is "not applicable (variant …)" for it, before any example is drawn (the
@@ -162,14 +159,8 @@ def needs_variant(**required):
                         not_applicable(unsupported_message(impl, key, value))
             return fn(*args, **kwargs)
 
-        setattr(checked, _NEEDS_ATTR, {**getattr(fn, _NEEDS_ATTR, {}), **required})
         return checked
     return mark
-
-
-def _needed_variants(fn) -> dict:
-    inner = getattr(getattr(fn, "hypothesis", None), "inner_test", None)
-    return {**getattr(inner, _NEEDS_ATTR, {}), **getattr(fn, _NEEDS_ATTR, {})}
 
 
 def variants() -> dict[str, Any]:
