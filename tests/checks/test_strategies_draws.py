@@ -1726,6 +1726,32 @@ def test_zero_biases_zeroes_every_bias_and_beta_in_its_dtype_and_nothing_else():
     assert C.zero_biases(x) is x and C.zero_biases(RP.MultiHeadParams) is RP.MultiHeadParams
 
 
+def test_what_has_no_subnormal_or_no_bias_is_returned_as_it_is():
+    """flush_subnormals returns an array without a subnormal entry itself (zeros are not subnormal: no copy,
+    and a parameter dataclass keeps that field's array); zero_biases returns a dataclass without a bias field as
+    it is (its weights, gains and ε are not rebuilt either)."""
+    a = np.array([0.0, -0.0, 1.0, -2.5])
+    assert S.flush_subnormals(a) is a
+    norm = RP.RMSNormParams(np.array([1.0, 0.0, 2.0]))
+    assert S.flush_subnormals(norm).gamma is norm.gamma
+    assert C.zero_biases(norm) is norm
+
+
+def test_with_biases_keeps_or_zeroes_the_biases_as_declared_and_says_so(draws, patch_strategies):
+    """with_biases: the parameters as given where only biases are declared (the default), every bias zero with
+    its note where only bias-free code is, and both where both are."""
+    notes = _noted(patch_strategies)
+    p = RP.init_multi_head(0, 4, 2, bias_scale=0.5)
+    assert {q is p for q in draws.sample(C.with_biases(p), 5)} == {True}
+    with S.following(_Declares(biases=(False,))):
+        drawn = draws.sample(C.with_biases(p), 3, notes)
+    assert all(np.all(q.b_q == 0) and np.all(q.b_o == 0) and np.array_equal(q.w_q, p.w_q) for q, _ in drawn)
+    assert {n for _, n in drawn} == {"biases: all zero (the implementation declares bias-free projections and norms)"}
+    with S.following(_Declares(biases=(True, False))):
+        kept = {q is p for q in draws.sample(C.with_biases(p), 20)}
+    assert kept == {True, False}
+
+
 def test_tile_mode_forces_or_forbids_crossings_restores_and_counts_them(draws):
     """tile_mode("always"): every tile_crossing draw crosses, "never": none; the mode before is restored on exit,
     even on an exception; an unknown mode is a ValueError naming the three; tile_crossings_drawn counts the
