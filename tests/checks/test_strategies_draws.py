@@ -364,6 +364,58 @@ def test_large_masks_leave_every_query_a_key_at_every_density(draws):
     assert all(m.all() for m in draws.sample(S.masks((1100, 1)), 5))
 
 
+def _padding_of(row: np.ndarray) -> tuple[int, int]:
+    """The leading and trailing masked keys of a row."""
+    allowed = np.flatnonzero(row)
+    return int(allowed[0]), int(row.size - 1 - allowed[-1])
+
+
+def test_tile_padding_hides_whole_key_blocks_at_either_end_of_every_or_every_other_row(draws):
+    """tile_padding: leading keys 0, T or T + 1 and trailing ones 0 or T + 1 masked (T the smallest tile, 16
+    here), every combination drawn; in every row or in every other row from the first (both drawn); the other
+    keys and rows as they were."""
+    t = min(C.tile_sizes())
+    assert t == 16
+    full = np.ones((2, 5, 60), bool)
+    seen, strides = set(), set()
+    for m in draws.sample(A.tile_padding(full), 300):
+        assert m.shape == full.shape and m.dtype == np.bool_
+        lead, trail = _padding_of(m[0, 0])
+        assert lead in (0, t, t + 1) and trail in (0, t + 1), (lead, trail)
+        padded = np.zeros(full.shape, bool)
+        padded[..., :lead] = padded[..., 60 - trail:] = True
+        stride = 1 if lead == trail == 0 or (m[:, 1] == m[:, 0]).all() else 2  # row 1 padded too, or not
+        rows = np.arange(5) % stride == 0
+        want = full.copy()
+        want[:, rows] &= ~padded[:, rows]
+        assert np.array_equal(m, want), (lead, trail, stride)
+        seen.add((lead, trail))
+        if lead or trail:  # nothing padded says nothing of the rows
+            strides.add(stride)
+    assert seen == {(a, b) for a in (0, t, t + 1) for b in (0, t + 1)} and strides == {1, 2}
+
+
+def test_tile_padding_leaves_too_short_rows_alone_and_repairs_an_emptied_row(draws):
+    """Padding that would cover every key (lead + trail ≥ n_k) is not applied: n_k ≤ T is never padded, and at
+    n_k = 2T + 1 the pair (T, T + 1) never comes while (T + 1, 0) and (0, T + 1) do. A row whose only allowed
+    keys fall in the padding keeps its first unpadded key."""
+    t = min(C.tile_sizes())
+    for n_k in (1, t):
+        assert all(m.all() for m in draws.sample(A.tile_padding(np.ones((3, n_k), bool)), 40))
+    edge = draws.sample(A.tile_padding(np.ones((1, 2 * t + 1), bool)), 200)
+    pairs = {_padding_of(m[0]) for m in edge}
+    assert (t, t + 1) not in pairs and {(t + 1, 0), (0, t + 1), (t, 0)} <= pairs, pairs
+    first_only = np.zeros((4, 60), bool)
+    first_only[:, 0] = True
+    first_only[1:, 30] = True  # rows 1-3 keep a key in the middle
+    for m in draws.sample(A.tile_padding(first_only), 100):
+        lead = 0 if m[0, 0] else int(np.flatnonzero(m[0])[0])
+        assert m[0].sum() == 1 and m[0, lead] and lead in (0, t, t + 1)
+        for r in range(1, 4):  # a row with a key left keeps exactly what it had outside the padding
+            assert m[r, 30] and m[r].sum() in (1, 2) and (m[r].sum() == 1) == (not m[r, 0])
+    assert any(not m[0, 0] for m in draws.sample(A.tile_padding(first_only), 100))
+
+
 def test_masks_are_drawn_entry_by_entry_up_to_1024_entries_and_seeded_above(draws, patch_strategies):
     """The documented switch (docs/adapters.md, masks' docstring): 4·ELEMENTWISE_LIMIT = 1024 entries still
     element-wise (hypothesis shrinks them), 1025 from a seed. Seen through the calls to ``seeds``, which only
