@@ -192,6 +192,22 @@ def test_a_menu_entry_whose_heads_no_longer_divide_d_model_falls_back_to_one_hea
             assert (d.d_model, d.num_heads) == (8, 1), "an odd d_model is raised (never lowered) to an even one"
 
 
+def test_a_menu_entry_with_an_odd_head_width_gets_one_more_column_per_head_where_even_ones_are_declared(draws):
+    """head_dim='even' with a shape menu: an entry of d_model 6 in 2 heads (width 3) is drawn as 8 (width 4),
+    one of 8 in 2 heads (width 4) as it is; without the declaration both as they are."""
+    class EvenMenu:
+        name, dtype = "even-menu-stub", np.dtype(np.float64)
+        preferred_shapes = ({"d_model": 6, "num_heads": 2}, {"d_model": 8, "num_heads": 2, "n_q": 3})
+
+        def __init__(self, **variants):
+            self.variants = variants
+
+    for declared, want in [({"head_dim": "even"}, {(5, 8), (3, 8)}), ({}, {(5, 6), (3, 8)})]:
+        with S.following(EvenMenu(**declared)):
+            drawn = draws.sample(S.dims(), 20)
+        assert {(d.n_q, d.d_model) for d in drawn} == want and {d.num_heads for d in drawn} == {2}, declared
+
+
 # ---------------------------------------------------------------------------------------------
 # Dimensions: bounds that hold for every draw, and the edges each strategy must reach
 # ---------------------------------------------------------------------------------------------
