@@ -596,6 +596,11 @@ def test_attention_case_cast_clamps_the_scale_to_the_dtype():
         assert c.scale == s and c.mask.dtype == np.bool_ and c.v.dtype == np.float64
     assert S.AttentionCase(q, k, v, scale=-1e-300).cast(np.float64).scale == -float(np.finfo(np.float64).tiny) * 2**30
     assert S.AttentionCase(q, k, v, scale=0.5).cast(np.float32).scale == 0.5
+    # the 16-bit floats: 1/eps above the smallest normal (2^30 times it would pass float16's max)
+    import ml_dtypes
+
+    assert S.AttentionCase(q, k, v, scale=1e-300).cast(np.float16).scale == 2.0**-14 * 2**10
+    assert S.AttentionCase(q, k, v, scale=-1e-300).cast(ml_dtypes.bfloat16).scale == -(2.0**-126) * 2**7
 
 
 def test_attention_cases_defaults_and_switches(draws):
