@@ -581,6 +581,19 @@ def test_attention_case_shape_properties_and_description():
         case.scale = 1.0
 
 
+def test_attention_cases_cross_tiles_only_when_unbounded_and_then_with_one_batch_entry(draws):
+    """Where every draw may cross a tile (tile_mode "always"): a case of unbounded sizes has tile-crossing
+    lengths (beyond max_seq) and a batch of one entry or none (q, k and v alike); one bounded by max_seq or
+    max_dim never crosses (its bound holds)."""
+    with C.tile_mode("always"):
+        crossing = draws.sample(A.attention_cases(), 20)
+        assert all(c.n_k > CI.max_seq and c.q.shape[:-2] in ((), (1,)) and c.v.shape[:-2] in ((), (1,))
+                   for c in crossing)
+        assert {c.q.shape[:-2] for c in crossing} == {(), (1,)}
+        draws.never(A.attention_cases(max_seq=5), lambda c: max(c.n_q, c.n_k) > 5, 30)
+        draws.never(A.attention_cases(max_dim=3), lambda c: max(c.d_k, c.v.shape[-1]) > 3, 30)
+
+
 def test_attention_case_cast_clamps_the_scale_to_the_dtype():
     d_k = 1
     q, k, v = np.ones((2, 3, d_k)), np.ones((4, d_k)), np.ones((4, 2))
