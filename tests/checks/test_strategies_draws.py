@@ -208,6 +208,38 @@ def test_a_menu_entry_with_an_odd_head_width_gets_one_more_column_per_head_where
         assert {(d.n_q, d.d_model) for d in drawn} == want and {d.num_heads for d in drawn} == {2}, declared
 
 
+def test_a_menu_keeps_d_v_equal_to_d_k_where_declared(draws):
+    class WideValues:
+        name, dtype = "wide-values-stub", np.dtype(np.float64)
+        preferred_shapes = ({"d_k": 3, "d_v": 5},)
+
+        def __init__(self, **variants):
+            self.variants = variants
+
+    for declared, d_v in [({"value_width": "d_k"}, 3), ({}, 5)]:
+        with S.following(WideValues(**declared)):
+            assert {(d.d_k, d.d_v) for d in draws.sample(S.dims(), 5)} == {(3, d_v)}, declared
+
+
+@pytest.mark.parametrize("declared, asked", [({"head_dim": "even"}, {}), ({}, {"even_d_model": True})],
+                         ids=["even-heads", "even-d_model"])
+def test_an_odd_head_width_moves_up_within_max_dim_else_down_and_one_always_up(draws, declared, asked):
+    """Even head widths declared, or an even d_model asked: an odd width w moves to w + 1 where
+    num_heads·(w + 1) ≤ max_dim, else to w − 1 — never 0, never past max_dim; a width of 1 always moves to 2
+    (the one way to an even width, past max_dim if need be: three heads of 2 under max_dim 3)."""
+    with S.following(_Declares(**declared)):
+        drawn = draws.sample(S.dims(**asked), 200)
+        assert all(0 < d.d_model <= CI.max_dim and d.d_model % d.num_heads == 0 for d in drawn)
+        if declared:
+            assert all((d.d_model // d.num_heads) % 2 == 0 for d in drawn)
+        else:
+            assert all(d.d_model % 2 == 0 for d in drawn)
+        assert draws.reach(S.dims(**asked), lambda d: d.num_heads == 4 and d.d_model == 8)  # 4·3 > 12: down
+        tight = draws.sample(S.dims(max_dim=3, **asked), 60)
+        assert all(d.d_model >= 2 and d.d_model // d.num_heads >= 1 for d in tight)
+        assert draws.reach(S.dims(max_dim=3, **asked), lambda d: d.num_heads == 3 and d.d_model == 6)
+
+
 # ---------------------------------------------------------------------------------------------
 # Dimensions: bounds that hold for every draw, and the edges each strategy must reach
 # ---------------------------------------------------------------------------------------------
@@ -594,6 +626,22 @@ def test_attention_cases_cross_tiles_only_when_unbounded_and_then_with_one_batch
         draws.never(A.attention_cases(max_dim=3), lambda c: max(c.d_k, c.v.shape[-1]) > 3, 30)
 
 
+def test_attention_cases_pad_whole_key_blocks_only_where_they_cross_tiles(draws, patch_strategies):
+    """A masked case gets tile_padding where it crosses tiles, and only there (seen through the calls to
+    tile_padding); explicit_scale=None draws no scale for an implementation that declares scale='none' (and
+    declines nothing)."""
+    calls = []
+    real = A.tile_padding
+    patch_strategies("tile_padding", lambda m: calls.append(m.shape) or real(m))
+    for mode, padded in [("always", True), ("never", False)]:
+        calls.clear()
+        with C.tile_mode(mode):
+            drawn = draws.sample(A.attention_cases(mask=True), 10)
+        assert len(calls) == (len(drawn) if padded else 0), mode
+    with S.following(_Declares(scale="none")):
+        assert all(c.scale is None for c in draws.sample(A.attention_cases(explicit_scale=None), 60))
+
+
 def test_attention_case_cast_clamps_the_scale_to_the_dtype():
     d_k = 1
     q, k, v = np.ones((2, 3, d_k)), np.ones((4, d_k)), np.ones((4, 2))
@@ -720,6 +768,20 @@ def test_softmax_inputs_cover_axes_and_scales(draws, patch_strategies):
             assert x.dtype == np.float32 and np.isfinite(x).all() and np.abs(x).max() <= 1e37
         assert draws.reach(S.softmax_inputs(huge=True), lambda xa: np.abs(xa[0]).max() > 0.5e37)
     assert draws.reach(S.softmax_inputs(low=-1, high=-1), lambda xa: np.abs(xa[0]).max() == 0.5)
+
+
+def test_softmax_rows_are_seq_lengths_or_min_len_to_max_len(draws):
+    """The softmax axis: :func:`seq_lengths` long by default (1 … max_seq: both ends drawn), uniformly
+    min_len … max_len when min_len > 1 (both ends drawn, nothing outside), min_len itself when no max_len is
+    given. Without tile crossings (those rows have lengths of their own)."""
+    def row(xa):
+        return xa[0].shape[xa[1]]
+
+    with C.tile_mode("never"):
+        assert {row(xa) for xa in draws.sample(S.softmax_inputs(), 200)} >= {1, CI.max_seq}
+        draws.never(S.softmax_inputs(), lambda xa: not 1 <= row(xa) <= CI.max_seq, 200)
+        assert {row(xa) for xa in draws.sample(S.softmax_inputs(min_len=2, max_len=5), 100)} == {2, 3, 4, 5}
+        assert {row(xa) for xa in draws.sample(S.softmax_inputs(min_len=40), 20)} == {40}
 
 
 # ---------------------------------------------------------------------------------------------
