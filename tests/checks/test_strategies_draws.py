@@ -784,6 +784,21 @@ def test_softmax_rows_are_seq_lengths_or_min_len_to_max_len(draws):
         assert {row(xa) for xa in draws.sample(S.softmax_inputs(min_len=40), 20)} == {40}
 
 
+def test_softmax_rows_crossing_tiles_are_tile_lengths_within_min_len_and_max_len(draws, patch_strategies):
+    """Where a row crosses tiles (tile_mode "always"): its length is a tile length within min_len … max_len (both
+    ends drawn: 16 … 33 of 15, 16, 17, 31, 32, 33, 37), at most one batch axis beside it, and the note says so;
+    with no tile length in the range the row keeps its drawn length."""
+    notes = _noted(patch_strategies)
+    with C.tile_mode("always"):
+        drawn = draws.sample(S.softmax_inputs(min_len=16, max_len=33), 200, notes)
+        assert {x.shape[axis] for (x, axis), _ in drawn} == {16, 17, 31, 32, 33}
+        assert {x.ndim for (x, _), _ in drawn} == {1, 2}
+        crossing = [n for n in notes if n.startswith("softmax row crossing tiles")]
+        assert crossing and all(re.fullmatch(r"softmax row crossing tiles: n=(16|17|31|32|33)", n) for n in crossing)
+        assert {x.shape[axis] for x, axis in draws.sample(S.softmax_inputs(min_len=18, max_len=30), 30)} <= set(
+            range(18, 31))
+
+
 # ---------------------------------------------------------------------------------------------
 # The weights probe and the edge cases
 # ---------------------------------------------------------------------------------------------
