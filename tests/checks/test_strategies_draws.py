@@ -642,6 +642,33 @@ def test_attention_cases_pad_whole_key_blocks_only_where_they_cross_tiles(draws,
         assert all(c.scale is None for c in draws.sample(A.attention_cases(explicit_scale=None), 60))
 
 
+def test_a_causal_case_is_frozen_described_and_cast_whole():
+    c = A.CausalCase(np.ones((2, 3, 4)), np.ones((2, 5, 4)), np.ones((2, 5, 6)), "top-left", 3, 0.5)
+    assert c.describe() == ("causal_attention(q(2, 3, 4), k(2, 5, 4), v(2, 5, 6), alignment='top-left', window=3, "
+                            "scale=0.5)")
+    f = c.cast(np.float32)
+    assert {a.dtype for a in (f.q, f.k, f.v)} == {np.dtype(np.float32)}
+    assert (f.alignment, f.window, f.scale) == ("top-left", 3, 0.5)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.window = 2
+
+
+def test_causal_cases_cross_tiles_in_one_sequence_and_follow_the_declarations(draws):
+    """Crossing tiles (tile_mode "always"): a batch of one entry or none, n_q ≠ n_k reached (1 against a long
+    cache among them), d_v = d_k where declared; an alignment the implementation does not declare is declined
+    by name."""
+    with C.tile_mode("always"):
+        drawn = draws.sample(A.causal_cases(), 40)
+        assert all(c.q.shape[:-2] in ((), (1,)) and c.v.shape[:-2] == c.q.shape[:-2] for c in drawn)
+        assert {c.q.shape[:-2] for c in drawn} == {(), (1,)}
+        assert any(c.q.shape[-2] != c.k.shape[-2] for c in drawn)
+        with S.following(_Declares(value_width="d_k")):
+            assert all(c.v.shape[-1] == c.q.shape[-1] for c in draws.sample(A.causal_cases(), 20))
+    with S.following(_Declares(causal_alignment=("top-left",))), pytest.raises(
+            pytest.fail.Exception, match=r"variant causal_alignment='bottom-right'\): declares-stub declares"):
+        draws.sample(A.causal_cases(alignment="bottom-right"), 3)
+
+
 def test_attention_case_cast_clamps_the_scale_to_the_dtype():
     d_k = 1
     q, k, v = np.ones((2, 3, d_k)), np.ones((4, d_k)), np.ones((4, 2))
