@@ -235,6 +235,9 @@ def test_an_odd_head_width_moves_up_within_max_dim_else_down_and_one_always_up(d
         else:
             assert all(d.d_model % 2 == 0 for d in drawn)
         assert draws.reach(S.dims(**asked), lambda d: d.num_heads == 4 and d.d_model == 8)  # 4·3 > 12: down
+        wide = draws.sample(S.dims(min_d_model=9, **asked), 60)  # widened two columns at a time where needed
+        assert all(d.d_model >= 9 and d.d_model % 2 == 0 for d in wide)
+        assert not declared or all((d.d_model // d.num_heads) % 2 == 0 for d in wide)
         tight = draws.sample(S.dims(max_dim=3, **asked), 60)
         assert all(d.d_model >= 2 and d.d_model // d.num_heads >= 1 for d in tight)
         assert draws.reach(S.dims(max_dim=3, **asked), lambda d: d.num_heads == 3 and d.d_model == 6)
@@ -847,6 +850,9 @@ def test_the_cases_draw_their_scales_from_the_documented_exponent_ranges(draws, 
     calls.clear()
     draws.sample(S.softmax_inputs(low=-1, high=2), 3)
     assert set(calls) == {(-1, 2)}
+    calls.clear()
+    draws.sample(A.causal_cases(), 3)
+    assert set(calls) == {(-4, 1), (-2, 2)}
 
 
 def test_weights_probe_keeps_d_v_equal_to_d_k():
