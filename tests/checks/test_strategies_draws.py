@@ -672,6 +672,26 @@ def test_causal_cases_cross_tiles_in_one_sequence_and_follow_the_declarations(dr
         draws.sample(A.causal_cases(alignment="bottom-right"), 3)
 
 
+def test_causal_windows_are_short_or_about_a_tile_where_tiles_are_crossed(draws):
+    """causal_cases' windows: with window=True always one, with window=False never; where tiles are crossed one
+    of 1, 2, 3, T − 1, T, T + 1 (each drawn), elsewhere any of windows(n_k) (a longer one drawn); top-left
+    with n_q > n_k widens it to n_q − n_k + 1 so that the last query still sees a key (that width drawn)."""
+    t = min(C.tile_sizes())
+    short = {1, 2, 3, t - 1, t, t + 1}
+    with C.tile_mode("always"):
+        drawn = draws.sample(A.causal_cases(window=True, alignment="bottom-right"), 300)
+        assert {c.window for c in drawn} == short
+        draws.never(A.causal_cases(window=False), lambda c: c.window is not None, 40)
+    with C.tile_mode("never"):
+        assert all(c.window is not None for c in draws.sample(A.causal_cases(window=True), 30))
+        assert draws.reach(A.causal_cases(window=True), lambda c: c.window not in short)
+        top_left = A.causal_cases(window=True, alignment="top-left")
+        draws.never(top_left, lambda c: c.q.shape[-2] > c.k.shape[-2] and
+                    c.window < c.q.shape[-2] - c.k.shape[-2] + 1, 200)
+        assert draws.reach(top_left, lambda c: c.q.shape[-2] > c.k.shape[-2] + 1 and
+                           c.window == c.q.shape[-2] - c.k.shape[-2] + 1)
+
+
 def test_attention_case_cast_clamps_the_scale_to_the_dtype():
     d_k = 1
     q, k, v = np.ones((2, 3, d_k)), np.ones((4, d_k)), np.ones((4, 2))
@@ -1829,6 +1849,7 @@ def test_explicit_scales_alignments_windows_and_softcaps_are_the_declared_ones(d
         assert set(draws.sample(A.alignments(), 20)) == {"bottom-right"}
     assert set(draws.sample(A.windows(5), 300)) == {None, 1, 2, 3, 4, 5, 6}
     assert set(draws.sample(A.windows(5, window=True), 200)) == {1, 2, 3, 4, 5, 6}
+    assert set(draws.sample(A.windows(5, window=False), 20)) == {None}
     with S.following(_Declares(sliding_window=False)):
         assert set(draws.sample(A.windows(5), 20)) == {None}
         with pytest.raises(pytest.skip.Exception,

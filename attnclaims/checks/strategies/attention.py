@@ -322,15 +322,15 @@ def alignments() -> st.SearchStrategy[str]:
 
 
 def windows(n_k: int, *, window: bool | None = None) -> st.SearchStrategy:
-    """None (plain causal) or a sliding window 1 … n_k + 1 (``window=True``: always a window; VariantNotApplicable
-    without ``sliding_window``)."""
+    """None (plain causal) or a sliding window 1 … n_k + 1: ``window=True`` always a window (VariantNotApplicable
+    without ``sliding_window``), False never, None sometimes (where ``sliding_window`` is declared)."""
     allowed = variants()["sliding_window"]
     if window and not allowed:
         raise _not_applicable("sliding_window", True)
     sizes = st.integers(1, n_k + 1)
     if window:
         return sizes
-    return (st.none() | sizes) if allowed else st.none()
+    return (st.none() | sizes) if allowed and window is None else st.none()
 
 
 @dataclass(frozen=True)
@@ -357,7 +357,9 @@ class CausalCase:
 @st.composite
 def causal_cases(draw, *, alignment: str | None = None, window: bool | None = None, rectangular: bool = True):
     """Inputs of ``causal_attention``: dims drawn as for attention; n_q ≤ n_k for bottom-right (so every
-    query sees a key) and n_q ≠ n_k sometimes either way (``rectangular``), where the alignments differ."""
+    query sees a key) and n_q ≠ n_k sometimes either way (``rectangular``), where the alignments differ; a
+    sliding window as :func:`windows` draws it (``window`` True: always, False: never — the alignment tests,
+    which call without one —, None: sometimes)."""
     al = draw(alignments()) if alignment is None else alignment
     if al not in variants()["causal_alignment"]:
         raise _not_applicable("causal_alignment", al)
