@@ -682,6 +682,12 @@ def test_causal_windows_are_short_or_about_a_tile_where_tiles_are_crossed(draws)
         drawn = draws.sample(A.causal_cases(window=True, alignment="bottom-right"), 300)
         assert {c.window for c in drawn} == short
         assert all(c.window <= c.k.shape[-2] + 1 for c in drawn)  # at most n_k + 1: 15 keys, a window of 16
+    small = _Declares()
+    small.tile_sizes = (4,)  # T = 4: the lengths 3, 4, 5 and 9, where n_k + 1 cuts the windows 3 … 5 often
+    with S.following(small), C.tile_mode("always"):
+        drawn = draws.sample(A.causal_cases(window=True, alignment="bottom-right"), 200)
+        assert all(c.window <= c.k.shape[-2] + 1 for c in drawn)
+        assert {(3, 4), (4, 5)} <= {(c.k.shape[-2], c.window) for c in drawn}
         draws.never(A.causal_cases(window=False), lambda c: c.window is not None, 40)
     with C.tile_mode("never"):
         assert all(c.window is not None for c in draws.sample(A.causal_cases(window=True), 30))
