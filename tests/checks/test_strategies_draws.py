@@ -672,6 +672,14 @@ def test_causal_cases_cross_tiles_in_one_sequence_and_follow_the_declarations(dr
         draws.sample(A.causal_cases(alignment="bottom-right"), 3)
 
 
+def test_causal_cases_draw_no_scale_or_an_explicit_one_of_at_most_two(draws):
+    """causal_cases' scale: None or an explicit scale of 0 < |s| ≤ 2 (1, 0.5, 0.125, 2, −1 and 1e-300, each
+    drawn; 0 and the huge ones never); always None for an implementation that declares scale='none'."""
+    assert {c.scale for c in draws.sample(A.causal_cases(), 300)} == {None, 1.0, 0.5, 0.125, 2.0, -1.0, 1e-300}
+    with S.following(_Declares(scale="none")):
+        assert {c.scale for c in draws.sample(A.causal_cases(), 40)} == {None}
+
+
 def test_causal_windows_are_short_or_about_a_tile_where_tiles_are_crossed(draws):
     """causal_cases' windows: with window=True always one, with window=False never; where tiles are crossed one
     of 1, 2, 3, T − 1, T, T + 1 (each drawn), elsewhere any of windows(n_k) (a longer one drawn); top-left
