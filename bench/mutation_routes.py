@@ -46,7 +46,7 @@ bound_files = modules("attnclaims/checks/bounds")
 # keeps it so), the quick ones first: a mutant stops at its first failing test.
 strategy_tests = exists("tests/checks/test_strategies.py", "tests/checks/test_strategies_draws.py",
                         "tests/checks/test_strategies_packed.py",
-                        "tests/checks/test_declines.py",  # the draws fixture's decline checks
+                        "tests/checks/test_declines.py",  # draws from the strategies (the draws fixture's decline checks)
                         "tests/spec/test_documented_inputs.py",  # docs/adapters.md tables vs the code
                         "tests/checks/test_strategies_layers.py", "tests/checks/test_tolerances.py",
                         "tests/checks/test_backward_precision.py", "tests/checks/test_same_precision.py",

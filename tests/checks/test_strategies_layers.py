@@ -594,18 +594,16 @@ def test_block_cases_take_a_fixed_choice_only_where_declared_and_reach_one_wide_
     not; by default the smallest model, d_model = 1, is drawn; BlockCase defaults to untiled and is frozen."""
     import dataclasses
 
-    from hypothesis import find
 
     from attnclaims.checks.strategies.layers import BlockCase
 
-    quick = draws.settings(300)
     with S.following(_Declares()):
         for rope in (True, False):
-            case = find(M.block_cases(rope=rope, max_seq=4), lambda c: True, settings=quick)
+            case = draws.find(M.block_cases(rope=rope, max_seq=4), lambda c: True, 300)
             assert (case.params.rope is not None) == rope
-        case = find(M.block_cases(norm_first=False, max_seq=4), lambda c: True, settings=quick)
+        case = draws.find(M.block_cases(norm_first=False, max_seq=4), lambda c: True, 300)
         assert case.params.norm_first is False
-        one = find(M.block_cases(max_seq=4), lambda c: c.params.self_attn.d_model == 1, settings=quick)
+        one = draws.find(M.block_cases(max_seq=4), lambda c: c.params.self_attn.d_model == 1, 300)
     from attnclaims.checks.strategies.layers import _choose
 
     with S.following(GPT2):  # outside a hypothesis example the undeclared choice raises
@@ -672,43 +670,33 @@ def test_block_head_widths_are_even_with_rope_or_where_declared(draws, patch_str
     sizes = _sizes(out)
     assert all(d % 2 == 0 and h * d <= 8 for h, d in sizes), sorted(sizes)
     assert any(d % 2 for _, d in _sizes(plain))
-    from hypothesis import find
 
-    quick = draws.settings(500)
     with S.following(_Declares(**declared)):
         for width in (2, 4, 6, 8):
-            find(M.block_cases(max_seq=3, tiles=False), lambda c, w=width: _sizes([c]) == {(1, w)}, settings=quick)
+            draws.find(M.block_cases(max_seq=3, tiles=False), lambda c, w=width: _sizes([c]) == {(1, w)}, 500)
 
 
 def test_block_cases_offset_the_output_bias_only_when_asked(draws):
     """``offset`` is off by default: no draw of block_cases() has the large common offset μ = 2¹⁸ on b_O; with
     ``offset=True`` some do."""
-    from hypothesis import find
-    from hypothesis.errors import NoSuchExample
 
-    quick = draws.settings(150)
     large = lambda c: float(np.abs(c.params.self_attn.b_o).max()) > 1000
     with S.following(_Declares()):
-        with pytest.raises(NoSuchExample):
-            find(M.block_cases(max_seq=3, tiles=False), large, settings=quick)
-        find(M.block_cases(max_seq=3, tiles=False, offset=True), large, settings=quick)
+        draws.never(M.block_cases(max_seq=3, tiles=False), large, 150)
+        draws.find(M.block_cases(max_seq=3, tiles=False, offset=True), large, 150)
 
 
 def test_block_cases_draw_ffn_widths_and_reproducible_parameters(draws, patch_strategies):
     """d_ff 1 … 2·max_dim (both ends drawn, nothing wider); the parameters come from the drawn seed, so the same
     derandomized draws give the same blocks, weight for weight."""
-    from hypothesis import find
-    from hypothesis.errors import NoSuchExample
 
     _limits_with(patch_strategies, max_dim=6)
     top = 12
-    quick = draws.settings(300)
     d_ff = lambda c: c.params.ffn.w1.shape[-1] if hasattr(c.params.ffn, "w1") else c.params.ffn.w_up.shape[-1]
     with S.following(_Declares()):
         for want in (1, top):
-            find(M.block_cases(max_seq=3, tiles=False), lambda c, w=want: d_ff(c) == w, settings=quick)
-        with pytest.raises(NoSuchExample):
-            find(M.block_cases(max_seq=3, tiles=False), lambda c: d_ff(c) > top, settings=quick)
+            draws.find(M.block_cases(max_seq=3, tiles=False), lambda c, w=want: d_ff(c) == w, 300)
+        draws.never(M.block_cases(max_seq=3, tiles=False), lambda c: d_ff(c) > top, 300)
     twice = [_block_draws(8, max_seq=3, tiles=False) for _ in range(2)]
     for a, b in zip(*twice):
         assert np.array_equal(a.x, b.x) and np.array_equal(a.params.self_attn.w_q, b.params.self_attn.w_q)
@@ -719,10 +707,8 @@ def test_block_cases_draw_ffn_widths_and_reproducible_parameters(draws, patch_st
 def test_min_d_model_widens_the_heads_to_exactly_the_smallest_model_that_fits(draws, patch_strategies, declared):
     """``min_d_model``: the head width grows by 1 (by 2 where it must be even) until heads · d_head ≥ min_d_model,
     so the smallest fitting model is drawn — d_model = min_d_model itself where the head count divides it."""
-    from hypothesis import find
 
     _limits_with(patch_strategies, max_dim=2)  # one head of width 1 (2 where even) before widening
-    quick = draws.settings(200)
     out = []
 
     @settings(max_examples=40, deadline=None, database=None, derandomize=True)
@@ -738,18 +724,16 @@ def test_min_d_model_widens_the_heads_to_exactly_the_smallest_model_that_fits(dr
         d_head = a.d_model // a.num_heads
         assert a.d_model >= 6 and a.d_model - a.num_heads * (2 if even else 1) < 6 and (not even or d_head % 2 == 0)
     with S.following(_Declares(**declared)):
-        find(M.block_cases(max_seq=3, tiles=False, min_d_model=6), lambda c: c.params.self_attn.d_model == 6,
-             settings=quick)
+        draws.find(M.block_cases(max_seq=3, tiles=False, min_d_model=6), lambda c: c.params.self_attn.d_model == 6,
+                   200)
 
 
 def test_block_cases_draw_one_to_max_batch_inputs_and_norms_near_one(draws):
     """A batch of 1 … max_batch inputs (1 drawn outside tile crossings too); the norms' γ within 1 ± 0.3 (the
     spread the block's docstring and error model assume), the spread used."""
-    from hypothesis import find
 
-    quick = draws.settings(300)
     with S.following(_Declares()):
-        find(M.block_cases(max_seq=3, tiles=False), lambda c: c.x.shape[0] == 1, settings=quick)
+        draws.find(M.block_cases(max_seq=3, tiles=False), lambda c: c.x.shape[0] == 1, 300)
     cases = _block_draws(40, max_seq=3, tiles=False)
     spread = max(float(np.abs(n.gamma - 1).max()) for c in cases for n in (c.params.norm1, c.params.norm2))
     assert 0.2 < spread <= 0.3
@@ -759,18 +743,14 @@ def test_block_inputs_are_scaled_by_one_half_to_two(draws, patch_strategies):
     """x's entries are U[−1, 1]·2^e for e in −1 … 1: inputs drawn from a seed (more than ELEMENTWISE_LIMIT
     entries) show the scale, since the largest of n > 256 uniform entries is above 1/2 but with probability
     2⁻²⁵⁶: a seeded input at most 1/2 (e = −1) is drawn, none at most 1/4 (e = −2), none above 2 (e = 2)."""
-    from hypothesis import find
-    from hypothesis.errors import NoSuchExample
 
     _limits_with(patch_strategies, max_dim=12, max_seq=12)
-    quick = draws.settings(300)
     seeded = lambda c: c.x.size > M.ELEMENTWISE_LIMIT
     top = lambda c: float(np.abs(c.x).max())
     with S.following(_Declares(block_rope=(False,))):
         blocks = M.block_cases(max_seq=12, tiles=False, min_d_model=12)
-        find(blocks, lambda c: seeded(c) and top(c) <= 0.5, settings=quick)
-        with pytest.raises(NoSuchExample):
-            find(blocks, lambda c: seeded(c) and top(c) <= 0.25 or top(c) > 2, settings=quick)
+        draws.find(blocks, lambda c: seeded(c) and top(c) <= 0.5, 300)
+        draws.never(blocks, lambda c: seeded(c) and top(c) <= 0.25 or top(c) > 2, 300)
 
 
 def test_a_block_case_notes_what_was_drawn(patch_strategies):
@@ -808,54 +788,45 @@ def test_a_block_case_notes_what_was_drawn(patch_strategies):
 def test_block_masks_are_none_or_padding_masks_and_padding_keeps_as_little_as_key_zero(draws):
     """block_masks: None or a key-padding mask (batch, 1, n), only None where ``block_padding_mask=False`` is
     declared; a padding mask can keep key 0 alone."""
-    from hypothesis import find
-    from hypothesis.errors import NoSuchExample
 
     from attnclaims.checks.strategies.layers import block_masks, block_padding_masks
 
-    quick = draws.settings(200)
     with S.following(_Declares()):
-        find(block_masks(2, 5), lambda m: m is None, settings=quick)
-        mask = find(block_masks(2, 5), lambda m: m is not None, settings=quick)
+        draws.find(block_masks(2, 5), lambda m: m is None, 200)
+        mask = draws.find(block_masks(2, 5), lambda m: m is not None, 200)
         assert mask.shape == (2, 1, 5) and mask.dtype == bool
-    with S.following(_Declares(block_padding_mask=False)), pytest.raises(NoSuchExample):
-        find(block_masks(2, 5), lambda m: m is not None, settings=quick)
-    find(block_padding_masks(1, 40), lambda m: m.sum() == 1, settings=quick)
+    with S.following(_Declares(block_padding_mask=False)):
+        draws.never(block_masks(2, 5), lambda m: m is not None, 200)
+    draws.find(block_padding_masks(1, 40), lambda m: m.sum() == 1, 200)
 
 
 def test_encoder_cases_draw_entry_by_entry_inputs_unless_generic(draws):
     """By default an encoder case's input is drawn entry by entry (so exact zeros and ties occur); ``generic``
     gives seeded normal inputs, never an exact zero."""
-    from hypothesis import find
-    from hypothesis.errors import NoSuchExample
 
     from attnclaims.checks.strategies.layers import encoder_cases
 
-    quick = draws.settings(200)
     zero = lambda drawn: bool((drawn[0].x == 0).any())
     with S.following(_Declares()):
-        find(encoder_cases(max_seq=3), zero, settings=quick)
-        with pytest.raises(NoSuchExample):
-            find(encoder_cases(max_seq=3, generic=True), zero, settings=quick)
+        draws.find(encoder_cases(max_seq=3), zero, 200)
+        draws.never(encoder_cases(max_seq=3, generic=True), zero, 200)
 
 
 def test_encoder_cases_follow_their_arguments(draws, patch_strategies):
     """encoder_cases: square (the memory as long as x), d_model from 1, n ≤ LAYER_MAX_SEQ under any profile, no
     output-bias offset unless asked, and a mask drawn or not (None), always (True) or never (False)."""
-    from hypothesis import find
 
     from attnclaims.checks.strategies.layers import encoder_cases
 
     _limits_with(patch_strategies, max_seq=320)
-    quick = draws.settings(150)
     with S.following(_Declares()):
         draws.never(encoder_cases(), lambda d: d[0].memory.shape != d[0].x.shape or d[0].x.shape[1] > M.LAYER_MAX_SEQ, 150)
-        find(encoder_cases(), lambda d: d[0].x.shape[-1] == 1, settings=quick)
+        draws.find(encoder_cases(), lambda d: d[0].x.shape[-1] == 1, 150)
         draws.never(encoder_cases(), lambda d: float(np.abs(d[1].self_attn.b_o).max()) > 1000, 150)
-        find(encoder_cases(offset=True), lambda d: float(np.abs(d[1].self_attn.b_o).max()) > 1000, settings=quick)
+        draws.find(encoder_cases(offset=True), lambda d: float(np.abs(d[1].self_attn.b_o).max()) > 1000, 150)
         for mask in (None, True):
-            find(encoder_cases(mask=mask), lambda d: d[2] is not None, settings=quick)
-        find(encoder_cases(), lambda d: d[2] is None, settings=quick)
+            draws.find(encoder_cases(mask=mask), lambda d: d[2] is not None, 150)
+        draws.find(encoder_cases(), lambda d: d[2] is None, 150)
         draws.never(encoder_cases(mask=True), lambda d: d[2] is None, 150)
         draws.never(encoder_cases(mask=False), lambda d: d[2] is not None, 150)
 
@@ -864,21 +835,19 @@ def test_decoder_cases_follow_their_arguments(draws, patch_strategies):
     """decoder_cases: entries drawn one by one unless ``generic``, n and d_model from 1, n ≤ LAYER_MAX_SEQ under
     any profile, no output-bias offset unless asked, masks drawn or not (None), always (True: a self mask and a
     memory mask) or never (False)."""
-    from hypothesis import find
 
     from attnclaims.checks.strategies.layers import decoder_cases
 
     _limits_with(patch_strategies, max_seq=320)
-    quick = draws.settings(150)
     with S.following(_Declares()):
         draws.never(decoder_cases(), lambda d: max(d[0].x.shape[1], d[0].memory.shape[1]) > M.LAYER_MAX_SEQ, 150)
-        find(decoder_cases(), lambda d: d[0].x.shape[1] == 1 and d[0].x.shape[-1] == 1, settings=quick)
-        find(decoder_cases(), lambda d: bool((d[0].x == 0).any()), settings=quick)
+        draws.find(decoder_cases(), lambda d: d[0].x.shape[1] == 1 and d[0].x.shape[-1] == 1, 150)
+        draws.find(decoder_cases(), lambda d: bool((d[0].x == 0).any()), 150)
         draws.never(decoder_cases(generic=True), lambda d: bool((d[0].x == 0).any()), 150)
         draws.never(decoder_cases(), lambda d: float(np.abs(d[1].self_attn.b_o).max()) > 1000, 150)
-        find(decoder_cases(offset=True), lambda d: float(np.abs(d[1].self_attn.b_o).max()) > 1000, settings=quick)
-        find(decoder_cases(), lambda d: d[2] is None and d[3] is None, settings=quick)
-        find(decoder_cases(), lambda d: d[2] is not None and d[3] is not None, settings=quick)
+        draws.find(decoder_cases(offset=True), lambda d: float(np.abs(d[1].self_attn.b_o).max()) > 1000, 150)
+        draws.find(decoder_cases(), lambda d: d[2] is None and d[3] is None, 150)
+        draws.find(decoder_cases(), lambda d: d[2] is not None and d[3] is not None, 150)
         draws.never(decoder_cases(masks=True), lambda d: d[2] is None or d[3] is None, 150)
         draws.never(decoder_cases(masks=False), lambda d: d[2] is not None or d[3] is not None, 150)
 
@@ -941,14 +910,12 @@ def test_block_padding_masks_favour_the_tile_edges():
 def test_layer_params_with_an_even_head_width_are_drawn_where_only_even_ones_are_declared(draws):
     """``head_dim='even'``: the layers' parameters of an even head width (d_model / num_heads = 2) are drawn — the
     width is checked as the integer it is."""
-    from hypothesis import find
 
     from attnclaims.checks.strategies.layers import decoder_layer_params, encoder_layer_params
 
-    quick = draws.settings(20)
     with S.following(_Declares(head_dim="even")):
         for make in (encoder_layer_params, decoder_layer_params):
             try:
-                assert find(make(4, 2, 8), lambda p: True, settings=quick).self_attn.d_model == 4
+                assert draws.find(make(4, 2, 8), lambda p: True, 20).self_attn.d_model == 4
             except S.VariantNotApplicable as e:  # a skip, which would pass the test: a failure here
                 pytest.fail(f"head_dim='even' declined a head width of 2: {e}")
