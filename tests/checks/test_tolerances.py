@@ -2823,6 +2823,26 @@ def test_measured_bounds_resets_the_forward_widening_when_an_evaluation_raises(m
     assert C.Magnitude.forward_u == 0.0
 
 
+def test_magnitude_writes_into_the_given_out_and_keeps_what_where_leaves_out():
+    """The reference divides through ``out=`` with ``where=`` (softmax's division by a row total of 0, a fully
+    masked row: attnclaims/reference/attention.py), and ``np.zeros_like`` of a Magnitude is a Magnitude. The
+    |·|-evaluation must write into the given array — |·| of the operands, a subtraction adding — and leave the
+    entries ``where=`` excludes as the array held them: a fresh result in their place would be uninitialised
+    memory in the bound of every fully masked row."""
+    from attnclaims.checks.bounds import common as C
+
+    num = np.array([[-1.0, 2.0], [3.0, -4.0]]).view(C.Magnitude)
+    den = np.array([[-2.0], [0.0]])
+    out = np.zeros_like(num)
+    assert isinstance(out, C.Magnitude)
+    result = np.divide(num, den, out=out, where=den != 0)
+    assert np.array_equal(out.view(np.ndarray), [[0.5, 1.0], [0.0, 0.0]])
+    assert np.shares_memory(result, out) and isinstance(result, C.Magnitude)
+    kept = np.full((2, 2), 7.0).view(C.Magnitude)
+    np.subtract(num, den, out=kept, where=den != 0)
+    assert np.array_equal(kept.view(np.ndarray), [[3.0, 4.0], [7.0, 7.0]])
+
+
 def test_measured_bounds_evaluate_naively_in_the_dtype_and_golden_in_golden_dtype(monkeypatch):
     """``measured_bounds`` evaluates the backward pass once in the implementation's dtype (the naive result), once
     in ``golden_dtype`` where that is wider than float64 (long double, for float64 where numpy's is extended;
