@@ -2190,7 +2190,8 @@ def test_grouped_query_params_tile_head_widths_and_distinct_groupings(draws, pat
 @pytest.mark.parametrize("declared", [{}, {"value_width": "d_k"}], ids=["any-width", "d_k-width"])
 def test_the_kernel_edge_cases_are_the_documented_ones(declared):
     """KERNEL_EDGE's comment with T = 8 (the smallest declared tile): the sizes, masks, alignments and window,
-    d_k = 7 and d_v = 5 (7 with value_width 'd_k'), q and k within 2 and v within 1; an undeclared alignment or
+    d_k = 7 and d_v = 5 (7 with value_width 'd_k'), q and k uniform within 2 and v within 1 (entries of both signs
+    past half the bound: not a constant array); an undeclared alignment or
     window declines (not applicable); an unknown name is a ValueError."""
     t, d_v = 8, 7 if declared else 5
     with S.following(_Tiles(**declared)):
@@ -2204,7 +2205,8 @@ def test_the_kernel_edge_cases_are_the_documented_ones(declared):
     for name, (q_shape, k_shape) in sizes.items():
         c = cases[name]
         assert c.q.shape == q_shape and c.k.shape == k_shape and c.v.shape == k_shape[:-1] + (d_v,), name
-        assert np.abs(c.q).max() <= 2 and np.abs(c.q).max() > 1 and np.abs(c.v).max() <= 1
+        for a, bound in ((c.q, 2), (c.k, 2), (c.v, 1)):  # U[−bound, bound]: both signs, past half the bound
+            assert np.abs(a).max() <= bound and a.min() < -bound / 2 and a.max() > bound / 2, name
         assert c.scale == (-1.0 if name == "negative-scale" else None), name
     causal = {"decode-top-left": ("top-left", None), "decode-bottom-right": ("bottom-right", None),
               "bottom-right-long-cache": ("bottom-right", None), "short-window": ("top-left", 3),
