@@ -1252,6 +1252,32 @@ def test_crosses_tiles_runs_the_examples_with_the_explicit_ones_then_the_crossin
         S.crosses_tiles(lambda: None)
 
 
+
+def test_crosses_tiles_reports_the_statistics_of_both_runs():
+    """What a marked test reports to hypothesis' statistics collector (the plugin reads its examples from it) is
+    the crossing run's statistics with the first run's added: each phase's test cases, the first run's first, and
+    their durations summed (a missing duration counts 0); a phase the first run alone had, copied; every other
+    entry (``stopped-because``, ``targets``) the crossing run's; another layout (a phase that is not a dict) left
+    as the crossing run reported it."""
+    from attnclaims.checks.strategies.common import _both_runs
+
+    first = {"stopped-because": "settings.max_examples=47", "targets": {"t": 1.0},
+             "explicit-phase": {"test-cases": ["e"], "duration-seconds": 0.25},
+             "generate-phase": {"test-cases": [1, 2], "duration-seconds": 0.5, "distinct-failures": 0},
+             "reuse-phase": {"test-cases": [], "duration-seconds": 0.125}, "shrink-phase": {"test-cases": [4]}}
+    crossing = {"stopped-because": "settings.max_examples=3", "targets": {"t": 2.0},
+                "generate-phase": {"test-cases": [3], "duration-seconds": 1.0, "distinct-failures": 0},
+                "reuse-phase": {"test-cases": []}, "shrink-phase": {"test-cases": [5], "duration-seconds": 0.5}}
+    got = _both_runs([first], crossing)
+    assert got == {"stopped-because": "settings.max_examples=3", "targets": {"t": 2.0},
+                   "explicit-phase": {"test-cases": ["e"], "duration-seconds": 0.25},
+                   "generate-phase": {"test-cases": [1, 2, 3], "duration-seconds": 1.5, "distinct-failures": 0},
+                   "reuse-phase": {"test-cases": [], "duration-seconds": 0.125},
+                   "shrink-phase": {"test-cases": [4, 5], "duration-seconds": 0.5}}
+    assert got["explicit-phase"] is not first["explicit-phase"]
+    assert _both_runs([{"generate-phase": ["a list"]}], {"generate-phase": {"test-cases": [3]}}) == {
+        "generate-phase": {"test-cases": [3]}}
+
 #: The suite modules whose tests of the attention-level capabilities are marked ``crosses_tiles``.
 _TILE_MODULES = ("test_s31_attention", "test_s32_self_attention", "test_s61_multihead", "test_ext_attention",
                  "test_ext_layers", "test_ext_gradients", "test_gradients", "test_s7_architecture", "test_ext_scores",
