@@ -1278,6 +1278,28 @@ def test_crosses_tiles_reports_the_statistics_of_both_runs():
     assert _both_runs([{"generate-phase": ["a list"]}], {"generate-phase": {"test-cases": [3]}}) == {
         "generate-phase": {"test-cases": [3]}}
 
+
+def test_a_crossing_run_that_declines_every_draw_reports_the_first_runs_statistics():
+    """Where every crossing draw is declined (hypothesis' ``Unsatisfiable``) the first run decides, and its
+    statistics are the last the marked test reports to the collector (the plugin keeps the last)."""
+    from hypothesis import reject
+    from hypothesis.statistics import collector
+
+    from attnclaims.checks.strategies.common import tile_crossing
+
+    @S.crosses_tiles
+    @settings(settings.get_profile("ci"), database=None, suppress_health_check=list(HealthCheck))
+    @given(t=tile_crossing(), x=st.integers(0, 2**32))
+    def declines_crossing(t, x):
+        if t is not None:
+            reject()
+
+    reported: list = []
+    with collector.with_value(reported.append):
+        declines_crossing()
+    assert reported[-1]["stopped-because"] == "settings.max_examples=47"
+    assert len(reported[-1]["generate-phase"]["test-cases"]) == 47
+
 #: The suite modules whose tests of the attention-level capabilities are marked ``crosses_tiles``.
 _TILE_MODULES = ("test_s31_attention", "test_s32_self_attention", "test_s61_multihead", "test_ext_attention",
                  "test_ext_layers", "test_ext_gradients", "test_gradients", "test_s7_architecture", "test_ext_scores",
