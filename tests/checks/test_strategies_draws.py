@@ -2235,6 +2235,23 @@ def test_grouped_query_params_tile_head_widths_and_distinct_groupings(draws, pat
     assert M.MIN_DISTINCT_HEADS == 4
 
 
+def test_tile_sizes_are_the_declared_positive_sizes_sorted_or_the_defaults():
+    """``tile_sizes``: the followed implementation's declared sizes as ints, the positive ones only (1 is a tile),
+    sorted and once each; without a declaration, an empty one or none followed, DEFAULT_TILE_SIZES."""
+    class _Sizes(_Declares):
+        def __init__(self, sizes):
+            super().__init__()
+            self.tile_sizes = sizes
+
+    with S.following(_Sizes((64, 0, 1, 16.0, 16, -8))):
+        assert C.tile_sizes() == (1, 16, 64) and all(type(t) is int for t in C.tile_sizes())
+    for sizes in ((), None):
+        with S.following(_Sizes(sizes)):
+            assert C.tile_sizes() == C.DEFAULT_TILE_SIZES
+    with S.following(None):
+        assert C.tile_sizes() == C.DEFAULT_TILE_SIZES
+
+
 @pytest.mark.parametrize("declared", [{}, {"value_width": "d_k"}], ids=["any-width", "d_k-width"])
 def test_the_kernel_edge_cases_are_the_documented_ones(declared):
     """KERNEL_EDGE's comment with T = 8 (the smallest declared tile): the sizes, masks, alignments and window,
@@ -2244,7 +2261,7 @@ def test_the_kernel_edge_cases_are_the_documented_ones(declared):
     t, d_v = 8, 7 if declared else 5
     with S.following(_Tiles(**declared)):
         cases = {name: A.kernel_edge_case(name) for name in A.KERNEL_EDGE}
-        with pytest.raises(ValueError, match="unknown kernel edge case 'other'"):
+        with pytest.raises(ValueError, match=r"^unknown kernel edge case 'other'$"):
             A.kernel_edge_case("other")
     sizes = {"partial-last-block": ((3, 7), (2 * t + 5, 7)), "two-blocks": ((t + 5, 7), (t + 5, 7)),
              "padded-blocks": ((2, 4, 7), (2, 3 * t + 5, 7)), "decode-top-left": ((1, 7), (2 * t + 5, 7)),
