@@ -234,3 +234,49 @@ def test_reachable_weights_never_marks_a_weight_that_underflows_at_extreme_magni
                 assert (a[reach] > 0).all(), (e_q, e_k, scale)
                 marked += int(reach.sum())
     assert marked > 1000  # generic magnitudes are marked: the check is not vacuous
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("explicit", [True, False], ids=["explicit-scale", "default-scale"])
+def test_reachable_weights_follow_the_documented_bound_on_both_sides_of_its_threshold(dtype, explicit):
+    """``reachable_weights`` marks query i's allowed weights exactly where its docstring's lower bound
+    exp(−G_i(1 + (d_k + 2)u) − 2(n_k + 4)u)/n_k, G_i = 2·|scale|·‖q_i‖·max_l ‖k_l‖, u = eps/2 of the dtype, is at
+    least twice the dtype's smallest normal number (the scale 1/√d_k where none is given). Here the bound is
+    solved in mpmath for the scale (or the query's norm) that puts it at that threshold, and the inputs are
+    taken a relative 10⁻⁶ to either side: in float16 and float32 every term of the exponent moves the threshold
+    by more than that. Batched inputs (2, n_q, d_k) with n_q ≠ d_k, rows of zeros (G = 0: marked), of
+    infinities and of NaN (not marked), the mask applied on top; no keys at all (an empty result of the right
+    shape) and d_k = 0 (every weight 1/n_k: marked)."""
+    import mpmath
+
+    from attnclaims.checks.strategies.attention import reachable_weights
+
+    info = np.finfo(dtype)
+    n_q, n_k, d_k, a, b = 3, 5, 7, 0.75, 1.5
+    with mpmath.workdps(40):  # the product |scale|·‖q‖ where the bound meets the threshold
+        u, tiny = mpmath.mpf(float(info.eps)) / 2, 2 * mpmath.mpf(float(info.smallest_normal))
+        g_star = (-mpmath.log(tiny * n_k) - 2 * (n_k + 4) * u) / (2 * b * (1 + (d_k + 2) * u))
+    mask = np.ones((2, n_q, n_k), bool)
+    mask[1, 0, 2] = False
+    for side, factor in (("inside", 1 - 1e-6), ("outside", 1 + 1e-6)):
+        if explicit:
+            norm, scale = a, float(g_star / a * factor)
+        else:
+            norm, scale = float(g_star * math.sqrt(d_k) * factor), None
+        q = np.zeros((2, n_q, d_k))
+        q[:, 0, 0], q[:, 0, 1], q[:, 2, 3] = 0.6 * norm, 0.8 * norm, -norm  # rows 0, 2 at the threshold; 1 zeros
+        q[1, 2, 1] = np.inf
+        k = np.zeros((2, n_k, d_k))
+        k[:, :, 0] = np.linspace(-b, b, n_k)  # max ‖k_l‖ = b
+        got = reachable_weights(q, k, mask, scale, dtype)
+        assert got.shape == (2, n_q, n_k)
+        at_threshold = side == "inside"
+        assert (got[0, 0] == at_threshold).all() and (got[0, 2] == at_threshold).all(), side
+        assert got[:, 1].all()  # G = 0: every weight 1/n_k
+        assert (got[1, 0] == (at_threshold & mask[1, 0])).all() and not got[1, 2].any()
+    with np.errstate(divide="ignore"):  # the bound's division by n_k = 0
+        assert reachable_weights(np.ones((2, n_q, d_k)), np.ones((2, 0, d_k)), None, None, dtype).shape == (2, n_q, 0)
+        assert reachable_weights(np.ones((n_q, d_k)), np.ones((0, d_k)), None, None, dtype).shape == (n_q, 0)
+    # d_k = 0: every score 0, every weight 1/n_k; a NaN query reaches nothing
+    assert reachable_weights(np.ones((2, n_q, 0)), np.ones((2, n_k, 0)), None, 1.0, dtype).all()
+    assert not reachable_weights(np.array([[np.nan, 1.0]]), np.ones((n_k, 2)), None, 1.0, dtype).any()

@@ -1921,6 +1921,70 @@ def test_explicit_scales_alignments_windows_and_softcaps_are_the_declared_ones(d
     assert set(draws.sample(A.softcaps(), 100)) == set(A.SOFTCAPS) == {50.0, 30.0, 5.0, 1.0, 0.5}
 
 
+def test_huge_softcap_cases_have_the_scale_1e6_q_and_k_within_1_and_caps_half_to_two(draws):
+    """softcap_cases(huge=True), as its docstring says: an explicit scale of 10⁶ (not applicable where
+    scale='none' is declared), q and k entries at score scale 1 (within 1, and past ½ in some draws),
+    and every cap 0.5, 1 and 2; without ``huge`` every cap of SOFTCAPS."""
+    cases = draws.sample(A.softcap_cases(huge=True), 60)
+    assert {cap for _, cap in cases} == {0.5, 1.0, 2.0}
+    assert all(c.scale == 1e6 for c, _ in cases)
+    top = max(max(np.abs(c.q).max(initial=0), np.abs(c.k).max(initial=0)) for c, _ in cases)
+    assert 0.5 < top <= 1.0
+    with S.following(_Declares(scale="none")), pytest.raises(
+            pytest.fail.Exception, match=r"declined as not applicable.*\(variant scale=1000000\.0\)"):
+        draws.sample(A.softcap_cases(huge=True), 5)
+    assert {cap for _, cap in draws.sample(A.softcap_cases(), 100)} == set(A.SOFTCAPS)  # not huge by default
+
+
+def test_a_kernel_edge_names_its_case_and_builds_it_when_cast_with_the_causal_mask_where_asked():
+    """KernelEdge: frozen, not causal by default; ``describe`` names the case (and the causal mask where asked);
+    ``build``/``cast`` make :func:`kernel_edge_case` for the implementation followed then, with the top-left
+    causal mask on top where ``causal``."""
+    with S.following(_Tiles()):  # T = 8: two-blocks has n = 13
+        plain, masked = A.KernelEdge("two-blocks"), A.KernelEdge("two-blocks", causal=True)
+        want = A.kernel_edge_case("two-blocks")
+        built, cast = masked.build(), plain.cast(np.float32)
+    assert plain.causal is False and plain.describe() == "kernel edge case 'two-blocks'"
+    assert masked.describe() == "kernel edge case 'two-blocks' with the causal mask"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plain.causal = True
+    assert cast.q.dtype == np.float32 and np.array_equal(cast.q, want.q.astype(np.float32)) and cast.mask is None
+    assert np.array_equal(built.q, want.q) and np.array_equal(built.mask, np.tril(np.ones((13, 13), bool)))
+
+
+def test_causal_padded_cases_are_causal_with_a_key_padding_in_some_draws(draws):
+    """causal_padded_cases, as its docstring says: the top-left causal mask, and in some draws (not all) a key
+    padding on top (label ``causal ∧ padding``): each sequence keeps a prefix of ≥ 1 keys (a single key in some
+    draws), so every row of the
+    mask is a prefix and key 0 is always seen; where the sizes cross tiles, the kept lengths T − 1 and
+    n_k − T − 1 among them. By default an explicit scale in every draw and n_q ≠ n_k in some; ``square``
+    n_q = n_k."""
+    def check(c):
+        causal = np.tril(np.ones((c.n_q, c.n_k), bool))
+        m = np.broadcast_to(c.mask, c.batch + (c.n_q, c.n_k))
+        if c.label == "causal":
+            assert np.array_equal(m, np.broadcast_to(causal, m.shape))
+            return None
+        assert c.label == "causal ∧ padding" and not (m & ~causal).any() and m[..., 0].all()
+        assert not (m[..., 1:] & ~m[..., :-1]).any()  # every row a prefix
+        return m[..., -1, :].sum(axis=-1)  # the kept lengths, where n_q = n_k
+
+    cases = draws.sample(A.causal_padded_cases(), 100)
+    padded = [c for c in cases if check(c) is not None]
+    assert 10 <= len(padded) <= 90
+    assert all(c.scale is not None for c in cases) and any(c.n_q != c.n_k for c in cases)
+    kept = [check(c) for c in draws.sample(A.causal_padded_cases(square=True), 60)]
+    assert any(k is not None and (k < 4).any() for k in kept)  # some sequence padded to a few keys
+    assert draws.reach(A.causal_padded_cases(square=True),
+                       lambda c: c.n_k > 1 and check(c) is not None and (check(c) == 1).any())
+    t = min(C.tile_sizes())
+    with C.tile_mode("always"):
+        square = A.causal_padded_cases(square=True)
+        assert all(c.n_k in C.tile_lengths() and check(c) is not check for c in draws.sample(square, 20))
+        for shift in (lambda n_k: t - 1, lambda n_k: n_k - t - 1):
+            assert draws.reach(square, lambda c: check(c) is not None and (check(c) == shift(c.n_k)).any())
+
+
 def test_with_causal_mask_is_top_left_causal_and_padding():
     c = A.AttentionCase(np.zeros((2, 3, 2)), np.zeros((2, 4, 2)), np.zeros((2, 4, 1)), None, None, label="x")
     causal = np.array([[j <= i for j in range(4)] for i in range(3)])

@@ -548,10 +548,12 @@ def with_causal_mask(case: AttentionCase, padding: np.ndarray | None = None) -> 
 @st.composite
 def causal_padded_cases(draw, *, explicit_scale: bool | None = True, square: bool = False,
                         max_seq: int | None = None) -> AttentionCase:
-    """Attention inputs (:func:`attention_cases`, no mask of their own) with the top-left causal mask, and in
-    half the draws a key-padding mask drawn together with it: sequence b keeps its first lengths[b] ≥ 1 keys
-    (key 0 always, so every query keeps a key), the rest are padding. Where the sizes cross tiles the lengths
-    include n_k − T − 1 (a trailing key block wholly padded) and T − 1 (padding from inside the first block)."""
+    """Attention inputs (:func:`attention_cases`, no mask of their own; by default an explicit scale in every
+    draw, and n_q ≠ n_k in some unless ``square``) with the top-left causal mask, and in some draws (a drawn
+    boolean) a key-padding mask drawn together with it: sequence b keeps its first
+    lengths[b] ≥ 1 keys (key 0 always, so every query keeps a key), the rest are padding. Where the sizes cross
+    tiles the lengths include n_k − T − 1 (a trailing key block wholly padded) and T − 1 (padding from inside the
+    first block)."""
     c = draw(attention_cases(mask=False, explicit_scale=explicit_scale, square=square, max_seq=max_seq))
     if not draw(st.booleans()):
         return with_causal_mask(c)
