@@ -2316,6 +2316,18 @@ def test_tile_sizes_are_the_declared_positive_sizes_sorted_or_the_defaults():
         assert C.tile_sizes() == C.DEFAULT_TILE_SIZES
 
 
+def test_tile_lengths_are_each_declared_tile_less_one_itself_plus_one_and_twice_plus_a_third():
+    """``tile_lengths`` for declared tiles: T − 1, T, T + 1 and 2T + max(1, T // 3) of each, those within 1 … top,
+    top = max(MAX_TILE_LENGTH, the longest tile + 1); the primes only with the default tiles."""
+    class _Sizes(_Declares):
+        tile_sizes = (1, 16, 120, 278)  # 2·120 + 40 = 280: one past the top, 279
+
+    with S.following(_Sizes()):
+        assert C.tile_lengths() == (1, 2, 3, 15, 16, 17, 37, 119, 120, 121, 277, 278, 279)
+    with S.following(None):
+        assert set(C.TILE_PRIME_LENGTHS) <= set(C.tile_lengths()) and max(C.tile_lengths()) == C.MAX_TILE_LENGTH
+
+
 @pytest.mark.parametrize("declared", [{}, {"value_width": "d_k"}], ids=["any-width", "d_k-width"])
 def test_the_kernel_edge_cases_are_the_documented_ones(declared):
     """KERNEL_EDGE's comment with T = 8 (the smallest declared tile): the sizes, masks, alignments and window,
