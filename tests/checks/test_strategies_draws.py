@@ -1985,6 +1985,53 @@ def test_causal_padded_cases_are_causal_with_a_key_padding_in_some_draws(draws):
             assert draws.reach(square, lambda c: check(c) is not None and (check(c) == shift(c.n_k)).any())
 
 
+def test_split_kv_cases_split_within_the_keys_and_keep_keys_0_and_split_under_a_mask(draws, patch_strategies):
+    """split_kv_cases: n_k ≥ 2 (2 itself among them), 1 ≤ split < n_k with the split noted as "split the keys at
+    split of n_k"; a drawn mask keeps keys 0 and ``split`` for every query, and hides another key in some draws;
+    with tile crossing, splits at T − 1, T and T + 1 among them."""
+    notes: list = []
+    patch_strategies("note", notes.append)
+    drawn = draws.sample(A.split_kv_cases(), 150, notes=notes)
+    for (c, split), note_ in drawn:
+        assert c.n_k >= 2 and 1 <= split < c.n_k and note_ == f"split the keys at {split} of {c.n_k}"
+        if c.mask is not None:
+            m = np.broadcast_to(c.mask, c.batch + (c.n_q, c.n_k))
+            assert m[..., 0].all() and m[..., split].all()
+    assert any(c.n_k == 2 for (c, _), _ in drawn)
+    assert any(c.mask is not None and not np.asarray(c.mask).all() for (c, _), _ in drawn)
+    t = min(C.tile_sizes())
+    with C.tile_mode("always"):
+        for near in (t - 1, t, t + 1):
+            assert draws.reach(A.split_kv_cases(), lambda cs, near=near: cs[1] == near)
+
+
+def test_an_alibi_case_describes_its_call():
+    c = A.AlibiCase(np.zeros((2, 3, 4)), np.zeros((2, 5, 4)), np.zeros((2, 5, 6)), np.array([0.5, 0.25]), None, None)
+    assert c.describe() == "alibi_attention(q(2, 3, 4), k(2, 5, 4), v(2, 5, 6), slopes=[0.5, 0.25], mask=none, scale=None)"
+    masked = dataclasses.replace(c, mask=np.ones((1, 1, 5), bool), scale=0.5)
+    assert masked.describe().endswith("slopes=[0.5, 0.25], mask=(1, 1, 5), scale=0.5)")
+
+
+def test_tile_mode_refuses_an_unknown_mode_and_restores_the_one_before_and_the_draw_mode_crosses_sometimes(draws):
+    """``tile_mode``: 'draw', 'always' or 'never', anything else a ValueError naming the three; the mode before
+    comes back when the block ends, also when it raises. Under 'draw' a tile decision is True in some draws
+    (one in TILE_ODDS) and False in others."""
+    with pytest.raises(ValueError, match=r"^tile_mode\('sometimes'\): expected 'draw', 'always' or 'never'$"):
+        with C.tile_mode("sometimes"):
+            pass
+    assert C._TILE_MODE[0] == "draw"
+    with C.tile_mode("always"):
+        with pytest.raises(RuntimeError), C.tile_mode("never"):
+            assert C._TILE_MODE[0] == "never"
+            raise RuntimeError
+        assert C._TILE_MODE[0] == "always"
+        with C.tile_mode("draw"):
+            assert C._TILE_MODE[0] == "draw"
+    assert C._TILE_MODE[0] == "draw"
+    decisions = draws.sample(C.tile_decision(), 200)
+    assert any(decisions) and not all(decisions)
+
+
 def test_with_causal_mask_is_top_left_causal_and_padding():
     c = A.AttentionCase(np.zeros((2, 3, 2)), np.zeros((2, 4, 2)), np.zeros((2, 4, 1)), None, None, label="x")
     causal = np.array([[j <= i for j in range(4)] for i in range(3)])
