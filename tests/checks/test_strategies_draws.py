@@ -2032,6 +2032,17 @@ def test_tile_mode_refuses_an_unknown_mode_and_restores_the_one_before_and_the_d
     assert any(decisions) and not all(decisions)
 
 
+def test_a_new_process_has_drawn_no_tile_crossing():
+    """``tile_crossings_drawn`` counts the crossings of this process (bench/bench_sizes.py reads it): 0 in a
+    process that has drawn none."""
+    import subprocess
+    import sys
+
+    code = "from attnclaims.checks.strategies.common import tile_crossings_drawn; print(tile_crossings_drawn())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "0", done.stderr
+
+
 def test_with_causal_mask_is_top_left_causal_and_padding():
     c = A.AttentionCase(np.zeros((2, 3, 2)), np.zeros((2, 4, 2)), np.zeros((2, 4, 1)), None, None, label="x")
     causal = np.array([[j <= i for j in range(4)] for i in range(3)])
