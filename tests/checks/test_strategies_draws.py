@@ -2072,6 +2072,48 @@ def test_scored_cases_have_scores_against_values_masked_or_not(draws):
             assert m is None or np.broadcast_shapes(np.shape(m), s.shape) == s.shape, kind
 
 
+def test_scored_cases_score_their_drawn_case_with_the_named_function(draws, monkeypatch):
+    """scored_cases(kind) scores the attention case it draws (no mask of its own chosen, no explicit scale, q and
+    k at a score scale 2^−2 … 2^1): q kᵀ/√d_k for 'dot-product'; for 'additive', ``additive_scores`` with
+    W_q, W_k (d_k × d_a, d_a from 1 to 8) and v_a = z·2^e (e from −1 to 2) drawn from one seeded generator in
+    that order; the case's values and mask are returned as they are."""
+    cases, scales_seen, calls = [], [], []
+    original_cases, original_additive = A.attention_cases, A.additive_scores
+
+    def recording_cases(**kw):
+        assert set(kw) == {"mask", "explicit_scale", "score_scale"} and kw["mask"] is None and kw["explicit_scale"] is False
+        scales_seen.append(kw["score_scale"])
+        return original_cases(**kw).map(lambda c: cases.append(c) or c)
+
+    def recording_additive(q, k, w_q, w_k, v_a):
+        calls.append((w_q, w_k, v_a))
+        return original_additive(q, k, w_q, w_k, v_a)
+
+    monkeypatch.setattr(A, "attention_cases", recording_cases)
+    monkeypatch.setattr(A, "additive_scores", recording_additive)
+    monkeypatch.setattr(A, "seeds", lambda: st.just(11))
+    def drawn_with(v):  # the recorded case of a draw (and its index): the one whose values were returned
+        return next((i, c) for i, c in enumerate(cases) if c.v is v)
+
+    for s, v, m in draws.sample(A.scored_cases("dot-product"), 40):
+        _, c = drawn_with(v)
+        assert np.array_equal(s, c.q.astype(np.float64) @ np.swapaxes(c.k.astype(np.float64), -1, -2) / math.sqrt(c.d_k))
+        assert m is c.mask
+    assert not calls and set(scales_seen) == {0.25, 0.5, 1.0, 2.0}
+    widths, factors = set(), set()
+    cases.clear()
+    for s, v, m in draws.sample(A.scored_cases("additive"), 60):
+        i, c = drawn_with(v)
+        w_q, w_k, v_a = calls[i]  # one call per recorded case, in the same order
+        rng = np.random.default_rng(11)
+        d_a = v_a.shape[0]
+        assert np.array_equal(w_q, rng.standard_normal((c.d_k, d_a))) and np.array_equal(w_k, rng.standard_normal((c.d_k, d_a)))
+        factors |= set(np.round(v_a / rng.standard_normal(d_a), 12))
+        widths.add(d_a)
+        assert m is c.mask
+    assert {1, 8} <= widths <= set(range(1, 9)) and factors == {0.5, 1.0, 2.0, 4.0}
+
+
 def _broadcasts_to(shape, target) -> bool:
     try:
         return np.broadcast_shapes(shape, target) == target
@@ -2079,7 +2121,7 @@ def _broadcasts_to(shape, target) -> bool:
         return False
 
 
-@pytest.mark.parametrize("batch, n_q, n_k", [((), 1, 1), ((), 2, 2), ((2,), 3, 4), ((2, 3), 1, 5)])
+@pytest.mark.parametrize("batch, n_q, n_k", [((), 1, 1), ((), 2, 2), ((), 3, 3), ((2,), 3, 4), ((2, 3), 1, 5)])
 def test_bad_mask_shapes_never_broadcast(draws, batch, n_q, n_k):
     """Each documented wrong shape, and none broadcasts to batch + (n_q, n_k) (numpy stretching an axis of 1
     of the scores to it gives another shape)."""
