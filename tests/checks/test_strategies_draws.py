@@ -2015,7 +2015,7 @@ def test_an_alibi_case_describes_its_call():
 def test_tile_mode_refuses_an_unknown_mode_and_restores_the_one_before_and_the_draw_mode_crosses_sometimes(draws):
     """``tile_mode``: 'draw', 'always' or 'never', anything else a ValueError naming the three; the mode before
     comes back when the block ends, also when it raises. Under 'draw' a tile decision is True in some draws
-    (one in TILE_ODDS) and False in others."""
+    (one in TILE_ODDS) and False in others, and each True one is counted (``tile_crossings_drawn``)."""
     with pytest.raises(ValueError, match=r"^tile_mode\('sometimes'\): expected 'draw', 'always' or 'never'$"):
         with C.tile_mode("sometimes"):
             pass
@@ -2028,8 +2028,13 @@ def test_tile_mode_refuses_an_unknown_mode_and_restores_the_one_before_and_the_d
         with C.tile_mode("draw"):
             assert C._TILE_MODE[0] == "draw"
     assert C._TILE_MODE[0] == "draw"
+    with C.tile_mode("always"):
+        assert draws.sample(C.tile_decision(), 3) == [True] * 3
+    before = C.tile_crossings_drawn()
+    assert before >= 3
     decisions = draws.sample(C.tile_decision(), 200)
     assert any(decisions) and not all(decisions)
+    assert C.tile_crossings_drawn() - before == sum(decisions)  # each True decision counted once
 
 
 def test_a_new_process_has_drawn_no_tile_crossing():
@@ -2110,7 +2115,8 @@ def test_scored_cases_score_their_drawn_case_with_the_named_function(draws, monk
         assert np.array_equal(w_q, rng.standard_normal((c.d_k, d_a))) and np.array_equal(w_k, rng.standard_normal((c.d_k, d_a)))
         factors |= set(np.round(v_a / rng.standard_normal(d_a), 12))
         widths.add(d_a)
-        assert m is c.mask
+        q, k = c.q.astype(np.float64), c.k.astype(np.float64)
+        assert np.array_equal(s, original_additive(q, k, w_q, w_k, v_a)) and m is c.mask
     assert {1, 8} <= widths <= set(range(1, 9)) and factors == {0.5, 1.0, 2.0, 4.0}
 
 
