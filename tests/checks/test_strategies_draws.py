@@ -1206,7 +1206,7 @@ def test_a_marked_test_meets_exactly_a_few_tile_crossing_examples_under_ci(capab
 def test_crosses_tiles_runs_the_examples_with_the_explicit_ones_then_the_crossing_ones():
     """``crosses_tiles``: a first run of all but ``tile_examples(max_examples)`` draws, none crossing, with the
     ``@example`` cases; then the rest, each crossing, without them; a failure in either run fails the test; a
-    crossing run whose every draw is declined (Unsatisfiable) leaves the verdict to the first run; under
+    crossing run whose every draw is declined (Unsatisfiable) leaves the verdict, and the statistics reported last, to the first run; under
     ``dev`` (20 examples) one crossing example; the decorator refuses a function that is not a hypothesis test."""
     from hypothesis import example, reject
 
@@ -1246,8 +1246,14 @@ def test_crosses_tiles_runs_the_examples_with_the_explicit_ones_then_the_crossin
             reject()
         ran.append(t)
 
-    declines_crossing()
+    from hypothesis.statistics import collector
+
+    reported: list = []  # the statistics the marked test reports: the first run's last (the plugin keeps the last)
+    with collector.with_value(reported.append):
+        declines_crossing()
     assert len(ran) == 47 and not any(ran)
+    assert reported[-1]["stopped-because"] == "settings.max_examples=47"
+    assert len(reported[-1]["generate-phase"]["test-cases"]) == 47
     with pytest.raises(TypeError, match="above @given"):
         S.crosses_tiles(lambda: None)
 
@@ -1278,27 +1284,6 @@ def test_crosses_tiles_reports_the_statistics_of_both_runs():
     assert _both_runs([{"generate-phase": ["a list"]}], {"generate-phase": {"test-cases": [3]}}) == {
         "generate-phase": {"test-cases": [3]}}
 
-
-def test_a_crossing_run_that_declines_every_draw_reports_the_first_runs_statistics():
-    """Where every crossing draw is declined (hypothesis' ``Unsatisfiable``) the first run decides, and its
-    statistics are the last the marked test reports to the collector (the plugin keeps the last)."""
-    from hypothesis import reject
-    from hypothesis.statistics import collector
-
-    from attnclaims.checks.strategies.common import tile_crossing
-
-    @S.crosses_tiles
-    @settings(settings.get_profile("ci"), database=None, suppress_health_check=list(HealthCheck))
-    @given(t=tile_crossing(), x=st.integers(0, 2**32))
-    def declines_crossing(t, x):
-        if t is not None:
-            reject()
-
-    reported: list = []
-    with collector.with_value(reported.append):
-        declines_crossing()
-    assert reported[-1]["stopped-because"] == "settings.max_examples=47"
-    assert len(reported[-1]["generate-phase"]["test-cases"]) == 47
 
 #: The suite modules whose tests of the attention-level capabilities are marked ``crosses_tiles``.
 _TILE_MODULES = ("test_s31_attention", "test_s32_self_attention", "test_s61_multihead", "test_ext_attention",
